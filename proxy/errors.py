@@ -1,0 +1,92 @@
+"""The proxy's own errors and their OpenAI-shaped bodies.
+
+Upstream errors are never represented here: they travel back as the upstream's bytes. These are
+the errors the proxy itself raises (bad client input, unreachable upstream, limits), each with
+the HTTP status and the `{"error": {"message", "type", "code", "param"}}` body OpenAI SDKs parse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+def error_payload(message: str, type_: str, code: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "code": code, "param": param}}
+
+
+def error_body(message: str, type_: str, code: str, param: str | None = None) -> bytes:
+    return orjson.dumps(error_payload(message, type_, code, param))
+
+
+class ProxyError(Exception):
+    """An error the proxy answers itself, before or instead of the upstream."""
+
+    status: int = 500
+    type: str = "proxy_error"
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.param = param
+
+    def payload(self) -> dict[str, Any]:
+        return error_payload(self.message, self.type, self.code, self.param)
+
+    def body(self) -> bytes:
+        return orjson.dumps(self.payload())
+
+
+class BadRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class Forbidden(ProxyError):
+    status = 403
+    type = "permission_error"
+    code = "upstream_not_allowed"
+
+
+class PayloadTooLarge(ProxyError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamUnreachable(ProxyError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(ProxyError):
+    status = 504
+    type = "upstream_error"
+    code = "upstream_timeout"
+
+
+class ServiceUnavailable(ProxyError):
+    status = 503
+    type = "upstream_error"
+    code = "upstream_capacity"
+
+
+class ConfigError(Exception):
+    """A bad settings value or providers file: the process must not start."""
+
+
+def sse_error_frames(payload: dict[str, Any]) -> bytes:
+    """How a failure after the stream started is told to the client: an error chunk, then [DONE]."""
+    return b"data: " + orjson.dumps(payload) + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,119 @@
+"""Control headers → typed values.
+
+Pure: a header's raw value (or None) plus the configured default in, an enum out. A value that is
+not accepted is a 400 naming the header and the accepted values — never a silent default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TypeVar
+
+from proxy.errors import BadRequest
+
+
+class Level(StrEnum):
+    OFF = "off"
+    STANDARD = "standard"
+    DEEP = "deep"
+
+
+class TraceMode(StrEnum):
+    OFF = "off"
+    BRIEF = "brief"
+    DETAILED = "detailed"
+
+
+class TraceFormat(StrEnum):
+    COMMENT = "comment"
+    EVENT = "event"
+
+
+class ReasoningVisibility(StrEnum):
+    SHOW = "show"
+    HIDE = "hide"
+
+
+class ReasoningField(StrEnum):
+    REASONING_CONTENT = "reasoning_content"
+    REASONING = "reasoning"
+    BOTH = "both"
+
+
+LEVEL_HEADER = "x-thinking-level"
+TRACE_HEADER = "x-trace"
+TRACE_FORMAT_HEADER = "x-trace-format"
+REASONING_HEADER = "x-reasoning"
+UPSTREAM_HEADER = "x-upstream-base-url"
+
+# Every request header the proxy consumes; none of them is forwarded upstream.
+CONTROL_HEADERS = frozenset({LEVEL_HEADER, TRACE_HEADER, TRACE_FORMAT_HEADER, REASONING_HEADER, UPSTREAM_HEADER})
+
+TRACE_ALIASES: Mapping[str, TraceMode] = {"auto": TraceMode.BRIEF, "pro": TraceMode.DETAILED}
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def parse_choice(
+    header: str,
+    raw: str | None,
+    enum: type[E],
+    default: E | None,
+    aliases: Mapping[str, E] | None = None,
+) -> E | None:
+    """The enum member a header value names (case-insensitive, trimmed), or the default if absent."""
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if aliases and value in aliases:
+        return aliases[value]
+    try:
+        return enum(value)
+    except ValueError:
+        accepted = [m.value for m in enum] + list(aliases or ())
+        raise BadRequest(
+            f"Invalid {_display(header)} header value {raw!r}: accepted values are "
+            f"{', '.join(accepted)}.",
+            code="invalid_header_value",
+            param=_display(header),
+        ) from None
+
+
+def parse_level(raw: str | None, default: Level | None) -> Level | None:
+    return parse_choice(LEVEL_HEADER, raw, Level, default)
+
+
+def parse_trace_mode(raw: str | None, default: TraceMode) -> TraceMode:
+    return parse_choice(TRACE_HEADER, raw, TraceMode, default, TRACE_ALIASES) or default
+
+
+def parse_trace_format(raw: str | None, default: TraceFormat) -> TraceFormat:
+    return parse_choice(TRACE_FORMAT_HEADER, raw, TraceFormat, default) or default
+
+
+def parse_reasoning_visibility(raw: str | None, default: ReasoningVisibility) -> ReasoningVisibility:
+    return parse_choice(REASONING_HEADER, raw, ReasoningVisibility, default) or default
+
+
+def prefers_chinese(accept_language: str | None) -> bool:
+    """True when the highest-weighted language in Accept-Language is Chinese."""
+    if not accept_language:
+        return False
+    best_lang, best_q = "", -1.0
+    for part in accept_language.split(","):
+        lang, _, params = part.strip().partition(";")
+        q = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                q = float(params[2:])
+            except ValueError:
+                q = 0.0
+        if q > best_q:
+            best_lang, best_q = lang.strip().lower(), q
+    return best_lang == "zh" or best_lang.startswith("zh-")
+
+
+def _display(header: str) -> str:
+    return "-".join(p.capitalize() for p in header.split("-")).replace("Url", "URL")

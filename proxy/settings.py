@@ -1,0 +1,80 @@
+"""Process settings, read once from `THINKPROXY_*` environment variables (and an optional .env).
+
+Built in the app factory / CLI and passed down; nothing reads the environment after start-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from proxy.levels import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="THINKPROXY_", env_file=".env", extra="ignore")
+
+    upstream_base_url: str | None = Field(
+        default=None, description="Base URL of the upstream API, e.g. https://api.deepseek.com/v1"
+    )
+    providers_file: Path | None = Field(
+        default=None, description="providers.yaml to use instead of the one shipped with the package"
+    )
+    allowed_upstreams: CommaList = Field(
+        default_factory=list,
+        description="Patterns a client may name in X-Upstream-Base-URL (comma-separated); empty = header refused",
+    )
+    default_thinking_level: Level | None = None
+    trace: TraceMode = TraceMode.BRIEF
+    trace_format: TraceFormat = TraceFormat.COMMENT
+    reasoning_visibility: ReasoningVisibility = ReasoningVisibility.SHOW
+    reasoning_field: ReasoningField = ReasoningField.REASONING_CONTENT
+
+    upstream_api_key: SecretStr | None = Field(
+        default=None, description="Gateway mode: the key sent upstream; clients must then present a client key"
+    )
+    client_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+
+    http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float = Field(default=300.0, gt=0, description="longest silence between two upstream reads")
+    total_timeout: float = Field(default=1800.0, gt=0, description="longest whole upstream exchange")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    max_sse_event_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_upstream_connections: int = Field(default=1000, gt=0)
+    shutdown_timeout: float = Field(default=30.0, ge=0)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_json: bool = False
+
+    @field_validator("allowed_upstreams", mode="before")
+    @classmethod
+    def _split_patterns(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
+
+    @field_validator("client_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @field_validator("upstream_base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        if value is None or value.strip() == "":
+            return None
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https:// (got {value!r})")
+        return value
