@@ -48,7 +48,9 @@ REASONING_HEADER = "x-reasoning"
 UPSTREAM_HEADER = "x-upstream-base-url"
 
 # Every request header the proxy consumes; none of them is forwarded upstream.
-CONTROL_HEADERS = frozenset({LEVEL_HEADER, TRACE_HEADER, TRACE_FORMAT_HEADER, REASONING_HEADER, UPSTREAM_HEADER})
+CONTROL_HEADERS = frozenset(
+    {LEVEL_HEADER, TRACE_HEADER, TRACE_FORMAT_HEADER, REASONING_HEADER, UPSTREAM_HEADER}
+)
 
 TRACE_ALIASES: Mapping[str, TraceMode] = {"auto": TraceMode.BRIEF, "pro": TraceMode.DETAILED}
 
@@ -73,8 +75,7 @@ def parse_choice(
     except ValueError:
         accepted = [m.value for m in enum] + list(aliases or ())
         raise BadRequest(
-            f"Invalid {_display(header)} header value {raw!r}: accepted values are "
-            f"{', '.join(accepted)}.",
+            f"Invalid {_display(header)} header value {raw!r}: accepted values are {', '.join(accepted)}.",
             code="invalid_header_value",
             param=_display(header),
         ) from None

@@ -27,7 +27,7 @@ class Settings(BaseSettings):
     )
     allowed_upstreams: CommaList = Field(
         default_factory=list,
-        description="Patterns a client may name in X-Upstream-Base-URL (comma-separated); empty = header refused",
+        description="Patterns a client may name in X-Upstream-Base-URL (comma-separated); empty = refused",
     )
     default_thinking_level: Level | None = None
     trace: TraceMode = TraceMode.BRIEF
@@ -36,7 +36,8 @@ class Settings(BaseSettings):
     reasoning_field: ReasoningField = ReasoningField.REASONING_CONTENT
 
     upstream_api_key: SecretStr | None = Field(
-        default=None, description="Gateway mode: the key sent upstream; clients must then present a client key"
+        default=None,
+        description="Gateway mode: the key sent upstream; clients must then present a client key",
     )
     client_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
 

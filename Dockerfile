@@ -1,0 +1,32 @@
+# thinkproxy: OpenAI-compatible proxy for thinking models.
+#   docker build -t thinkproxy .
+#   docker run -p 8080:8080 -e THINKPROXY_UPSTREAM_BASE_URL=https://api.deepseek.com/v1 thinkproxy
+ARG BASE_IMAGE=python:3.12-slim
+
+FROM ${BASE_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md providers.yaml ./
+COPY proxy ./proxy
+RUN pip wheel --wheel-dir /wheels .
+
+FROM ${BASE_IMAGE}
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY --from=build /wheels /wheels
+RUN pip install /wheels/*.whl && rm -rf /wheels \
+    && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin thinkproxy
+USER 10001
+# Listen on all interfaces inside the container; choose the upstream at `docker run` time.
+# The default upstream is only there so the image starts; override it.
+ENV THINKPROXY_HOST=0.0.0.0 \
+    THINKPROXY_PORT=8080 \
+    THINKPROXY_UPSTREAM_BASE_URL=https://api.openai.com/v1
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=3s --start-period=5s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(f\"http://127.0.0.1:{os.environ.get('THINKPROXY_PORT', '8080')}/healthz\", timeout=2)"]
+# SIGTERM lets in-flight streams finish for THINKPROXY_SHUTDOWN_TIMEOUT seconds.
+STOPSIGNAL SIGTERM
+CMD ["thinkproxy", "serve"]

@@ -1,0 +1,76 @@
+"""One structured access-log line per request; never a key, never an Authorization value."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+logger = logging.getLogger("thinkproxy.access")
+
+
+@dataclass(slots=True)
+class AccessRecord:
+    method: str
+    path: str
+    status: int = 0
+    upstream_status: int | None = None
+    provider: str | None = None
+    level: str | None = None
+    bytes_out: int = 0
+    error: str | None = None
+    response_headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def log_access(record: AccessRecord, started: float) -> None:
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    duration_ms = round((time.perf_counter() - started) * 1000.0, 1)
+    fields = {
+        "method": record.method,
+        "path": record.path,
+        "status": record.status,
+        "upstream_status": record.upstream_status,
+        "provider": record.provider,
+        "level": record.level,
+        "duration_ms": duration_ms,
+        "bytes": record.bytes_out,
+        "error": record.error,
+    }
+    logger.info("access", extra={"access": fields})
+
+
+class AccessFormatter(logging.Formatter):
+    """Text or JSON lines; access records render their fields, other records their message."""
+
+    def __init__(self, json_lines: bool) -> None:
+        super().__init__()
+        self.json_lines = json_lines
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "access", None)
+        if self.json_lines:
+            payload = {
+                "ts": round(record.created, 3),
+                "level": record.levelname.lower(),
+                "logger": record.name,
+            }
+            if fields is not None:
+                payload.update(fields)
+            else:
+                payload["message"] = record.getMessage()
+            return orjson.dumps(payload).decode()
+        if fields is not None:
+            return " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+        return f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+
+
+def configure_logging(level: str, json_lines: bool) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(AccessFormatter(json_lines))
+    root = logging.getLogger("thinkproxy")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

@@ -1,0 +1,456 @@
+"""The Starlette application: the only inbound I/O of the proxy.
+
+Routes: `POST /v1/chat/completions` (rewritten, normalized, traced), every other `/v1/*` path
+forwarded transparently, `GET /healthz`. Everything the proxy decides is delegated to the pure
+modules; this module reads requests, calls the upstream client and writes responses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from proxy.access_log import AccessRecord, log_access
+from proxy.dialects import Dialect, ProvidersTable
+from proxy.errors import BadRequest, PayloadTooLarge, ProxyError
+from proxy.gateway import GatewayAuth
+from proxy.levels import (
+    CONTROL_HEADERS,
+    LEVEL_HEADER,
+    REASONING_HEADER,
+    TRACE_FORMAT_HEADER,
+    TRACE_HEADER,
+    UPSTREAM_HEADER,
+    Level,
+    ReasoningVisibility,
+    TraceMode,
+    parse_level,
+    parse_reasoning_visibility,
+    parse_trace_format,
+    parse_trace_mode,
+    prefers_chinese,
+)
+from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
+from proxy.reasoning import ReasoningOptions
+from proxy.rewrite import rewrite_body
+from proxy.settings import Settings
+from proxy.trace import TraceBuilder
+from proxy.upstream import (
+    TRANSPORT_ERRORS,
+    Upstream,
+    UpstreamRequest,
+    build_client,
+    filter_headers,
+    translate_error,
+)
+from proxy.upstream_policy import UpstreamPolicy
+
+logger = logging.getLogger("thinkproxy")
+
+# Request headers never forwarded: the control headers, and what the HTTP client recomputes.
+DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length"}
+# On chat completions the proxy must read the body, so it asks for it uncompressed.
+DROP_REQUEST_CHAT = DROP_REQUEST | {"accept-encoding"}
+DROP_RESPONSE_RELAYED = frozenset({"content-length"})
+DROP_RESPONSE_DECODED = frozenset({"content-length", "content-encoding"})
+# Upstream headers a client may rely on (rate limits, request ids) are kept with everything else;
+# these are the ones the proxy sets on SSE so that no intermediary buffers or caches the stream.
+SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
+
+ELAPSED = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    table: ProvidersTable
+    upstream: Upstream
+    policy: UpstreamPolicy
+    gateway: GatewayAuth
+
+
+class RelayResponse(Response):
+    """Streams `body` to the client as it is produced, one ASGI send per piece.
+
+    While streaming it listens for the client's disconnect: on disconnect the producer is
+    cancelled at once (even while it waits on a stalled upstream) and `on_close` runs, shielded,
+    so the upstream response is always closed.
+    """
+
+    def __init__(
+        self,
+        body: AsyncIterator[bytes],
+        *,
+        status_code: int,
+        headers: Sequence[tuple[str, str]],
+        on_close: Callable[[bool], Awaitable[None]],
+    ) -> None:
+        self.body_iter = body
+        self.status_code = status_code
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        completed = False
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def watch_disconnect() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch_disconnect)
+                await send(
+                    {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+                )
+                async for piece in self.body_iter:
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                completed = True
+                tg.cancel_scope.cancel()
+        except OSError:
+            pass  # the client went away while we were writing
+        finally:
+            with anyio.CancelScope(shield=True):
+                aclose = getattr(self.body_iter, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+                await self.on_close(completed)
+
+
+def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
+    headers = dict(extra_headers)
+    return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes "
+            "(THINKPROXY_MAX_BODY_BYTES)."
+        )
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise PayloadTooLarge(
+                f"Request body exceeds the limit of {limit} bytes (THINKPROXY_MAX_BODY_BYTES)."
+            )
+        parts.append(part)
+    return b"".join(parts)
+
+
+def upstream_url(base_url: str, request: Request) -> str:
+    # The client talks to the proxy's /v1; the upstream base URL already ends in its own version
+    # prefix (/v1, /compatible-mode/v1, /api/paas/v4, …), so only the part after /v1 is appended.
+    path = request.url.path
+    suffix = path[3:] if path.startswith("/v1") else path
+    query = request.url.query
+    return f"{base_url}{suffix}" + (f"?{query}" if query else "")
+
+
+def thinking_headers(
+    dialect: Dialect | None, level: Level | None, method: str | None
+) -> list[tuple[str, str]]:
+    if dialect is None:
+        return []
+    headers = [
+        ("x-thinking-level-applied", level.value if level is not None else "none"),
+        ("x-thinking-provider", dialect.name),
+    ]
+    if method is not None and level is not None:
+        headers.append(("x-thinking-method", method))
+    return headers
+
+
+class Proxy:
+    """Request handlers bound to one app's services."""
+
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self.log = log_access
+
+    async def healthz(self, request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._handle(request, chat=True)
+
+    async def passthrough(self, request: Request) -> Response:
+        return await self._handle(request, chat=False)
+
+    async def _handle(self, request: Request, *, chat: bool) -> Response:
+        started = time.perf_counter()
+        record = AccessRecord(method=request.method, path=request.url.path)
+        try:
+            return await self._proxy(request, chat, started, record)
+        except ProxyError as exc:
+            record.status = exc.status
+            record.error = exc.code
+            self.log(record, started)
+            return json_error(exc, record.response_headers)
+
+    async def _proxy(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
+        s = self.s
+        headers = request.headers
+        s.gateway.authorize(headers.items())
+        base_url = s.policy.resolve(headers.get(UPSTREAM_HEADER))
+        upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
+        body = await read_body(request, s.settings.max_body_bytes)
+        if not chat:
+            req = UpstreamRequest(
+                request.method,
+                upstream_url(base_url, request),
+                filter_headers(upstream_headers, DROP_REQUEST),
+                body,
+            )
+            return await self._relay(req, record, started, extra_headers=[])
+
+        level = parse_level(headers.get(LEVEL_HEADER), s.settings.default_thinking_level)
+        trace_mode = parse_trace_mode(headers.get(TRACE_HEADER), s.settings.trace)
+        trace_format = parse_trace_format(headers.get(TRACE_FORMAT_HEADER), s.settings.trace_format)
+        visibility = parse_reasoning_visibility(
+            headers.get(REASONING_HEADER), s.settings.reasoning_visibility
+        )
+        parsed = parse_chat_body(body)
+        model = parsed.get("model")
+        dialect = s.table.match(base_url, model if isinstance(model, str) else None)
+        zh = prefers_chinese(headers.get("accept-language"))
+        method: str | None = None
+        applied: Level | None = None
+        content = body
+        if level is not None:
+            result = rewrite_body(parsed, level, dialect, zh=zh)
+            applied, method = result.level_applied, result.method
+            content = orjson.dumps(result.body)
+        extra = thinking_headers(dialect, applied, method)
+        record.provider, record.level = dialect.name, applied.value if applied else "none"
+        record.response_headers = extra
+        req = UpstreamRequest(
+            "POST",
+            upstream_url(base_url, request),
+            [*filter_headers(upstream_headers, DROP_REQUEST_CHAT), ("accept-encoding", "identity")],
+            content,
+        )
+        reasoning = ReasoningOptions(
+            tags=tuple(dialect.reasoning.tags),
+            implicit_open=dialect.reasoning.implicit_open,
+            output_field=s.settings.reasoning_field,
+            hide=visibility is ReasoningVisibility.HIDE,
+        )
+        trace = (
+            None
+            if trace_mode is TraceMode.OFF
+            else TraceBuilder(
+                mode=trace_mode,
+                zh=zh,
+                level=applied.value if applied else "none",
+                provider=dialect.name,
+                method=method if applied else None,
+            )
+        )
+        return await self._relay(
+            req,
+            record,
+            started,
+            extra_headers=extra,
+            chat=ChatContext(parsed, reasoning, trace, trace_format),
+        )
+
+    async def _relay(
+        self,
+        req: UpstreamRequest,
+        record: AccessRecord,
+        started: float,
+        *,
+        extra_headers: list[tuple[str, str]],
+        chat: ChatContext | None = None,
+    ) -> Response:
+        upstream = self.s.upstream
+        response = await upstream.open(req)
+        record.upstream_status = response.status_code
+        content_type = response.headers.get("content-type", "")
+        is_sse = content_type.startswith("text/event-stream")
+
+        def elapsed_ms() -> float:
+            return (time.perf_counter() - started) * 1000.0
+
+        async def close(completed: bool) -> None:
+            await response.aclose()
+            record.status = response.status_code
+            if not completed:
+                record.error = record.error or "client_disconnected"
+            self.log(record, started)
+
+        ok = 200 <= response.status_code < 300
+        if chat is None or not ok or not (is_sse or content_type.startswith("application/json")):
+            # Errors and bodies the proxy does not understand travel back exactly as they came.
+            headers = filter_headers(response.headers.multi_items(), DROP_RESPONSE_RELAYED) + extra_headers
+            return RelayResponse(
+                self._raw_body(response, req.url, record),
+                status_code=response.status_code,
+                headers=headers,
+                on_close=close,
+            )
+        if not is_sse:
+            try:
+                raw = await response.aread()
+            except TRANSPORT_ERRORS as exc:
+                await response.aclose()
+                raise translate_error(exc, req.url) from exc
+            await response.aclose()
+            out = process_completion(
+                raw,
+                reasoning=chat.reasoning,
+                trace=chat.trace,
+                request_body=chat.request_body,
+                now_ms=elapsed_ms(),
+            )
+            headers = filter_headers(response.headers.multi_items(), DROP_RESPONSE_DECODED) + extra_headers
+            record.status = response.status_code
+            record.bytes_out = len(out)
+            self.log(record, started)
+            return Response(out, status_code=response.status_code, headers=dict(headers))
+
+        pipeline = StreamPipeline(
+            reasoning=chat.reasoning,
+            trace=chat.trace,
+            trace_format=chat.trace_format,
+            max_event_bytes=self.s.settings.max_sse_event_bytes,
+        )
+        headers = (
+            filter_headers(response.headers.multi_items(), DROP_RESPONSE_DECODED | {"cache-control"})
+            + list(SSE_HEADERS)
+            + extra_headers
+        )
+        return RelayResponse(
+            self._stream_body(response, pipeline, chat, req.url, elapsed_ms, record),
+            status_code=response.status_code,
+            headers=headers,
+            on_close=close,
+        )
+
+    async def _raw_body(
+        self, response: httpx.Response, url: str, record: AccessRecord
+    ) -> AsyncIterator[bytes]:
+        try:
+            async for piece in Upstream.iter_bytes(response, decoded=False):
+                record.bytes_out += len(piece)
+                yield piece
+        except TRANSPORT_ERRORS as exc:
+            # Headers are already sent: all that is left is to end the body early.
+            record.error = translate_error(exc, url).code
+
+    async def _stream_body(
+        self,
+        response: httpx.Response,
+        pipeline: StreamPipeline,
+        chat: ChatContext,
+        url: str,
+        elapsed_ms: ELAPSED,
+        record: AccessRecord,
+    ) -> AsyncIterator[bytes]:
+        deadline = time.perf_counter() + self.s.settings.total_timeout
+        first = pipeline.begin(chat.request_body, elapsed_ms())
+        if first:
+            yield first
+        try:
+            async for piece in Upstream.iter_bytes(response, decoded=True):
+                out = pipeline.feed(piece, elapsed_ms())
+                if out:
+                    record.bytes_out += len(out)
+                    yield out
+                if time.perf_counter() > deadline:
+                    failure = StreamFailure(
+                        f"Upstream stream exceeded the total timeout of {self.s.settings.total_timeout:g} s "
+                        "(THINKPROXY_TOTAL_TIMEOUT).",
+                        code="upstream_timeout",
+                    )
+                    record.error = failure.code
+                    yield pipeline.fail(failure, elapsed_ms())
+                    return
+        except TRANSPORT_ERRORS as exc:
+            err = translate_error(exc, url)
+            record.error = err.code
+            yield pipeline.fail(StreamFailure(err.message, type=err.type, code=err.code), elapsed_ms())
+            return
+        tail = pipeline.finish(elapsed_ms())
+        if tail:
+            record.bytes_out += len(tail)
+            yield tail
+
+
+@dataclass(frozen=True, slots=True)
+class ChatContext:
+    request_body: dict[str, Any]
+    reasoning: ReasoningOptions
+    trace: TraceBuilder | None
+    trace_format: Any
+
+
+def parse_chat_body(body: bytes) -> dict[str, Any]:
+    if not body:
+        raise BadRequest(
+            "Request body is empty: send a JSON object with model and messages.", code="invalid_json"
+        )
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"Request body is not valid JSON: {exc}.", code="invalid_json") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest(
+            f"Request body must be a JSON object, got {type(parsed).__name__}.", code="invalid_json"
+        )
+    return parsed
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    table: ProvidersTable | None = None,
+) -> Starlette:
+    """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport."""
+    settings = settings or Settings()
+    table = table or ProvidersTable.load(settings.providers_file)
+    policy = UpstreamPolicy.from_settings(settings)
+    gateway = GatewayAuth.from_settings(settings)
+    client = build_client(settings, transport)
+    services = Services(settings, table, Upstream(client), policy, gateway)
+    proxy = Proxy(services)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await services.upstream.aclose()
+
+    routes = [
+        Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
+        Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+        Route(
+            "/v1/{path:path}",
+            proxy.passthrough,
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+        ),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.services = services
+    return app

@@ -1,0 +1,205 @@
+"""`thinkproxy` command line: serve, demo, mock-upstream, explain, check."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from proxy import __version__
+from proxy.errors import ConfigError
+
+
+def _settings_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        lines.append(f"  THINKPROXY_{field.upper()}: {err['msg']}")
+    return "invalid settings:\n" + "\n".join(lines)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.access_log import configure_logging
+    from proxy.dialects import ProvidersTable
+    from proxy.gateway import GatewayAuth
+    from proxy.settings import Settings
+
+    # Flags become environment so every worker process builds the same Settings.
+    for flag, env in (
+        ("host", "HOST"),
+        ("port", "PORT"),
+        ("workers", "WORKERS"),
+        ("upstream", "UPSTREAM_BASE_URL"),
+        ("providers", "PROVIDERS_FILE"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            os.environ[f"THINKPROXY_{env}"] = str(value)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"thinkproxy: {_settings_error(exc)}", file=sys.stderr)
+        return 2
+    if settings.upstream_base_url is None and not settings.allowed_upstreams:
+        print(
+            "thinkproxy: no upstream configured. Set THINKPROXY_UPSTREAM_BASE_URL "
+            "(e.g. https://api.deepseek.com/v1) or pass --upstream URL.",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        ProvidersTable.load(settings.providers_file)  # fail before binding the port, not per request
+        GatewayAuth.from_settings(settings)
+    except ConfigError as exc:
+        print(f"thinkproxy: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_json)
+    print(
+        f"thinkproxy {__version__}: http://{settings.host}:{settings.port}/v1 -> "
+        f"{settings.upstream_base_url or '(X-Upstream-Base-URL, allow-listed)'} "
+        f"[{settings.workers} worker(s), transport {settings.http_transport}]",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        "proxy.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=int(settings.shutdown_timeout),
+        server_header=False,
+    )
+    return 0
+
+
+def cmd_mock_upstream(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.mock import DIALECTS, MockOptions, create_mock_app
+
+    if args.dialect not in DIALECTS:
+        print(
+            f"thinkproxy: unknown dialect {args.dialect!r}; choose one of {', '.join(DIALECTS)}",
+            file=sys.stderr,
+        )
+        return 2
+    app = create_mock_app(MockOptions(default_dialect=args.dialect, pace_ms=args.pace_ms))
+    print(
+        f"simulated upstream on http://{args.host}:{args.port}/v1 (dialect {args.dialect}); "
+        f"other dialects at /<dialect>/v1: {', '.join(DIALECTS)}; requests received: GET /_mock/requests",
+        file=sys.stderr,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from proxy.demo import run_demo
+
+    return run_demo(color=not args.no_color and sys.stdout.isatty())
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    import orjson
+
+    from proxy.dialects import ProvidersTable
+    from proxy.explain import explain
+    from proxy.levels import Level
+
+    try:
+        level = Level(args.level.strip().lower())
+    except ValueError:
+        print(f"thinkproxy: --level must be one of {', '.join(m.value for m in Level)}", file=sys.stderr)
+        return 2
+    body = None
+    if args.body:
+        try:
+            body = orjson.loads(Path(args.body).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            print(f"thinkproxy: cannot read --body {args.body}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(body, dict):
+            print("thinkproxy: --body must hold a JSON object", file=sys.stderr)
+            return 2
+    try:
+        table = ProvidersTable.load(Path(args.providers) if args.providers else None)
+    except ConfigError as exc:
+        print(f"thinkproxy: {exc}", file=sys.stderr)
+        return 1
+    print(explain(table, args.base_url, level, model=args.model, body=body, zh=args.zh))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from proxy.dialects import ProvidersTable, default_providers_path
+
+    path = Path(args.file) if args.file else default_providers_path()
+    try:
+        table = ProvidersTable.load(path)
+    except ConfigError as exc:
+        print(f"thinkproxy: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: OK ({len(table.entry_names)} entries: {', '.join(table.entry_names)})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="thinkproxy",
+        description="OpenAI-compatible proxy: one header picks the thinking level on any provider.",
+    )
+    parser.add_argument("--version", action="version", version=f"thinkproxy {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the proxy (settings from THINKPROXY_* variables)")
+    serve.add_argument("--host", help="bind address (THINKPROXY_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (THINKPROXY_PORT, default 8080)")
+    serve.add_argument("--workers", type=int, help="worker processes (THINKPROXY_WORKERS, default 1)")
+    serve.add_argument("--upstream", help="upstream base URL (THINKPROXY_UPSTREAM_BASE_URL)")
+    serve.add_argument("--providers", help="providers.yaml to use (THINKPROXY_PROVIDERS_FILE)")
+    serve.set_defaults(func=cmd_serve)
+
+    demo = sub.add_parser("demo", help="run the proxy against the simulated upstream and show a timeline")
+    demo.add_argument("--no-color", action="store_true")
+    demo.set_defaults(func=cmd_demo)
+
+    mock = sub.add_parser("mock-upstream", help="run the simulated upstream alone")
+    mock.add_argument("--host", default="127.0.0.1")
+    mock.add_argument("--port", type=int, default=8090)
+    mock.add_argument("--dialect", default="deepseek")
+    mock.add_argument("--pace-ms", type=float, default=0.0, help="delay between streamed chunks")
+    mock.set_defaults(func=cmd_mock_upstream)
+
+    explain = sub.add_parser("explain", help="show the entry that matches and the exact body sent upstream")
+    explain.add_argument("--base-url", required=True)
+    explain.add_argument("--level", required=True, help="off | standard | deep")
+    explain.add_argument("--model")
+    explain.add_argument("--body", help="a JSON request body file (default: a small example)")
+    explain.add_argument("--providers", help="providers.yaml to use")
+    explain.add_argument("--zh", action="store_true", help="use the Chinese instructions for prompted levels")
+    explain.set_defaults(func=cmd_explain)
+
+    check = sub.add_parser("check", help="validate a providers file")
+    check.add_argument("file", nargs="?", help="default: the providers.yaml in use")
+    check.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

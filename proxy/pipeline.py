@@ -1,0 +1,224 @@
+"""One response's processing: SSE decoding → reasoning extraction → trace → encoding.
+
+Pure and incremental: `feed(bytes, now_ms) -> bytes` per upstream read, so everything one read
+produced goes to the client in one write. Events that need no change are forwarded as the
+upstream's original bytes; only changed chunks are re-serialized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from proxy.errors import error_payload
+from proxy.levels import TraceFormat
+from proxy.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
+from proxy.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
+from proxy.trace import ChunkMeta, TraceBuilder, chunk_meta, comment_frames, event_frames
+
+DONE = b"[DONE]"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailure:
+    message: str
+    type: str = "upstream_error"
+    code: str = "upstream_stream_error"
+
+
+class StreamPipeline:
+    """Turns one upstream SSE body into the client's SSE body, incrementally.
+
+    Contract: call `feed` for every upstream read, then exactly one of `finish` (upstream ended)
+    or `fail` (the exchange broke). The output always ends with `data: [DONE]`, once.
+    """
+
+    def __init__(
+        self,
+        *,
+        reasoning: ReasoningOptions,
+        trace: TraceBuilder | None,
+        trace_format: TraceFormat,
+        max_event_bytes: int,
+    ) -> None:
+        self._decoder = SSEDecoder(max_event_bytes)
+        self._extractor = StreamReasoningExtractor(reasoning)
+        self._trace = trace
+        self._event_format = trace_format is TraceFormat.EVENT
+        self._meta: ChunkMeta | None = None
+        self._pending_trace: list[dict[str, Any]] = []
+        self._done_sent = False
+        self._closed = False
+
+    # -- trace delivery -------------------------------------------------------------------
+    def _trace_bytes(self, events: list[dict[str, Any]]) -> bytes:
+        if not events:
+            return b""
+        if not self._event_format:
+            return comment_frames(events)
+        if self._meta is None:
+            # Event frames carry the stream's id/model/created: hold them until the first chunk.
+            self._pending_trace.extend(events)
+            return b""
+        return event_frames(events, self._meta)
+
+    def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> bytes:
+        if self._trace is None:
+            return b""
+        return self._trace_bytes(self._trace.begin(request_body, now_ms))
+
+    # -- stream -------------------------------------------------------------------------
+    def feed(self, data: bytes, now_ms: float) -> bytes:
+        if self._closed:
+            return b""
+        try:
+            events = self._decoder.feed(data)
+        except EventTooLarge as exc:
+            return self._process(exc.events, now_ms) + self._too_large(exc, now_ms)
+        return self._process(events, now_ms)
+
+    def _too_large(self, exc: EventTooLarge, now_ms: float) -> bytes:
+        message = (
+            f"The upstream sent an event larger than {exc.limit} bytes (THINKPROXY_MAX_SSE_EVENT_BYTES); "
+            "the stream was ended."
+        )
+        return self.fail(StreamFailure(message, code="upstream_event_too_large"), now_ms)
+
+    def _process(self, events: list[SSEEvent], now_ms: float) -> bytes:
+        out: list[bytes] = []
+        for event in events:
+            data = event.data
+            if data is None or self._done_sent:
+                out.append(event.raw)
+                continue
+            if data == DONE:
+                out.append(self._closing_bytes(now_ms))
+                out.append(event.raw)
+                self._done_sent = True
+                continue
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                out.append(event.raw)  # not ours to understand: forwarded unchanged
+                continue
+            if not isinstance(chunk, dict) or "error" in chunk:
+                out.append(event.raw)
+                continue
+            out.append(self._chunk_bytes(event, chunk, now_ms))
+        return b"".join(out)
+
+    def _chunk_bytes(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
+        outcome = self._extractor.process_chunk(chunk)
+        body = encode_event(event, orjson.dumps(chunk)) if outcome.changed else event.raw
+        if self._trace is None:
+            return body
+        if self._meta is None:
+            self._meta = chunk_meta(chunk)
+            if self._meta is not None and self._pending_trace:
+                pending, self._pending_trace = self._pending_trace, []
+                body = event_frames(pending, self._meta) + body
+        trace = self._trace_bytes(self._trace.on_chunk(chunk, outcome.reasoning, now_ms))
+        # A trace event describes the chunk that caused it; it precedes it in the same write.
+        return trace + body if trace else body
+
+    def _closing_bytes(self, now_ms: float) -> bytes:
+        out: list[bytes] = []
+        for chunk in self._extractor.flush():
+            out.append(data_frame(orjson.dumps(chunk)))
+            if self._trace is not None:
+                out.append(self._trace_bytes(self._trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
+        if self._trace is not None:
+            out.append(self._trace_bytes(self._trace.finish(now_ms)))
+            if self._pending_trace:  # no chunk ever came: deliver what we have with a stand-in meta
+                out.append(self._flush_pending_without_meta())
+        return b"".join(out)
+
+    def _flush_pending_without_meta(self) -> bytes:
+        pending, self._pending_trace = self._pending_trace, []
+        return event_frames(pending, ChunkMeta(id="", model="", created=0))
+
+    def finish(self, now_ms: float) -> bytes:
+        """The upstream body ended normally."""
+        if self._closed:
+            return b""
+        tail = self._process(self._decoder.flush(), now_ms)
+        self._closed = True
+        if self._done_sent:
+            return tail
+        # Some upstreams end without [DONE]; the client always gets one.
+        self._done_sent = True
+        return tail + self._closing_bytes(now_ms) + data_frame(DONE)
+
+    def fail(self, failure: StreamFailure, now_ms: float) -> bytes:
+        """The exchange broke after the stream started: an error event, then [DONE]."""
+        if self._closed:
+            return b""
+        self._closed = True
+        if self._done_sent:
+            return b""
+        out: list[bytes] = []
+        if self._trace is not None:
+            out.append(self._trace_bytes(self._trace.on_error(failure.message, now_ms, failure.code)))
+            out.append(self._trace_bytes(self._trace.finish(now_ms)))
+            if self._pending_trace:
+                out.append(self._flush_pending_without_meta())
+        out.append(data_frame(orjson.dumps(error_payload(failure.message, failure.type, failure.code))))
+        out.append(data_frame(DONE))
+        self._done_sent = True
+        return b"".join(out)
+
+
+def process_completion(
+    body: bytes,
+    *,
+    reasoning: ReasoningOptions,
+    trace: TraceBuilder | None,
+    request_body: dict[str, Any] | None,
+    now_ms: float,
+) -> bytes:
+    """A non-stream 2xx answer: normalize `choices[].message`, add the `trace` array.
+
+    Anything that is not a JSON object is returned as it came; an unchanged answer with no trace
+    keeps its original bytes.
+    """
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if not isinstance(parsed, dict):
+        return body
+    # Normalize with reasoning visible first so the trace knows whether the model reasoned, then
+    # apply hide (normalization is idempotent on an already normalized message).
+    changed = normalize_completion(parsed, replace(reasoning, hide=False))
+    had_reasoning = _has_reasoning(parsed)
+    if reasoning.hide:
+        changed = normalize_completion(parsed, reasoning) or changed
+    if trace is not None:
+        events = trace.begin(request_body, now_ms)
+        events += trace.on_completion(parsed, had_reasoning, now_ms)
+        parsed["trace"] = events
+        changed = True
+    return orjson.dumps(parsed) if changed else body
+
+
+def _carries_reasoning(chunk: dict[str, Any]) -> bool:
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and (delta.get("reasoning_content") or delta.get("reasoning")):
+            return True
+    return False
+
+
+def _has_reasoning(completion: dict[str, Any]) -> bool:
+    choices = completion.get("choices")
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and (
+            message.get("reasoning_content") or message.get("reasoning") or message.get("reasoning_details")
+        ):
+            return True
+    return False

@@ -1,0 +1,127 @@
+"""Which upstream a request may go to: the configured one, or an allow-listed X-Upstream-Base-URL.
+
+A client-chosen upstream is the classic way to turn a proxy into an open relay (SSRF), so it is
+refused unless it matches `THINKPROXY_ALLOWED_UPSTREAMS`; only http/https; link-local,
+cloud-metadata and loopback addresses need an explicit pattern naming them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from proxy.errors import BadRequest, Forbidden
+from proxy.settings import Settings
+
+METADATA_HOSTS = frozenset(
+    {"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"}
+)
+
+
+def host_is_sensitive(host: str) -> bool:
+    """Loopback, link-local, cloud metadata or unspecified: never reached by accident."""
+    host = host.strip("[]").lower()
+    if host in METADATA_HOSTS or host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (
+        ip.is_loopback
+        or ip.is_link_local
+        or ip.is_unspecified
+        or ip.is_multicast
+        or ip == ipaddress.ip_address("fd00:ec2::254")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HostPattern:
+    host: str  # "*.example.com", "api.x.ai", "127.0.0.1"
+    port: int | None
+    path: str  # "" or "/compatible-mode"
+
+    @classmethod
+    def parse(cls, text: str) -> HostPattern:
+        text = text.strip()
+        if "://" in text:
+            text = text.split("://", 1)[1]
+        hostport, _, path = text.partition("/")
+        host, _, port = hostport.rpartition(":") if hostport.count(":") == 1 else (hostport, "", "")
+        return cls(
+            host.lower(),
+            int(port) if port and port != "*" else None,
+            ("/" + path).rstrip("/") if path else "",
+        )
+
+    @property
+    def names_sensitive_host(self) -> bool:
+        return not self.host.startswith("*") and host_is_sensitive(self.host)
+
+    def matches(self, host: str, port: int | None, path: str) -> bool:
+        if self.host.startswith("*."):
+            if not host.endswith(self.host[1:]):
+                return False
+        elif self.host != "*" and host != self.host:
+            return False
+        if self.port is not None and port != self.port:
+            return False
+        return not self.path or path == self.path or path.startswith(self.path + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamPolicy:
+    default: str | None
+    allowed: tuple[HostPattern, ...]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UpstreamPolicy:
+        return cls(
+            settings.upstream_base_url, tuple(HostPattern.parse(p) for p in settings.allowed_upstreams)
+        )
+
+    def resolve(self, requested: str | None) -> str:
+        """The base URL this request goes to; raises 403 for a refused X-Upstream-Base-URL."""
+        if requested is None:
+            if self.default is None:
+                raise BadRequest(
+                    "No upstream configured: set THINKPROXY_UPSTREAM_BASE_URL on the proxy, or send "
+                    "X-Upstream-Base-URL with an upstream allowed by THINKPROXY_ALLOWED_UPSTREAMS.",
+                    code="no_upstream",
+                )
+            return self.default
+        return self.check(requested.strip())
+
+    def check(self, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise Forbidden(
+                "X-Upstream-Base-URL must be an absolute http:// or https:// URL.",
+                param="X-Upstream-Base-URL",
+            )
+        if parts.username or parts.password:
+            raise Forbidden("X-Upstream-Base-URL must not carry credentials.", param="X-Upstream-Base-URL")
+        host = parts.hostname.lower()
+        try:
+            port = parts.port
+        except ValueError:
+            raise Forbidden("X-Upstream-Base-URL has an invalid port.", param="X-Upstream-Base-URL") from None
+        path = parts.path.rstrip("/")
+        sensitive = host_is_sensitive(host)
+        for pattern in self.allowed:
+            if pattern.matches(host, port, path) and (not sensitive or pattern.names_sensitive_host):
+                return url.rstrip("/")
+        raise Forbidden(
+            f"Upstream host {host!r} is not allowed: the proxy only forwards to upstreams listed in "
+            "THINKPROXY_ALLOWED_UPSTREAMS"
+            + (
+                " (loopback, link-local and metadata addresses must be named explicitly)."
+                if sensitive
+                else "."
+            ),
+            param="X-Upstream-Base-URL",
+        )

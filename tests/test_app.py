@@ -1,0 +1,231 @@
+"""The app's request handling with an injected upstream transport (no sockets)."""
+
+from __future__ import annotations
+
+import httpx
+import orjson
+import pytest
+
+from tests.helpers import Recorder
+
+CHAT = {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]}
+COMPLETION = {
+    "id": "c1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "deepseek-chat",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
+}
+DEEPSEEK_400 = (
+    b'{"error":{"message":"Invalid reasoning_effort value","type":"invalid_request_error",'
+    b'"param":null,"code":"invalid_request_error"}}'
+)
+
+
+def ok_json(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json=COMPLETION)
+
+
+async def test_healthz(proxy_client) -> None:
+    client = proxy_client(ok_json)
+    r = await client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+async def test_passthrough_other_paths_keeps_path_query_auth_and_drops_hop_by_hop(proxy_client) -> None:
+    rec = Recorder(lambda req: httpx.Response(200, json={"data": []}, headers={"x-request-id": "r1"}))
+    client = proxy_client(rec, upstream_base_url="https://dashscope.aliyuncs.com/compatible-mode/v1")
+    r = await client.get(
+        "/v1/models?limit=5",
+        headers={
+            "authorization": "Bearer sk-client",
+            "connection": "keep-alive, x-hop",
+            "x-hop": "1",
+            "te": "trailers",
+        },
+    )
+    assert r.status_code == 200 and r.json() == {"data": []}
+    assert r.headers["x-request-id"] == "r1"
+    sent = rec.requests[0]
+    assert str(sent.url) == "https://dashscope.aliyuncs.com/compatible-mode/v1/models?limit=5"
+    assert sent.headers["authorization"] == "Bearer sk-client"
+    assert sent.headers["host"] == "dashscope.aliyuncs.com"
+    assert "x-hop" not in sent.headers and "te" not in sent.headers
+
+
+async def test_no_level_forwards_body_byte_identical_and_strips_control_headers(proxy_client) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    raw = (
+        b'{"model": "deepseek-chat",  "messages": [{"role":"user","content":"hi"}], '
+        b'"thinking": {"type": "x"}}'
+    )
+    r = await client.post(
+        "/v1/chat/completions",
+        content=raw,
+        headers={"content-type": "application/json", "x-trace": "off", "x-reasoning": "show"},
+    )
+    assert r.status_code == 200
+    assert rec.requests[0].content == raw
+    assert not any(h.startswith(("x-trace", "x-reasoning", "x-thinking")) for h in rec.requests[0].headers)
+    assert r.headers["x-thinking-level-applied"] == "none"
+    assert r.headers["x-thinking-provider"] == "deepseek"
+
+
+async def test_level_rewrites_body_and_reports_it(proxy_client) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    r = await client.post("/v1/chat/completions", json=CHAT, headers={"x-thinking-level": " DEEP "})
+    assert r.status_code == 200
+    sent = orjson.loads(rec.requests[0].content)
+    assert sent["thinking"] == {"type": "enabled"}
+    assert sent["reasoning_effort"] == "max"
+    assert r.headers["x-thinking-level-applied"] == "deep"
+    assert r.headers["x-thinking-method"] == "params"
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("x-thinking-level", "max"), ("x-trace", "verbose"), ("x-trace-format", "json"), ("x-reasoning", "no")],
+)
+async def test_bad_control_header_is_400_and_nothing_forwarded(proxy_client, header: str, value: str) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    r = await client.post("/v1/chat/completions", json=CHAT, headers={header: value})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error"
+    assert value in err["message"] and err["param"].lower() == header
+    assert rec.requests == []
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2]"])
+async def test_invalid_json_is_400_and_nothing_forwarded(proxy_client, raw: bytes) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    r = await client.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "invalid_json"
+    assert rec.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_upstream_error_comes_back_byte_for_byte_with_headers(proxy_client, stream: bool) -> None:
+    def fail(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            400, content=DEEPSEEK_400, headers={"content-type": "application/json", "x-request-id": "req-9"}
+        )
+
+    rec = Recorder(fail)
+    client = proxy_client(rec)
+    r = await client.post(
+        "/v1/chat/completions", json={**CHAT, "stream": stream}, headers={"x-thinking-level": "deep"}
+    )
+    assert r.status_code == 400
+    assert r.content == DEEPSEEK_400
+    assert r.headers["content-type"] == "application/json"
+    assert r.headers["x-request-id"] == "req-9"
+    assert r.headers["x-thinking-level-applied"] == "deep"
+    assert r.headers["x-thinking-provider"] == "deepseek"
+    assert len(rec.requests) == 1  # no retry
+
+
+async def test_rate_limit_headers_pass_through(proxy_client) -> None:
+    body = b'{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}'
+    rec = Recorder(
+        lambda req: httpx.Response(
+            429,
+            content=body,
+            headers={
+                "content-type": "application/json",
+                "retry-after": "7",
+                "x-ratelimit-remaining-requests": "0",
+            },
+        )
+    )
+    client = proxy_client(rec)
+    r = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert (r.status_code, r.content) == (429, body)
+    assert r.headers["retry-after"] == "7" and r.headers["x-ratelimit-remaining-requests"] == "0"
+    assert len(rec.requests) == 1
+
+
+async def test_unreachable_upstream_is_502_naming_it(proxy_client) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    client = proxy_client(refuse)
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 502
+    err = r.json()["error"]
+    assert set(err) >= {"message", "type", "code"}
+    assert "api.deepseek.com" in err["message"] and "refused" in err["message"]
+    assert err["code"] == "upstream_unreachable"
+
+
+async def test_upstream_timeout_is_504(proxy_client) -> None:
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    client = proxy_client(slow)
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 504
+    err = r.json()["error"]
+    assert err["code"] == "upstream_timeout" and "api.deepseek.com" in err["message"]
+
+
+async def test_body_over_limit_is_413_and_nothing_forwarded(proxy_client) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec, max_body_bytes=100)
+    r = await client.post("/v1/chat/completions", json={**CHAT, "pad": "x" * 200})
+    assert r.status_code == 413
+    assert "THINKPROXY_MAX_BODY_BYTES" in r.json()["error"]["message"]
+    assert rec.requests == []
+
+
+async def test_stream_headers_and_mid_stream_failure_framing(proxy_client) -> None:
+    class Broken(httpx.AsyncByteStream):
+        async def __aiter__(self):  # type: ignore[override]
+            yield (
+                b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+                b'"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n'
+            )
+            raise httpx.ReadError("connection reset by peer")
+
+    rec = Recorder(
+        lambda req: httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Broken())
+    )
+    client = proxy_client(rec)
+    r = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert r.status_code == 200
+    assert r.headers["cache-control"] == "no-cache"
+    assert r.headers["x-accel-buffering"] == "no"
+    assert "content-encoding" not in r.headers
+    events = [e for e in r.content.split(b"\n\n") if e]
+    assert events[0].startswith(b'data: {"id":"c"')
+    error = orjson.loads(events[-2].removeprefix(b"data: "))
+    assert error["error"]["code"] == "upstream_protocol_error" or error["error"]["type"] == "upstream_error"
+    assert "reset" in error["error"]["message"]
+    assert events[-1] == b"data: [DONE]"
+
+
+async def test_upstream_header_refused_unless_allowed(proxy_client) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    r = await client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-upstream-base-url": "http://169.254.169.254/latest"}
+    )
+    assert r.status_code == 403
+    assert r.json()["error"]["type"] == "permission_error"
+    assert rec.requests == []
+
+
+async def test_upstream_header_allowed_by_pattern(proxy_client) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec, allowed_upstreams="*.moonshot.cn,api.moonshot.ai")
+    r = await client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-upstream-base-url": "https://api.moonshot.cn/v1"}
+    )
+    assert r.status_code == 200
+    assert str(rec.requests[0].url) == "https://api.moonshot.cn/v1/chat/completions"
+    assert r.headers["x-thinking-provider"] == "kimi"
