@@ -376,6 +376,9 @@ class Proxy:
                 if out:
                     record.bytes_out += len(out)
                     yield out
+                if pipeline.closed:  # e.g. an oversized event ended the stream: stop reading
+                    record.error = record.error or "stream_ended_by_proxy"
+                    return
                 if time.perf_counter() > deadline:
                     failure = StreamFailure(
                         f"Upstream stream exceeded the total timeout of {self.s.settings.total_timeout:g} s "

@@ -52,6 +52,11 @@ class StreamPipeline:
         self._done_sent = False
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """True once the client's stream is complete (ended or failed): stop reading upstream."""
+        return self._closed
+
     # -- trace delivery -------------------------------------------------------------------
     def _trace_bytes(self, events: list[dict[str, Any]]) -> bytes:
         if not events:

@@ -28,7 +28,7 @@ class BackgroundServer:
     stopped (in-flight requests get `graceful_s` to finish) on exit.
     """
 
-    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", graceful_s: float = 2.0) -> None:
+    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", graceful_s: float = 1.0) -> None:
         self.sock = bind_loopback(host)
         self.host, self.port = self.sock.getsockname()[:2]
         config = uvicorn.Config(
@@ -38,7 +38,7 @@ class BackgroundServer:
             loop="uvloop",
             http="httptools",
             lifespan="on",
-            timeout_graceful_shutdown=graceful_s,
+            timeout_graceful_shutdown=max(1, round(graceful_s)),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name=f"uvicorn-{self.port}", daemon=True)

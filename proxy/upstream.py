@@ -96,6 +96,10 @@ def describe_upstream(url: str) -> str:
 def translate_error(exc: Exception, url: str) -> ProxyError:
     """The one place transport exceptions become the proxy's errors (502 / 504)."""
     where = describe_upstream(url)
+    if isinstance(exc, httpx.TimeoutException) and not _really_timed_out(exc):
+        # httpx-aiohttp maps every aiohttp connection error (refused, DNS failure) to
+        # ConnectTimeout; the underlying cause says whether time actually ran out.
+        exc = httpx.ConnectError(str(exc.__cause__ or exc))
     if isinstance(exc, httpx.TimeoutException):
         what = {
             httpx.ConnectTimeout: "connecting",
@@ -113,6 +117,11 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
             code="upstream_protocol_error",
         )
     return UpstreamUnreachable(f"Upstream {where} failed: {detail}")
+
+
+def _really_timed_out(exc: httpx.TimeoutException) -> bool:
+    cause = exc.__cause__
+    return cause is None or isinstance(cause, TimeoutError) or isinstance(cause, httpx.TimeoutException)
 
 
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
@@ -136,8 +145,13 @@ class Upstream:
 
     @staticmethod
     async def iter_bytes(response: httpx.Response, *, decoded: bool) -> AsyncIterator[bytes]:
-        """The body as it arrives; `decoded` undoes any content-encoding (the proxy must parse it)."""
-        source = response.aiter_bytes() if decoded else response.aiter_raw()
+        """The body as it arrives; `decoded` undoes any content-encoding (the proxy must parse it).
+
+        Without an encoding the two are the same bytes; `aiter_bytes` is used then because it
+        also serves a response whose body was already read (injected test transports).
+        """
+        encoded = "content-encoding" in response.headers
+        source = response.aiter_raw() if encoded and not decoded else response.aiter_bytes()
         async for chunk in source:
             if chunk:
                 yield chunk

@@ -1,0 +1,195 @@
+"""Human-readable explanations of the providers table: what one request becomes, and the docs table.
+
+Pure: `explain` and `render_levels_table` / `render_entries_table` / `update_generated_section` take
+values and return text. Only `main` (run as `python -m proxy.explain`) reads and writes files: it
+regenerates the tables in docs/providers.md from providers.yaml.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.dialects import Dialect, EntrySummary, LevelRule, ProvidersTable, default_providers_path
+from proxy.levels import Level
+from proxy.rewrite import rewrite_body
+
+DEFAULT_QUESTION = "What is 17 × 23? Answer with the number."
+
+
+def default_body(model: str | None) -> dict[str, Any]:
+    """The small request explained when the caller gives none."""
+    return {
+        "model": model or "example-model",
+        "messages": [{"role": "user", "content": DEFAULT_QUESTION}],
+        "stream": True,
+    }
+
+
+def explain(
+    table: ProvidersTable,
+    base_url: str,
+    level: Level | str | None,
+    model: str | None = None,
+    body: dict[str, Any] | None = None,
+    zh: bool = False,
+) -> str:
+    """The matched entry, its docs, the level and method applied, and the exact upstream JSON body.
+
+    `model` defaults to the body's `model`. A level given as text must be off, standard or deep
+    (ValueError otherwise).
+    """
+    lvl = Level(level.strip().lower()) if isinstance(level, str) else level
+    if model is None and body is not None and isinstance(body.get("model"), str):
+        model = body["model"]
+    request = body if body is not None else default_body(model)
+    dialect = table.match(base_url, model)
+    result = rewrite_body(request, lvl, dialect, zh=zh)
+
+    override = f" (model override: {', '.join(dialect.model_override)})" if dialect.model_override else ""
+    lines = [
+        f"Upstream:   {base_url}",
+        f"Entry:      {dialect.name} (matched by {table.matched_pattern(base_url)!r}){override}",
+        f"Model:      {model if model is not None else '(none given)'}",
+        f"Docs:       {dialect.docs}",
+        f"Level:      {_level_line(lvl, result.level_applied, result.method, dialect)}",
+    ]
+    if lvl is not None and result.level_applied is not None:
+        lines.append(f"Removed:    {', '.join(dialect.conflicts) or '(nothing)'} (if the client sent them)")
+    lines.append(f"Reasoning:  {_reasoning_line(dialect)}")
+    lines.append(f"Replay:     {_replay_line(dialect)}")
+    if result.method == "prompt":
+        lines.append("Injected:   system message at position 0 (never shown to the client):")
+        lines.extend(f"    {line}" for line in str(result.body["messages"][0]["content"]).splitlines())
+    lines.append("Upstream body:")
+    lines.append(orjson.dumps(result.body, option=orjson.OPT_INDENT_2).decode())
+    return "\n".join(lines) + "\n"
+
+
+def _level_line(requested: Level | None, applied: Level | None, method: str | None, dialect: Dialect) -> str:
+    if requested is None:
+        return "none requested -> body forwarded unchanged (the original bytes)"
+    if applied is None:
+        return (
+            f"{requested.value} -> applied: none ({dialect.name} has no rule for {requested.value!r}; "
+            "no thinking knob is sent)"
+        )
+    rule = dialect.levels[applied]
+    how = f"prompt {rule.prompt!r}" if method == "prompt" else _params_text(rule)
+    return f"{requested.value} -> applied: {applied.value} (method: {method}; {how})"
+
+
+def _reasoning_line(dialect: Dialect) -> str:
+    tags = ", ".join(f"<{t}>" for t in dialect.reasoning.tags)
+    inline = f"; inline {tags}" if tags else ""
+    implicit = " (template opens the first tag)" if dialect.reasoning.implicit_open else ""
+    return f"reasoning_content / reasoning fields{inline}{implicit}"
+
+
+def _replay_line(dialect: Dialect) -> str:
+    mode, field = dialect.replay.mode, dialect.replay.field
+    if mode == "strip":
+        return "strip (reasoning removed from assistant messages in the history)"
+    where = "assistant messages with tool_calls" if mode == "tool_calls" else "assistant messages"
+    return f"{mode} (reasoning kept on {where}, as {field}; stripped elsewhere)"
+
+
+def _params_text(rule: LevelRule) -> str:
+    if not rule.params:
+        return "nothing to send: the model's default"
+    return orjson.dumps(rule.params).decode()
+
+
+# --------------------------------------------------------------------------------------------------
+# docs/providers.md tables
+# --------------------------------------------------------------------------------------------------
+
+BEGIN_MARK = "<!-- BEGIN GENERATED: python -m proxy.explain -->"
+END_MARK = "<!-- END GENERATED -->"
+
+
+def _cell(rule: LevelRule | None) -> str:
+    if rule is None:
+        return "— (not supported)"
+    if rule.prompt is not None:
+        return f"prompt `{rule.prompt}`"
+    if not rule.params:
+        return "`{}` (default)"
+    return "`" + orjson.dumps(rule.params).decode().replace("|", "\\|") + "`"
+
+
+def _rows(summary: EntrySummary) -> list[tuple[str, str, Dialect]]:
+    rows = [(summary.name, "*(any)*", summary.dialect)]
+    for dialect in summary.overrides:
+        globs = ", ".join(f"`{g}`" for g in dialect.model_override or ())
+        rows.append(("", globs, dialect))
+    return rows
+
+
+def render_levels_table(table: ProvidersTable) -> str:
+    """Markdown: every entry (and model override) × level -> what is sent."""
+    out = ["| entry | model | off | standard | deep |", "|---|---|---|---|---|"]
+    for summary in table.summaries():
+        for name, models, dialect in _rows(summary):
+            cells = [_cell(dialect.levels.get(level)) for level in Level]
+            out.append(f"| {f'**{name}**' if name else ''} | {models} | {' | '.join(cells)} |")
+    return "\n".join(out)
+
+
+def render_entries_table(table: ProvidersTable) -> str:
+    """Markdown: every entry -> its patterns, reasoning format, replay policy and docs."""
+    out = ["| entry | matches | reasoning (inline tags) | replay | docs |", "|---|---|---|---|---|"]
+    for summary in table.summaries():
+        for name, models, dialect in _rows(summary):
+            if name:
+                matches = "<br>".join(f"`{p}`" for p in summary.patterns)
+                docs = f"[docs]({summary.docs})"
+            else:
+                matches, docs = f"model {models}", ""
+            tags = ", ".join(f"`<{t}>`" for t in dialect.reasoning.tags) or "—"
+            if dialect.reasoning.implicit_open:
+                tags += " (implicit open)"
+            replay = f"{dialect.replay.mode}" + (
+                f" → `{dialect.replay.field}`" if dialect.replay.mode != "strip" else ""
+            )
+            out.append(f"| {f'**{name}**' if name else ''} | {matches} | {tags} | {replay} | {docs} |")
+    return "\n".join(out)
+
+
+def render_generated(table: ProvidersTable) -> str:
+    return (
+        "### Levels: what is sent\n\n"
+        + render_levels_table(table)
+        + "\n\n### Matching, reasoning and replay\n\n"
+        + render_entries_table(table)
+        + "\n"
+    )
+
+
+def update_generated_section(doc: str, table: ProvidersTable) -> str:
+    """`doc` with the text between the generated-section marks replaced by the current tables."""
+    start = doc.index(BEGIN_MARK) + len(BEGIN_MARK)
+    end = doc.index(END_MARK, start)
+    return doc[:start] + "\n" + render_generated(table) + doc[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Regenerate the tables in docs/providers.md (or the file given) from providers.yaml."""
+    args = sys.argv[1:] if argv is None else argv
+    doc_path = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "docs" / "providers.md"
+    table = ProvidersTable.load(default_providers_path())
+    doc = doc_path.read_text(encoding="utf-8")
+    updated = update_generated_section(doc, table)
+    if updated != doc:
+        doc_path.write_text(updated, encoding="utf-8")
+        print(f"updated {doc_path}")
+    else:
+        print(f"{doc_path} is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,493 @@
+"""The trace: a summarized timeline of what the model is doing, built from one response.
+
+Pure: chunks (already normalized by the reasoning extractor) and clock readings in, event dicts
+out, plus the two byte encodings a stream can carry them in. The event vocabulary is documented
+in docs/trace-events.md and docs/trace-event.schema.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from proxy.levels import TraceMode
+from proxy.summaries import output_is_error, summarize_arguments, summarize_output
+
+# Bounds on client- or model-controlled text copied into an event.
+_MAX_NAME_CHARS = 128
+_MAX_ERROR_CHARS = 300
+
+
+class Stage(StrEnum):
+    ANALYZING = "analyzing"
+    THINKING = "thinking"
+    TOOL_CALLING = "tool_calling"
+    ANSWERING = "answering"
+
+
+_STAGE_TEXT: dict[Stage, tuple[str, str]] = {
+    Stage.ANALYZING: ("Analyzing the request", "正在分析请求"),
+    Stage.THINKING: ("Thinking", "正在思考"),
+    Stage.TOOL_CALLING: ("Calling tools", "正在调用工具"),
+    Stage.ANSWERING: ("Writing the answer", "正在整理答案"),
+}
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    started: bool = False
+    ended: bool = False
+
+
+class TraceBuilder:
+    """Turns one response into trace events, at the moment each thing happens.
+
+    Contract: `begin` once when the request is known, then `on_chunk` per chunk (stream) or
+    `on_completion` once (non-stream), `on_error` on a mid-stream failure, and `finish` at the
+    end (idempotent; `on_completion` calls it itself). Every call returns the events its input
+    caused, in order, with `seq` 0, 1, 2… across the response. Clock readings (`now_ms`) are
+    milliseconds on any monotonic clock; `t_ms` = `now_ms - origin_ms`, so pass
+    `origin_ms` = the reading when the request arrived (default 0: readings are already
+    "ms since the request arrived"). Times never go backwards, even if readings do.
+
+    Only choice 0 is traced. Mode `off` returns nothing; `brief` keeps status, tool_call.start,
+    error and done; `detailed` returns everything. No event ever carries reasoning text, system
+    prompt text or a raw tool payload — only summaries (proxy.summaries).
+    """
+
+    def __init__(
+        self,
+        *,
+        mode: TraceMode,
+        zh: bool,
+        level: str,
+        provider: str,
+        method: str | None = None,
+        origin_ms: float = 0.0,
+    ) -> None:
+        self._off = mode is TraceMode.OFF
+        self._detailed = mode is TraceMode.DETAILED
+        self._zh = zh
+        self._level = level
+        self._provider = provider
+        self._method = method
+        self._origin = origin_ms
+        self._seq = 0
+        self._last_t = 0.0
+        self._begun = False
+        self._done = False
+        self._stage: Stage | None = None
+        self._reasoning_since: float | None = None
+        self._reasoning_total = 0.0
+        self._ttft: float | None = None
+        self._calls: dict[int, _ToolCall] = {}
+        self._open_calls = 0
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+        # Set while a chunk of more-of-the-same (see on_chunk) cannot cause an event.
+        self._quiet: Stage | None = None
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
+        """`status: analyzing`, then (detailed) a `tool_result` per answered tool call in the request."""
+        if self._off or self._begun:
+            return []
+        self._begun = True
+        t = self._clock(now_ms)
+        out: list[dict[str, Any]] = []
+        self._set_stage(Stage.ANALYZING, t, out)
+        if self._detailed and isinstance(request_body, dict):
+            for call_id, name, content in _answered_tool_calls(request_body.get("messages")):
+                failed = output_is_error(content)
+                out.append(
+                    self._event(
+                        "tool_result",
+                        t,
+                        self._text(
+                            f"Tool result: {name} ({'error' if failed else 'success'})",
+                            f"工具结果：{name}（{'失败' if failed else '成功'}）",
+                        ),
+                        id=call_id,
+                        name=name,
+                        output_summary=summarize_output(content),
+                        status="error" if failed else "success",
+                    )
+                )
+        return out
+
+    def on_chunk(self, chunk: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
+        """The events one normalized `chat.completion.chunk` causes (usually none)."""
+        if self._off or self._done:
+            return []
+        choices = chunk.get("choices")
+        quiet = self._quiet
+        if quiet is not None and chunk.get("usage") is None and type(choices) is list:
+            # The common chunk: more of the same (answer text, or reasoning while thinking). Only
+            # a change of what the model does causes an event, so this path must stay cheap.
+            if not choices:
+                return []
+            if len(choices) == 1:
+                choice = choices[0]
+                delta = choice.get("delta")
+                if choice.get("finish_reason") is None:
+                    if delta is None:
+                        return []
+                    if not delta.get("tool_calls"):
+                        if quiet is Stage.ANSWERING:
+                            if not (reasoning or delta.get("reasoning_content") or delta.get("reasoning")):
+                                return []
+                        elif not delta.get("content"):
+                            return []
+        return self._observe(chunk, choices, reasoning, now_ms)
+
+    def on_error(self, message: str, now_ms: float, code: str | None = None) -> list[dict[str, Any]]:
+        """An `error` event for a failure after the stream started."""
+        if self._off or self._done:
+            return []
+        out = self._ensure_begun(now_ms)
+        text = message if len(message) <= _MAX_ERROR_CHARS else message[:_MAX_ERROR_CHARS] + "…"
+        fields: dict[str, Any] = {"code": code} if code is not None else {}
+        out.append(
+            self._event("error", self._clock(now_ms), text if not self._zh else f"出错：{text}", **fields)
+        )
+        return out
+
+    def finish(self, now_ms: float) -> list[dict[str, Any]]:
+        """Closes open reasoning and tool calls, then `done`. A second call returns []."""
+        if self._off or self._done:
+            return []
+        out = self._ensure_begun(now_ms)
+        t = self._clock(now_ms)
+        self._close_reasoning(t, out)
+        self._close_calls(t, out)
+        self._done = True
+        total = t
+        fields: dict[str, Any] = {"finish_reason": self._finish_reason}
+        if self._usage is not None:
+            fields["usage"] = self._usage
+        fields.update(
+            ttft_ms=_ms(self._ttft) if self._ttft is not None else None,
+            reasoning_ms=_ms(self._reasoning_total),
+            total_ms=_ms(total),
+            level=self._level,
+            provider=self._provider,
+            method=self._method,
+        )
+        en, zh = _duration_text(total)
+        out.append(self._event("done", t, self._text(f"Done in {en}", f"完成，用时 {zh}"), **fields))
+        return out
+
+    def on_completion(self, body: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
+        """A whole non-stream `chat.completion`: the events its stream would have caused, then done."""
+        if self._off or self._done:
+            return []
+        out: list[dict[str, Any]] = []
+        for chunk, carries_reasoning in _completion_as_chunks(body, reasoning):
+            out += self.on_chunk(chunk, carries_reasoning, now_ms)
+        out += self.finish(now_ms)
+        return out
+
+    # -- stream observation ----------------------------------------------------------------------
+
+    def _observe(
+        self, chunk: dict[str, Any], choices: Any, reasoning: bool, now_ms: float
+    ) -> list[dict[str, Any]]:
+        out = self._ensure_begun(now_ms)
+        t = self._clock(now_ms)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+        choice = _first_choice(choices)
+        delta = choice.get("delta") if choice is not None else None
+        if not isinstance(delta, dict):
+            delta = {}
+        if reasoning or delta.get("reasoning_content") or delta.get("reasoning"):
+            self._first_token(t)
+            self._close_calls(t, out)
+            self._set_stage(Stage.THINKING, t, out)
+            if self._reasoning_since is None:
+                self._reasoning_since = t
+                if self._detailed:
+                    out.append(self._event("reasoning.start", t, self._text("Started thinking", "开始思考")))
+        content = delta.get("content")
+        if content:  # a non-empty string, or a non-empty list of content parts
+            self._first_token(t)
+            self._close_reasoning(t, out)
+            self._close_calls(t, out)
+            self._set_stage(Stage.ANSWERING, t, out)
+        tool_calls = delta.get("tool_calls")
+        if isinstance(tool_calls, list) and tool_calls:
+            self._first_token(t)
+            self._close_reasoning(t, out)
+            self._set_stage(Stage.TOOL_CALLING, t, out)
+            for fragment in tool_calls:
+                if isinstance(fragment, dict):
+                    self._tool_fragment(fragment, t, out)
+        finish_reason = choice.get("finish_reason") if choice is not None else None
+        if isinstance(finish_reason, str):
+            self._finish_reason = finish_reason
+            self._close_reasoning(t, out)
+            self._close_calls(t, out)
+        self._quiet = self._quiet_stage()
+        return out
+
+    def _tool_fragment(self, fragment: dict[str, Any], t: float, out: list[dict[str, Any]]) -> None:
+        index = fragment.get("index")
+        if not isinstance(index, int):
+            index = len(self._calls)  # some upstreams omit it when there is only one call
+        call = self._calls.get(index)
+        if call is None:
+            call = self._calls[index] = _ToolCall(index)
+            self._open_calls += 1
+        if isinstance(fragment.get("id"), str) and fragment["id"]:
+            call.id = fragment["id"]
+        function = fragment.get("function")
+        has_arguments = False
+        if isinstance(function, dict):
+            name = function.get("name")
+            if isinstance(name, str) and name and name != call.name:
+                # Pieces are appended; an upstream that repeats the name (whole or growing) is not.
+                call.name = name if name.startswith(call.name) else call.name + name
+            arguments = function.get("arguments")
+            if isinstance(arguments, str) and arguments:
+                has_arguments = True
+                call.arguments += arguments
+        # A name may come in pieces (some upstreams send it with an empty `arguments`); it is
+        # whole once the first argument text arrives, or when the call ends.
+        if not call.started and call.name and has_arguments:
+            self._start_call(call, t, out)
+        if call.started and not call.ended and _complete_json(call.arguments):
+            self._end_call(call, t, out)
+
+    def _start_call(self, call: _ToolCall, t: float, out: list[dict[str, Any]]) -> None:
+        call.started = True
+        name = call.name[:_MAX_NAME_CHARS] or "unknown"
+        out.append(
+            self._event(
+                "tool_call.start",
+                t,
+                self._text(f"Calling tool: {name}", f"调用工具：{name}"),
+                id=call.id,
+                name=name,
+                index=call.index,
+            )
+        )
+
+    def _end_call(self, call: _ToolCall, t: float, out: list[dict[str, Any]]) -> None:
+        if not call.started:
+            self._start_call(call, t, out)
+        call.ended = True
+        self._open_calls -= 1
+        if self._detailed:
+            name = call.name[:_MAX_NAME_CHARS] or "unknown"
+            out.append(
+                self._event(
+                    "tool_call.end",
+                    t,
+                    self._text(f"Arguments ready for {name}", f"已生成 {name} 的参数"),
+                    id=call.id,
+                    name=name,
+                    index=call.index,
+                    input_summary=summarize_arguments(call.arguments),
+                )
+            )
+
+    def _close_calls(self, t: float, out: list[dict[str, Any]]) -> None:
+        if self._open_calls:
+            for index in sorted(self._calls):
+                call = self._calls[index]
+                if not call.ended:
+                    self._end_call(call, t, out)
+
+    def _close_reasoning(self, t: float, out: list[dict[str, Any]]) -> None:
+        if self._reasoning_since is None:
+            return
+        duration = t - self._reasoning_since
+        self._reasoning_since = None
+        self._reasoning_total += duration
+        if self._detailed:
+            en, zh = _duration_text(duration)
+            out.append(
+                self._event(
+                    "reasoning.end",
+                    t,
+                    self._text(f"Thought for {en}", f"思考了 {zh}"),
+                    duration_ms=_ms(duration),
+                )
+            )
+
+    # -- small pieces ------------------------------------------------------------------------------
+
+    def _quiet_stage(self) -> Stage | None:
+        """The stage in which a chunk of more-of-the-same can be skipped, if the state allows it."""
+        if self._open_calls or self._ttft is None:
+            return None
+        if self._stage is Stage.ANSWERING and self._reasoning_since is None:
+            return Stage.ANSWERING
+        if self._stage is Stage.THINKING and self._reasoning_since is not None:
+            return Stage.THINKING
+        return None
+
+    def _ensure_begun(self, now_ms: float) -> list[dict[str, Any]]:
+        return [] if self._begun else self.begin(None, now_ms)
+
+    def _clock(self, now_ms: float) -> float:
+        t = max(now_ms - self._origin, self._last_t)
+        self._last_t = t
+        return t
+
+    def _first_token(self, t: float) -> None:
+        if self._ttft is None:
+            self._ttft = t
+
+    def _set_stage(self, stage: Stage, t: float, out: list[dict[str, Any]]) -> None:
+        if self._stage is not stage:
+            self._stage = stage
+            en, zh = _STAGE_TEXT[stage]
+            out.append(self._event("status", t, zh if self._zh else en, stage=stage.value))
+
+    def _text(self, en: str, zh: str) -> str:
+        return zh if self._zh else en
+
+    def _event(self, type_: str, t: float, message: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": type_, "seq": self._seq, "t_ms": _ms(t), "message": message, **fields}
+        self._seq += 1
+        return event
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkMeta:
+    """The identity of a stream (from its chunks) that `event` frames repeat."""
+
+    id: str
+    model: str
+    created: int
+    object: str = "chat.completion.chunk"
+
+
+def chunk_meta(chunk: dict[str, Any]) -> ChunkMeta | None:
+    """The id/model/created of a chunk, or None when it has no string id to copy."""
+    chunk_id = chunk.get("id")
+    if not isinstance(chunk_id, str):
+        return None
+    model = chunk.get("model")
+    created = chunk.get("created")
+    return ChunkMeta(
+        id=chunk_id,
+        model=model if isinstance(model, str) else "",
+        created=created if isinstance(created, int) and not isinstance(created, bool) else 0,
+    )
+
+
+def comment_frames(events: list[dict[str, Any]]) -> bytes:
+    """`: trace {json}` SSE comment lines, one per event; every OpenAI SDK skips them."""
+    # orjson escapes control characters, so each JSON text is a single line.
+    return b"".join(b": trace " + orjson.dumps(event) + b"\n\n" for event in events)
+
+
+def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
+    """`event: trace` frames whose data is a chunk with `choices: []` and a `trace` key.
+
+    The data never has a top-level `error` key (OpenAI SDKs raise on it) and the event name never
+    starts with `thread.` (which they route elsewhere), so clients that ignore `trace` are unharmed
+    beyond seeing a chunk with no choices.
+    """
+    head = {"id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model, "choices": []}
+    return b"".join(
+        b"event: trace\ndata: " + orjson.dumps({**head, "trace": event}) + b"\n\n" for event in events
+    )
+
+
+# -- request and completion helpers ----------------------------------------------------------------
+
+
+def _ms(value: float) -> int | float:
+    rounded = round(value, 1)
+    return int(rounded) if rounded.is_integer() else rounded
+
+
+def _duration_text(ms: float) -> tuple[str, str]:
+    if ms < 1000:
+        return f"{ms:.0f} ms", f"{ms:.0f} 毫秒"
+    return f"{ms / 1000:.1f} s", f"{ms / 1000:.1f} 秒"
+
+
+def _first_choice(choices: Any) -> dict[str, Any] | None:
+    if not isinstance(choices, list):
+        return None
+    for choice in choices:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            return choice
+    return None
+
+
+def _complete_json(arguments: str) -> bool:
+    """True when accumulated arguments already form a whole JSON value (nothing can follow)."""
+    tail = arguments.rstrip()
+    if not tail or tail[-1] not in "}]":  # parse only when it could have just closed
+        return False
+    try:
+        orjson.loads(tail)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _answered_tool_calls(messages: Any) -> list[tuple[str, str, Any]]:
+    """(id, name, content) for each `role: tool` message answering the last assistant tool call turn."""
+    if not isinstance(messages, list):
+        return []
+    last = -1
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant" and message.get("tool_calls"):
+            last = i
+    if last < 0:
+        return []
+    names: dict[str, str] = {}
+    for call in messages[last].get("tool_calls") or ():
+        if isinstance(call, dict) and isinstance(call.get("id"), str):
+            function = call.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            names[call["id"]] = name[:_MAX_NAME_CHARS] if isinstance(name, str) and name else "unknown"
+    answered = []
+    for message in messages[last + 1 :]:
+        if not isinstance(message, dict) or message.get("role") != "tool":
+            continue
+        call_id = message.get("tool_call_id")
+        if isinstance(call_id, str) and call_id in names:
+            answered.append((call_id, names[call_id], message.get("content")))
+    return answered
+
+
+def _completion_as_chunks(body: dict[str, Any], reasoning: bool) -> list[tuple[dict[str, Any], bool]]:
+    """The chunk sequence a stream of this completion would carry: reasoning, content, tools, end."""
+    choice = _first_choice(body.get("choices"))
+    message = choice.get("message") if choice is not None else None
+    if not isinstance(message, dict):
+        message = {}
+    chunks: list[tuple[dict[str, Any], bool]] = []
+    if reasoning or message.get("reasoning_content") or message.get("reasoning"):
+        chunks.append(({"choices": [{"index": 0, "delta": {}}]}, True))
+    if message.get("content"):
+        chunks.append(({"choices": [{"index": 0, "delta": {"content": message["content"]}}]}, False))
+    tool_calls = message.get("tool_calls")
+    if isinstance(tool_calls, list) and tool_calls:
+        fragments = [
+            {"index": i, **call} if isinstance(call, dict) and "index" not in call else call
+            for i, call in enumerate(tool_calls)
+        ]
+        chunks.append(({"choices": [{"index": 0, "delta": {"tool_calls": fragments}}]}, False))
+    finish_reason = choice.get("finish_reason") if choice is not None else None
+    end: dict[str, Any] = {"choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}
+    if isinstance(body.get("usage"), dict):
+        end["usage"] = body["usage"]
+    chunks.append((end, False))
+    return chunks

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.dialects import ProvidersTable
+from proxy.explain import default_body, explain
+from proxy.levels import Level
+from proxy.rewrite import rewrite_body
+
+TABLE = ProvidersTable.load()
+
+
+def upstream_body(text: str) -> Any:
+    """The JSON printed after the 'Upstream body:' line."""
+    return orjson.loads(text.split("Upstream body:\n", 1)[1])
+
+
+def test_explains_entry_docs_level_method_and_the_exact_body() -> None:
+    text = explain(TABLE, "https://api.deepseek.com/v1", "deep", model="deepseek-v4-pro")
+    assert "Entry:      deepseek (matched by 'api.deepseek.com')" in text
+    assert "https://api-docs.deepseek.com/guides/thinking_mode" in text
+    assert "deep -> applied: deep (method: params;" in text
+    expected = rewrite_body(
+        default_body("deepseek-v4-pro"), Level.DEEP, TABLE.match("https://api.deepseek.com/v1")
+    )
+    assert upstream_body(text) == expected.body
+    assert upstream_body(text)["reasoning_effort"] == "max"
+
+
+def test_the_body_given_is_the_body_explained_and_supplies_the_model() -> None:
+    body = {
+        "model": "gpt-5.1",
+        "messages": [{"role": "user", "content": "hi"}],
+        "reasoning_effort": "minimal",
+    }
+    text = explain(TABLE, "https://api.openai.com/v1", Level.OFF, body=body)
+    assert "(model override: gpt-5.[1-9]*)" in text
+    assert upstream_body(text) == {
+        "model": "gpt-5.1",
+        "messages": [{"role": "user", "content": "hi"}],
+        "reasoning_effort": "none",
+    }
+
+
+def test_prompt_levels_show_the_injected_instruction() -> None:
+    text = explain(TABLE, "https://api.openai.com/v1", "standard", model="gpt-4o")
+    instruction = TABLE.match("https://api.openai.com/v1", "gpt-4o").instructions["think_standard"]["en"]
+    assert "method: prompt" in text
+    assert "Injected:" in text and instruction in text
+    assert upstream_body(text)["messages"][0] == {"role": "system", "content": instruction}
+
+
+def test_chinese_explanations_inject_the_chinese_instruction() -> None:
+    text = explain(TABLE, "https://api.openai.com/v1", "deep", model="gpt-4o", zh=True)
+    instruction = TABLE.match("https://api.openai.com/v1", "gpt-4o").instructions["think_deep"]["zh"]
+    assert upstream_body(text)["messages"][0]["content"] == instruction
+
+
+def test_no_level_means_the_body_is_forwarded_unchanged() -> None:
+    text = explain(TABLE, "https://api.groq.com/openai/v1", None, model="llama-3.3-70b-versatile")
+    assert "none requested -> body forwarded unchanged" in text
+    assert upstream_body(text) == default_body("llama-3.3-70b-versatile")
+
+
+def test_a_level_the_provider_lacks_is_reported_as_none() -> None:
+    text = explain(TABLE, "https://api.minimax.io/v1", "off", model="MiniMax-M2.5")
+    assert "off -> applied: none (minimax has no rule for 'off'" in text
+
+
+def test_unrecognized_upstreams_explain_the_fallback() -> None:
+    text = explain(TABLE, "http://my-gateway.internal/v1", "STANDARD")
+    assert "Entry:      fallback (matched by '*')" in text
+    assert upstream_body(text)["reasoning_effort"] == "low"
+
+
+def test_a_bad_level_name_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        explain(TABLE, "https://api.deepseek.com", "max")

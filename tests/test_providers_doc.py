@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.dialects import ProvidersTable
+from proxy.explain import BEGIN_MARK, END_MARK, main, render_levels_table, update_generated_section
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "providers.md"
+TABLE = ProvidersTable.load()
+
+
+def test_docs_table_is_in_step_with_providers_yaml() -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    assert update_generated_section(doc, TABLE) == doc, (
+        "docs/providers.md is out of step with providers.yaml: run `python -m proxy.explain`"
+    )
+
+
+def test_every_entry_and_level_appears_in_the_levels_table() -> None:
+    table = render_levels_table(TABLE)
+    header, _, *rows = table.splitlines()
+    assert header == "| entry | model | off | standard | deep |"
+    for name in TABLE.entry_names:
+        assert f"| **{name}** |" in table
+    # one row per entry plus one per model override, five cells each
+    overrides = sum(len(s.overrides) for s in TABLE.summaries())
+    assert len(rows) == len(TABLE.entry_names) + overrides
+    assert all(row.count(" | ") == 4 for row in rows)
+
+
+def test_prompt_levels_and_unsupported_levels_are_visible() -> None:
+    table = render_levels_table(TABLE)
+    assert "prompt `think_standard` | prompt `think_deep`" in table
+    assert "| **minimax** | *(any)* | — (not supported) |" in table
+
+
+def test_only_the_generated_section_is_replaced() -> None:
+    doc = f"# Title\n\nintro\n\n{BEGIN_MARK}\nstale table\n{END_MARK}\n\noutro\n"
+    updated = update_generated_section(doc, TABLE)
+    assert updated.startswith(f"# Title\n\nintro\n\n{BEGIN_MARK}\n")
+    assert updated.endswith(f"{END_MARK}\n\noutro\n")
+    assert "stale table" not in updated
+    assert update_generated_section(updated, TABLE) == updated
+
+
+def test_a_doc_without_marks_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        update_generated_section("# no marks here\n", TABLE)
+
+
+def test_regeneration_rewrites_a_stale_file(tmp_path: Path) -> None:
+    stale = tmp_path / "providers.md"
+    stale.write_text(f"intro\n{BEGIN_MARK}\nold\n{END_MARK}\n", encoding="utf-8")
+    assert main([str(stale)]) == 0
+    assert stale.read_text(encoding="utf-8") == update_generated_section(
+        f"intro\n{BEGIN_MARK}\n{END_MARK}\n", TABLE
+    )
