@@ -220,9 +220,12 @@ class TraceBuilder:
         content = delta.get("content")
         if content:  # a non-empty string, or a non-empty list of content parts
             self._first_token(t)
-            self._close_reasoning(t, out)
-            self._close_calls(t, out)
-            self._set_stage(Stage.ANSWERING, t, out)
+            # Models often emit a line break between their reasoning and a tool call: that is not
+            # the start of an answer.
+            if not (isinstance(content, str) and content.isspace()):
+                self._close_reasoning(t, out)
+                self._close_calls(t, out)
+                self._set_stage(Stage.ANSWERING, t, out)
         tool_calls = delta.get("tool_calls")
         if isinstance(tool_calls, list) and tool_calls:
             self._first_token(t)

@@ -780,3 +780,26 @@ def test_documented_examples_validate_and_cover_every_type() -> None:
     assert_valid(examples)
     assert {e["type"] for e in examples} == ALL_TYPES
     assert {ref["$ref"].removeprefix("#/$defs/") for ref in SCHEMA["oneOf"]} == ALL_TYPES
+
+
+def test_whitespace_between_reasoning_and_a_tool_call_is_not_answering() -> None:
+    builder = TraceBuilder(mode=TraceMode.DETAILED, zh=False, level="standard", provider="minimax")
+    events = builder.begin(None, 0.0)
+
+    def delta(d: dict[str, object], finish: str | None = None) -> dict[str, object]:
+        return {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": d, "finish_reason": finish}],
+        }
+
+    events += builder.on_chunk(delta({"reasoning_content": "hmm"}), True, 1.0)
+    events += builder.on_chunk(delta({"content": "\n\n"}), False, 2.0)
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    events += builder.on_chunk(delta({"tool_calls": [call]}), False, 3.0)
+    events += builder.on_chunk(delta({}, "tool_calls"), False, 4.0)
+    events += builder.finish(5.0)
+    stages = [e["stage"] for e in events if e["type"] == "status"]
+    assert stages == ["analyzing", "thinking", "tool_calling"]

@@ -1,0 +1,10 @@
+"""The simulated upstream: an OpenAI-compatible server that answers in each provider's own shape.
+
+Used by `thinkproxy demo`, `thinkproxy mock-upstream` and the test suite. See `app` for the
+routes, `dialects` for the provider shapes, `scenarios` for what it answers, `faults` for the
+failures it can be asked to produce.
+"""
+
+from proxy.mock.app import DIALECTS, MockDisconnect, MockOptions, create_mock_app
+
+__all__ = ["DIALECTS", "MockDisconnect", "MockOptions", "create_mock_app"]

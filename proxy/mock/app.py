@@ -1,0 +1,425 @@
+"""The simulated upstream as a Starlette app: routes, the request log, and sending fault steps.
+
+The only I/O of the mock. Content comes from `scenarios`, provider shapes from `dialects`,
+faults from `faults`; this module reads requests, records them, and writes the answer.
+
+Routes (a `{dialect}` path prefix picks the provider shape; without it, the default dialect):
+    POST [/{dialect}]/v1/chat/completions     (also [/{dialect}]/chat/completions)
+    GET  [/{dialect}]/v1/models
+    POST [/{dialect}]/v1/embeddings
+    GET  /_mock/requests, GET /_mock/requests/last, DELETE /_mock/requests
+    GET  /                                      what this server offers
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import logging
+import math
+import struct
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from proxy.errors import error_body
+from proxy.mock import faults
+from proxy.mock.dialects import (
+    DIALECTS,
+    Counts,
+    Dialect,
+    Turn,
+    count_tokens,
+    dialect_named,
+    models_payload,
+    tokens,
+)
+from proxy.mock.faults import Abort, BadMockHeader, Canned, Fault, Plan, Sleep, Step
+from proxy.mock.scenarios import Script, answer
+
+__all__ = ["DIALECTS", "MockDisconnect", "MockOptions", "create_mock_app"]
+
+LOG_SIZE = 100
+EMBEDDING_DIMENSIONS = 16
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
+HUGE_MARKER = "\x00huge\x00"  # never produced by a scenario; replaced by the padding
+
+
+@dataclass(frozen=True)
+class MockOptions:
+    """Server-wide defaults; `X-Mock-Pace-Ms` and `X-Mock-Chunk-Chars` override per request."""
+
+    default_dialect: str = "deepseek"
+    pace_ms: float = 0.0  # delay between streamed chunks
+    chunk_chars: int = 4  # roughly how much text per chunk
+
+
+class MockDisconnect(Exception):
+    """Raised inside a response to cut the connection mid-body (`X-Mock-Fault: disconnect`).
+
+    An ASGI server closes the connection when the app raises after the response started, so the
+    client sees a body that ends without its terminating chunk (and no `[DONE]`).
+    """
+
+
+class StepResponse(Response):
+    """A response sent as `faults.Step`s: bytes are sent, pauses waited (ending early if the
+    client leaves), an abort raises `MockDisconnect`."""
+
+    def __init__(
+        self,
+        steps: Iterable[Step],
+        *,
+        status_code: int = 200,
+        headers: dict[str, str] | None = None,
+        media_type: str | None = None,
+    ) -> None:
+        self.steps = steps
+        self.status_code = status_code
+        if media_type is not None:
+            self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            for step in self.steps:
+                if isinstance(step, bytes):
+                    await send({"type": "http.response.body", "body": step, "more_body": True})
+                elif isinstance(step, Sleep):
+                    if await _client_left_within(receive, step.seconds):
+                        return
+                elif isinstance(step, Abort):
+                    raise MockDisconnect("connection cut by X-Mock-Fault: disconnect")
+        except OSError:
+            return  # the client went away; nothing left to tell it
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _client_left_within(receive: Receive, seconds: float) -> bool:
+    """Wait `seconds`, or less if the client disconnects first (then True): a stalled answer
+    must not keep a server busy for 30 s after its client gave up."""
+    with anyio.move_on_after(seconds):
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return True
+        await anyio.sleep(seconds)  # unexpected message: just sit out the rest of the pause
+    return False
+
+
+class _HideMockDisconnect(logging.Filter):
+    """The server logs an app exception with a traceback; a requested disconnect is not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], MockDisconnect))
+
+
+def _install_log_filter() -> None:
+    server_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _HideMockDisconnect) for f in server_log.filters):
+        server_log.addFilter(_HideMockDisconnect())
+
+
+def create_mock_app(options: MockOptions = MockOptions()) -> Starlette:
+    """A new simulated upstream; each app keeps its own request log."""
+    if dialect_named(options.default_dialect) is None:
+        raise ValueError(f"unknown dialect {options.default_dialect!r}; known: {', '.join(DIALECTS)}")
+    if options.pace_ms < 0 or options.chunk_chars < 1:
+        raise ValueError("pace_ms must be >= 0 and chunk_chars >= 1")
+    _install_log_filter()
+    mock = _MockUpstream(options)
+    routes = [
+        Route("/", mock.index, methods=["GET"]),
+        Route("/_mock/requests", mock.requests, methods=["GET", "DELETE"]),
+        Route("/_mock/requests/last", mock.last_request, methods=["GET"]),
+        Route("/v1/chat/completions", mock.chat, methods=["POST"]),
+        Route("/chat/completions", mock.chat, methods=["POST"]),
+        Route("/v1/models", mock.models, methods=["GET"]),
+        Route("/v1/embeddings", mock.embeddings, methods=["POST"]),
+        Route("/{dialect}/v1/chat/completions", mock.chat, methods=["POST"]),
+        Route("/{dialect}/chat/completions", mock.chat, methods=["POST"]),
+        Route("/{dialect}/v1/models", mock.models, methods=["GET"]),
+        Route("/{dialect}/v1/embeddings", mock.embeddings, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.mock = mock
+    return app
+
+
+def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, headers=headers, media_type="application/json")
+
+
+def _mock_error(status: int, message: str, code: str, param: str | None = None) -> Response:
+    body = error_body(message, "invalid_request_error", code, param)
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def fingerprint(value: str) -> str:
+    """`Bearer sk-abc…wxyz` → `Bearer sk-…wxyz`: enough to tell keys apart, never the key."""
+    scheme, _, token = value.strip().rpartition(" ")
+    shown = f"{token[:3]}…{token[-4:]}" if len(token) > 8 else "…"
+    return f"{scheme} {shown}" if scheme else shown
+
+
+class _MockUpstream:
+    """Endpoints and the per-app request log."""
+
+    def __init__(self, options: MockOptions) -> None:
+        self.options = options
+        self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
+
+    # --- the request log ---------------------------------------------------------------------
+
+    def _record(self, request: Request, raw: bytes, dialect: str | None) -> Any:
+        """Log the request and return its parsed JSON body (None when there is none or it is not JSON)."""
+        body: Any = None
+        parsed = True
+        if raw:
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                parsed = False
+        headers: dict[str, str] = {}
+        for name, value in request.headers.items():
+            value = fingerprint(value) if name in SECRET_HEADERS else value
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self.log.append(
+            {
+                "path": request.url.path,
+                "method": request.method,
+                "dialect": dialect,
+                "headers": headers,
+                "body": body if parsed else raw.decode("utf-8", "replace"),
+            }
+        )
+        return body if parsed else _UNPARSED
+
+    async def requests(self, request: Request) -> Response:
+        if request.method == "DELETE":
+            cleared = len(self.log)
+            self.log.clear()
+            return _json({"cleared": cleared})
+        return _json(list(self.log))
+
+    async def last_request(self, request: Request) -> Response:
+        if not self.log:
+            return _mock_error(404, "No request received yet.", "mock_no_requests")
+        return _json(self.log[-1])
+
+    async def index(self, request: Request) -> Response:
+        return _json(
+            {
+                "service": "thinkproxy simulated upstream",
+                "default_dialect": self.options.default_dialect,
+                "dialects": list(DIALECTS),
+                "faults": [f.value for f in Fault],
+                "headers": [
+                    faults.FAULT_HEADER,
+                    faults.PACE_HEADER,
+                    faults.CHUNK_HEADER,
+                    faults.STALL_HEADER,
+                    faults.HUGE_HEADER,
+                    faults.DELAY_HEADER,
+                ],
+            }
+        )
+
+    # --- models and embeddings ---------------------------------------------------------------
+
+    def _dialect(self, request: Request) -> Dialect | None:
+        return dialect_named(request.path_params.get("dialect", self.options.default_dialect))
+
+    def _unknown_dialect(self, request: Request) -> Response:
+        name = request.path_params.get("dialect", "")
+        message = f"Unknown mock dialect {name!r}; known: {', '.join(DIALECTS)}."
+        return _mock_error(404, message, "mock_unknown_dialect")
+
+    async def models(self, request: Request) -> Response:
+        dialect = self._dialect(request)
+        self._record(request, b"", dialect.name if dialect else None)
+        if dialect is None:
+            return self._unknown_dialect(request)
+        return _json(models_payload(dialect))
+
+    async def embeddings(self, request: Request) -> Response:
+        dialect = self._dialect(request)
+        body = self._record(request, await request.body(), dialect.name if dialect else None)
+        if dialect is None:
+            return self._unknown_dialect(request)
+        if not isinstance(body, dict) or "input" not in body:
+            return Response(
+                dialect.error_body("'input' is a required property", param="input"),
+                status_code=400,
+                media_type="application/json",
+            )
+        return _json(_embeddings(body))
+
+    # --- chat completions --------------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        dialect = self._dialect(request)
+        body = self._record(request, await request.body(), dialect.name if dialect else None)
+        if dialect is None:
+            return self._unknown_dialect(request)
+        try:
+            plan = faults.parse_plan(
+                request.headers, pace_ms=self.options.pace_ms, chunk_chars=self.options.chunk_chars
+            )
+        except BadMockHeader as exc:
+            return _mock_error(400, str(exc), "mock_bad_header", param=exc.header)
+        request_id = faults.new_request_id()
+        canned = self._canned(dialect, plan, request_id)
+        if canned is not None:
+            return Response(canned.body, canned.status, dict(canned.headers), media_type=canned.media_type)
+        headers = {"x-request-id": request_id}
+
+        problem = _shape_problem(body)
+        if problem is not None:
+            return Response(dialect.error_body(problem), 400, headers, media_type="application/json")
+        depth = dialect.depth(body)
+        rejection = dialect.check(body, depth)
+        if rejection is not None:
+            return Response(rejection.body, rejection.status, headers, media_type="application/json")
+
+        script = answer(body, depth)
+        streaming = body.get("stream") is True
+        stream_options = body.get("stream_options")
+        created = int(time.time())
+        turn = Turn(
+            id=dialect.new_id(created),
+            created=created,
+            model=str(body.get("model") or dialect.default_model),
+            body=body,
+            depth=depth,
+            include_usage=streaming
+            and isinstance(stream_options, dict)
+            and stream_options.get("include_usage") is True,
+            chunk_chars=plan.chunk_chars,
+        )
+        counts = count_tokens(body, script)
+        if plan.has(Fault.GZIP):
+            headers["content-encoding"] = "gzip"
+        if streaming:
+            return _stream(dialect, script, turn, counts, plan, headers)
+        if plan.has(Fault.SLOW_FIRST):
+            await anyio.sleep(plan.delay_s)  # no headers either: a slow non-stream answer is silent
+        return _complete(dialect, script, turn, counts, plan, headers)
+
+    @staticmethod
+    def _canned(dialect: Dialect, plan: Plan, request_id: str) -> Canned | None:
+        if plan.has(Fault.BAD_REQUEST):
+            rejection = dialect.sample_rejection()
+            return Canned(rejection.status, {"x-request-id": request_id}, rejection.body)
+        if plan.has(Fault.RATE_LIMITED):
+            return faults.rate_limited(request_id)
+        if plan.has(Fault.SERVER_ERROR):
+            return faults.server_error(request_id)
+        if plan.has(Fault.NON_SSE):
+            return faults.non_sse(request_id)
+        return None
+
+
+def _stream(
+    dialect: Dialect, script: Script, turn: Turn, counts: Counts, plan: Plan, headers: dict[str, str]
+) -> Response:
+    frames = dialect.frames(script, turn, counts)
+    huge: Iterable[bytes] = ()
+    if plan.has(Fault.HUGE_LINE):
+        # A content chunk whose data line (without its blank-line end) is X-Mock-Huge-Bytes long.
+        template = dialect.content_frame(turn, HUGE_MARKER)
+        huge = faults.padded(template, _marker_bytes(), plan.huge_bytes + 2)
+    tail = 2 + (1 if turn.include_usage and dialect.usage_chunk else 0)  # finish (+ usage) + [DONE]
+    steps = faults.stream_steps(frames, plan, huge_at=len(frames) - tail, huge=huge)
+    headers["cache-control"] = "no-cache"
+    return StepResponse(_finish(steps, plan), headers=headers, media_type="text/event-stream")
+
+
+def _complete(
+    dialect: Dialect, script: Script, turn: Turn, counts: Counts, plan: Plan, headers: dict[str, str]
+) -> Response:
+    if plan.has(Fault.HUGE_LINE):
+        template = orjson.dumps(dialect.completion(Script(script.reasoning, HUGE_MARKER), turn, counts))
+        pieces = faults.padded(template, _marker_bytes(), plan.huge_bytes)
+        return StepResponse(_finish(pieces, plan), headers=headers, media_type="application/json")
+    payload = orjson.dumps(dialect.completion(script, turn, counts))
+    if plan.has(Fault.INVALID_JSON):
+        payload = payload[: len(payload) // 2]
+    if plan.has(Fault.DISCONNECT) or plan.has(Fault.STALL):
+        steps = faults.body_steps(payload, plan)
+        return StepResponse(_finish(steps, plan), headers=headers, media_type="application/json")
+    if plan.has(Fault.GZIP):
+        payload = gzip.compress(payload, mtime=0)
+    return Response(payload, 200, headers, media_type="application/json")
+
+
+_UNPARSED = object()
+
+
+def _shape_problem(body: Any) -> str | None:
+    """What a provider would refuse before looking at the content, or None."""
+    if body is _UNPARSED:
+        return "Failed to parse the request body as JSON."
+    if not isinstance(body, dict):
+        return "The request body must be a JSON object."
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages must be a non-empty array."
+    return None
+
+
+def _marker_bytes() -> bytes:
+    return orjson.dumps(HUGE_MARKER)[1:-1]  # as it appears inside a JSON string
+
+
+def _finish(steps: Iterable[Step], plan: Plan) -> Iterable[Step]:
+    """Unpaced bytes go out in few sends; gzip last so it compresses what is actually sent."""
+    sent = faults.coalesce(steps)
+    return faults.gzip_steps(sent) if plan.has(Fault.GZIP) else sent
+
+
+# --- embeddings ---------------------------------------------------------------------------------
+
+
+def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    raw = body["input"]
+    inputs = raw if isinstance(raw, list) and raw and not isinstance(raw[0], int) else [raw]
+    dimensions = body.get("dimensions")
+    size = dimensions if isinstance(dimensions, int) and 0 < dimensions <= 4096 else EMBEDDING_DIMENSIONS
+    as_base64 = body.get("encoding_format") == "base64"
+    data = []
+    for index, item in enumerate(inputs):
+        vector = _vector(item if isinstance(item, str) else orjson.dumps(item).decode(), size)
+        embedding: Any = base64.b64encode(struct.pack(f"<{size}f", *vector)).decode() if as_base64 else vector
+        data.append({"object": "embedding", "index": index, "embedding": embedding})
+    used = sum(tokens(i) if isinstance(i, str) else len(i) if isinstance(i, list) else 1 for i in inputs)
+    return {
+        "object": "list",
+        "data": data,
+        "model": str(body.get("model") or "text-embedding-3-small"),
+        "usage": {"prompt_tokens": used, "total_tokens": used},
+    }
+
+
+def _vector(text: str, size: int) -> list[float]:
+    """A unit vector that depends only on the text."""
+    digest = b""
+    counter = 0
+    while len(digest) < size * 2:
+        digest += hashlib.sha256(f"{counter}:{text}".encode()).digest()
+        counter += 1
+    values = [int.from_bytes(digest[2 * i : 2 * i + 2], "little") / 32767.5 - 1.0 for i in range(size)]
+    norm = math.sqrt(sum(v * v for v in values)) or 1.0
+    return [round(v / norm, 6) for v in values]
