@@ -19,7 +19,27 @@ from proxy.settings import Settings
 from proxy.sse import SSEDecoder
 
 # Path prefixes of the simulated upstream → the providers.yaml entry whose dialect it speaks.
-DEMO_ROUTES = {"deepseek": "deepseek", "minimax": "minimax", "openrouter": "openrouter", "prompted": "openai"}
+SIMULATED_ROUTES = {
+    "deepseek": "deepseek",
+    "qwen": "dashscope",
+    "kimi": "kimi",
+    "minimax": "minimax",
+    "minimax-split": "minimax",
+    "ollama": "ollama",
+    "openrouter": "openrouter",
+    "mistral": "mistral",
+    "prompted": "openai",
+    "openai": "openai",
+}
+
+
+def simulated_table(mock_port: int, table: ProvidersTable | None = None) -> ProvidersTable:
+    """The providers table with the simulated upstream's path prefixes mapped onto the real
+    entries, so `http://127.0.0.1:PORT/deepseek/v1` is treated exactly like api.deepseek.com."""
+    table = table or ProvidersTable.load()
+    for prefix, entry in SIMULATED_ROUTES.items():
+        table = table.with_extra_patterns(entry, [f"127.0.0.1:{mock_port}/{prefix}"])
+    return table
 
 WEATHER_TOOL = {
     "type": "function",
@@ -176,9 +196,7 @@ def run_demo(color: bool = False) -> int:
     p = Printer(color)
     client = make_client()
     with BackgroundServer(create_mock_app(MockOptions(pace_ms=2.0))) as mock:
-        table = ProvidersTable.load()
-        for prefix, entry in DEMO_ROUTES.items():
-            table = table.with_extra_patterns(entry, [f"127.0.0.1:{mock.port}/{prefix}"])
+        table = simulated_table(mock.port)
         settings = Settings(  # type: ignore[call-arg]
             _env_file=None,
             upstream_base_url=f"{mock.url}/deepseek/v1",

@@ -195,11 +195,13 @@ def process_completion(
     if not isinstance(parsed, dict):
         return body
     # Normalize with reasoning visible first so the trace knows whether the model reasoned, then
-    # apply hide (normalization is idempotent on an already normalized message).
+    # hide it. The hide pass must not parse tags again: content is tag-free by then, and with
+    # implicit_open a second parse would take the answer itself for reasoning.
     changed = normalize_completion(parsed, replace(reasoning, hide=False))
     had_reasoning = _has_reasoning(parsed)
     if reasoning.hide:
-        changed = normalize_completion(parsed, reasoning) or changed
+        hide_only = replace(reasoning, tags=(), implicit_open=False)
+        changed = normalize_completion(parsed, hide_only) or changed
     if trace is not None:
         events = trace.begin(request_body, now_ms)
         events += trace.on_completion(parsed, had_reasoning, now_ms)
