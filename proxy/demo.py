@@ -41,6 +41,7 @@ def simulated_table(mock_port: int, table: ProvidersTable | None = None) -> Prov
         table = table.with_extra_patterns(entry, [f"127.0.0.1:{mock_port}/{prefix}"])
     return table
 
+
 WEATHER_TOOL = {
     "type": "function",
     "function": {

@@ -121,7 +121,7 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
 
 def _really_timed_out(exc: httpx.TimeoutException) -> bool:
     cause = exc.__cause__
-    return cause is None or isinstance(cause, TimeoutError) or isinstance(cause, httpx.TimeoutException)
+    return cause is None or isinstance(cause, (TimeoutError, httpx.TimeoutException))
 
 
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
