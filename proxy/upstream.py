@@ -102,10 +102,13 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
         exc = httpx.ConnectError(str(exc.__cause__ or exc))
     if isinstance(exc, httpx.TimeoutException):
         what = {
-            httpx.ConnectTimeout: "connecting",
-            httpx.ReadTimeout: "waiting for data",
+            # aiohttp counts the wait for a pooled connection as part of connecting
+            httpx.ConnectTimeout: "connecting (or waiting for a free connection; "
+            "THINKPROXY_MAX_UPSTREAM_CONNECTIONS caps them)",
+            httpx.ReadTimeout: "waiting for data (THINKPROXY_READ_TIMEOUT)",
             httpx.WriteTimeout: "sending the request",
-            httpx.PoolTimeout: "waiting for a free upstream connection",
+            httpx.PoolTimeout: "waiting for a free upstream connection (all "
+            "THINKPROXY_MAX_UPSTREAM_CONNECTIONS are busy)",
         }.get(type(exc), "waiting")
         return UpstreamTimeout(f"Upstream {where} timed out while {what}.")
     detail = str(exc) or type(exc).__name__
@@ -121,7 +124,8 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
 
 def _really_timed_out(exc: httpx.TimeoutException) -> bool:
     cause = exc.__cause__
-    return cause is None or isinstance(cause, (TimeoutError, httpx.TimeoutException))
+    from_aiohttp = type(cause).__module__.startswith("aiohttp")
+    return not from_aiohttp or isinstance(cause, TimeoutError)
 
 
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
