@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.access_log import AccessRecord, log_access
 from proxy.dialects import Dialect, ProvidersTable
-from proxy.errors import BadRequest, PayloadTooLarge, ProxyError
+from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
 from proxy.levels import (
     CONTROL_HEADERS,
@@ -53,6 +53,7 @@ from proxy.upstream import (
     Upstream,
     UpstreamRequest,
     build_client,
+    describe_upstream,
     filter_headers,
     translate_error,
 )
@@ -220,7 +221,7 @@ class Proxy:
                 filter_headers(upstream_headers, DROP_REQUEST),
                 body,
             )
-            return await self._relay(req, record, started, extra_headers=[])
+            return await self._relay(request.receive, req, record, started, extra_headers=[])
 
         level = parse_level(headers.get(LEVEL_HEADER), s.settings.default_thinking_level)
         trace_mode = parse_trace_mode(headers.get(TRACE_HEADER), s.settings.trace)
@@ -266,6 +267,7 @@ class Proxy:
             )
         )
         return await self._relay(
+            request.receive,
             req,
             record,
             started,
@@ -275,6 +277,7 @@ class Proxy:
 
     async def _relay(
         self,
+        receive: Receive,
         req: UpstreamRequest,
         record: AccessRecord,
         started: float,
@@ -283,7 +286,10 @@ class Proxy:
         chat: ChatContext | None = None,
     ) -> Response:
         upstream = self.s.upstream
-        response = await upstream.open(req)
+        total = self.s.settings.total_timeout
+        response = await until_disconnect(receive, lambda: upstream.open(req), total, req.url)
+        if response is None:
+            return client_gone(record, started, self.log)
         record.upstream_status = response.status_code
         content_type = response.headers.get("content-type", "")
         is_sse = content_type.startswith("text/event-stream")
@@ -310,11 +316,14 @@ class Proxy:
             )
         if not is_sse:
             try:
-                raw = await response.aread()
+                raw = await until_disconnect(receive, response.aread, total, req.url)
             except TRANSPORT_ERRORS as exc:
-                await response.aclose()
                 raise translate_error(exc, req.url) from exc
-            await response.aclose()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            if raw is None:
+                return client_gone(record, started, self.log)
             out = process_completion(
                 raw,
                 reasoning=chat.reasoning,
@@ -397,6 +406,49 @@ class Proxy:
         if tail:
             record.bytes_out += len(tail)
             yield tail
+
+
+T = TypeVar("T")
+CLIENT_CLOSED_REQUEST = 499  # nginx's convention for "the client left before the answer"
+
+
+async def until_disconnect(
+    receive: Receive, work: Callable[[], Awaitable[T]], total_timeout: float, url: str
+) -> T | None:
+    """Run `work` (waiting on the upstream) unless the client leaves first: then it is cancelled
+    at once and None is returned. Exceeding `total_timeout` is a 504."""
+    result: list[T] = []
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch_disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch_disconnect)
+        try:
+            with anyio.fail_after(total_timeout):
+                result.append(await work())
+        except Exception as exc:  # re-raised below, outside the task group (no ExceptionGroup)
+            failure.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
+    if failure:
+        if isinstance(failure[0], TimeoutError):
+            raise UpstreamTimeout(
+                f"Upstream {describe_upstream(url)} did not answer within the total timeout of "
+                f"{total_timeout:g} s (THINKPROXY_TOTAL_TIMEOUT)."
+            )
+        raise failure[0]
+    return result[0] if result else None
+
+
+def client_gone(record: AccessRecord, started: float, log: Callable[[AccessRecord, float], None]) -> Response:
+    record.status = CLIENT_CLOSED_REQUEST
+    record.error = "client_disconnected"
+    log(record, started)
+    return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; the ASGI contract wants one
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,3 +199,27 @@ def test_upstream_silent_past_read_timeout_gives_504(transport: str) -> None:
         )
     assert r.status_code == 504
     assert r.json()["error"]["code"] == "upstream_timeout"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_client_disconnect_before_the_upstream_answers_cancels_the_upstream_request(stream: bool) -> None:
+    left = threading.Event()
+
+    async def slow(request: Request) -> StreamingResponse:
+        await request.body()
+        for _ in range(500):  # up to 10 s, unless the proxy hangs up first
+            if await request.is_disconnected():
+                left.set()
+                break
+            await asyncio.sleep(0.02)
+        return StreamingResponse(iter([b"{}"]), media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", slow, methods=["POST"])])
+    with BackgroundServer(app, graceful_s=0.1) as upstream, proxy_for(f"{upstream.url}/v1") as proxy:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                f"{proxy.url}/v1/chat/completions",
+                json={"model": "m", "messages": MESSAGES, "stream": stream},
+                timeout=httpx.Timeout(5, read=0.3),
+            )
+        assert left.wait(timeout=3.0), "the proxy kept waiting on the upstream after its client left"
