@@ -34,7 +34,7 @@ def log_access(record: AccessRecord, started: float) -> None:
         "status": record.status,
         "upstream_status": record.upstream_status,
         "provider": record.provider,
-        "level": record.level,
+        "thinking_level": record.level,
         "duration_ms": duration_ms,
         "bytes": record.bytes_out,
         "error": record.error,
@@ -62,9 +62,10 @@ class AccessFormatter(logging.Formatter):
             else:
                 payload["message"] = record.getMessage()
             return orjson.dumps(payload).decode()
+        stamp = self.formatTime(record, "%Y-%m-%dT%H:%M:%S")
         if fields is not None:
-            return " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
-        return f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+            return stamp + " " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+        return f"{stamp} {record.levelname.lower()} {record.name}: {record.getMessage()}"
 
 
 def configure_logging(level: str, json_lines: bool) -> None:
