@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.access_log import AccessRecord, log_access
 from proxy.dialects import Dialect, ProvidersTable
-from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, UpstreamTimeout
+from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
 from proxy.levels import (
     CONTROL_HEADERS,
@@ -211,7 +211,10 @@ class Proxy:
         s = self.s
         headers = request.headers
         s.gateway.authorize(headers.items())
-        base_url = s.policy.resolve(headers.get(UPSTREAM_HEADER))
+        chosen = headers.get(UPSTREAM_HEADER)
+        base_url = s.policy.resolve(chosen)
+        if chosen is not None:
+            await self._vet_dns(base_url)
         upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
         body = await read_body(request, s.settings.max_body_bytes)
         if not chat:
@@ -274,6 +277,15 @@ class Proxy:
             extra_headers=extra,
             chat=ChatContext(parsed, reasoning, trace, trace_format),
         )
+
+    async def _vet_dns(self, base_url: str) -> None:
+        host = self.s.policy.host_to_vet(base_url)
+        if host is not None and await self.s.upstream.resolves_to_sensitive(host):
+            raise Forbidden(
+                f"Upstream host {host!r} resolves to a loopback, link-local or metadata address; "
+                "name it exactly in THINKPROXY_ALLOWED_UPSTREAMS if that is intended.",
+                param="X-Upstream-Base-URL",
+            )
 
     async def _relay(
         self,

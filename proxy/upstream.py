@@ -8,6 +8,8 @@ place, `translate_error`, so the app never inspects httpx or aiohttp exceptions 
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
@@ -15,6 +17,7 @@ import httpx
 
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
 from proxy.settings import Settings
+from proxy.upstream_policy import host_is_sensitive
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus the ones the proxy recomputes itself.
 HOP_BY_HOP = frozenset(
@@ -134,8 +137,30 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
 class Upstream:
     """Sends one request upstream and exposes its response as headers + an async byte iterator."""
 
+    DNS_VERDICT_TTL_S = 60.0
+
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
+        self._dns_verdicts: dict[str, tuple[float, bool]] = {}
+
+    async def resolves_to_sensitive(self, host: str) -> bool:
+        """Whether `host` resolves to a loopback, link-local or metadata address (cached briefly).
+
+        A name that does not resolve is left to the connection attempt (which then gives 502)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        cached = self._dns_verdicts.get(host)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except OSError:
+            return False
+        verdict = any(host_is_sensitive(str(info[4][0])) for info in infos)
+        if len(self._dns_verdicts) > 1024:
+            self._dns_verdicts.clear()
+        self._dns_verdicts[host] = (now + self.DNS_VERDICT_TTL_S, verdict)
+        return verdict
 
     async def open(self, request: UpstreamRequest) -> httpx.Response:
         """Send the request; returns as soon as the response headers arrived. Raises ProxyError."""

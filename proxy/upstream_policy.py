@@ -96,6 +96,20 @@ class UpstreamPolicy:
             return self.default
         return self.check(requested.strip())
 
+    def host_to_vet(self, url: str) -> str | None:
+        """For a client-chosen upstream: the host name whose DNS answers must be vetted before
+        connecting (a public-looking name may resolve to a metadata or loopback address), or None
+        when the host is an IP literal or a pattern names it exactly (the operator chose it)."""
+        host = (urlsplit(url).hostname or "").lower()
+        try:
+            ipaddress.ip_address(host)
+            return None
+        except ValueError:
+            pass
+        if any(p.host == host for p in self.allowed):
+            return None
+        return host
+
     def check(self, url: str) -> str:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

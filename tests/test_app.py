@@ -229,3 +229,35 @@ async def test_upstream_header_allowed_by_pattern(proxy_client) -> None:
     assert r.status_code == 200
     assert str(rec.requests[0].url) == "https://api.moonshot.cn/v1/chat/completions"
     assert r.headers["x-thinking-provider"] == "kimi"
+
+
+async def test_allowed_name_that_resolves_to_a_metadata_address_is_refused(proxy_client, monkeypatch) -> None:
+    import asyncio
+    import socket
+
+    async def fake_getaddrinfo(host: str, *args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        ip = "169.254.169.254" if host == "rebind.example.com" else "93.184.216.34"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, 0))]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", fake_getaddrinfo)
+    rec = Recorder(ok_json)
+    client = proxy_client(rec, allowed_upstreams="*.example.com")
+    r = await client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-upstream-base-url": "https://rebind.example.com/v1"}
+    )
+    assert r.status_code == 403 and "resolves to" in r.json()["error"]["message"]
+    assert rec.requests == []
+    r = await client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-upstream-base-url": "https://api.example.com/v1"}
+    )
+    assert r.status_code == 200 and len(rec.requests) == 1
+
+
+async def test_dns_vetting_sees_real_loopback_names() -> None:
+    import httpx as _httpx
+
+    from proxy.upstream import Upstream
+
+    upstream = Upstream(_httpx.AsyncClient())
+    assert await upstream.resolves_to_sensitive("localhost") is True
+    await upstream.aclose()

@@ -237,7 +237,9 @@ def test_sigterm_lets_in_flight_streams_finish(mock: BackgroundServer) -> None:
 
 def test_total_timeout_bounds_a_slow_but_steady_exchange(mock: BackgroundServer) -> None:
     with proxy(mock, total_timeout=0.6, read_timeout=10) as p:
-        r = httpx.post(f"{p.url}/v1/chat/completions", json=STREAM, headers={"x-mock-pace-ms": "100"}, timeout=15)
+        r = httpx.post(
+            f"{p.url}/v1/chat/completions", json=STREAM, headers={"x-mock-pace-ms": "100"}, timeout=15
+        )
         assert r.status_code == 200
         error = final_error(r.content)
         assert error["code"] == "upstream_timeout" and "THINKPROXY_TOTAL_TIMEOUT" in str(error["message"])
