@@ -1,0 +1,64 @@
+"""DeepSeek's wire shape (api.deepseek.com)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.mock.dialects.base import JSON, Counts, Rejection, Turn, tool_call_items
+from proxy.mock.dialects.knobs import effort_depth, missing_replay, thinking_type
+from proxy.mock.dialects.shapes import PairedReasoning
+from proxy.mock.scenarios import Depth, Script
+
+
+class DeepSeek(PairedReasoning):
+    """api.deepseek.com: `reasoning_content` next to `content: null`, a system_fingerprint, cache usage."""
+
+    name = "deepseek"
+    default_model = "deepseek-chat"
+    models = ("deepseek-chat", "deepseek-reasoner")
+    owned_by = "deepseek"
+    fingerprint = "fp_ffc7281d48_prod0820_fp8_kvcache"
+    replay_message = "The reasoning_content in the thinking mode must be passed back to the API."
+    sample_400 = replay_message
+    error_code = "invalid_request_error"
+
+    def depth(self, body: Mapping[str, Any]) -> Depth:
+        if thinking_type(body) == "disabled":
+            return Depth.NONE
+        effort = effort_depth(body.get("reasoning_effort"))
+        return Depth.DEEP if effort is Depth.DEEP else Depth.STANDARD
+
+    def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        if depth is not Depth.NONE and missing_replay(body) is not None:
+            return Rejection(400, self.error_body(self.replay_message))
+        return None
+
+    def new_id(self, created: int) -> str:
+        return str(uuid.uuid4())
+
+    def server_fields(self, turn: Turn) -> JSON:
+        return {"system_fingerprint": self.fingerprint}
+
+    def role_delta(self, turn: Turn) -> JSON:
+        if turn.thinking:
+            return {"role": "assistant", "content": None, "reasoning_content": ""}
+        return {"role": "assistant", "content": ""}
+
+    def usage(self, counts: Counts) -> JSON:
+        return {
+            **super().usage(counts),
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": counts.reasoning},
+            "prompt_cache_hit_tokens": 0,
+            "prompt_cache_miss_tokens": counts.prompt,
+        }
+
+    def message(self, script: Script, turn: Turn) -> JSON:
+        message: JSON = {"role": "assistant", "content": script.content}
+        if turn.thinking:
+            message["reasoning_content"] = script.reasoning
+        if script.tool_calls:
+            message["tool_calls"] = tool_call_items(script.tool_calls)
+        return message

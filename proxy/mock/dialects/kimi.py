@@ -1,0 +1,53 @@
+"""Kimi's wire shape (Moonshot AI)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from proxy.mock.dialects.base import JSON, Counts, Dialect, Rejection, Turn
+from proxy.mock.dialects.knobs import effort_depth, missing_replay, thinking_type
+from proxy.mock.scenarios import Depth, Script
+
+
+def _missing_replay_message(index: int) -> str:
+    return (
+        "thinking is enabled but reasoning_content is missing in assistant tool call message "
+        f"at index {index}"
+    )
+
+
+class Kimi(Dialect):
+    """Moonshot: `reasoning_content`, no logprobs key, usage inside the finishing choice (documented)."""
+
+    name = "kimi"
+    default_model = "kimi-k2.5"
+    models = ("kimi-k2.5", "kimi-k2-thinking")
+    owned_by = "moonshot"
+    sample_400 = _missing_replay_message(4)
+    logprobs = False
+
+    def depth(self, body: Mapping[str, Any]) -> Depth:
+        always = "thinking" in str(body.get("model", "")).lower()
+        if thinking_type(body) == "disabled" and not always:
+            return Depth.NONE
+        effort = effort_depth(body.get("reasoning_effort"))
+        return Depth.DEEP if effort is Depth.DEEP else Depth.STANDARD
+
+    def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        index = missing_replay(body) if depth is not Depth.NONE else None
+        if index is None:
+            return None
+        return Rejection(400, self.error_body(_missing_replay_message(index)))
+
+    def error_body(self, message: str, *, param: str | None = None, code: str | None = None) -> bytes:
+        return orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+
+    def final_chunk(self, turn: Turn, script: Script, counts: Counts) -> JSON:
+        choice = {**self.choice({}, script.finish_reason), "usage": self.usage(counts)}
+        return self.envelope(turn, [choice])
+
+    def usage(self, counts: Counts) -> JSON:
+        return {**super().usage(counts), "cached_tokens": 0}

@@ -1,0 +1,134 @@
+"""OpenAI's own wire shape (api.openai.com chat completions)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from proxy.mock.dialects.base import JSON, Counts, Dialect, Rejection, Turn, tool_call_items
+from proxy.mock.dialects.knobs import effort_depth
+from proxy.mock.scenarios import Depth, Script
+
+_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _alnum(length: int) -> str:
+    """A random mixed-case alphanumeric id, as OpenAI's are."""
+    number = uuid.uuid4().int << 64 | uuid.uuid4().int
+    out = []
+    for _ in range(length):
+        number, digit = divmod(number, len(_ALNUM))
+        out.append(_ALNUM[digit])
+    return "".join(out)
+
+
+class OpenAI(Dialect):
+    """OpenAI: no reasoning text at all, only `usage.completion_tokens_details.reasoning_tokens`;
+    `usage: null` on every chunk when include_usage is on; an `obfuscation` pad on stream chunks."""
+
+    name = "openai"
+    default_model = "gpt-5.1"
+    models = ("gpt-5.1", "gpt-5", "o4-mini", "gpt-4.1-mini")
+    owned_by = "system"
+    sample_400 = (
+        "Unsupported value: 'minimal' is not supported with the 'gpt-5.1' model. "
+        "Supported values are: 'none', 'low', 'medium', and 'high'."
+    )
+
+    @staticmethod
+    def _efforts(model: str) -> tuple[str, ...]:
+        """Accepted `reasoning_effort` values per model family; () = not a reasoning model."""
+        if model.startswith("gpt-5.1"):
+            return ("none", "low", "medium", "high")
+        if model.startswith("gpt-5."):
+            return ("none", "minimal", "low", "medium", "high", "xhigh")
+        if model.startswith("gpt-5"):
+            return ("minimal", "low", "medium", "high")
+        if model.startswith(("o1", "o3", "o4")):
+            return ("low", "medium", "high")
+        return ()
+
+    def sample_rejection(self) -> Rejection:
+        return Rejection(
+            400, self.error_body(self.sample_400, param="reasoning.effort", code="unsupported_value")
+        )
+
+    def depth(self, body: Mapping[str, Any]) -> Depth:
+        if not self._efforts(str(body.get("model", self.default_model))):
+            return Depth.NONE
+        return effort_depth(body.get("reasoning_effort")) or Depth.STANDARD
+
+    def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        model = str(body.get("model", self.default_model))
+        accepted = self._efforts(model)
+        effort = body.get("reasoning_effort")
+        if effort is not None and not accepted:
+            message = "Unsupported parameter: 'reasoning_effort' is not supported with this model."
+            return Rejection(
+                400, self.error_body(message, param="reasoning_effort", code="unsupported_parameter")
+            )
+        if effort is not None and effort not in accepted:
+            listed = ", ".join(f"'{v}'" for v in accepted[:-1]) + f", and '{accepted[-1]}'"
+            message = (
+                f"Unsupported value: '{effort}' is not supported with the '{model}' model. "
+                f"Supported values are: {listed}."
+            )
+            return Rejection(
+                400, self.error_body(message, param="reasoning_effort", code="unsupported_value")
+            )
+        if accepted and "max_tokens" in body:
+            message = (
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead."
+            )
+            return Rejection(400, self.error_body(message, param="max_tokens", code="unsupported_parameter"))
+        return None
+
+    def new_id(self, created: int) -> str:
+        return "chatcmpl-" + _alnum(29)
+
+    def server_fields(self, turn: Turn) -> JSON:
+        fingerprint = None if self._efforts(turn.model) else "fp_f33640a400"
+        return {"service_tier": "default", "system_fingerprint": fingerprint}
+
+    def envelope(self, turn: Turn, choices: list[JSON], usage: JSON | None = None) -> JSON:
+        chunk = super().envelope(turn, choices, usage)
+        if turn.include_usage:
+            chunk["usage"] = usage  # null on every chunk but the usage one
+        options = turn.body.get("stream_options")
+        if not (isinstance(options, dict) and options.get("include_obfuscation") is False):
+            # OpenAI pads chunks so that their length does not reveal the token; clients ignore it.
+            chunk["obfuscation"] = "0123456789abcdef"[: 1 + len(orjson.dumps(choices)) % 16]
+        return chunk
+
+    def role_delta(self, turn: Turn) -> JSON:
+        return {"role": "assistant", "content": "", "refusal": None}
+
+    def reasoning_delta(self, turn: Turn, text: str, last: bool) -> None:
+        return None  # reasoning stays hidden; only its token count is reported
+
+    def usage(self, counts: Counts) -> JSON:
+        return {
+            **super().usage(counts),
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": counts.reasoning,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        }
+
+    def message(self, script: Script, turn: Turn) -> JSON:
+        message: JSON = {
+            "role": "assistant",
+            "content": script.content or None,
+            "refusal": None,
+            "annotations": [],
+        }
+        if script.tool_calls:
+            message["tool_calls"] = tool_call_items(script.tool_calls)
+        return message
