@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from proxy.access_log import AccessRecord, log_access
+from proxy.asgi import ClientWatch, RelayResponse
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
@@ -52,7 +51,8 @@ from proxy.upstream import (
     TRANSPORT_ERRORS,
     Upstream,
     UpstreamRequest,
-    build_client,
+    build_timeout,
+    build_transport,
     describe_upstream,
     filter_headers,
     translate_error,
@@ -81,56 +81,6 @@ class Services:
     upstream: Upstream
     policy: UpstreamPolicy
     gateway: GatewayAuth
-
-
-class RelayResponse(Response):
-    """Streams `body` to the client as it is produced, one ASGI send per piece.
-
-    While streaming it listens for the client's disconnect: on disconnect the producer is
-    cancelled at once (even while it waits on a stalled upstream) and `on_close` runs, shielded,
-    so the upstream response is always closed.
-    """
-
-    def __init__(
-        self,
-        body: AsyncIterator[bytes],
-        *,
-        status_code: int,
-        headers: Sequence[tuple[str, str]],
-        on_close: Callable[[bool], Awaitable[None]],
-    ) -> None:
-        self.body_iter = body
-        self.status_code = status_code
-        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        self.on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        completed = False
-        try:
-            async with anyio.create_task_group() as tg:
-
-                async def watch_disconnect() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(watch_disconnect)
-                await send(
-                    {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-                )
-                async for piece in self.body_iter:
-                    await send({"type": "http.response.body", "body": piece, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                completed = True
-                tg.cancel_scope.cancel()
-        except OSError:
-            pass  # the client went away while we were writing
-        finally:
-            with anyio.CancelScope(shield=True):
-                aclose = getattr(self.body_iter, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-                await self.on_close(completed)
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -224,7 +174,7 @@ class Proxy:
                 filter_headers(upstream_headers, DROP_REQUEST),
                 body,
             )
-            return await self._relay(request.receive, req, record, started, extra_headers=[])
+            return await self._watched(request, req, record, started, [], None)
 
         level = parse_level(headers.get(LEVEL_HEADER), s.settings.default_thinking_level)
         trace_mode = parse_trace_mode(headers.get(TRACE_HEADER), s.settings.trace)
@@ -269,14 +219,28 @@ class Proxy:
                 method=method if applied else None,
             )
         )
-        return await self._relay(
-            request.receive,
-            req,
-            record,
-            started,
-            extra_headers=extra,
-            chat=ChatContext(parsed, reasoning, trace, trace_format),
-        )
+        chat_context = ChatContext(parsed, reasoning, trace, trace_format)
+        return await self._watched(request, req, record, started, extra, chat_context)
+
+    async def _watched(
+        self,
+        request: Request,
+        req: UpstreamRequest,
+        record: AccessRecord,
+        started: float,
+        extra: list[tuple[str, str]],
+        chat: ChatContext | None,
+    ) -> Response:
+        """Relay with a disconnect watch; a streamed response takes the watch over, else it ends here."""
+        watch = ClientWatch(request.receive)
+        try:
+            response = await self._relay(watch, req, record, started, extra_headers=extra, chat=chat)
+        except BaseException:
+            watch.close()
+            raise
+        if not isinstance(response, RelayResponse):
+            watch.close()
+        return response
 
     async def _vet_dns(self, base_url: str) -> None:
         host = self.s.policy.host_to_vet(base_url)
@@ -289,7 +253,7 @@ class Proxy:
 
     async def _relay(
         self,
-        receive: Receive,
+        watch: ClientWatch,
         req: UpstreamRequest,
         record: AccessRecord,
         started: float,
@@ -299,9 +263,12 @@ class Proxy:
     ) -> Response:
         upstream = self.s.upstream
         total = self.s.settings.total_timeout
-        response = await until_disconnect(receive, lambda: upstream.open(req), total, req.url)
+        try:
+            response = await watch.run(upstream.open(req), total)
+        except TimeoutError:
+            raise self._total_timeout(req.url) from None
         if response is None:
-            return client_gone(record, started, self.log)
+            return self._client_gone(record, started)
         record.upstream_status = response.status_code
         content_type = response.headers.get("content-type", "")
         is_sse = content_type.startswith("text/event-stream")
@@ -324,18 +291,20 @@ class Proxy:
                 self._raw_body(response, req.url, record),
                 status_code=response.status_code,
                 headers=headers,
+                watch=watch,
                 on_close=close,
             )
         if not is_sse:
             try:
-                raw = await until_disconnect(receive, response.aread, total, req.url)
+                raw = await watch.run(response.aread(), total)
+            except TimeoutError:
+                raise self._total_timeout(req.url) from None
             except TRANSPORT_ERRORS as exc:
                 raise translate_error(exc, req.url) from exc
             finally:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
+                await response.aclose()
             if raw is None:
-                return client_gone(record, started, self.log)
+                return self._client_gone(record, started)
             out = process_completion(
                 raw,
                 reasoning=chat.reasoning,
@@ -364,8 +333,22 @@ class Proxy:
             self._stream_body(response, pipeline, chat, req.url, elapsed_ms, record),
             status_code=response.status_code,
             headers=headers,
+            watch=watch,
             on_close=close,
         )
+
+    def _total_timeout(self, url: str) -> UpstreamTimeout:
+        total = self.s.settings.total_timeout
+        return UpstreamTimeout(
+            f"Upstream {describe_upstream(url)} did not answer within the total timeout of "
+            f"{total:g} s (THINKPROXY_TOTAL_TIMEOUT)."
+        )
+
+    def _client_gone(self, record: AccessRecord, started: float) -> Response:
+        record.status = CLIENT_CLOSED_REQUEST
+        record.error = "client_disconnected"
+        self.log(record, started)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; ASGI wants a response
 
     async def _raw_body(
         self, response: httpx.Response, url: str, record: AccessRecord
@@ -420,47 +403,7 @@ class Proxy:
             yield tail
 
 
-T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499  # nginx's convention for "the client left before the answer"
-
-
-async def until_disconnect(
-    receive: Receive, work: Callable[[], Awaitable[T]], total_timeout: float, url: str
-) -> T | None:
-    """Run `work` (waiting on the upstream) unless the client leaves first: then it is cancelled
-    at once and None is returned. Exceeding `total_timeout` is a 504."""
-    result: list[T] = []
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as tg:
-
-        async def watch_disconnect() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch_disconnect)
-        try:
-            with anyio.fail_after(total_timeout):
-                result.append(await work())
-        except Exception as exc:  # re-raised below, outside the task group (no ExceptionGroup)
-            failure.append(exc)
-        finally:
-            tg.cancel_scope.cancel()
-    if failure:
-        if isinstance(failure[0], TimeoutError):
-            raise UpstreamTimeout(
-                f"Upstream {describe_upstream(url)} did not answer within the total timeout of "
-                f"{total_timeout:g} s (THINKPROXY_TOTAL_TIMEOUT)."
-            )
-        raise failure[0]
-    return result[0] if result else None
-
-
-def client_gone(record: AccessRecord, started: float, log: Callable[[AccessRecord, float], None]) -> Response:
-    record.status = CLIENT_CLOSED_REQUEST
-    record.error = "client_disconnected"
-    log(record, started)
-    return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; the ASGI contract wants one
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,8 +441,8 @@ def create_app(
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
     gateway = GatewayAuth.from_settings(settings)
-    client = build_client(settings, transport)
-    services = Services(settings, table, Upstream(client), policy, gateway)
+    upstream = Upstream(transport or build_transport(settings), build_timeout(settings))
+    services = Services(settings, table, upstream, policy, gateway)
     proxy = Proxy(services)
 
     @asynccontextmanager
