@@ -7,6 +7,7 @@ upstream's original bytes; only changed chunks are re-serialized.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -92,41 +93,46 @@ class StreamPipeline:
         return self.fail(StreamFailure(message, code="upstream_event_too_large"), now_ms)
 
     def _process(self, events: list[SSEEvent], now_ms: float) -> bytes:
+        # The per-event hot path: kept flat (no per-event helper calls) on purpose.
         out: list[bytes] = []
+        append = out.append
+        extract = self._extractor.process_chunk
+        trace = self._trace
         for event in events:
             data = event.data
             if data is None or self._done_sent:
-                out.append(event.raw)
+                append(event.raw)
                 continue
             if data == DONE:
-                out.append(self._closing_bytes(now_ms))
-                out.append(event.raw)
+                append(self._closing_bytes(now_ms))
+                append(event.raw)
                 self._done_sent = True
                 continue
             try:
                 chunk = orjson.loads(data)
             except orjson.JSONDecodeError:
-                out.append(event.raw)  # not ours to understand: forwarded unchanged
+                append(event.raw)  # not ours to understand: forwarded unchanged
                 continue
-            if not isinstance(chunk, dict) or "error" in chunk:
-                out.append(event.raw)
+            if type(chunk) is not dict or "error" in chunk:
+                append(event.raw)
                 continue
-            out.append(self._chunk_bytes(event, chunk, now_ms))
+            outcome = extract(chunk)
+            if trace is not None:
+                if self._meta is None:
+                    self._start_meta(chunk, append)
+                # A trace event describes the chunk that caused it; it precedes it in the same write.
+                caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
+                if caused:
+                    append(self._trace_bytes(caused))
+            append(encode_event(event, orjson.dumps(chunk)) if outcome.changed else event.raw)
         return b"".join(out)
 
-    def _chunk_bytes(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
-        outcome = self._extractor.process_chunk(chunk)
-        body = encode_event(event, orjson.dumps(chunk)) if outcome.changed else event.raw
-        if self._trace is None:
-            return body
-        if self._meta is None:
-            self._meta = chunk_meta(chunk)
-            if self._meta is not None and self._pending_trace:
-                pending, self._pending_trace = self._pending_trace, []
-                body = event_frames(pending, self._meta) + body
-        trace = self._trace_bytes(self._trace.on_chunk(chunk, outcome.reasoning, now_ms))
-        # A trace event describes the chunk that caused it; it precedes it in the same write.
-        return trace + body if trace else body
+    def _start_meta(self, chunk: dict[str, Any], append: Callable[[bytes], None]) -> None:
+        """The stream's identity is known from its first chunk: event frames held until now go out."""
+        self._meta = chunk_meta(chunk)
+        if self._meta is not None and self._pending_trace:
+            pending, self._pending_trace = self._pending_trace, []
+            append(event_frames(pending, self._meta))
 
     def _closing_bytes(self, now_ms: float) -> bytes:
         out: list[bytes] = []

@@ -73,8 +73,40 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         # (bytes.find of a single byte is a memchr; `in` and two-byte finds are several times slower.)
-        if self._pending or chunk.find(b"\r") >= 0:
+        if chunk.find(b"\r") >= 0 or self._has_cr:
             return self._feed_buffered(chunk)
+        if self._pending:
+            return self._feed_after_pending(chunk)
+        return self._feed_fast(chunk)
+
+    def _feed_after_pending(self, chunk: bytes) -> list[SSEEvent]:
+        """LF line ends with an event pending from earlier reads (the usual case when reads split
+        events): complete that one event from the head of `chunk`, then take the fast path on the
+        rest, instead of copying every following byte through the pending buffer."""
+        pending = self._pending
+        if pending[-1] == 0x0A and chunk[:1] == b"\n":
+            end = 1
+        else:
+            end = chunk.find(b"\n\n")
+            if end < 0:
+                return self._feed_buffered(chunk)
+            end += 2
+        if len(pending) + end > self._max:
+            self._reset()
+            raise EventTooLarge(self._max, [])
+        first = _event(bytes(pending) + chunk[:end])
+        self._reset()
+        if end == len(chunk):
+            return [first]
+        try:
+            events = self._feed_fast(chunk[end:])
+        except EventTooLarge as exc:
+            exc.events.insert(0, first)
+            raise
+        events.insert(0, first)
+        return events
+
+    def _feed_fast(self, chunk: bytes) -> list[SSEEvent]:
         # Common case: nothing pending and LF line ends, so an event ends at the first "\n\n".
         # Work on the chunk itself; an event that is the whole chunk is not even copied.
         events: list[SSEEvent] = []
