@@ -354,7 +354,7 @@ class Proxy:
         self, response: httpx.Response, url: str, record: AccessRecord
     ) -> AsyncIterator[bytes]:
         try:
-            async for piece in Upstream.iter_bytes(response, decoded=False):
+            async for piece in Upstream.reader(response, decoded=False):
                 record.bytes_out += len(piece)
                 yield piece
         except TRANSPORT_ERRORS as exc:
@@ -375,7 +375,7 @@ class Proxy:
         if first:
             yield first
         try:
-            async for piece in Upstream.iter_bytes(response, decoded=True):
+            async for piece in Upstream.reader(response, decoded=True):
                 out = pipeline.feed(piece, elapsed_ms())
                 if out:
                     record.bytes_out += len(out)

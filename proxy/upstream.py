@@ -16,7 +16,10 @@ import socket
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
+import aiohttp
 import httpx
+from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
 from proxy.settings import Settings
@@ -46,8 +49,6 @@ def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
         keepalive_expiry=30.0,
     )
     if settings.http_transport == "aiohttp":
-        from httpx_aiohttp import AiohttpTransport
-
         return AiohttpTransport(limits=limits)
     return httpx.AsyncHTTPTransport(limits=limits)
 
@@ -95,6 +96,8 @@ def describe_upstream(url: str) -> str:
 def translate_error(exc: Exception, url: str) -> ProxyError:
     """The one place transport exceptions become the proxy's errors (502 / 504)."""
     where = describe_upstream(url)
+    if type(exc).__module__.startswith("aiohttp"):
+        exc = _as_httpx_error(exc)
     if isinstance(exc, httpx.TimeoutException) and not _really_timed_out(exc):
         # httpx-aiohttp maps every aiohttp connection error (refused, DNS failure) to
         # ConnectTimeout; the underlying cause says whether time actually ran out.
@@ -121,13 +124,27 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
     return UpstreamUnreachable(f"Upstream {where} failed: {detail}")
 
 
+def _as_httpx_error(exc: Exception) -> Exception:
+    """An aiohttp exception (raised while reading a body from aiohttp directly) as the httpx
+    exception httpx-aiohttp would have raised for it."""
+    try:
+        with map_aiohttp_exceptions():
+            raise exc
+    except httpx.HTTPError as mapped:
+        return mapped
+    except Exception:
+        return exc
+
+
 def _really_timed_out(exc: httpx.TimeoutException) -> bool:
     cause = exc.__cause__
     from_aiohttp = type(cause).__module__.startswith("aiohttp")
     return not from_aiohttp or isinstance(cause, TimeoutError)
 
 
-TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
+# What reading from an upstream can raise: httpx's errors, aiohttp's (bodies read from aiohttp
+# directly), timeouts and socket errors.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError, TimeoutError, OSError)
 
 
 class Upstream:
@@ -176,21 +193,22 @@ class Upstream:
         return response
 
     @staticmethod
-    async def iter_bytes(response: httpx.Response, *, decoded: bool) -> AsyncIterator[bytes]:
+    def reader(response: httpx.Response, *, decoded: bool) -> AsyncIterator[bytes]:
         """The body as it arrives; `decoded` undoes any content-encoding (the proxy must parse it).
 
-        Unencoded bodies are read straight from the transport's stream: httpx's decoder and
-        chunker layers would only add cost per read.
+        Unencoded bodies are read straight from the transport, without httpx's decoder and chunker
+        layers. On the aiohttp transport that means aiohttp's own `iter_any()`: each read yields
+        everything received so far (httpx-aiohttp's 16 KiB re-chunking copies bytes and adds a
+        read per 16 KiB). Its exceptions are aiohttp's; `translate_error` knows them.
         """
         if decoded and "content-encoding" in response.headers:
-            async for chunk in response.aiter_bytes():
-                yield chunk
-            return
+            return response.aiter_bytes()
         stream = response.stream
+        native = getattr(stream, "_aiohttp_response", None)
+        if isinstance(native, aiohttp.ClientResponse):
+            return native.content.iter_any()
         assert isinstance(stream, httpx.AsyncByteStream)
-        async for chunk in stream:
-            if chunk:
-                yield chunk
+        return stream.__aiter__()
 
     async def aclose(self) -> None:
         await self.transport.aclose()
