@@ -1,0 +1,225 @@
+"""Shared by the bench scripts: child processes, free ports, /proc readers, request payloads.
+
+Every server the bench starts goes through `Processes`, which puts each child in its own process
+group and kills the groups on close — also when the runner is interrupted (Ctrl-C, SIGTERM) or
+fails — so no server outlives a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+PAYLOADS = BENCH_DIR / "payloads"
+CHAT_PATH = "/v1/chat/completions"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def payload(stream: bool) -> bytes:
+    name = "chat_stream.json" if stream else "chat_nonstream.json"
+    return (PAYLOADS / name).read_bytes().strip()
+
+
+def request_headers(scenario: str) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "Authorization": "Bearer sk-bench-not-a-key",
+        "X-Bench-Scenario": scenario,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pin_argv(core: int | None, argv: list[str]) -> list[str]:
+    """Prefix argv with `taskset -c core` when pinning is possible (None = no pinning)."""
+    if core is None or shutil.which("taskset") is None:
+        return argv
+    return ["taskset", "-c", str(core), *argv]
+
+
+def can_pin() -> bool:
+    return (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
+
+
+class Processes:
+    """Children each in their own process group; `close()` ends them all (TERM, then KILL)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.children: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = []
+
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = (self.log_dir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+        )
+        self.children.append((name, proc, log))
+        return proc
+
+    def returncode(self, name: str) -> int | None:
+        """Exit code of the child called `name` (negative: killed by that signal), None if running."""
+        for child, proc, _ in self.children:
+            if child == name:
+                return proc.poll()
+        return None
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        path = self.log_dir / f"{name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        for _, proc, _ in self.children:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for _, proc, log in self.children:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+        self.children.clear()
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so `finally:` blocks (which kill the children) run."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with code {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on port {port} after {timeout:.0f} s")
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    seconds: float
+
+
+def post(port: int, scenario: str, stream: bool, timeout: float = 15.0) -> Reply:
+    """One blocking POST (http.client decodes chunked bodies); used for the correctness checks."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        start = time.perf_counter()
+        conn.request("POST", CHAT_PATH, body=payload(stream), headers=request_headers(scenario))
+        resp = conn.getresponse()
+        body = resp.read()
+        return Reply(
+            resp.status, {k.lower(): v for k, v in resp.getheaders()}, body, time.perf_counter() - start
+        )
+    finally:
+        conn.close()
+
+
+def get_json_stats(port: int) -> dict[str, int]:
+    import json
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/__stats")
+        data: dict[str, int] = json.loads(conn.getresponse().read())
+        return data
+    finally:
+        conn.close()
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and all its descendants (a server may fork workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process tree, from /proc/<pid>/stat (all threads, live and exited)."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), 1-based
+    return total / CLK_TCK
+
+
+def rss_bytes(pid: int) -> int:
+    total = 0
+    for p in process_tree(pid):
+        try:
+            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * PAGE_SIZE
+        except OSError:
+            continue
+    return total
+
+
+def core_times() -> list[tuple[float, float, float]]:
+    """Per core (busy, steal, total) seconds since boot, from /proc/stat.
+
+    busy excludes steal; steal is time the hypervisor gave this core's slot to another guest.
+    """
+    out = []
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu") and line[3:4].isdigit():
+            v = [int(x) for x in line.split()[1:]]
+            idle, steal = v[3] + v[4], v[7]
+            total = sum(v[:8])
+            out.append(((total - idle - steal) / CLK_TCK, steal / CLK_TCK, total / CLK_TCK))
+    return out
+
+
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,102 @@
+"""Start the bench's servers: the fake upstream and the targets (baselines, thinkproxy).
+
+Targets run under uvicorn with uvloop + httptools and no access log (thinkproxy through its own
+`thinkproxy serve`, configured only by THINKPROXY_* variables). Each gets a free port on
+127.0.0.1 and is pinned to `core` with taskset when given.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from common import BENCH_DIR, Processes, free_port, pin_argv, python, wait_listening
+
+TARGET_NAMES = ["baseline-aiohttp", "baseline-httpx", "thinkproxy-aiohttp", "thinkproxy-httpx"]
+
+
+def thinkproxy_command() -> list[str] | None:
+    """`[.../thinkproxy, "serve"]` when the CLI works, else None (and says why)."""
+    bindir = Path(python()).parent
+    exe = bindir / "thinkproxy"
+    if not exe.exists():
+        print(f"  thinkproxy: {exe} missing — install with `{bindir}/pip install -e {BENCH_DIR.parent}`")
+        return None
+    probe = subprocess.run(
+        [str(exe), "serve", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    if probe.returncode != 0:
+        print(f"  thinkproxy: `thinkproxy serve --help` failed (exit {probe.returncode}); skipping it")
+        print("    " + (probe.stderr or probe.stdout).strip()[-800:].replace("\n", "\n    "))
+        return None
+    return [str(exe), "serve"]
+
+
+def clean_env() -> dict[str, str]:
+    """The environment minus any THINKPROXY_* / BENCH_* the caller had set: runs are reproducible.
+
+    PYTHONFAULTHANDLER: a server that crashes in C code (segfault) leaves a Python traceback
+    in its log instead of nothing.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("THINKPROXY_", "BENCH_"))}
+    env["PYTHONFAULTHANDLER"] = "1"
+    return env
+
+
+def start_upstream(procs: Processes, core: int | None, slow_interval_ms: float = 150.0) -> int:
+    port = free_port()
+    argv = [python(), str(BENCH_DIR / "fake_upstream.py"), "--port", str(port)]
+    argv += ["--slow-interval-ms", str(slow_interval_ms)]
+    wait_listening(port, procs.start("fake-upstream", pin_argv(core, argv)))
+    return port
+
+
+def target_argv(
+    name: str, port: int, upstream_port: int, level: str | None, proxy_cmd: list[str] | None
+) -> tuple[list[str], dict[str, str]] | None:
+    env = clean_env()
+    if name.startswith("baseline-"):
+        env["BENCH_UPSTREAM"] = f"http://127.0.0.1:{upstream_port}"
+        argv = [python(), "-m", "uvicorn", "--app-dir", str(BENCH_DIR), name.replace("-", "_") + ":app"]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools"]
+        argv += ["--no-access-log", "--log-level", "warning"]
+        return argv, env
+    if name.startswith("thinkproxy-") and proxy_cmd is not None:
+        env.update(
+            THINKPROXY_UPSTREAM_BASE_URL=f"http://127.0.0.1:{upstream_port}/v1",
+            THINKPROXY_HOST="127.0.0.1",
+            THINKPROXY_PORT=str(port),
+            THINKPROXY_TRACE="brief",
+            THINKPROXY_HTTP_TRANSPORT=name.split("-", 1)[1],
+            THINKPROXY_LOG_LEVEL="warning",
+        )
+        if level is not None:
+            env["THINKPROXY_DEFAULT_THINKING_LEVEL"] = level
+        return list(proxy_cmd), env
+    return None
+
+
+def start_targets(
+    procs: Processes, names: list[str], upstream_port: int, core: int | None, level: str | None
+) -> dict[str, tuple[int, int]]:
+    """Start the named targets side by side; {name: (port, pid)} of those that came up."""
+    proxy_cmd = thinkproxy_command() if any(n.startswith("thinkproxy-") for n in names) else None
+    workdir = BENCH_DIR / "results" / "cwd"  # an empty working directory: no stray .env gets picked up
+    workdir.mkdir(parents=True, exist_ok=True)
+    started: list[tuple[str, int, subprocess.Popen[bytes]]] = []
+    for name in names:
+        port = free_port()
+        spec = target_argv(name, port, upstream_port, level, proxy_cmd)
+        if spec is not None:
+            argv, env = spec
+            started.append((name, port, procs.start(name, pin_argv(core, argv), env=env, cwd=workdir)))
+    up: dict[str, tuple[int, int]] = {}
+    for name, port, proc in started:
+        try:
+            wait_listening(port, proc)
+        except RuntimeError as exc:
+            print(f"  {name}: did not start ({exc})\n    " + procs.log_tail(name).replace("\n", "\n    "))
+            continue
+        up[name] = (port, proc.pid)
+    return up
