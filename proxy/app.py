@@ -65,8 +65,9 @@ logger = logging.getLogger("thinkproxy")
 DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length"}
 # On chat completions the proxy must read the body, so it asks for it uncompressed.
 DROP_REQUEST_CHAT = DROP_REQUEST | {"accept-encoding"}
-DROP_RESPONSE_RELAYED = frozenset({"content-length"})
-DROP_RESPONSE_DECODED = frozenset({"content-length", "content-encoding"})
+# The server adds its own Date; the upstream's would make a second one.
+DROP_RESPONSE_RELAYED = frozenset({"content-length", "date"})
+DROP_RESPONSE_DECODED = frozenset({"content-length", "content-encoding", "date"})
 # Upstream headers a client may rely on (rate limits, request ids) are kept with everything else;
 # these are the ones the proxy sets on SSE so that no intermediary buffers or caches the stream.
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))

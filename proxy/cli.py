@@ -72,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
-        loop="uvloop",
+        loop=settings.loop,
         http="httptools",
         access_log=False,
         log_level=settings.log_level,

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1)
+    # uvloop is faster per request; under CPU saturation it accepts one new connection per loop
+    # iteration, so new clients can wait seconds while existing ones are served. asyncio does not.
+    loop: Literal["uvloop", "asyncio"] = "uvloop"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
 

@@ -121,6 +121,12 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
             f"Upstream {where} closed the connection or broke the protocol: {detail}",
             code="upstream_protocol_error",
         )
+    if isinstance(exc, httpx.ReadError):
+        # aiohttp's wording here ("TransferEncodingError: 400, …") reads like an HTTP status; it is not.
+        return UpstreamUnreachable(
+            f"Upstream {where} closed the connection before the response was complete.",
+            code="upstream_protocol_error",
+        )
     return UpstreamUnreachable(f"Upstream {where} failed: {detail}")
 
 

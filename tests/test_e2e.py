@@ -223,3 +223,21 @@ def test_client_disconnect_before_the_upstream_answers_cancels_the_upstream_requ
                 timeout=httpx.Timeout(5, read=0.3),
             )
         assert left.wait(timeout=3.0), "the proxy kept waiting on the upstream after its client left"
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_mid_stream_cut_is_reported_the_same_on_both_transports(
+    mock: BackgroundServer, transport: str
+) -> None:
+    with proxy_for(f"{mock.url}/v1", http_transport=transport) as proxy:
+        r = httpx.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={"model": "deepseek-chat", "messages": MESSAGES, "stream": True},
+            headers={"x-mock-fault": "disconnect"},
+            timeout=10,
+        )
+    events = [e for e in r.content.split(b"\n\n") if e]
+    error = orjson.loads(events[-2].removeprefix(b"data: "))["error"]
+    assert error["code"] == "upstream_protocol_error"
+    assert "400" not in error["message"]
+    assert len(r.headers.get_list("date")) == 1
