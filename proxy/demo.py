@@ -130,6 +130,8 @@ class Printer:
         for key in ("input_summary", "output_summary", "duration_ms"):
             if key in event:
                 detail = f"  [{key.split('_')[0]}: {event[key]}]"
+        if event["type"] == "done":
+            detail = f"  [finish: {event.get('finish_reason')}, first token after {event.get('ttft_ms')} ms]"
         print(
             f"  {self._c('36', f'{t:>8} ms')}  {self._c('36', event['type']):<30} "
             f"{event.get('message', '')}{detail}"
@@ -176,7 +178,21 @@ def sent_upstream(mock_url: str, original: dict[str, Any]) -> str:
     text = orjson.dumps(changes).decode() if changes else "(no thinking parameters)"
     if injected > 0:
         text += f" + {injected} system instruction injected (never shown to the client)"
-    return text
+    return text + replay_note(original.get("messages", []), received.get("messages", []))
+
+
+def replay_note(sent: list[dict[str, Any]], received: list[dict[str, Any]]) -> str:
+    """How the reasoning of earlier assistant turns was replayed to the provider."""
+    for before in sent:
+        if before.get("role") != "assistant" or not before.get("reasoning_content"):
+            continue
+        after = next((m for m in received if m.get("tool_calls") == before.get("tool_calls")), {})
+        if str(after.get("content") or "").startswith("<think>"):
+            return "; earlier reasoning replayed as inline <think> (the provider's replay rule)"
+        if after.get("reasoning_content") or after.get("reasoning"):
+            return "; earlier reasoning replayed in its field (the provider's replay rule)"
+        return "; earlier reasoning stripped from the history (the provider's replay rule)"
+    return ""
 
 
 def run_turn(
