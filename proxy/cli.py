@@ -29,6 +29,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.dialects import ProvidersTable
     from proxy.gateway import GatewayAuth
     from proxy.settings import Settings
+    from proxy.upstream_policy import UpstreamPolicy
 
     # Flags become environment so every worker process builds the same Settings.
     for flag, env in (
@@ -56,6 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         ProvidersTable.load(settings.providers_file)  # fail before binding the port, not per request
         GatewayAuth.from_settings(settings)
+        UpstreamPolicy.from_settings(settings)
     except ConfigError as exc:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 2

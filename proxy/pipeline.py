@@ -100,7 +100,9 @@ class StreamPipeline:
         trace = self._trace
         for event in events:
             data = event.data
-            if data is None or self._done_sent:
+            if self._done_sent:
+                continue  # the stream ends with its one [DONE]; nothing may follow it
+            if data is None:
                 append(event.raw)
                 continue
             if data == DONE:
@@ -124,7 +126,7 @@ class StreamPipeline:
                 caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
                 if caused:
                     append(self._trace_bytes(caused))
-            append(encode_event(event, orjson.dumps(chunk)) if outcome.changed else event.raw)
+            append(_reencoded(event, chunk) if outcome.changed else event.raw)
         return b"".join(out)
 
     def _start_meta(self, chunk: dict[str, Any], append: Callable[[bytes], None]) -> None:
@@ -155,6 +157,8 @@ class StreamPipeline:
         if self._closed:
             return b""
         tail = self._process(self._decoder.flush(), now_ms)
+        if tail and not tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+            tail += b"\n\n"  # the upstream's last event had no blank line: end it before ours
         self._closed = True
         if self._done_sent:
             return tail
@@ -213,7 +217,19 @@ def process_completion(
         events += trace.on_completion(parsed, had_reasoning, now_ms)
         parsed["trace"] = events
         changed = True
-    return orjson.dumps(parsed) if changed else body
+    if not changed:
+        return body
+    try:
+        return orjson.dumps(parsed)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes: leave the answer as it came
+        return body
+
+
+def _reencoded(event: SSEEvent, chunk: dict[str, Any]) -> bytes:
+    try:
+        return encode_event(event, orjson.dumps(chunk))
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes: forward it as it came
+        return event.raw
 
 
 def _carries_reasoning(chunk: dict[str, Any]) -> bool:

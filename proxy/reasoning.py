@@ -181,7 +181,7 @@ def _hide_details(details: list[Any]) -> list[Any] | None:
     kept: list[Any] = []
     removed = False
     for item in details:
-        if type(item) is dict and item.get("type") in _TEXT_DETAIL_KEYS:
+        if type(item) is dict and type(item.get("type")) is str and item["type"] in _TEXT_DETAIL_KEYS:
             key = _TEXT_DETAIL_KEYS[item["type"]]
             if key in item:
                 removed = True
@@ -322,7 +322,7 @@ class StreamReasoningExtractor:
                 continue
             delta = choice.get("delta")
             finishing = choice.get("finish_reason") is not None
-            splitter = self._splitter(choice.get("index", 0))
+            splitter = self._splitter(_choice_index(choice))
             if type(delta) is not dict:
                 if not (finishing and splitter.held):
                     continue
@@ -365,7 +365,7 @@ class StreamReasoningExtractor:
             delta = choice.get("delta")
             if not delta or type(delta) is not dict:
                 continue
-            if self._implicit and choice.get("index", 0) not in self._splitters:
+            if self._implicit and _choice_index(choice) not in self._splitters:
                 return None
             if delta.get("reasoning_details"):
                 return None
@@ -391,6 +391,12 @@ class StreamReasoningExtractor:
         if splitter is None:
             splitter = self._splitters[index] = _TextSplitter(self._tags, self._implicit)
         return splitter
+
+
+def _choice_index(choice: dict[str, Any]) -> int:
+    """A choice's index as a dict key; a malformed one counts as the first choice."""
+    index = choice.get("index", 0)
+    return index if type(index) is int else 0
 
 
 def normalize_message(message: dict[str, Any], options: ReasoningOptions) -> bool:

@@ -138,7 +138,12 @@ def _clean_history(messages: list[Any], dialect: Dialect, *, prompted: bool) -> 
             cleaned.append(message)
             continue
         role = message.get("role")
-        if role in _INSTRUCTION_ROLES and texts and _is_instruction(message.get("content"), texts):
+        if (
+            isinstance(role, str)
+            and role in _INSTRUCTION_ROLES
+            and texts
+            and _is_instruction(message.get("content"), texts)
+        ):
             continue  # an earlier copy of the proxy's own instruction: never two of them
         if role == "assistant":
             message = _replay(message, dialect, prompted=prompted)
@@ -215,7 +220,8 @@ def _strip(message: dict[str, Any], patterns: _InlinePatterns) -> dict[str, Any]
         parts: list[Any] = []
         for part in content:
             if isinstance(part, dict):
-                if part.get("type") in _REASONING_PART_TYPES:
+                kind = part.get("type")
+                if isinstance(kind, str) and kind in _REASONING_PART_TYPES:
                     continue
                 text = part.get("text")
                 if part.get("type") == "text" and isinstance(text, str):

@@ -95,10 +95,19 @@ def summarize_arguments(raw: str) -> str:
     return _value(parsed)
 
 
-def summarize_output(content: str | list[Any] | None) -> str:
+def _as_text(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return str(value)
+
+
+def summarize_output(content: Any) -> str:
     """A tool result as its shape: `N items`, `keys: a, b`, `error: …`, or the start of its text."""
     if content is None:
         return "empty"
+    if not isinstance(content, (str, list)):
+        content = _as_text(content)  # clients send numbers and objects too, against the spec
     if isinstance(content, list):
         return _summarize_parts(content)
     stripped = content.strip()
@@ -118,8 +127,10 @@ def summarize_output(content: str | list[Any] | None) -> str:
     return _text(stripped, len(content))
 
 
-def output_is_error(content: str | list[Any] | None) -> bool:
+def output_is_error(content: Any) -> bool:
     """True when a tool result looks like a failure: an `error` object or text starting with Error."""
+    if content is not None and not isinstance(content, (str, list)):
+        content = _as_text(content)
     text = _parts_text(content) if isinstance(content, list) else content
     if not text:
         return False

@@ -134,13 +134,13 @@ class TraceBuilder:
             # a change of what the model does causes an event, so this path must stay cheap.
             if not choices:
                 return []
-            if len(choices) == 1:
+            if len(choices) == 1 and type(choices[0]) is dict:
                 choice = choices[0]
                 delta = choice.get("delta")
                 if choice.get("finish_reason") is None:
                     if delta is None:
                         return []
-                    if not delta.get("tool_calls"):
+                    if type(delta) is dict and not delta.get("tool_calls"):
                         if quiet is Stage.ANSWERING:
                             if not (reasoning or delta.get("reasoning_content") or delta.get("reasoning")):
                                 return []
@@ -244,7 +244,7 @@ class TraceBuilder:
 
     def _tool_fragment(self, fragment: dict[str, Any], t: float, out: list[dict[str, Any]]) -> None:
         index = fragment.get("index")
-        if not isinstance(index, int):
+        if type(index) is not int or index < 0:
             index = len(self._calls)  # some upstreams omit it when there is only one call
         call = self._calls.get(index)
         if call is None:
@@ -455,7 +455,8 @@ def _answered_tool_calls(messages: Any) -> list[tuple[str, str, Any]]:
     if last < 0:
         return []
     names: dict[str, str] = {}
-    for call in messages[last].get("tool_calls") or ():
+    calls = messages[last].get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         if isinstance(call, dict) and isinstance(call.get("id"), str):
             function = call.get("function")
             name = function.get("name") if isinstance(function, dict) else None

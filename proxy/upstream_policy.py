@@ -8,10 +8,11 @@ cloud-metadata and loopback addresses need an explicit pattern naming them.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from proxy.errors import BadRequest, Forbidden
+from proxy.errors import BadRequest, ConfigError, Forbidden
 from proxy.settings import Settings
 
 METADATA_HOSTS = frozenset(
@@ -19,23 +20,51 @@ METADATA_HOSTS = frozenset(
 )
 
 
+# Cloud metadata services outside the link-local range (Alibaba Cloud).
+METADATA_ADDRESSES = frozenset(
+    {ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("fd00:ec2::254")}
+)
+
+
+def canonical_host(host: str) -> str:
+    """The host as a resolver will see it: IDNA-mapped (full-width letters and dots folded) and
+    lower-cased, so `ｌｏｃａｌｈｏｓｔ` or `127。0。0。1` cannot slip past a name check."""
+    host = host.strip("[]").rstrip(".").lower()
+    if host.isascii():
+        return host
+    try:
+        return host.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        return host
+
+
+def host_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address a host literal denotes, including the shorthand IPv4 forms the C resolver
+    accepts (`127.1`, `2130706433`, `0x7f.1`), or None for a name."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if host and all(c in "0123456789abcdefx." for c in host) and host[0].isdigit():
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
 def host_is_sensitive(host: str) -> bool:
     """Loopback, link-local, cloud metadata or unspecified: never reached by accident."""
-    host = host.strip("[]").lower()
+    host = canonical_host(host)
     if host in METADATA_HOSTS or host == "localhost" or host.endswith(".localhost"):
         return True
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
+    ip = host_address(host)
+    if ip is None:
         return False
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return (
-        ip.is_loopback
-        or ip.is_link_local
-        or ip.is_unspecified
-        or ip.is_multicast
-        or ip == ipaddress.ip_address("fd00:ec2::254")
+        ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip in METADATA_ADDRESSES
     )
 
 
@@ -52,8 +81,10 @@ class HostPattern:
             text = text.split("://", 1)[1]
         hostport, _, path = text.partition("/")
         host, _, port = hostport.rpartition(":") if hostport.count(":") == 1 else (hostport, "", "")
+        if port and port != "*" and not port.isdigit():
+            raise ConfigError(f"THINKPROXY_ALLOWED_UPSTREAMS: pattern {text!r} has an invalid port {port!r}")
         return cls(
-            host.lower(),
+            canonical_host(host),
             int(port) if port and port != "*" else None,
             ("/" + path).rstrip("/") if path else "",
         )
@@ -100,26 +131,27 @@ class UpstreamPolicy:
         """For a client-chosen upstream: the host name whose DNS answers must be vetted before
         connecting (a public-looking name may resolve to a metadata or loopback address), or None
         when the host is an IP literal or a pattern names it exactly (the operator chose it)."""
-        host = (urlsplit(url).hostname or "").lower()
-        try:
-            ipaddress.ip_address(host)
+        host = canonical_host(urlsplit(url).hostname or "")
+        if host_address(host) is not None:
             return None
-        except ValueError:
-            pass
         if any(p.host == host for p in self.allowed):
             return None
         return host
 
     def check(self, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(url)
+            hostname = parts.hostname
+        except ValueError:
+            raise Forbidden("X-Upstream-Base-URL is not a valid URL.", param="X-Upstream-Base-URL") from None
+        if parts.scheme not in ("http", "https") or not hostname:
             raise Forbidden(
                 "X-Upstream-Base-URL must be an absolute http:// or https:// URL.",
                 param="X-Upstream-Base-URL",
             )
         if parts.username or parts.password:
             raise Forbidden("X-Upstream-Base-URL must not carry credentials.", param="X-Upstream-Base-URL")
-        host = parts.hostname.lower()
+        host = canonical_host(hostname)
         try:
             port = parts.port
         except ValueError:

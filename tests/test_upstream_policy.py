@@ -64,6 +64,10 @@ def test_refused_urls(url: str) -> None:
         "http://metadata.google.internal/computeMetadata/v1",
         "http://[::ffff:169.254.169.254]/",
         "http://0.0.0.0/",
+        "http://100.100.100.200/latest/meta-data",
+        "http://127.1/v1",
+        "http://0x7f.1/v1",
+        "http://ｌｏｃａｌｈｏｓｔ/v1",
     ],
 )
 def test_sensitive_hosts_refused_even_by_a_catch_all(url: str) -> None:
@@ -80,3 +84,17 @@ def test_loopback_allowed_when_named_explicitly() -> None:
 def test_host_is_sensitive() -> None:
     assert host_is_sensitive("169.254.1.1") and host_is_sensitive("LOCALHOST")
     assert not host_is_sensitive("api.openai.com") and not host_is_sensitive("8.8.8.8")
+
+
+def test_bad_pattern_is_a_startup_error() -> None:
+    import pytest as _pytest
+
+    from proxy.errors import ConfigError
+
+    with _pytest.raises(ConfigError, match="invalid port"):
+        HostPattern.parse("api.example.com:http")
+
+
+def test_malformed_url_is_refused_not_crashed() -> None:
+    with pytest.raises(Forbidden, match="not a valid URL"):
+        policy("*").resolve("http://[::1")
