@@ -7,7 +7,9 @@ import pytest
 from proxy.demo import run_demo
 
 
-def test_demo_runs_and_shows_levels_tools_trace_and_prompted_thinking(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_runs_and_shows_levels_tools_trace_and_prompted_thinking(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert run_demo(color=False) == 0
     out = capsys.readouterr().out
     assert '{"thinking":{"type":"disabled"}}' in out
