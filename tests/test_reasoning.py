@@ -12,14 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.levels import ReasoningField
+from proxy.levels import ReasoningField, TraceFormat
+from proxy.pipeline import StreamPipeline
 from proxy.reasoning import (
     ReasoningOptions,
     StreamReasoningExtractor,
     normalize_completion,
     normalize_message,
 )
-from proxy.sse import SSEDecoder, SSEEvent, data_frame, encode_event
+from proxy.sse import SSEDecoder, SSEEvent
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 
@@ -28,41 +29,13 @@ IMPLICIT = ReasoningOptions(tags=("think",), implicit_open=True)
 
 
 def normalize_stream(chunks: Iterable[bytes], options: ReasoningOptions) -> bytes:
-    """A whole upstream SSE byte stream through decoder + extractor → the bytes the client gets.
-
-    The composition proxy/pipeline.py uses: unchanged events go out as their raw bytes, changed
-    ones re-encoded; anything that is not a JSON object passes through; text still held back
-    goes out before `[DONE]` (or at the end if the stream has none).
-    """
-    decoder = SSEDecoder()
-    extractor = StreamReasoningExtractor(options)
-    out = bytearray()
-
-    def emit(event: SSEEvent) -> None:
-        if event.data is None:
-            out.extend(event.raw)
-            return
-        if event.data == b"[DONE]":
-            out.extend(b"".join(data_frame(orjson.dumps(c)) for c in extractor.flush()))
-            out.extend(event.raw)
-            return
-        try:
-            chunk = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            out.extend(event.raw)
-            return
-        if type(chunk) is dict and extractor.process_chunk(chunk).changed:
-            out.extend(encode_event(event, orjson.dumps(chunk)))
-        else:
-            out.extend(event.raw)
-
-    for piece in chunks:
-        for event in decoder.feed(piece):
-            emit(event)
-    for event in decoder.flush():
-        emit(event)
-    out.extend(b"".join(data_frame(orjson.dumps(c)) for c in extractor.flush()))
-    return bytes(out)
+    """A whole upstream SSE byte stream through the proxy's own composition (decoder + extractor,
+    no trace) → the bytes the client gets."""
+    pipeline = StreamPipeline(
+        reasoning=options, trace=None, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 24
+    )
+    out = b"".join(pipeline.feed(piece, 0.0) for piece in chunks)
+    return out + pipeline.finish(0.0)
 
 
 def events_of(stream: bytes) -> list[SSEEvent]:
