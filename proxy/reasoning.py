@@ -43,7 +43,7 @@ class ReasoningOptions:
     hide: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ChunkOutcome:
     """What `process_chunk` did and saw.
 
@@ -55,6 +55,10 @@ class ChunkOutcome:
     changed: bool
     reasoning: bool
     content: bool
+
+
+# The outcomes of an untouched chunk, shared: the per-chunk fast path allocates nothing.
+_UNCHANGED = {(r, c): ChunkOutcome(False, r, c) for r in (False, True) for c in (False, True)}
 
 
 class _TagSet:
@@ -311,7 +315,7 @@ class StreamReasoningExtractor:
             self._last = chunk
         choices = chunk.get("choices")
         if not choices or type(choices) is not list:
-            return ChunkOutcome(False, False, False)
+            return _UNCHANGED[False, False]
         if self._quiet:
             outcome = self._fast(choices)
             if outcome is not None:
@@ -384,7 +388,7 @@ class StreamReasoningExtractor:
             if type(content) is not str or (scan_tags and "<" in content):
                 return None
             has_content = has_content or bool(content)
-        return ChunkOutcome(False, has_reasoning, has_content)
+        return _UNCHANGED[has_reasoning, has_content]
 
     def _splitter(self, index: Any) -> _TextSplitter:
         splitter = self._splitters.get(index)
