@@ -51,8 +51,8 @@ from proxy.upstream import (
     TRANSPORT_ERRORS,
     Upstream,
     UpstreamRequest,
-    build_timeout,
-    build_transport,
+    UpstreamResponse,
+    build_upstream,
     describe_upstream,
     filter_headers,
     translate_error,
@@ -270,8 +270,8 @@ class Proxy:
             raise self._total_timeout(req.url) from None
         if response is None:
             return self._client_gone(record, started)
-        record.upstream_status = response.status_code
-        content_type = response.headers.get("content-type", "")
+        record.upstream_status = response.status
+        content_type = response.header("content-type") or ""
         is_sse = content_type.startswith("text/event-stream")
 
         def elapsed_ms() -> float:
@@ -279,18 +279,18 @@ class Proxy:
 
         async def close(completed: bool) -> None:
             await response.aclose()
-            record.status = response.status_code
+            record.status = response.status
             if not completed:
                 record.error = record.error or "client_disconnected"
             self.log(record, started)
 
-        ok = 200 <= response.status_code < 300
+        ok = 200 <= response.status < 300
         if chat is None or not ok or not (is_sse or content_type.startswith("application/json")):
             # Errors and bodies the proxy does not understand travel back exactly as they came.
-            headers = filter_headers(response.headers.multi_items(), DROP_RESPONSE_RELAYED) + extra_headers
+            headers = filter_headers(response.headers, DROP_RESPONSE_RELAYED) + extra_headers
             return RelayResponse(
                 self._raw_body(response, req.url, record),
-                status_code=response.status_code,
+                status_code=response.status,
                 headers=headers,
                 watch=watch,
                 on_close=close,
@@ -313,11 +313,11 @@ class Proxy:
                 request_body=chat.request_body,
                 now_ms=elapsed_ms(),
             )
-            headers = filter_headers(response.headers.multi_items(), DROP_RESPONSE_DECODED) + extra_headers
-            record.status = response.status_code
+            headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
+            record.status = response.status
             record.bytes_out = len(out)
             self.log(record, started)
-            return Response(out, status_code=response.status_code, headers=dict(headers))
+            return Response(out, status_code=response.status, headers=dict(headers))
 
         pipeline = StreamPipeline(
             reasoning=chat.reasoning,
@@ -326,13 +326,13 @@ class Proxy:
             max_event_bytes=self.s.settings.max_sse_event_bytes,
         )
         headers = (
-            filter_headers(response.headers.multi_items(), DROP_RESPONSE_DECODED | {"cache-control"})
+            filter_headers(response.headers, DROP_RESPONSE_DECODED | {"cache-control"})
             + list(SSE_HEADERS)
             + extra_headers
         )
         return RelayResponse(
             self._stream_body(response, pipeline, chat, req.url, elapsed_ms, record),
-            status_code=response.status_code,
+            status_code=response.status,
             headers=headers,
             watch=watch,
             on_close=close,
@@ -352,10 +352,10 @@ class Proxy:
         return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; ASGI wants a response
 
     async def _raw_body(
-        self, response: httpx.Response, url: str, record: AccessRecord
+        self, response: UpstreamResponse, url: str, record: AccessRecord
     ) -> AsyncIterator[bytes]:
         try:
-            async for piece in Upstream.reader(response, decoded=False):
+            async for piece in response.reader(decoded=False):
                 record.bytes_out += len(piece)
                 yield piece
         except TRANSPORT_ERRORS as exc:
@@ -364,7 +364,7 @@ class Proxy:
 
     async def _stream_body(
         self,
-        response: httpx.Response,
+        response: UpstreamResponse,
         pipeline: StreamPipeline,
         chat: ChatContext,
         url: str,
@@ -376,7 +376,7 @@ class Proxy:
         if first:
             yield first
         try:
-            async for piece in Upstream.reader(response, decoded=True):
+            async for piece in response.reader(decoded=True):
                 out = pipeline.feed(piece, elapsed_ms())
                 if out:
                     record.bytes_out += len(out)
@@ -442,7 +442,7 @@ def create_app(
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
     gateway = GatewayAuth.from_settings(settings)
-    upstream = Upstream(transport or build_transport(settings), build_timeout(settings))
+    upstream = build_upstream(settings, transport)
     services = Services(settings, table, upstream, policy, gateway)
     proxy = Proxy(services)
 

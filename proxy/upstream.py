@@ -1,25 +1,25 @@
 """The upstream HTTP client: the only outbound I/O of the proxy.
 
-One shared httpx transport per app: the aiohttp one from httpx-aiohttp by default (same httpx
-API, several times less CPU per request and per chunk than httpx's own transport here), or
-httpx's own. Requests go straight to the transport, not through `httpx.AsyncClient.send`: a
-proxy wants none of the client's extras (a cookie jar shared by every user of the proxy,
-redirect following, default User-Agent and Accept-Encoding headers, auth flows), and skipping
-them halves the per-request cost. Transport exceptions are translated to the proxy's error
-model in exactly one place, `translate_error`.
+One client per app, chosen by `THINKPROXY_HTTP_TRANSPORT`: `aiohttp` (default) drives an aiohttp
+session directly (proxy.upstream_aiohttp); `httpx` sends through an httpx transport, which is also
+how tests inject `httpx.MockTransport` / respx. Both hand the app the same `UpstreamResponse`, and
+transport exceptions of either become the proxy's errors in exactly one place, `translate_error`.
+
+Requests skip every client-level extra: a proxy wants no cookie jar shared by all its users, no
+redirect following, no default User-Agent or Accept-Encoding of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
-from httpx_aiohttp import AiohttpTransport
-from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
 from proxy.settings import Settings
@@ -40,27 +40,6 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-
-
-def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
-    limits = httpx.Limits(
-        max_connections=settings.max_upstream_connections,
-        max_keepalive_connections=min(settings.max_upstream_connections, 200),
-        keepalive_expiry=30.0,
-    )
-    if settings.http_transport == "aiohttp":
-        return AiohttpTransport(limits=limits)
-    return httpx.AsyncHTTPTransport(limits=limits)
-
-
-def build_timeout(settings: Settings) -> dict[str, float]:
-    """The per-request timeouts in the form httpx transports read from request extensions."""
-    return httpx.Timeout(
-        connect=settings.connect_timeout,
-        read=settings.read_timeout,
-        write=settings.read_timeout,
-        pool=settings.connect_timeout,
-    ).as_dict()  # type: ignore[return-value]
 
 
 def filter_headers(pairs: Iterable[tuple[str, str]], drop: frozenset[str]) -> list[tuple[str, str]]:
@@ -87,80 +66,38 @@ class UpstreamRequest:
     content: bytes
 
 
-def describe_upstream(url: str) -> str:
-    parsed = httpx.URL(url)
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.host}{port}"
+class UpstreamResponse(ABC):
+    """An upstream answer whose headers have arrived; the body is read with `reader` or `aread`,
+    and `aclose` must always be called (it returns or drops the connection)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+    @abstractmethod
+    def reader(self, *, decoded: bool) -> AsyncIterator[bytes]:
+        """The body as it arrives; `decoded` undoes any content-encoding (the proxy must parse it)."""
+
+    @abstractmethod
+    async def aread(self) -> bytes:
+        """The whole body, decoded."""
+
+    @abstractmethod
+    async def aclose(self) -> None: ...
 
 
-def translate_error(exc: Exception, url: str) -> ProxyError:
-    """The one place transport exceptions become the proxy's errors (502 / 504)."""
-    where = describe_upstream(url)
-    if type(exc).__module__.startswith("aiohttp"):
-        exc = _as_httpx_error(exc)
-    if isinstance(exc, httpx.TimeoutException) and not _really_timed_out(exc):
-        # httpx-aiohttp maps every aiohttp connection error (refused, DNS failure) to
-        # ConnectTimeout; the underlying cause says whether time actually ran out.
-        exc = httpx.ConnectError(str(exc.__cause__ or exc))
-    if isinstance(exc, httpx.TimeoutException):
-        what = {
-            # aiohttp counts the wait for a pooled connection as part of connecting
-            httpx.ConnectTimeout: "connecting (or waiting for a free connection; "
-            "THINKPROXY_MAX_UPSTREAM_CONNECTIONS caps them)",
-            httpx.ReadTimeout: "waiting for data (THINKPROXY_READ_TIMEOUT)",
-            httpx.WriteTimeout: "sending the request",
-            httpx.PoolTimeout: "waiting for a free upstream connection (all "
-            "THINKPROXY_MAX_UPSTREAM_CONNECTIONS are busy)",
-        }.get(type(exc), "waiting")
-        return UpstreamTimeout(f"Upstream {where} timed out while {what}.")
-    detail = str(exc) or type(exc).__name__
-    if isinstance(exc, httpx.ConnectError):
-        return UpstreamUnreachable(f"Could not connect to upstream {where}: {detail}")
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return UpstreamUnreachable(
-            f"Upstream {where} closed the connection or broke the protocol: {detail}",
-            code="upstream_protocol_error",
-        )
-    if isinstance(exc, httpx.ReadError):
-        # aiohttp's wording here ("TransferEncodingError: 400, …") reads like an HTTP status; it is not.
-        return UpstreamUnreachable(
-            f"Upstream {where} closed the connection before the response was complete.",
-            code="upstream_protocol_error",
-        )
-    return UpstreamUnreachable(f"Upstream {where} failed: {detail}")
-
-
-def _as_httpx_error(exc: Exception) -> Exception:
-    """An aiohttp exception (raised while reading a body from aiohttp directly) as the httpx
-    exception httpx-aiohttp would have raised for it."""
-    try:
-        with map_aiohttp_exceptions():
-            raise exc
-    except httpx.HTTPError as mapped:
-        return mapped
-    except Exception:
-        return exc
-
-
-def _really_timed_out(exc: httpx.TimeoutException) -> bool:
-    cause = exc.__cause__
-    from_aiohttp = type(cause).__module__.startswith("aiohttp")
-    return not from_aiohttp or isinstance(cause, TimeoutError)
-
-
-# What reading from an upstream can raise: httpx's errors, aiohttp's (bodies read from aiohttp
-# directly), timeouts and socket errors.
-TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError, TimeoutError, OSError)
-
-
-class Upstream:
-    """Sends one request upstream and exposes its response as headers + an async byte iterator."""
+class Upstream(ABC):
+    """Sends requests to the upstream; one per app, closed on shutdown."""
 
     DNS_VERDICT_TTL_S = 60.0
 
-    def __init__(self, transport: httpx.AsyncBaseTransport, timeout: dict[str, float]) -> None:
-        self.transport = transport
-        self._timeout = timeout
+    def __init__(self) -> None:
         self._dns_verdicts: dict[str, tuple[float, bool]] = {}
 
     async def resolves_to_sensitive(self, host: str) -> bool:
@@ -182,8 +119,48 @@ class Upstream:
         self._dns_verdicts[host] = (now + self.DNS_VERDICT_TTL_S, verdict)
         return verdict
 
-    async def open(self, request: UpstreamRequest) -> httpx.Response:
-        """Send the request; returns as soon as the response headers arrived. Raises ProxyError."""
+    @abstractmethod
+    async def open(self, request: UpstreamRequest) -> UpstreamResponse:
+        """Send the request; returns once the response headers arrived. Raises ProxyError."""
+
+    @abstractmethod
+    async def aclose(self) -> None: ...
+
+
+class HttpxResponse(UpstreamResponse):
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers = response.headers.multi_items()
+
+    def reader(self, *, decoded: bool) -> AsyncIterator[bytes]:
+        if decoded and self.header("content-encoding") is not None:
+            return self._response.aiter_bytes()
+        stream = self._response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
+        return stream.__aiter__()  # straight from the transport: no decoder or chunker layers
+
+    async def aread(self) -> bytes:
+        return await self._response.aread()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class HttpxUpstream(Upstream):
+    """Requests go straight to an httpx transport, not through `httpx.AsyncClient.send`."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport, settings: Settings) -> None:
+        super().__init__()
+        self.transport = transport
+        self._timeout = httpx.Timeout(
+            connect=settings.connect_timeout,
+            read=settings.read_timeout,
+            write=settings.read_timeout,
+            pool=settings.connect_timeout,
+        ).as_dict()
+
+    async def open(self, request: UpstreamRequest) -> UpstreamResponse:
         req = httpx.Request(
             request.method,
             request.url,
@@ -196,25 +173,86 @@ class Upstream:
         except TRANSPORT_ERRORS as exc:
             raise translate_error(exc, request.url) from exc
         response.request = req
-        return response
-
-    @staticmethod
-    def reader(response: httpx.Response, *, decoded: bool) -> AsyncIterator[bytes]:
-        """The body as it arrives; `decoded` undoes any content-encoding (the proxy must parse it).
-
-        Unencoded bodies are read straight from the transport, without httpx's decoder and chunker
-        layers. On the aiohttp transport that means aiohttp's own `iter_any()`: each read yields
-        everything received so far (httpx-aiohttp's 16 KiB re-chunking copies bytes and adds a
-        read per 16 KiB). Its exceptions are aiohttp's; `translate_error` knows them.
-        """
-        if decoded and "content-encoding" in response.headers:
-            return response.aiter_bytes()
-        stream = response.stream
-        native = getattr(stream, "_aiohttp_response", None)
-        if isinstance(native, aiohttp.ClientResponse):
-            return native.content.iter_any()
-        assert isinstance(stream, httpx.AsyncByteStream)
-        return stream.__aiter__()
+        return HttpxResponse(response)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
+
+
+def build_upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Upstream:
+    """The upstream client the settings ask for; an injected httpx transport (tests) wins."""
+    if transport is None and settings.http_transport == "aiohttp":
+        from proxy.upstream_aiohttp import AiohttpUpstream
+
+        return AiohttpUpstream(settings)
+    if transport is None:
+        limits = httpx.Limits(
+            max_connections=settings.max_upstream_connections,
+            max_keepalive_connections=min(settings.max_upstream_connections, 200),
+            keepalive_expiry=30.0,
+        )
+        transport = httpx.AsyncHTTPTransport(limits=limits)
+    return HttpxUpstream(transport, settings)
+
+
+def describe_upstream(url: str) -> str:
+    """scheme://host[:port] of a URL: enough to say which upstream, never its path or credentials."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{parts.hostname}{port}"
+    except ValueError:
+        return "(invalid URL)"
+
+
+# What talking to an upstream can raise: httpx's errors, aiohttp's, timeouts and socket errors.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError, TimeoutError, OSError)
+
+_CONNECTING = "connecting (or waiting for a free connection; THINKPROXY_MAX_UPSTREAM_CONNECTIONS caps them)"
+_WAITING_FOR_DATA = "waiting for data (THINKPROXY_READ_TIMEOUT)"
+
+
+def translate_error(exc: Exception, url: str) -> ProxyError:
+    """The one place transport exceptions become the proxy's errors (502 / 504)."""
+    where = describe_upstream(url)
+    timeout = _timeout_phase(exc)
+    if timeout is not None:
+        return UpstreamTimeout(f"Upstream {where} timed out while {timeout}.")
+    if isinstance(exc, httpx.ConnectError | aiohttp.ClientConnectorError):
+        detail = str(getattr(exc, "os_error", None) or exc) or type(exc).__name__
+        return UpstreamUnreachable(f"Could not connect to upstream {where}: {detail}")
+    if isinstance(
+        exc,
+        httpx.RemoteProtocolError
+        | httpx.ReadError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ServerDisconnectedError
+        | aiohttp.ClientOSError
+        | ConnectionError,
+    ):
+        # (aiohttp's own wording here, "TransferEncodingError: 400, …", reads like an HTTP status.)
+        return UpstreamUnreachable(
+            f"Upstream {where} closed the connection before the response was complete.",
+            code="upstream_protocol_error",
+        )
+    detail = str(exc) or type(exc).__name__
+    return UpstreamUnreachable(f"Upstream {where} failed: {detail}")
+
+
+def _timeout_phase(exc: Exception) -> str | None:
+    """What the proxy was waiting for when time ran out, or None if this is not a timeout."""
+    if isinstance(exc, httpx.TimeoutException):
+        return {
+            httpx.ConnectTimeout: _CONNECTING,
+            httpx.ReadTimeout: _WAITING_FOR_DATA,
+            httpx.WriteTimeout: "sending the request",
+            httpx.PoolTimeout: "waiting for a free upstream connection (all "
+            "THINKPROXY_MAX_UPSTREAM_CONNECTIONS are busy)",
+        }.get(type(exc), "waiting")
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return _CONNECTING
+    if isinstance(exc, aiohttp.SocketTimeoutError):
+        return _WAITING_FOR_DATA
+    if isinstance(exc, TimeoutError):
+        return "waiting"
+    return None

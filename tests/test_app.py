@@ -6,7 +6,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.helpers import Recorder
+from tests.helpers import Recorder, make_settings
 
 CHAT = {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION = {
@@ -254,11 +254,9 @@ async def test_allowed_name_that_resolves_to_a_metadata_address_is_refused(proxy
 
 
 async def test_dns_vetting_sees_real_loopback_names() -> None:
-    import httpx as _httpx
+    from proxy.upstream import build_upstream
 
-    from proxy.upstream import Upstream
-
-    upstream = Upstream(_httpx.AsyncHTTPTransport(), {})
+    upstream = build_upstream(make_settings())
     assert await upstream.resolves_to_sensitive("localhost") is True
     await upstream.aclose()
 
