@@ -59,18 +59,12 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
 
-    @field_validator("allowed_upstreams", mode="before")
+    @field_validator("allowed_upstreams", "client_keys", mode="before")
     @classmethod
-    def _split_patterns(cls, value: object) -> object:
+    def _split_commas(cls, value: object) -> object:
+        """Lists come from the environment as comma-separated text."""
         if isinstance(value, str):
-            return [p.strip() for p in value.split(",") if p.strip()]
-        return value
-
-    @field_validator("client_keys", mode="before")
-    @classmethod
-    def _split_keys(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [k.strip() for k in value.split(",") if k.strip()]
+            return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
     @field_validator("upstream_base_url")
