@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -152,6 +152,8 @@ class Proxy:
         record = AccessRecord(method=request.method, path=request.url.path)
         try:
             return await self._proxy(request, chat, started, record)
+        except ClientDisconnect:  # gone while still sending its body: nothing was forwarded
+            return self._client_gone(record, started)
         except ProxyError as exc:
             record.status = exc.status
             record.error = exc.code

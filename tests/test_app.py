@@ -281,3 +281,39 @@ async def test_no_client_defaults_are_added_upstream(proxy_client) -> None:
     sent = rec.requests[0].headers
     assert sent["user-agent"] == "my-app/1.0"
     assert sent["accept-encoding"] == "identity"  # the proxy must read the body it normalizes
+
+
+async def test_client_gone_while_sending_its_body_forwards_nothing() -> None:
+    from proxy.app import create_app
+    from tests.helpers import make_settings
+
+    rec = Recorder(ok_json)
+    app = create_app(make_settings(), transport=httpx.MockTransport(rec))
+    sent: list[dict[str, object]] = []
+    messages = [
+        {"type": "http.request", "body": b'{"model": "m", ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, object]:
+        return messages.pop(0)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8080),
+    }
+    await app(scope, receive, send)
+    assert rec.requests == []
+    assert sent[0]["status"] == 499
