@@ -7,7 +7,6 @@ modules; this module reads requests, calls the upstream client and writes respon
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -22,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.access_log import AccessRecord, log_access
-from proxy.asgi import ClientWatch, RelayResponse
+from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
@@ -58,8 +57,6 @@ from proxy.upstream import (
     translate_error,
 )
 from proxy.upstream_policy import UpstreamPolicy
-
-logger = logging.getLogger("thinkproxy")
 
 # Request headers never forwarded: the control headers, and what the HTTP client recomputes.
 DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length"}
@@ -268,7 +265,7 @@ class Proxy:
         total = self.s.settings.total_timeout
         try:
             response = await watch.run(upstream.open(req), total)
-        except TimeoutError:
+        except DeadlineExceeded:
             raise self._total_timeout(req.url) from None
         if response is None:
             return self._client_gone(record, started)
@@ -300,7 +297,7 @@ class Proxy:
         if not is_sse:
             try:
                 raw = await watch.run(response.aread(), total)
-            except TimeoutError:
+            except DeadlineExceeded:
                 raise self._total_timeout(req.url) from None
             except TRANSPORT_ERRORS as exc:
                 raise translate_error(exc, req.url) from exc

@@ -17,6 +17,10 @@ from starlette.types import Receive, Scope, Send
 T = TypeVar("T")
 
 
+class DeadlineExceeded(Exception):
+    """`ClientWatch.run`'s own time limit ran out (not a timeout raised by the work itself)."""
+
+
 class ClientWatch:
     """Watches one request's ASGI `receive` channel for the client's disconnect, with one task.
 
@@ -39,16 +43,21 @@ class ClientWatch:
             self._victim.cancel()
 
     async def run(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T | None:
-        """`work`'s result; None if the client left first. Exceeding `timeout` raises TimeoutError."""
+        """`work`'s result; None if the client left first. Exceeding `timeout` raises DeadlineExceeded."""
         if self.gone:
             work.close()
             return None
         task = asyncio.current_task()
         assert task is not None
         self._victim = task
+        deadline = asyncio.timeout(timeout)
         try:
-            async with asyncio.timeout(timeout):
+            async with deadline:
                 return await work
+        except TimeoutError:
+            if deadline.expired():
+                raise DeadlineExceeded from None
+            raise  # the work's own timeout (a read timeout, say): the caller translates it
         except asyncio.CancelledError:
             if self.gone and task.uncancel() == 0:
                 return None

@@ -241,3 +241,28 @@ def test_mid_stream_cut_is_reported_the_same_on_both_transports(
     assert error["code"] == "upstream_protocol_error"
     assert "400" not in error["message"]
     assert len(r.headers.get_list("date")) == 1
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_non_stream_body_stalling_past_read_timeout_is_a_read_timeout_not_a_total_one(transport: str) -> None:
+    async def stalls(request: Request) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            yield b'{"id": "x", '
+            await asyncio.sleep(3)
+            yield b"}"
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", stalls, methods=["POST"])])
+    with (
+        BackgroundServer(app, graceful_s=0.1) as upstream,
+        proxy_for(
+            f"{upstream.url}/v1", read_timeout=0.3, total_timeout=60, http_transport=transport
+        ) as proxy,
+    ):
+        r = httpx.post(
+            f"{proxy.url}/v1/chat/completions", json={"model": "m", "messages": MESSAGES}, timeout=10
+        )
+    assert r.status_code == 504
+    message = r.json()["error"]["message"]
+    assert "THINKPROXY_READ_TIMEOUT" in message and "TOTAL" not in message
