@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
@@ -19,9 +20,10 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Send
 
 from proxy.access_log import AccessRecord, log_access
-from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse
+from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, body_piece
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
@@ -288,7 +290,7 @@ class Proxy:
             # Errors and bodies the proxy does not understand travel back exactly as they came.
             headers = filter_headers(response.headers, DROP_RESPONSE_RELAYED) + extra_headers
             return RelayResponse(
-                self._raw_body(response, req.url, record),
+                partial(self._relay_raw, response, req.url, record),
                 status_code=response.status,
                 headers=headers,
                 watch=watch,
@@ -330,7 +332,7 @@ class Proxy:
             + extra_headers
         )
         return RelayResponse(
-            self._stream_body(response, pipeline, chat, req.url, elapsed_ms, record),
+            partial(self._relay_stream, response, pipeline, chat, req.url, elapsed_ms, record),
             status_code=response.status,
             headers=headers,
             watch=watch,
@@ -350,18 +352,18 @@ class Proxy:
         self.log(record, started)
         return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; ASGI wants a response
 
-    async def _raw_body(
-        self, response: UpstreamResponse, url: str, record: AccessRecord
-    ) -> AsyncIterator[bytes]:
+    async def _relay_raw(
+        self, response: UpstreamResponse, url: str, record: AccessRecord, send: Send
+    ) -> None:
         try:
             async for piece in response.reader(decoded=False):
                 record.bytes_out += len(piece)
-                yield piece
+                await send(body_piece(piece))
         except TRANSPORT_ERRORS as exc:
             # Headers are already sent: all that is left is to end the body early.
             record.error = translate_error(exc, url).code
 
-    async def _stream_body(
+    async def _relay_stream(
         self,
         response: UpstreamResponse,
         pipeline: StreamPipeline,
@@ -369,38 +371,45 @@ class Proxy:
         url: str,
         elapsed_ms: ELAPSED,
         record: AccessRecord,
-    ) -> AsyncIterator[bytes]:
-        deadline = time.perf_counter() + self.s.settings.total_timeout
+        send: Send,
+    ) -> None:
+        clock = time.perf_counter
+        started = clock() - elapsed_ms() / 1000.0
+        deadline = started + self.s.settings.total_timeout
         first = pipeline.begin(chat.request_body, elapsed_ms())
         if first:
-            yield first
+            await send(body_piece(first))
         try:
+            # (uvicorn's send does not raise when the client is gone, so what this catches is the
+            # upstream's failure; the client leaving is the disconnect watch's business.)
             async for piece in response.reader(decoded=True):
-                out = pipeline.feed(piece, elapsed_ms())
+                now = clock()  # one clock read per upstream read: this loop runs for every chunk
+                out = pipeline.feed(piece, (now - started) * 1000.0)
                 if out:
                     record.bytes_out += len(out)
-                    yield out
+                    await send(body_piece(out))
                 if pipeline.closed:  # e.g. an oversized event ended the stream: stop reading
                     record.error = record.error or "stream_ended_by_proxy"
                     return
-                if time.perf_counter() > deadline:
+                if now > deadline:
                     failure = StreamFailure(
                         f"Upstream stream exceeded the total timeout of {self.s.settings.total_timeout:g} s "
                         "(THINKPROXY_TOTAL_TIMEOUT).",
                         code="upstream_timeout",
                     )
                     record.error = failure.code
-                    yield pipeline.fail(failure, elapsed_ms())
+                    await send(body_piece(pipeline.fail(failure, elapsed_ms())))
                     return
         except TRANSPORT_ERRORS as exc:
             err = translate_error(exc, url)
             record.error = err.code
-            yield pipeline.fail(StreamFailure(err.message, type=err.type, code=err.code), elapsed_ms())
+            failure = StreamFailure(err.message, type=err.type, code=err.code)
+            await send(body_piece(pipeline.fail(failure, elapsed_ms())))
             return
         tail = pipeline.finish(elapsed_ms())
         if tail:
             record.bytes_out += len(tail)
-            yield tail
+            await send(body_piece(tail))
 
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's convention for "the client left before the answer"

@@ -8,7 +8,7 @@ task group plus cancel scopes cost more than the rest of a proxied JSON request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from starlette.responses import Response
@@ -69,8 +69,17 @@ class ClientWatch:
         self._task.cancel()
 
 
+# Writes a response body: calls `send(body_piece(piece))` for each piece, in order. A coroutine
+# function rather than an async iterator: one less generator hop per chunk on the hot path.
+BodyProducer = Callable[[Send], Awaitable[None]]
+
+
+def body_piece(piece: bytes) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": piece, "more_body": True}
+
+
 class RelayResponse(Response):
-    """Streams `body` to the client as it is produced, one ASGI send per piece.
+    """Streams a body to the client as `produce` writes it, one ASGI send per piece.
 
     While streaming, `watch` cancels the producer the moment the client disconnects (even while it
     waits on a stalled upstream); `on_close(completed)` then always runs, so the upstream response
@@ -79,14 +88,14 @@ class RelayResponse(Response):
 
     def __init__(
         self,
-        body: AsyncIterator[bytes],
+        produce: BodyProducer,
         *,
         status_code: int,
         headers: Sequence[tuple[str, str]],
         watch: ClientWatch,
         on_close: Callable[[bool], Awaitable[None]],
     ) -> None:
-        self.body_iter = body
+        self.produce = produce
         self.status_code = status_code
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         self.watch = watch
@@ -100,14 +109,10 @@ class RelayResponse(Response):
             pass  # the client went away while we were writing
         finally:
             self.watch.close()
-            aclose = getattr(self.body_iter, "aclose", None)
-            if aclose is not None:
-                await aclose()
             await self.on_close(completed)
 
     async def _pump(self, send: Send) -> bool:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        async for piece in self.body_iter:
-            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await self.produce(send)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True

@@ -51,12 +51,8 @@ class StreamPipeline:
         self._meta: ChunkMeta | None = None
         self._pending_trace: list[dict[str, Any]] = []
         self._done_sent = False
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        """True once the client's stream is complete (ended or failed): stop reading upstream."""
-        return self._closed
+        # True once the client's stream is complete (ended or failed): stop reading upstream.
+        self.closed = False
 
     # -- trace delivery -------------------------------------------------------------------
     def _trace_bytes(self, events: list[dict[str, Any]]) -> bytes:
@@ -77,7 +73,7 @@ class StreamPipeline:
 
     # -- stream -------------------------------------------------------------------------
     def feed(self, data: bytes, now_ms: float) -> bytes:
-        if self._closed:
+        if self.closed:
             return b""
         try:
             events = self._decoder.feed(data)
@@ -127,7 +123,7 @@ class StreamPipeline:
                 if caused:
                     append(self._trace_bytes(caused))
             append(_reencoded(event, chunk) if outcome.changed else event.raw)
-        return b"".join(out)
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def _start_meta(self, chunk: dict[str, Any], append: Callable[[bytes], None]) -> None:
         """The stream's identity is known from its first chunk: event frames held until now go out."""
@@ -154,12 +150,12 @@ class StreamPipeline:
 
     def finish(self, now_ms: float) -> bytes:
         """The upstream body ended normally."""
-        if self._closed:
+        if self.closed:
             return b""
         tail = self._process(self._decoder.flush(), now_ms)
         if tail and not tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
             tail += b"\n\n"  # the upstream's last event had no blank line: end it before ours
-        self._closed = True
+        self.closed = True
         if self._done_sent:
             return tail
         # Some upstreams end without [DONE]; the client always gets one.
@@ -168,9 +164,9 @@ class StreamPipeline:
 
     def fail(self, failure: StreamFailure, now_ms: float) -> bytes:
         """The exchange broke after the stream started: an error event, then [DONE]."""
-        if self._closed:
+        if self.closed:
             return b""
-        self._closed = True
+        self.closed = True
         if self._done_sent:
             return b""
         out: list[bytes] = []
