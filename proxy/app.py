@@ -7,6 +7,7 @@ modules; this module reads requests, calls the upstream client and writes respon
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -23,7 +24,7 @@ from starlette.routing import Route
 from starlette.types import Send
 
 from proxy.access_log import AccessRecord, log_access
-from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, body_piece
+from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
@@ -56,6 +57,7 @@ from proxy.upstream import (
     build_upstream,
     describe_upstream,
     filter_headers,
+    read_timeout_error,
     translate_error,
 )
 from proxy.upstream_policy import UpstreamPolicy
@@ -234,7 +236,7 @@ class Proxy:
         chat: ChatContext | None,
     ) -> Response:
         """Relay with a disconnect watch; a streamed response takes the watch over, else it ends here."""
-        watch = ClientWatch(request.receive)
+        watch = ClientWatch(request.receive, self.s.settings.read_timeout)
         try:
             response = await self._relay(watch, req, record, started, extra_headers=extra, chat=chat)
         except BaseException:
@@ -269,8 +271,11 @@ class Proxy:
             response = await watch.run(upstream.open(req), total)
         except DeadlineExceeded:
             raise self._total_timeout(req.url) from None
+        except UpstreamStalled:
+            raise read_timeout_error(req.url) from None
         if response is None:
             return self._client_gone(record, started)
+        watch.last_read = time.perf_counter()
         record.upstream_status = response.status
         content_type = response.header("content-type") or ""
         is_sse = content_type.startswith("text/event-stream")
@@ -290,7 +295,7 @@ class Proxy:
             # Errors and bodies the proxy does not understand travel back exactly as they came.
             headers = filter_headers(response.headers, DROP_RESPONSE_RELAYED) + extra_headers
             return RelayResponse(
-                partial(self._relay_raw, response, req.url, record),
+                partial(self._relay_raw, response, req.url, record, watch),
                 status_code=response.status,
                 headers=headers,
                 watch=watch,
@@ -298,9 +303,11 @@ class Proxy:
             )
         if not is_sse:
             try:
-                raw = await watch.run(response.aread(), total)
+                raw = await watch.run(read_all(response, watch), total)
             except DeadlineExceeded:
                 raise self._total_timeout(req.url) from None
+            except UpstreamStalled:
+                raise read_timeout_error(req.url) from None
             except TRANSPORT_ERRORS as exc:
                 raise translate_error(exc, req.url) from exc
             finally:
@@ -332,7 +339,7 @@ class Proxy:
             + extra_headers
         )
         return RelayResponse(
-            partial(self._relay_stream, response, pipeline, chat, req.url, elapsed_ms, record),
+            partial(self._relay_stream, response, pipeline, chat, req.url, elapsed_ms, record, watch),
             status_code=response.status,
             headers=headers,
             watch=watch,
@@ -353,15 +360,23 @@ class Proxy:
         return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; ASGI wants a response
 
     async def _relay_raw(
-        self, response: UpstreamResponse, url: str, record: AccessRecord, send: Send
+        self, response: UpstreamResponse, url: str, record: AccessRecord, watch: ClientWatch, send: Send
     ) -> None:
+        clock = time.perf_counter
         try:
             async for piece in response.reader(decoded=False):
+                watch.last_read = clock()
                 record.bytes_out += len(piece)
                 await send(body_piece(piece))
         except TRANSPORT_ERRORS as exc:
             # Headers are already sent: all that is left is to end the body early.
             record.error = translate_error(exc, url).code
+        except asyncio.CancelledError:
+            if not watch.stalled:
+                raise
+            watch.absorb_stall()
+            record.error = "upstream_timeout"
+            raise UpstreamStalled from None
 
     async def _relay_stream(
         self,
@@ -371,6 +386,7 @@ class Proxy:
         url: str,
         elapsed_ms: ELAPSED,
         record: AccessRecord,
+        watch: ClientWatch,
         send: Send,
     ) -> None:
         clock = time.perf_counter
@@ -379,11 +395,13 @@ class Proxy:
         first = pipeline.begin(chat.request_body, elapsed_ms())
         if first:
             await send(body_piece(first))
+        err: ProxyError | None = None
         try:
             # (uvicorn's send does not raise when the client is gone, so what this catches is the
             # upstream's failure; the client leaving is the disconnect watch's business.)
             async for piece in response.reader(decoded=True):
                 now = clock()  # one clock read per upstream read: this loop runs for every chunk
+                watch.last_read = now
                 out = pipeline.feed(piece, (now - started) * 1000.0)
                 if out:
                     record.bytes_out += len(out)
@@ -402,6 +420,12 @@ class Proxy:
                     return
         except TRANSPORT_ERRORS as exc:
             err = translate_error(exc, url)
+        except asyncio.CancelledError:
+            if not watch.stalled:
+                raise
+            watch.absorb_stall()
+            err = read_timeout_error(url)
+        if err is not None:
             record.error = err.code
             failure = StreamFailure(err.message, type=err.type, code=err.code)
             await send(body_piece(pipeline.fail(failure, elapsed_ms())))
@@ -410,6 +434,15 @@ class Proxy:
         if tail:
             record.bytes_out += len(tail)
             await send(body_piece(tail))
+
+
+async def read_all(response: UpstreamResponse, watch: ClientWatch) -> bytes:
+    """A whole (decoded) body, each read counting as upstream activity for the read timeout."""
+    pieces = []
+    async for piece in response.reader(decoded=True):
+        watch.last_read = time.perf_counter()
+        pieces.append(piece)
+    return b"".join(pieces)
 
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's convention for "the client left before the answer"

@@ -8,6 +8,7 @@ task group plus cancel scopes cost more than the rest of a proxied JSON request.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -21,19 +22,51 @@ class DeadlineExceeded(Exception):
     """`ClientWatch.run`'s own time limit ran out (not a timeout raised by the work itself)."""
 
 
-class ClientWatch:
-    """Watches one request's ASGI `receive` channel for the client's disconnect, with one task.
+class UpstreamStalled(Exception):
+    """Nothing came from the upstream for longer than the read timeout."""
 
-    `run(work)` awaits `work` in the calling task and cancels it the moment the client leaves,
-    returning None instead of a result. `close()` must be called once the response is done.
+
+class ClientWatch:
+    """Watches one request: for the client's disconnect (one task reading `receive`), and for an
+    upstream that goes silent for longer than `read_timeout`.
+
+    `run(work)` awaits `work` in the calling task and cancels it the moment the client leaves
+    (returning None) or the upstream stalls (raising UpstreamStalled). Code reading the upstream
+    inside `run` sets `last_read = time.perf_counter()` after every read. The stall timer is lazy:
+    it fires once per `read_timeout` and re-arms for the time left, instead of being rescheduled
+    on every read (per-read rescheduling measured ≈5 µs per streamed chunk). A reader that must
+    finish in its own way on a stall catches the CancelledError, checks `stalled` and calls
+    `absorb_stall()`. `close()` must be called once the response is done.
     """
 
-    __slots__ = ("_task", "_victim", "gone")
+    __slots__ = ("_read_timeout", "_task", "_timer", "_victim", "gone", "last_read", "stalled")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, read_timeout: float | None = None) -> None:
         self.gone = False
+        self.stalled = False
         self._victim: asyncio.Task[Any] | None = None
-        self._task = asyncio.get_running_loop().create_task(self._watch(receive))
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._watch(receive))
+        self.last_read = time.perf_counter()
+        self._read_timeout = read_timeout
+        self._timer = None if read_timeout is None else loop.call_later(read_timeout, self._check_stall)
+
+    def _check_stall(self) -> None:
+        assert self._read_timeout is not None
+        idle = time.perf_counter() - self.last_read
+        if idle < self._read_timeout:
+            self._timer = asyncio.get_running_loop().call_later(self._read_timeout - idle, self._check_stall)
+            return
+        self._timer = None
+        self.stalled = True
+        if self._victim is not None:
+            self._victim.cancel()
+
+    def absorb_stall(self) -> None:
+        """Called by a reader that caught the stall's cancellation and finishes on its own."""
+        task = asyncio.current_task()
+        assert task is not None
+        task.uncancel()
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -59,14 +92,18 @@ class ClientWatch:
                 raise DeadlineExceeded from None
             raise  # the work's own timeout (a read timeout, say): the caller translates it
         except asyncio.CancelledError:
-            if self.gone and task.uncancel() == 0:
-                return None
+            if (self.gone or self.stalled) and task.uncancel() == 0:
+                if self.gone:
+                    return None
+                raise UpstreamStalled from None
             raise
         finally:
             self._victim = None
 
     def close(self) -> None:
         self._task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 # Writes a response body: calls `send(body_piece(piece))` for each piece, in order. A coroutine
@@ -107,6 +144,8 @@ class RelayResponse(Response):
             completed = bool(await self.watch.run(self._pump(send)))
         except OSError:
             pass  # the client went away while we were writing
+        except UpstreamStalled:
+            pass  # a relayed body cut short: the response is left incomplete, as the upstream's was
         finally:
             self.watch.close()
             await self.on_close(completed)

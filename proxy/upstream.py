@@ -212,6 +212,10 @@ _CONNECTING = "connecting (or waiting for a free connection; THINKPROXY_MAX_UPST
 _WAITING_FOR_DATA = "waiting for data (THINKPROXY_READ_TIMEOUT)"
 
 
+def read_timeout_error(url: str) -> UpstreamTimeout:
+    return UpstreamTimeout(f"Upstream {describe_upstream(url)} timed out while {_WAITING_FOR_DATA}.")
+
+
 def translate_error(exc: Exception, url: str) -> ProxyError:
     """The one place transport exceptions become the proxy's errors (502 / 504)."""
     where = describe_upstream(url)

@@ -83,11 +83,13 @@ class AiohttpUpstream(Upstream):
         super().__init__()
         self._settings = settings
         self._session: aiohttp.ClientSession | None = None
+        # No sock_read: aiohttp would reschedule a timer on every read. The app's ClientWatch
+        # enforces THINKPROXY_READ_TIMEOUT with one lazy timer per request instead.
         self._timeout = aiohttp.ClientTimeout(
             total=None,
             connect=settings.connect_timeout,  # includes waiting for a free pooled connection
             sock_connect=settings.connect_timeout,
-            sock_read=settings.read_timeout,
+            sock_read=None,
         )
 
     def _new_session(self) -> aiohttp.ClientSession:
