@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from proxy.levels import TraceMode
+from proxy.sse import comment_frame
 from proxy.summaries import output_is_error, summarize_arguments, summarize_output
 
 # Bounds on client- or model-controlled text copied into an event.
@@ -393,7 +394,7 @@ def chunk_meta(chunk: dict[str, Any]) -> ChunkMeta | None:
 def comment_frames(events: list[dict[str, Any]]) -> bytes:
     """`: trace {json}` SSE comment lines, one per event; every OpenAI SDK skips them."""
     # orjson escapes control characters, so each JSON text is a single line.
-    return b"".join(b": trace " + orjson.dumps(event) + b"\n\n" for event in events)
+    return b"".join(comment_frame(b"trace " + orjson.dumps(event)) for event in events)
 
 
 def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
