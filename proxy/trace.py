@@ -46,6 +46,10 @@ class _ToolCall:
     started: bool = False
     ended: bool = False
 
+    @property
+    def shown_name(self) -> str:
+        return self.name[:_MAX_NAME_CHARS] or "unknown"
+
 
 class TraceBuilder:
     """Turns one response into trace events, at the moment each thing happens.
@@ -273,7 +277,7 @@ class TraceBuilder:
 
     def _start_call(self, call: _ToolCall, t: float, out: list[dict[str, Any]]) -> None:
         call.started = True
-        name = call.name[:_MAX_NAME_CHARS] or "unknown"
+        name = call.shown_name
         out.append(
             self._event(
                 "tool_call.start",
@@ -291,7 +295,7 @@ class TraceBuilder:
         call.ended = True
         self._open_calls -= 1
         if self._detailed:
-            name = call.name[:_MAX_NAME_CHARS] or "unknown"
+            name = call.shown_name
             out.append(
                 self._event(
                     "tool_call.end",
