@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Send
 
-from proxy.access_log import AccessRecord, log_access
+from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
@@ -506,3 +506,11 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
     return app
+
+
+def create_served_app() -> Starlette:
+    """The factory `thinkproxy serve` gives uvicorn: it runs in every worker process, so logging is
+    configured here, per process, not only in the parent."""
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_json)
+    return create_app(settings)

@@ -69,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     uvicorn.run(
-        "proxy.app:create_app",
+        "proxy.app:create_served_app",
         factory=True,
         host=settings.host,
         port=settings.port,
