@@ -253,3 +253,36 @@ def test_total_timeout_bounds_a_slow_but_steady_exchange(mock: BackgroundServer)
         assert r.status_code == 504
         assert "THINKPROXY_TOTAL_TIMEOUT" in r.json()["error"]["message"]
         still_serving(p)
+
+
+def test_every_worker_writes_access_lines(mock: BackgroundServer) -> None:
+    sock = bind_loopback()
+    port = sock.getsockname()[1]
+    sock.close()
+    env = {
+        **os.environ,
+        "THINKPROXY_UPSTREAM_BASE_URL": f"{mock.url}/deepseek/v1",
+        "THINKPROXY_PORT": str(port),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "serve", "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=0.5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                threading.Event().wait(0.05)
+        for _ in range(4):  # fresh connections, so both workers are likely to answer some
+            assert (
+                httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"connection": "close"}).status_code
+                == 200
+            )
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output = server.communicate(timeout=20)[0].decode()
+    assert output.count("method=GET path=/v1/models status=200") >= 5
