@@ -54,9 +54,17 @@ _WHITESPACE = re.compile(r"\s+")
 _ERROR_TEXT = re.compile(r"(?i)^(?:error\b|exception\b|traceback \(most recent call last\))")
 
 
+# Counts of model tokens (`max_tokens`, `total_tokens`, …) contain "token" but are no secret.
+_TOKEN_COUNT = re.compile(
+    r"(?:max|min|num|total|prompt|completion|reasoning|input|output|cached)_(?:\w+_)?tokens"
+)
+
+
 def is_secret_key(key: str) -> bool:
     """True for a key whose value must never be shown (case-insensitive substring match)."""
     lowered = key.lower()
+    if _TOKEN_COUNT.fullmatch(lowered):
+        return False
     return any(fragment in lowered for fragment in _SECRET_FRAGMENTS)
 
 

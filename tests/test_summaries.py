@@ -217,3 +217,13 @@ def test_scrub_text_masks_bearer_credentials() -> None:
     scrubbed = scrub_text(f"Authorization: Bearer {SECRET} sent; retry with Bearer abcdefghijkl")
     assert SECRET not in scrubbed
     assert "abcdefghijkl" not in scrubbed
+
+
+def test_token_counts_are_not_secrets_but_tokens_are() -> None:
+    from proxy.summaries import is_secret_key
+
+    for key in ("max_tokens", "max_completion_tokens", "num_tokens", "total_tokens", "reasoning_tokens"):
+        assert not is_secret_key(key), key
+    for key in ("token", "access_token", "refresh_token", "github_token", "tokens_secret", "x-auth-token"):
+        assert is_secret_key(key), key
+    assert summarize_arguments('{"query": "q", "max_tokens": 256}') == "query: q, max_tokens: 256"
