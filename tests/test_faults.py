@@ -190,32 +190,40 @@ def test_no_key_in_logs_or_errors(mock: BackgroundServer, caplog: pytest.LogCapt
         assert s.encode() not in good.content
 
 
-def test_sigterm_lets_in_flight_streams_finish(mock: BackgroundServer) -> None:
+def start_serve(
+    mock: BackgroundServer, *args: str, ready_path: str = "/healthz", **env: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it answers."""
     sock = bind_loopback()
     port = sock.getsockname()[1]
     sock.close()
-    env = {
-        **os.environ,
-        "THINKPROXY_UPSTREAM_BASE_URL": f"{mock.url}/deepseek/v1",
-        "THINKPROXY_PORT": str(port),
-        "THINKPROXY_SHUTDOWN_TIMEOUT": "20",
-    }
     server = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve"],
-        env=env,
+        [sys.executable, "-m", "proxy.cli", "serve", *args],
+        env={
+            **os.environ,
+            "THINKPROXY_UPSTREAM_BASE_URL": f"{mock.url}/deepseek/v1",
+            "THINKPROXY_PORT": str(port),
+            **env,
+        },
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{base}{ready_path}", timeout=0.5).status_code == 200:
+                break
+        except httpx.TransportError:
+            threading.Event().wait(0.05)
+    return server, base
+
+
+def test_sigterm_lets_in_flight_streams_finish(mock: BackgroundServer) -> None:
+    server, base = start_serve(mock, THINKPROXY_SHUTDOWN_TIMEOUT="20")
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=0.5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                threading.Event().wait(0.05)
         with httpx.stream(
             "POST",
-            f"http://127.0.0.1:{port}/v1/chat/completions",
+            f"{base}/v1/chat/completions",
             json=STREAM,
             headers={"x-mock-pace-ms": "40"},
             timeout=20,
@@ -256,32 +264,10 @@ def test_total_timeout_bounds_a_slow_but_steady_exchange(mock: BackgroundServer)
 
 
 def test_every_worker_writes_access_lines(mock: BackgroundServer) -> None:
-    sock = bind_loopback()
-    port = sock.getsockname()[1]
-    sock.close()
-    env = {
-        **os.environ,
-        "THINKPROXY_UPSTREAM_BASE_URL": f"{mock.url}/deepseek/v1",
-        "THINKPROXY_PORT": str(port),
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--workers", "2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    server, base = start_serve(mock, "--workers", "2", ready_path="/v1/models")
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=0.5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                threading.Event().wait(0.05)
         for _ in range(4):  # fresh connections, so both workers are likely to answer some
-            assert (
-                httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"connection": "close"}).status_code
-                == 200
-            )
+            assert httpx.get(f"{base}/v1/models", headers={"connection": "close"}).status_code == 200
     finally:
         server.send_signal(signal.SIGTERM)
         output = server.communicate(timeout=20)[0].decode()
