@@ -37,6 +37,16 @@ class AccessRecord:
     observers: list[RequestObserver] = field(default_factory=list)
     # Free-form facts a capability records for its own observers (never logged).
     notes: dict[str, Any] = field(default_factory=dict)
+    # X-Request-Id (the client's, or generated), and the trace id when tracing is on.
+    request_id: str | None = None
+    trace_id: str | None = None
+    upstream_request_id: str | None = None  # the upstream's own x-request-id, when it sent one
+    upstream_base_url: str | None = None  # where the request went (listeners take host and port)
+    # The chat request's messages (content: read only by an opted-in OpenTelemetry capture).
+    request_messages: Any = None
+    # The answer's `id` and `model` (chat completions, when a trace builder saw them).
+    response_id: str | None = None
+    response_model: str | None = None
 
 
 def log_access(record: AccessRecord, started: float) -> None:
@@ -53,6 +63,9 @@ def log_access(record: AccessRecord, started: float) -> None:
         "duration_ms": duration_ms,
         "bytes": record.bytes_out,
         "error": record.error,
+        "request_id": record.request_id,
+        "trace_id": record.trace_id,
+        "upstream_request_id": record.upstream_request_id,
     }
     logger.info("access", extra={"access": fields})
 

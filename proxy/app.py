@@ -43,11 +43,20 @@ from proxy.levels import (
     parse_trace_mode,
     prefers_chinese,
 )
-from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
+from proxy.observe import (
+    Listener,
+    build_trace,
+    notify_end,
+    start_observers,
+    trace_tap,
+    with_forward_headers,
+)
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.rewrite import rewrite_body
 from proxy.settings import Settings
+from proxy.telemetry import build_telemetry
+from proxy.telemetry.request_id import REQUEST_ID_HEADER, rename_upstream_request_id, take_request_id
 from proxy.trace import TraceBuilder
 from proxy.upstream import (
     TRANSPORT_ERRORS,
@@ -161,9 +170,12 @@ class Proxy:
         record = AccessRecord(
             method=request.method, path=request.url.path, route="chat" if chat else "passthrough"
         )
+        bad_request_id = take_request_id(record, request.headers.get(REQUEST_ID_HEADER))
         if self.s.listeners:
             record.observers = start_observers(self.s.listeners, record, request.headers.items())
         try:
+            if bad_request_id is not None:
+                raise bad_request_id
             return await self._proxy(request, chat, started, record)
         except ClientDisconnect:  # gone while still sending its body: nothing was forwarded
             return self._client_gone(record, started)
@@ -181,9 +193,10 @@ class Proxy:
         base_url = s.policy.resolve(chosen)
         if chosen is not None:
             await self._vet_dns(base_url)
-        upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
-        if record.forward_headers:
-            upstream_headers += record.forward_headers
+        record.upstream_base_url = base_url
+        upstream_headers = with_forward_headers(
+            s.gateway.upstream_headers(request.headers.items(), base_url), record
+        )
         body = await read_body(request, s.settings.max_body_bytes)
         if not chat:
             req = UpstreamRequest(
@@ -192,7 +205,7 @@ class Proxy:
                 filter_headers(upstream_headers, DROP_REQUEST),
                 body,
             )
-            return await self._watched(request, req, record, started, [], None)
+            return await self._watched(request, req, record, started, record.response_headers, None)
 
         level = parse_level(headers.get(LEVEL_HEADER), s.settings.default_thinking_level)
         trace_mode = parse_trace_mode(headers.get(TRACE_HEADER), s.settings.trace)
@@ -204,6 +217,7 @@ class Proxy:
         model = parsed.get("model")
         record.model = model if isinstance(model, str) else None
         record.stream = parsed.get("stream") is True
+        record.request_messages = parsed.get("messages")
         record.level_requested = level.value if level is not None else None
         dialect = s.table.match(base_url, model if isinstance(model, str) else None)
         zh = prefers_chinese(headers.get("accept-language"))
@@ -214,10 +228,10 @@ class Proxy:
             result = rewrite_body(parsed, level, dialect, zh=zh)
             applied, method = result.level_applied, result.method
             content = orjson.dumps(result.body)
-        extra = thinking_headers(dialect, applied, method)
+        record.response_headers += thinking_headers(dialect, applied, method)
+        extra = record.response_headers
         record.provider, record.level = dialect.name, applied.value if applied else "none"
         record.thinking_method = method if applied else None
-        record.response_headers = extra
         req = UpstreamRequest(
             "POST",
             upstream_url(base_url, request),
@@ -292,6 +306,7 @@ class Proxy:
             return self._client_gone(record, started)
         watch.last_read = time.perf_counter()
         record.upstream_status = response.status
+        response.headers = rename_upstream_request_id(response.headers, record)
         content_type = response.header("content-type") or ""
         is_sse = content_type.startswith("text/event-stream")
 
@@ -300,6 +315,8 @@ class Proxy:
 
         async def close(completed: bool) -> None:
             await response.aclose()
+            if chat is not None:
+                note_response(record, chat.trace)
             record.status = response.status
             if not completed:
                 record.error = record.error or "client_disconnected"
@@ -337,6 +354,7 @@ class Proxy:
                 now_ms=elapsed_ms(),
             )
             headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
+            note_response(record, chat.trace)
             record.status = response.status
             record.bytes_out = len(out)
             self.log(record, started)
@@ -463,6 +481,13 @@ async def read_all(response: UpstreamResponse, watch: ClientWatch) -> bytes:
 CLIENT_CLOSED_REQUEST = 499  # nginx's convention for "the client left before the answer"
 
 
+def note_response(record: AccessRecord, trace: TraceBuilder | None) -> None:
+    """The answer's id and model, for listeners (the trace builder saw them go by)."""
+    if trace is not None and trace.response is not None:
+        record.response_id = trace.response.id
+        record.response_model = trace.response.model
+
+
 @dataclass(frozen=True, slots=True)
 class ChatContext:
     request_body: dict[str, Any]
@@ -501,7 +526,8 @@ def create_app(
     policy = UpstreamPolicy.from_settings(settings)
     gateway = GatewayAuth.from_settings(settings)
     upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway, tuple(listeners))
+    telemetry = build_telemetry(settings)
+    services = Services(settings, table, upstream, policy, gateway, (*telemetry.listeners, *listeners))
     proxy = Proxy(services)
 
     @asynccontextmanager
@@ -510,9 +536,11 @@ def create_app(
             yield
         finally:
             await services.upstream.aclose()
+            telemetry.close()
 
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
+        *telemetry.routes,
         Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
         Route(
             "/v1/{path:path}",

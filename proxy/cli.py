@@ -7,11 +7,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from proxy import __version__
 from proxy.errors import ConfigError
+
+if TYPE_CHECKING:
+    from proxy.settings import Settings
 
 
 def _settings_error(exc: ValidationError) -> str:
@@ -23,8 +27,6 @@ def _settings_error(exc: ValidationError) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from proxy.access_log import configure_logging
     from proxy.dialects import ProvidersTable
     from proxy.gateway import GatewayAuth
@@ -68,6 +70,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"[{settings.workers} worker(s), transport {settings.http_transport}]",
         file=sys.stderr,
     )
+    from proxy.telemetry.multiprocess import metrics_directory
+
+    with metrics_directory(metrics=settings.metrics, workers=settings.workers):
+        _run_uvicorn(settings)
+    return 0
+
+
+def _run_uvicorn(settings: Settings) -> None:
+    import uvicorn
+
     uvicorn.run(
         "proxy.app:create_served_app",
         factory=True,
@@ -81,7 +93,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=int(settings.shutdown_timeout),
         server_header=False,
     )
-    return 0
 
 
 def cmd_mock_upstream(args: argparse.Namespace) -> int:

@@ -12,7 +12,9 @@ The observers a request gets then see:
   path writes exactly one), with the final `AccessRecord`.
 
 `start` runs before anything is forwarded, so an observer may add headers to the upstream request
-(`record.forward_headers`, e.g. a W3C `traceparent`) or to the response (`record.response_headers`).
+(`record.forward_headers`, e.g. a W3C `traceparent`, replacing a client header of the same name) or
+to the response (`record.response_headers`, kept on every response: success, upstream error or the
+proxy's own error).
 """
 
 from __future__ import annotations
@@ -134,6 +136,15 @@ def build_trace(
     if client_mode is TraceMode.OFF:
         return None
     return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method)
+
+
+def with_forward_headers(headers: list[tuple[str, str]], record: AccessRecord) -> list[tuple[str, str]]:
+    """The upstream request's headers with the observers' added; a name they set (traceparent,
+    tracestate) replaces the client's own."""
+    if not record.forward_headers:
+        return headers
+    replaced = {name.lower() for name, _ in record.forward_headers}
+    return [pair for pair in headers if pair[0].lower() not in replaced] + record.forward_headers
 
 
 def notify_end(record: AccessRecord, duration_ms: float) -> None:

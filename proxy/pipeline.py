@@ -211,8 +211,9 @@ def process_completion(
     if trace is not None:
         events = trace.begin(request_body, now_ms)
         events += trace.on_completion(parsed, had_reasoning, now_ms)
-        parsed["trace"] = events
-        changed = True
+        if events:  # a builder that only feeds listeners (client trace off) shows nothing
+            parsed["trace"] = events
+            changed = True
     if not changed:
         return body
     try:

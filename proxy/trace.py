@@ -98,6 +98,8 @@ class TraceBuilder:
         self._usage: dict[str, Any] | None = None
         # Set while a chunk of more-of-the-same (see on_chunk) cannot cause an event.
         self._quiet: Stage | None = None
+        # The answer's id and model, from the first chunk that has them (or the completion).
+        self.response: ChunkMeta | None = None
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -194,6 +196,7 @@ class TraceBuilder:
         """A whole non-stream `chat.completion`: the events its stream would have caused, then done."""
         if self._off or self._done:
             return []
+        self.response = chunk_meta(body)
         out: list[dict[str, Any]] = []
         for chunk, carries_reasoning in _completion_as_chunks(body, reasoning):
             out += self.on_chunk(chunk, carries_reasoning, now_ms)
@@ -207,6 +210,8 @@ class TraceBuilder:
     ) -> list[dict[str, Any]]:
         out = self._ensure_begun(now_ms)
         t = self._clock(now_ms)
+        if self.response is None:
+            self.response = chunk_meta(chunk)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = usage

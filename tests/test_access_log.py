@@ -44,4 +44,7 @@ def test_log_access_emits_one_structured_record(caplog) -> None:  # type: ignore
         "duration_ms",
         "bytes",
         "error",
+        "request_id",
+        "trace_id",
+        "upstream_request_id",
     }

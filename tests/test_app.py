@@ -45,7 +45,7 @@ async def test_passthrough_other_paths_keeps_path_query_auth_and_drops_hop_by_ho
         },
     )
     assert r.status_code == 200 and r.json() == {"data": []}
-    assert r.headers["x-request-id"] == "r1"
+    assert r.headers["x-upstream-request-id"] == "r1"  # the upstream's id; X-Request-Id is the proxy's
     sent = rec.requests[0]
     assert str(sent.url) == "https://dashscope.aliyuncs.com/compatible-mode/v1/models?limit=5"
     assert sent.headers["authorization"] == "Bearer sk-client"
@@ -124,7 +124,7 @@ async def test_upstream_error_comes_back_byte_for_byte_with_headers(proxy_client
     assert r.status_code == 400
     assert r.content == DEEPSEEK_400
     assert r.headers["content-type"] == "application/json"
-    assert r.headers["x-request-id"] == "req-9"
+    assert r.headers["x-upstream-request-id"] == "req-9"
     assert r.headers["x-thinking-level-applied"] == "deep"
     assert r.headers["x-thinking-provider"] == "deepseek"
     assert len(rec.requests) == 1  # no retry

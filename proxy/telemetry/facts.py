@@ -1,0 +1,104 @@
+"""What one finished request tells telemetry, read the same way by metrics and traces.
+
+Pure: an `AccessRecord` and the trace's `done` event in, small values out. Nothing here reads
+content: only statuses, error codes, names and token counts.
+
+Replay outcomes: the replay store tells telemetry what it did to a request's history through
+`record.notes["replay"]`, a dict of outcome → number of assistant messages in that request
+(`restored`: reasoning put back from the store, `placeholder`: a stand-in sent because the store
+had nothing but the provider requires the field, `missing`: nothing found and nothing sent).
+`note_replay` adds to it; metrics read it once, when the request ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.access_log import AccessRecord
+
+REPLAY_NOTE = "replay"
+REPLAY_OUTCOMES = ("restored", "placeholder", "missing")
+
+# Proxy error codes that mean the upstream connection broke (before or after the headers).
+_BROKEN = frozenset(
+    {"upstream_unreachable", "upstream_protocol_error", "upstream_stream_error", "upstream_event_too_large"}
+)
+
+
+def note_replay(record: AccessRecord, outcome: str, count: int = 1) -> None:
+    """Record `count` assistant messages of this request with replay `outcome` (see REPLAY_OUTCOMES)."""
+    if outcome not in REPLAY_OUTCOMES:
+        raise ValueError(f"unknown replay outcome {outcome!r}; expected one of {REPLAY_OUTCOMES}")
+    counts = record.notes.setdefault(REPLAY_NOTE, {})
+    counts[outcome] = counts.get(outcome, 0) + count
+
+
+def replay_counts(record: AccessRecord) -> list[tuple[str, int]]:
+    counts = record.notes.get(REPLAY_NOTE)
+    if not isinstance(counts, dict):
+        return []
+    return [
+        (outcome, n)
+        for outcome in REPLAY_OUTCOMES
+        if isinstance(n := counts.get(outcome), int) and not isinstance(n, bool) and n > 0
+    ]
+
+
+def upstream_error_kind(record: AccessRecord) -> str | None:
+    """`4xx`/`5xx` (the upstream's status class), `timeout`, `connect` (no answer came),
+    `truncated` (the answer broke off after its headers), or None when the upstream did its part."""
+    status = record.upstream_status
+    if status is not None and not 200 <= status < 300:
+        return f"{status // 100}xx"
+    code = record.error
+    if code == "upstream_timeout":
+        return "timeout"
+    if code in _BROKEN:
+        return "connect" if status is None else "truncated"
+    return None
+
+
+def error_type(record: AccessRecord) -> str | None:
+    """OpenTelemetry's `error.type`: the upstream's status for an upstream error (`429`), else the
+    proxy's error code (`upstream_timeout`, `upstream_protocol_error`, `client_disconnected`…),
+    else the status the client got when it is an error; None for a success."""
+    status = record.upstream_status
+    if status is not None and status >= 400:
+        return str(status)
+    if record.error is not None:
+        return record.error
+    if record.status >= 400:
+        return str(record.status)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input: int | None = None
+    output: int | None = None
+    reasoning: int | None = None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def usage_of(done: dict[str, Any] | None) -> Usage:
+    """Token counts from the `done` event's usage (OpenAI's shape; reasoning tokens from
+    `completion_tokens_details.reasoning_tokens`)."""
+    usage = done.get("usage") if done is not None else None
+    if not isinstance(usage, dict):
+        return Usage()
+    details = usage.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return Usage(
+        _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), _count(reasoning)
+    )
+
+
+def seconds(ms: Any) -> float | None:
+    """A `*_ms` field of a trace event in seconds, or None when absent."""
+    if isinstance(ms, int | float) and not isinstance(ms, bool) and ms >= 0:
+        return ms / 1000.0
+    return None

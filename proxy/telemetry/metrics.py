@@ -1,0 +1,245 @@
+"""Prometheus metrics: `GET /metrics`, on unless `THINKPROXY_METRICS=false`.
+
+A listener (proxy.observe): per request it keeps the `done` trace event and whether the model
+reasoned, and records everything once, when the request ends. Nothing runs per streamed chunk;
+the only other moment is the first trace event of a stream (the relay has started sending),
+which counts the stream as active until the request ends.
+
+Names and labels are part of the interface (docs/observability.md):
+
+| metric | labels |
+|---|---|
+| `thinkproxy_requests_total` | route, provider, level, method, status |
+| `thinkproxy_time_to_first_token_seconds` | provider, level (streams) |
+| `thinkproxy_reasoning_seconds` | provider, level (responses that reasoned) |
+| `thinkproxy_reasoning_tokens` | provider |
+| `thinkproxy_active_streams` | — |
+| `thinkproxy_upstream_errors_total` | provider, kind |
+| `thinkproxy_replay_total` | outcome |
+| `gen_ai_client_operation_duration_seconds` | gen_ai_operation_name, gen_ai_provider_name, |
+|   | gen_ai_request_model, error_type |
+| `gen_ai_client_token_usage` | the same but error_type, plus gen_ai_token_type |
+
+Label values are names the proxy chose (routes, providers.yaml entries, levels, error kinds) or
+the request's model, which is bounded: the first `THINKPROXY_METRICS_MAX_MODELS` distinct models
+a process sees keep their name, later ones are counted as `other`. Nothing else from a request
+(no key, no header, no content) becomes a label.
+
+Several worker processes (`--workers N`): prometheus-client's multiprocess mode, enabled when
+`PROMETHEUS_MULTIPROC_DIR` is set before the workers start (`thinkproxy serve` prepares and
+removes its own directory, see proxy.telemetry.multiprocess); every worker then answers
+`/metrics` with the sum over all of them.
+
+Replay outcomes are read from `record.notes["replay"]` (see proxy.telemetry.facts.note_replay).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.access_log import AccessRecord
+from proxy.observe import TraceEvents
+from proxy.telemetry.facts import error_type, replay_counts, seconds, upstream_error_kind, usage_of
+
+# The GenAI semantic conventions' boundaries (gen_ai.client.operation.duration, in seconds, and
+# gen_ai.client.token.usage), so dashboards built for other GenAI gateways read these as well.
+GENAI_DURATION_BUCKETS = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+GENAI_TOKEN_BUCKETS = tuple(float(4**i) for i in range(14))  # 1, 4, 16, … 67108864
+# Time to first token and thinking time: the same doubling series, carried on to ~22 min,
+# because a model that thinks deeply can take minutes before its first token.
+LONG_DURATION_BUCKETS = (*GENAI_DURATION_BUCKETS, 163.84, 327.68, 655.36, 1310.72)
+
+MAX_MODEL_CHARS = 128
+OTHER_MODEL = "other"
+
+
+class ModelLabels:
+    """The model label: the first `limit` distinct models keep their name, the rest are `other`."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, model: str) -> str:
+        model = model[:MAX_MODEL_CHARS]
+        if model in self._seen:
+            return model
+        if len(self._seen) < self._limit:
+            self._seen.add(model)
+            return model
+        return OTHER_MODEL
+
+
+class Metrics:
+    """The instruments of one app. `multiprocess_dir` set = prometheus-client's multiprocess mode
+    (values live in files there; the process must have been started with PROMETHEUS_MULTIPROC_DIR)."""
+
+    def __init__(self, *, max_models: int, multiprocess_dir: str | None = None) -> None:
+        self.multiprocess_dir = multiprocess_dir
+        # In multiprocess mode the instruments are registered nowhere: /metrics reads the files.
+        self.registry = CollectorRegistry() if multiprocess_dir is None else None
+        self.model_label = ModelLabels(max_models)
+        registry = self.registry
+        self.requests = Counter(
+            "thinkproxy_requests",
+            "Requests answered, by route (chat, passthrough), providers.yaml entry, thinking level "
+            "applied, how it was applied (params, prompt) and the HTTP status the client got.",
+            ["route", "provider", "level", "method", "status"],
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "thinkproxy_time_to_first_token_seconds",
+            "Streams: time from the request's arrival to the first reasoning, answer or tool-call token.",
+            ["provider", "level"],
+            buckets=LONG_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.reasoning_seconds = Histogram(
+            "thinkproxy_reasoning_seconds",
+            "Time the model spent thinking, per response that showed reasoning.",
+            ["provider", "level"],
+            buckets=LONG_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.reasoning_tokens = Histogram(
+            "thinkproxy_reasoning_tokens",
+            "Reasoning tokens per response (usage.completion_tokens_details.reasoning_tokens).",
+            ["provider"],
+            buckets=GENAI_TOKEN_BUCKETS,
+            registry=registry,
+        )
+        self.active_streams = Gauge(
+            "thinkproxy_active_streams",
+            "Chat completion streams being relayed right now.",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.upstream_errors = Counter(
+            "thinkproxy_upstream_errors",
+            "Upstream failures by kind: 4xx/5xx (status class), timeout, connect, truncated.",
+            ["provider", "kind"],
+            registry=registry,
+        )
+        self.replay = Counter(
+            "thinkproxy_replay",
+            "Assistant messages whose reasoning the replay store handled, by outcome: restored, "
+            "placeholder, missing.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.operation_duration = Histogram(
+            "gen_ai_client_operation_duration_seconds",
+            "GenAI operation duration (OpenTelemetry gen_ai.client.operation.duration).",
+            ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "error_type"],
+            buckets=GENAI_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.token_usage = Histogram(
+            "gen_ai_client_token_usage",
+            "Input and output tokens used (OpenTelemetry gen_ai.client.token.usage).",
+            ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type"],
+            buckets=GENAI_TOKEN_BUCKETS,
+            registry=registry,
+        )
+
+    def exposition(self) -> bytes:
+        if self.registry is not None:
+            return generate_latest(self.registry)
+        assert self.multiprocess_dir is not None
+        collected = CollectorRegistry()
+        MultiProcessCollector(collected, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(collected)
+
+    async def endpoint(self, request: Request) -> Response:
+        return Response(self.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    def close(self) -> None:
+        """A worker that stops takes its share of the live gauge with it."""
+        if self.multiprocess_dir is not None:
+            mark_process_dead(os.getpid(), self.multiprocess_dir)  # type: ignore[no-untyped-call]
+
+    def listener(self) -> MetricsListener:
+        return MetricsListener(self)
+
+
+class MetricsListener:
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> MetricsObserver:
+        return MetricsObserver(self.metrics, record)
+
+
+class MetricsObserver:
+    __slots__ = ("_done", "_m", "_reasoned", "_record", "_streaming", "wants_trace")
+
+    def __init__(self, metrics: Metrics, record: AccessRecord) -> None:
+        self._m = metrics
+        self._record = record
+        self.wants_trace = record.route == "chat"
+        self._done: dict[str, Any] | None = None
+        self._reasoned = False
+        self._streaming = False
+
+    def on_trace(self, events: TraceEvents) -> None:
+        if not self._streaming and self._record.stream:
+            # A stream's first trace events are made when the relay starts sending.
+            self._streaming = True
+            self._m.active_streams.inc()
+        for event in events:
+            kind = event["type"]
+            if kind == "done":
+                self._done = event
+            elif kind == "reasoning.start":
+                self._reasoned = True
+
+    def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+        m = self._m
+        if self._streaming:
+            m.active_streams.dec()
+        provider = record.provider or "none"
+        level = record.level or "none"
+        m.requests.labels(
+            record.route, provider, level, record.thinking_method or "none", str(record.status)
+        ).inc()
+        kind = upstream_error_kind(record)
+        if kind is not None:
+            m.upstream_errors.labels(provider, kind).inc()
+        for outcome, count in replay_counts(record):
+            m.replay.labels(outcome).inc(count)
+        if record.route != "chat" or record.provider is None:
+            return  # refused before an upstream was chosen: no GenAI operation took place
+        model = m.model_label(record.model or "")
+        m.operation_duration.labels("chat", provider, model, error_type(record) or "").observe(
+            duration_ms / 1000.0
+        )
+        done = self._done
+        if done is None:
+            return
+        usage = usage_of(done)
+        if usage.input is not None:
+            m.token_usage.labels("chat", provider, model, "input").observe(usage.input)
+        if usage.output is not None:
+            m.token_usage.labels("chat", provider, model, "output").observe(usage.output)
+        if usage.reasoning is not None:
+            m.reasoning_tokens.labels(provider).observe(usage.reasoning)
+        if record.stream and (ttft := seconds(done.get("ttft_ms"))) is not None:
+            m.ttft.labels(provider, level).observe(ttft)
+        if self._reasoned and (thought := seconds(done.get("reasoning_ms"))) is not None:
+            m.reasoning_seconds.labels(provider, level).observe(thought)
