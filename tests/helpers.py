@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
+from proxy.demo import SIMULATED_ROUTES
+from proxy.dialects import _Loader, default_providers_path
+from proxy.serving import BackgroundServer, bind_loopback
 from proxy.settings import Settings
 
 
@@ -28,3 +38,48 @@ class Recorder:
         request.read()
         self.requests.append(request)
         return self.respond(request)
+
+
+def free_port() -> int:
+    sock = bind_loopback()
+    port: int = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def start_serve(
+    mock: BackgroundServer, *args: str, ready_path: str = "/healthz", **env: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it answers."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "serve", *args],
+        env={
+            **os.environ,
+            "THINKPROXY_UPSTREAM_BASE_URL": f"{mock.url}/deepseek/v1",
+            "THINKPROXY_PORT": str(port),
+            **env,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{base}{ready_path}", timeout=0.5).status_code == 200:
+                break
+        except httpx.TransportError:
+            threading.Event().wait(0.05)
+    return server, base
+
+
+def simulated_providers_file(directory: Path, mock_port: int) -> Path:
+    """A providers.yaml for a `serve` process: the shipped one, with the simulated upstream's path
+    prefixes added to the entries they imitate (what proxy.demo.simulated_table does in-process)."""
+    data = yaml.load(default_providers_path().read_text(), Loader=_Loader)
+    for prefix, entry in SIMULATED_ROUTES.items():
+        data["providers"][entry]["match"].append(f"127.0.0.1:{mock_port}/{prefix}")
+    path = directory / "providers.yaml"
+    # Dumped as JSON (a YAML subset): no YAML 1.1 reading of `off` as a boolean on the way back.
+    path.write_text(json.dumps(data, ensure_ascii=False))
+    return path

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -18,8 +15,8 @@ import pytest
 
 from proxy.app import create_app
 from proxy.mock import MockOptions, create_mock_app
-from proxy.serving import BackgroundServer, bind_loopback
-from tests.helpers import make_settings
+from proxy.serving import BackgroundServer
+from tests.helpers import make_settings, start_serve
 
 ASK = {"model": "deepseek-v4", "messages": [{"role": "user", "content": "Tell me about tides."}]}
 STREAM = {**ASK, "stream": True}
@@ -188,34 +185,6 @@ def test_no_key_in_logs_or_errors(mock: BackgroundServer, caplog: pytest.LogCapt
     for s in (secret, client_key, "ck-wrong-999"):
         assert s not in logged
         assert s.encode() not in good.content
-
-
-def start_serve(
-    mock: BackgroundServer, *args: str, ready_path: str = "/healthz", **env: str
-) -> tuple[subprocess.Popen[bytes], str]:
-    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it answers."""
-    sock = bind_loopback()
-    port = sock.getsockname()[1]
-    sock.close()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", *args],
-        env={
-            **os.environ,
-            "THINKPROXY_UPSTREAM_BASE_URL": f"{mock.url}/deepseek/v1",
-            "THINKPROXY_PORT": str(port),
-            **env,
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{base}{ready_path}", timeout=0.5).status_code == 200:
-                break
-        except httpx.TransportError:
-            threading.Event().wait(0.05)
-    return server, base
 
 
 def test_sigterm_lets_in_flight_streams_finish(mock: BackgroundServer) -> None:
