@@ -149,3 +149,56 @@ async def test_observer_ends_once_on_refused_and_passthrough_requests() -> None:
     first, second = listener.spies
     assert [r.status for r in first.ended] == [400] and [r.status for r in second.ended] == [200]
     assert second.ended[0].route == "passthrough" and second.events == []
+
+
+COMPLETION = {
+    "id": "chatcmpl-9",
+    "object": "chat.completion",
+    "model": "deepseek-reasoner-0528",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "hello", "reasoning_content": "hmm"},
+            "finish_reason": "stop",
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_observers_headers_replace_the_clients_and_reach_every_response(stream: bool) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if stream:
+            return httpx.Response(
+                200, content=sse(TOOL_CHUNKS), headers={"content-type": "text/event-stream"}
+            )
+        return httpx.Response(200, json=COMPLETION)
+
+    class HeaderListener(SpyListener):
+        def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> Spy:
+            record.response_headers.append(("x-observed", "yes"))
+            return super().start(record, headers)
+
+    rec = Recorder(answer)
+    listener = HeaderListener()
+    app = create_app(make_settings(trace="off"), transport=httpx.MockTransport(rec), listeners=[listener])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://proxy.test"
+    ) as client:
+        theirs = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+        body = {
+            "model": "deepseek-reasoner",
+            "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        r = await client.post("/v1/chat/completions", json=body, headers={"traceparent": theirs})
+        models = await client.get("/v1/models")
+    assert r.headers["x-observed"] == "yes" and models.headers["x-observed"] == "yes"
+    assert rec.requests[0].headers.get_list("traceparent") == ["00-" + "1" * 32 + "-" + "2" * 16 + "-01"]
+    if not stream:
+        # A builder that only feeds listeners shows the client nothing: no empty `trace` key.
+        assert "trace" not in r.json()
+    record = listener.spies[0].ended[0]
+    expected_id = "chatcmpl-9" if not stream else "c"
+    assert record.response_id == expected_id
+    assert record.response_model == ("deepseek-reasoner-0528" if not stream else "")
