@@ -25,6 +25,7 @@ from proxy.serving import BackgroundServer
 from proxy.telemetry.facts import note_replay
 from proxy.telemetry.metrics import GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS
 from tests.helpers import free_port, make_settings, simulated_providers_file, start_serve
+from tests.test_observability_doc import dashboard_exprs, doc_promql
 
 SECRET = "sk-metrics-SECRET-31337"
 SAID = "Tell me about the tides of Lake Quirinal"  # a request's content, never a metric
@@ -399,6 +400,11 @@ def test_real_prometheus_scrapes_two_workers_and_sums_them(
         assert query(url, 'sum(gen_ai_client_operation_duration_seconds_count{error_type="429"})') == 1
         assert query(url, 'sum(gen_ai_client_token_usage_count{gen_ai_token_type="input"})') == 7
         assert query(url, "sum(thinkproxy_active_streams)") == 0
+        # The documented queries and the Grafana dashboard's are valid PromQL with data behind them.
+        for expr in dashboard_exprs() + doc_promql():
+            promql = expr.replace("$__rate_interval", "1m").replace("$provider", ".*")
+            answer = httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=5).json()
+            assert answer["status"] == "success", (promql, answer)
     finally:
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=30)
