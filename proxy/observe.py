@@ -108,8 +108,12 @@ class TappedTraceBuilder(TraceBuilder):
     def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
         return self._client_view(super().begin(request_body, now_ms))
 
-    def on_chunk(self, chunk: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
-        return self._client_view(super().on_chunk(chunk, reasoning, now_ms))
+    def _observe(
+        self, chunk: dict[str, Any], choices: Any, reasoning: bool, now_ms: float
+    ) -> list[dict[str, Any]]:
+        # Not on_chunk: the common chunk (more of the same) returns from the base class's quiet
+        # path before reaching here, so watching a stream adds nothing per chunk.
+        return self._client_view(super()._observe(chunk, choices, reasoning, now_ms))
 
     def on_error(self, message: str, now_ms: float, code: str | None = None) -> list[dict[str, Any]]:
         return self._client_view(super().on_error(message, now_ms, code))
@@ -121,7 +125,8 @@ class TappedTraceBuilder(TraceBuilder):
         # The base class's own begin: its events are tapped and filtered with the rest of the call's.
         return [] if self._begun else TraceBuilder.begin(self, None, now_ms)
 
-    # on_completion is inherited: it calls the methods above, so its events are already filtered.
+    # on_chunk and on_completion are inherited: they reach _observe and finish above, so their
+    # events are already filtered.
 
 
 def build_trace(

@@ -86,6 +86,23 @@ class ModelLabels:
         return OTHER_MODEL
 
 
+class Children:
+    """`metric.labels(*values)` remembered: prometheus-client validates and locks on every call,
+    which was a third of a request's metrics cost. Label sets are bounded (see the module)."""
+
+    __slots__ = ("_cache", "_metric")
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._cache: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._cache.get(values)
+        if child is None:
+            child = self._cache[values] = self._metric.labels(*values)
+        return child
+
+
 class Metrics:
     """The instruments of one app. `multiprocess_dir` set = prometheus-client's multiprocess mode
     (values live in files there; the process must have been started with PROMETHEUS_MULTIPROC_DIR)."""
@@ -158,6 +175,15 @@ class Metrics:
             registry=registry,
         )
 
+        self.requests_of = Children(self.requests)
+        self.ttft_of = Children(self.ttft)
+        self.reasoning_seconds_of = Children(self.reasoning_seconds)
+        self.reasoning_tokens_of = Children(self.reasoning_tokens)
+        self.upstream_errors_of = Children(self.upstream_errors)
+        self.replay_of = Children(self.replay)
+        self.operation_duration_of = Children(self.operation_duration)
+        self.token_usage_of = Children(self.token_usage)
+
     def exposition(self) -> bytes:
         if self.registry is not None:
             return generate_latest(self.registry)
@@ -215,18 +241,18 @@ class MetricsObserver:
             m.active_streams.dec()
         provider = record.provider or "none"
         level = record.level or "none"
-        m.requests.labels(
+        m.requests_of(
             record.route, provider, level, record.thinking_method or "none", str(record.status)
         ).inc()
         kind = upstream_error_kind(record)
         if kind is not None:
-            m.upstream_errors.labels(provider, kind).inc()
+            m.upstream_errors_of(provider, kind).inc()
         for outcome, count in replay_counts(record):
-            m.replay.labels(outcome).inc(count)
+            m.replay_of(outcome).inc(count)
         if record.route != "chat" or record.provider is None:
             return  # refused before an upstream was chosen: no GenAI operation took place
         model = m.model_label(record.model or "")
-        m.operation_duration.labels("chat", provider, model, error_type(record) or "").observe(
+        m.operation_duration_of("chat", provider, model, error_type(record) or "").observe(
             duration_ms / 1000.0
         )
         done = self._done
@@ -234,12 +260,12 @@ class MetricsObserver:
             return
         usage = usage_of(done)
         if usage.input is not None:
-            m.token_usage.labels("chat", provider, model, "input").observe(usage.input)
+            m.token_usage_of("chat", provider, model, "input").observe(usage.input)
         if usage.output is not None:
-            m.token_usage.labels("chat", provider, model, "output").observe(usage.output)
+            m.token_usage_of("chat", provider, model, "output").observe(usage.output)
         if usage.reasoning is not None:
-            m.reasoning_tokens.labels(provider).observe(usage.reasoning)
+            m.reasoning_tokens_of(provider).observe(usage.reasoning)
         if record.stream and (ttft := seconds(done.get("ttft_ms"))) is not None:
-            m.ttft.labels(provider, level).observe(ttft)
+            m.ttft_of(provider, level).observe(ttft)
         if self._reasoned and (thought := seconds(done.get("reasoning_ms"))) is not None:
-            m.reasoning_seconds.labels(provider, level).observe(thought)
+            m.reasoning_seconds_of(provider, level).observe(thought)
