@@ -23,15 +23,14 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.app import create_app  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
+from proxy.app import create_app
+from proxy.settings import Settings
 
 COMPLETION = {
     "id": "chatcmpl-bench",
@@ -41,11 +40,19 @@ COMPLETION = {
     "choices": [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": "Tides follow the moon. " * 20, "reasoning_content": "hm " * 200},
+            "message": {
+                "role": "assistant",
+                "content": "Tides follow the moon. " * 20,
+                "reasoning_content": "hm " * 200,
+            },
             "finish_reason": "stop",
         }
     ],
-    "usage": {"prompt_tokens": 20, "completion_tokens": 400, "completion_tokens_details": {"reasoning_tokens": 200}},
+    "usage": {
+        "prompt_tokens": 20,
+        "completion_tokens": 400,
+        "completion_tokens_details": {"reasoning_tokens": 200},
+    },
 }
 BODY = {"model": "deepseek-v4", "messages": [{"role": "user", "content": "Tell me about tides."}]}
 
@@ -59,7 +66,11 @@ def sse_events(n: int) -> list[bytes]:
         delta = {"reasoning_content": "hm "} if i < thinking else {"content": "tide "}
         events.append({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
     events.append(
-        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": COMPLETION["usage"]}
+        {
+            **head,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "usage": COMPLETION["usage"],
+        }
     )
     return [b"data: " + orjson.dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
@@ -97,7 +108,9 @@ async def cpu_per_request(metrics: bool, trace: str, chunks: int | None, request
     app = create_app(settings, transport=upstream(streams))
     body = {**BODY, "stream": chunks is not None}
     headers = {"x-bench-chunks": str(chunks or 0), "authorization": "Bearer sk-bench"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy.bench") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://proxy.bench"
+    ) as client:
         for _ in range(max(5, requests // 10)):  # warm-up
             (await client.post("/v1/chat/completions", json=body, headers=headers)).raise_for_status()
         start = time.process_time()
@@ -110,7 +123,9 @@ async def cpu_per_request(metrics: bool, trace: str, chunks: int | None, request
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--requests", type=int, default=300, help="non-stream and 200-chunk requests per round")
+    parser.add_argument(
+        "--requests", type=int, default=300, help="non-stream and 200-chunk requests per round"
+    )
     args = parser.parse_args()
     configs = [(trace, chunks) for trace in ("brief", "off") for chunks in (None, 200, 2000)]
     results: dict[tuple[str, int | None, bool], list[float]] = {}
@@ -129,7 +144,9 @@ def main() -> int:
     for trace, chunks in configs:
         off, on = med[(trace, chunks, False)], med[(trace, chunks, True)]
         what = "non-stream" if chunks is None else f"stream, {chunks} chunks"
-        print(f"| {trace} | {what} | {off:,.0f} | {on:,.0f} | {on - off:+,.0f} µs ({(on - off) / off:+.1%}) |")
+        print(
+            f"| {trace} | {what} | {off:,.0f} | {on:,.0f} | {on - off:+,.0f} µs ({(on - off) / off:+.1%}) |"
+        )
     print()
     for trace in ("brief", "off"):
         slope = {m: (med[(trace, 2000, m)] - med[(trace, 200, m)]) / 1800 for m in (False, True)}
