@@ -87,5 +87,5 @@ def test_replay_notes_add_up_and_reject_unknown_outcomes() -> None:
     assert replay_counts(rec) == [("restored", 3), ("placeholder", 1)]
     with pytest.raises(ValueError, match="unknown replay outcome"):
         note_replay(rec, "lost")
-    rec.notes["replay"] = {"missing": "many", "restored": -1}
+    rec.notes["replay.outcome"] = {"missing": "many", "restored": -1}
     assert replay_counts(rec) == []

@@ -4,7 +4,7 @@ Pure: an `AccessRecord` and the trace's `done` event in, small values out. Nothi
 content: only statuses, error codes, names and token counts.
 
 Replay outcomes: the replay store tells telemetry what it did to a request's history through
-`record.notes["replay"]`, a dict of outcome → number of assistant messages in that request
+`record.notes["replay.outcome"]`, a dict of outcome → number of assistant messages in that request
 (`restored`: reasoning put back from the store, `placeholder`: a stand-in sent because the store
 had nothing but the provider requires the field, `missing`: nothing found and nothing sent).
 `note_replay` adds to it; metrics read it once, when the request ends.
@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.access_log import AccessRecord
 
-REPLAY_NOTE = "replay"
+REPLAY_NOTE = "replay.outcome"  # the replay store keeps its own ReplayNote under "replay"
 REPLAY_OUTCOMES = ("restored", "placeholder", "missing")
 
 # Proxy error codes that mean the upstream connection broke (before or after the headers).

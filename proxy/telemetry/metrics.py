@@ -30,7 +30,7 @@ Several worker processes (`--workers N`): prometheus-client's multiprocess mode,
 removes its own directory, see proxy.telemetry.multiprocess); every worker then answers
 `/metrics` with the sum over all of them.
 
-Replay outcomes are read from `record.notes["replay"]` (see proxy.telemetry.facts.note_replay).
+Replay outcomes are read from `record.notes["replay.outcome"]` (see proxy.telemetry.facts.note_replay).
 """
 
 from __future__ import annotations
