@@ -72,8 +72,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     from proxy.telemetry.multiprocess import metrics_directory
 
-    with metrics_directory(metrics=settings.metrics, workers=settings.workers):
-        _run_uvicorn(settings)
+    try:
+        with metrics_directory(metrics=settings.metrics, workers=settings.workers):
+            _run_uvicorn(settings)
+    except ConfigError as exc:
+        print(f"thinkproxy: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from proxy.errors import ConfigError
 from proxy.telemetry.multiprocess import ENV, metrics_directory
 
 
@@ -35,3 +37,14 @@ def test_an_operators_own_directory_is_used_and_left_alone(
     with metrics_directory(metrics=True, workers=2) as path:
         assert path == str(tmp_path)
     assert (tmp_path / "keep.db").exists() and os.environ[ENV] == str(tmp_path)
+
+
+def test_an_unwritable_temp_directory_is_a_config_error_saying_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    directory = metrics_directory(metrics=True, workers=2)
+    with pytest.raises(ConfigError, match="PROMETHEUS_MULTIPROC_DIR to a writable directory"):
+        directory.__enter__()
+    assert ENV not in os.environ

@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from proxy.errors import ConfigError
+
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
@@ -24,7 +26,13 @@ def metrics_directory(*, metrics: bool, workers: int) -> Iterator[str | None]:
     if given or not metrics or workers <= 1:
         yield given or None
         return
-    path = tempfile.mkdtemp(prefix="thinkproxy-metrics-")
+    try:
+        path = tempfile.mkdtemp(prefix="thinkproxy-metrics-")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the metrics directory the {workers} workers share ({exc}); set "
+            f"{ENV} to a writable directory, or THINKPROXY_METRICS=false"
+        ) from None
     os.environ[ENV] = path
     try:
         yield path
