@@ -222,6 +222,33 @@ def test_active_streams_counts_a_stream_while_it_is_relayed(mock: BackgroundServ
         assert value(scrape(p), "thinkproxy_active_streams") == 0
 
 
+def test_a_client_leaving_mid_stream_ends_its_active_stream(mock: BackgroundServer) -> None:
+    with proxy(mock) as p:
+        with httpx.stream(
+            "POST", f"{p.url}/v1/chat/completions", json=STREAM, headers={"x-mock-pace-ms": "100"}, timeout=20
+        ) as r:
+            pieces = r.iter_raw()  # (kept: a dropped iterator would close the response at once)
+            next(pieces)
+            assert value(scrape(p), "thinkproxy_active_streams") == 1
+        # The client hung up; the proxy notices, closes the upstream and ends the request.
+        assert wait_for(lambda: value(scrape(p), "thinkproxy_active_streams") == 0, timeout_s=15)
+        text = scrape(p)
+    assert value(text, "thinkproxy_requests_total", status="200") == 1  # the status it got
+    duration = "gen_ai_client_operation_duration_seconds_count"
+    assert value(text, duration, error_type="client_disconnected") == 1
+
+
+def test_a_non_stream_answer_counts_tokens_but_no_time_to_first_token(mock: BackgroundServer) -> None:
+    with proxy(mock) as p:
+        assert chat(p, ASK, **{"x-thinking-level": "deep"}).status_code == 200
+        text = scrape(p)
+    assert value(text, "gen_ai_client_token_usage_count", gen_ai_token_type="input") == 1
+    assert value(text, "gen_ai_client_token_usage_sum", gen_ai_token_type="output") > 0
+    assert value(text, "thinkproxy_reasoning_tokens_count", provider="deepseek") == 1
+    assert value(text, "thinkproxy_reasoning_seconds_count", provider="deepseek", level="deep") == 1
+    assert value(text, "thinkproxy_time_to_first_token_seconds_count") == 0
+
+
 def test_replay_outcomes_noted_by_the_replay_store_are_counted(mock: BackgroundServer) -> None:
     with proxy(mock) as p:
         chat(p, ASK, **{"x-test-replay": "yes"})
