@@ -86,6 +86,8 @@ class TraceBuilder:
         self._origin = origin_ms
         self._seq = 0
         self._last_t = 0.0
+        # The answer's id and model, from the first chunk that has them (or the completion).
+        self.response: ChunkMeta | None = None
         self._begun = False
         self._done = False
         self._stage: Stage | None = None
@@ -98,8 +100,6 @@ class TraceBuilder:
         self._usage: dict[str, Any] | None = None
         # Set while a chunk of more-of-the-same (see on_chunk) cannot cause an event.
         self._quiet: Stage | None = None
-        # The answer's id and model, from the first chunk that has them (or the completion).
-        self.response: ChunkMeta | None = None
 
     # -- public API ------------------------------------------------------------------------------
 
