@@ -47,6 +47,7 @@ from proxy.observe import (
     Listener,
     build_trace,
     notify_end,
+    output_sink,
     start_observers,
     trace_tap,
     with_forward_headers,
@@ -251,6 +252,7 @@ class Proxy:
             level=applied.value if applied else "none",
             provider=dialect.name,
             method=method if applied else None,
+            output=output_sink(record.observers),
         )
         chat_context = ChatContext(parsed, reasoning, trace, trace_format)
         return await self._watched(request, req, record, started, extra, chat_context)

@@ -11,6 +11,11 @@ The observers a request gets then see:
 - `on_end(record, duration_ms)`: exactly once, when the request's access-log line is written (every
   path writes exactly one), with the final `AccessRecord`.
 
+An observer that also sets `wants_output = True` (optional; content, so only for an opted-in
+capture such as OpenTelemetry's) gets `on_output(messages)` once the answer is complete: choice 0's
+text and tool calls in the GenAI conventions' output-messages shape. Keeping the answer is work per
+chunk, so it is done only for requests with such an observer.
+
 `start` runs before anything is forwarded, so an observer may add headers to the upstream request
 (`record.forward_headers`, e.g. a W3C `traceparent`, replacing a client header of the same name) or
 to the response (`record.response_headers`, kept on every response: success, upstream error or the
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 
 TraceEvents = Sequence[dict[str, Any]]
 Tap = Callable[[TraceEvents], None]
+OutputSink = Callable[[list[dict[str, Any]]], None]
 
 # What `X-Trace: brief` shows of the detailed timeline (see docs/trace-events.md).
 BRIEF_TYPES = frozenset({"status", "tool_call.start", "error", "done"})
@@ -129,11 +135,112 @@ class TappedTraceBuilder(TraceBuilder):
     # events are already filtered.
 
 
+def output_sink(observers: Sequence[RequestObserver]) -> OutputSink | None:
+    """One callable giving the answer to every observer that asked for it, or None if none did."""
+    wanting = [o for o in observers if getattr(o, "wants_output", False)]
+    if not wanting:
+        return None
+
+    def sink(messages: list[dict[str, Any]]) -> None:
+        for observer in wanting:
+            observer.on_output(messages)  # type: ignore[attr-defined]
+
+    return sink
+
+
+class AnswerKeepingTraceBuilder(TappedTraceBuilder):
+    """A tapped builder that also keeps choice 0's answer (text, tool calls, finish reason) and
+    hands it to `output` when the response is done. A non-stream answer reaches `on_chunk` too,
+    as the chunks its stream would have carried (TraceBuilder.on_completion)."""
+
+    def __init__(self, *, output: OutputSink, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._output = output
+        self._kept_text: list[str] = []
+        self._kept_calls: dict[int, dict[str, str]] = {}
+        self._kept_finish: str | None = None
+
+    def on_chunk(self, chunk: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._keep(choice)
+        return super().on_chunk(chunk, reasoning, now_ms)
+
+    def _keep(self, choice: dict[str, Any]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if isinstance(content, str):
+                self._kept_text.append(content)
+            for fragment in delta.get("tool_calls") or ():
+                if not isinstance(fragment, dict):
+                    continue
+                index = fragment.get("index")
+                if not isinstance(index, int):
+                    # Some upstreams omit it when there is one call: an id starts a call, the
+                    # pieces after it continue that one.
+                    last = max(self._kept_calls, default=-1)
+                    index = last + 1 if fragment.get("id") or last < 0 else last
+                call = self._kept_calls.setdefault(index, {})
+                if isinstance(fragment.get("id"), str):
+                    call["id"] = fragment["id"]
+                function = fragment.get("function")
+                if isinstance(function, dict):
+                    for key in ("name", "arguments"):
+                        if isinstance(function.get(key), str):
+                            call[key] = call.get(key, "") + function[key]
+        if isinstance(choice.get("finish_reason"), str):
+            self._kept_finish = choice["finish_reason"]
+
+    def finish(self, now_ms: float) -> list[dict[str, Any]]:
+        first_time = not self._done
+        events = super().finish(now_ms)
+        if first_time:
+            self._output([self.answer()])
+        return events
+
+    def answer(self) -> dict[str, Any]:
+        parts: list[dict[str, Any]] = []
+        text = "".join(self._kept_text)
+        if text:
+            parts.append({"type": "text", "content": text})
+        for index in sorted(self._kept_calls):
+            call = self._kept_calls[index]
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.get("id"),
+                    "name": call.get("name"),
+                    "arguments": call.get("arguments"),
+                }
+            )
+        return {"role": "assistant", "parts": parts, "finish_reason": self._kept_finish}
+
+
 def build_trace(
-    client_mode: TraceMode, tap: Tap | None, *, zh: bool, level: str, provider: str, method: str | None
+    client_mode: TraceMode,
+    tap: Tap | None,
+    *,
+    zh: bool,
+    level: str,
+    provider: str,
+    method: str | None,
+    output: OutputSink | None = None,
 ) -> TraceBuilder | None:
     """The trace builder for one chat response: none when neither the client nor an observer
-    wants a trace, a tapped one when an observer does."""
+    wants a trace, a tapped one when an observer does, one that also keeps the answer when an
+    observer wants it (`output`)."""
+    if output is not None:
+        return AnswerKeepingTraceBuilder(
+            output=output,
+            client_mode=client_mode,
+            tap=tap or _ignore,
+            zh=zh,
+            level=level,
+            provider=provider,
+            method=method,
+        )
     if tap is not None:
         return TappedTraceBuilder(
             client_mode=client_mode, tap=tap, zh=zh, level=level, provider=provider, method=method
@@ -141,6 +248,10 @@ def build_trace(
     if client_mode is TraceMode.OFF:
         return None
     return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method)
+
+
+def _ignore(events: TraceEvents) -> None:
+    pass
 
 
 def with_forward_headers(headers: list[tuple[str, str]], record: AccessRecord) -> list[tuple[str, str]]:

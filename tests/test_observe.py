@@ -13,7 +13,7 @@ import pytest
 from proxy.access_log import AccessRecord
 from proxy.app import create_app
 from proxy.levels import TraceMode
-from proxy.observe import BRIEF_TYPES, TappedTraceBuilder, TraceEvents
+from proxy.observe import BRIEF_TYPES, AnswerKeepingTraceBuilder, TappedTraceBuilder, TraceEvents
 from proxy.trace import TraceBuilder
 from tests.helpers import Recorder, make_settings
 
@@ -202,3 +202,66 @@ async def test_observers_headers_replace_the_clients_and_reach_every_response(st
     expected_id = "chatcmpl-9" if not stream else "c"
     assert record.response_id == expected_id
     assert record.response_model == ("deepseek-reasoner-0528" if not stream else "")
+
+
+def test_answer_keeping_builder_hands_over_text_and_tool_calls_once_and_shows_the_client_the_same() -> None:
+    kept: list[list[dict[str, Any]]] = []
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"content": "Let me "}}]},
+        {"choices": [{"index": 0, "delta": {"content": "look."}}]},
+        *TOOL_CHUNKS[1:],
+    ]
+    keeper = AnswerKeepingTraceBuilder(
+        output=kept.append,
+        client_mode=TraceMode.BRIEF,
+        tap=lambda events: None,
+        zh=False,
+        level="deep",
+        provider="deepseek",
+        method="params",
+    )
+    plain = TappedTraceBuilder(
+        client_mode=TraceMode.BRIEF,
+        tap=lambda e: None,
+        zh=False,
+        level="deep",
+        provider="deepseek",
+        method="params",
+    )
+    for builder in (keeper, plain):
+        builder.begin(None, 0.0)
+    seen = (
+        [[*keeper.on_chunk(c, False, 1.0)] for c in chunks],
+        [[*plain.on_chunk(c, False, 1.0)] for c in chunks],
+    )
+    assert seen[0] == seen[1]
+    assert keeper.finish(2.0) == plain.finish(2.0) and keeper.finish(3.0) == []
+    assert kept == [
+        [
+            {
+                "role": "assistant",
+                "parts": [
+                    {"type": "text", "content": "Let me look."},
+                    {"type": "tool_call", "id": "call_1", "name": "kb_search", "arguments": '{"q":1}'},
+                ],
+                "finish_reason": "tool_calls",
+            }
+        ]
+    ]
+
+
+def test_answer_keeping_builder_reads_a_whole_completion() -> None:
+    kept: list[list[dict[str, Any]]] = []
+    keeper = AnswerKeepingTraceBuilder(
+        output=kept.append,
+        client_mode=TraceMode.OFF,
+        tap=lambda events: None,
+        zh=False,
+        level="none",
+        provider="deepseek",
+        method=None,
+    )
+    assert keeper.on_completion(COMPLETION, True, 5.0) == []  # the client asked for no trace
+    assert kept == [
+        [{"role": "assistant", "parts": [{"type": "text", "content": "hello"}], "finish_reason": "stop"}]
+    ]

@@ -268,6 +268,36 @@ def test_message_content_only_when_opted_in_in_the_conventions_shape(
     assert SECRET.encode() not in b"".join(receiver.raw)
 
 
+def answer_text(r: httpx.Response, stream: bool) -> str:
+    if not stream:
+        return str(r.json()["choices"][0]["message"]["content"])
+    chunks = [orjson.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_answer_is_recorded_only_when_opted_in(
+    mock: BackgroundServer, receiver: Receiver, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    body = STREAM if stream else ASK
+    with proxy(mock) as p:
+        quiet = chat(p, body, **{"x-thinking-level": "deep"})
+    assert "gen_ai.output.messages" not in only_span(receiver)[2]
+    assert answer_text(quiet, stream)[:30].encode() not in b"".join(receiver.raw)
+    receiver.spans.clear()
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    with proxy(mock) as p:
+        r = chat(p, body, **{"x-thinking-level": "deep"})
+    _, _, attrs = only_span(receiver)
+    [message] = orjson.loads(attrs["gen_ai.output.messages"])
+    assert message == {
+        "role": "assistant",
+        "parts": [{"type": "text", "content": answer_text(r, stream)}],
+        "finish_reason": "stop",
+    }
+    assert "<think" not in attrs["gen_ai.output.messages"]
+
+
 def test_sampled_out_requests_export_nothing_but_still_carry_the_context(
     mock: BackgroundServer, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

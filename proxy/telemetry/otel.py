@@ -9,8 +9,9 @@ event (proxy.trace) at the moment it happened. An incoming W3C `traceparent` is 
 upstream request carries the span's own `traceparent` (`OTEL_PROPAGATORS` is honoured).
 
 No message content is recorded unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is
-true; then the request's messages go in `gen_ai.input.messages` (the convention's JSON shape) and
-tool argument / result summaries in the span events. Keys and headers are never recorded.
+true; then the request's messages go in `gen_ai.input.messages` and the answer (choice 0's text
+and tool calls) in `gen_ai.output.messages` (the convention's JSON shapes), and tool argument /
+result summaries in the span events. Keys and headers are never recorded.
 """
 
 from __future__ import annotations
@@ -163,14 +164,19 @@ class OtelListener:
 
 
 class OtelObserver:
-    __slots__ = ("_capture", "_done", "_span", "_start_ns", "wants_trace")
+    __slots__ = ("_capture", "_done", "_output", "_span", "_start_ns", "wants_output", "wants_trace")
 
     def __init__(self, span: Span, start_ns: int, capture: bool) -> None:
         self._span = span
         self._start_ns = start_ns
         self._capture = capture
         self._done: dict[str, Any] | None = None
+        self._output: list[dict[str, Any]] | None = None
         self.wants_trace = True
+        self.wants_output = capture  # the answer (proxy.observe), only when content is captured
+
+    def on_output(self, messages: list[dict[str, Any]]) -> None:
+        self._output = messages
 
     def on_trace(self, events: TraceEvents) -> None:
         fields = _EVENT_FIELDS + _CONTENT_FIELDS if self._capture else _EVENT_FIELDS
@@ -196,6 +202,8 @@ class OtelObserver:
         span.set_attributes(span_attributes(record, self._done))
         if self._capture and record.request_messages is not None:
             span.set_attribute("gen_ai.input.messages", input_messages(record.request_messages))
+        if self._capture and self._output is not None:
+            span.set_attribute("gen_ai.output.messages", orjson.dumps(self._output).decode())
         failure = error_type(record)
         if failure is not None:
             span.set_attribute("error.type", failure)
