@@ -34,8 +34,19 @@ class AiohttpResponse(UpstreamResponse):
         self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
 
     def raw_reader(self) -> AsyncIterator[bytes]:
+        content = self._response.content
+        connection = self._response.connection
+        if connection is not None and connection.protocol is not None and not content.is_eof():
+            # aiohttp (3.14) leaves the body reader waiting forever when the framing breaks after
+            # the head (a bad chunk size): the connection closes, but only its message queue is
+            # told. A connection lost before the body's end is a cut body, whatever the cause.
+            def lost(_: object) -> None:
+                if not content.is_eof() and content.exception() is None:
+                    content.set_exception(aiohttp.ClientPayloadError("Response payload is not completed"))
+
+            connection.protocol.closed.add_done_callback(lost)  # type: ignore[union-attr]
         # Each read yields everything received so far: one client write per upstream read.
-        return self._response.content.iter_any()
+        return content.iter_any()
 
     async def aclose(self) -> None:
         # A fully read body hands the connection back to the pool; anything else drops it, so an

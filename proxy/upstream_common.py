@@ -207,6 +207,8 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
     if isinstance(exc, httpx.ConnectError | aiohttp.ClientConnectorError):
         detail = str(getattr(exc, "os_error", None) or exc) or type(exc).__name__
         return UpstreamUnreachable(f"Could not connect to upstream {where}: {detail}")
+    if isinstance(exc, httpx.RemoteProtocolError) and not _closed_early(exc):
+        return BadUpstreamResponse(f"Upstream {where} sent a malformed response: {_short(exc)}")
     if isinstance(
         exc,
         httpx.RemoteProtocolError
@@ -225,6 +227,13 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
         # A response the HTTP client could not parse (bad status line, bad header, …).
         return BadUpstreamResponse(f"Upstream {where} sent a malformed response: {_short(exc)}")
     return UpstreamUnreachable(f"Upstream {where} failed: {_short(exc)}")
+
+
+def _closed_early(exc: Exception) -> bool:
+    # httpcore raises RemoteProtocolError both for a peer that hung up mid-message and for bytes
+    # that are not HTTP; only its wording tells them apart.
+    text = str(exc).lower()
+    return any(word in text for word in ("closed", "disconnected", "incomplete", "without sending"))
 
 
 def _short(exc: Exception) -> str:
