@@ -7,8 +7,6 @@ from __future__ import annotations
 import gzip
 import logging
 import socket
-import zlib
-from collections.abc import Iterator
 
 import httpx
 import orjson
@@ -62,14 +60,6 @@ def final_error(raw: bytes) -> dict[str, object]:
     return error
 
 
-@pytest.fixture
-def access(caplog: pytest.LogCaptureFixture) -> Iterator[list[logging.LogRecord]]:
-    caplog.set_level(logging.INFO, logger="thinkproxy")
-    records: list[logging.LogRecord] = []
-    yield records
-    records.extend(r for r in caplog.records if r.name == "thinkproxy.access")
-
-
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
     return [r.access for r in caplog.records if r.name == "thinkproxy.access"]  # type: ignore[attr-defined]
 
@@ -101,14 +91,15 @@ def test_a_cut_passthrough_body_reaches_the_client_incomplete(
     transport: str, cut: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="thinkproxy")
-    with RawUpstream(CUT_BODIES[cut]) as upstream, proxy_for(upstream, transport) as proxy:
-        with pytest.raises(httpx.RemoteProtocolError):  # never a shorter body that reads complete
-            httpx.get(f"{proxy.url}/v1/models", timeout=10)
+    with (
+        RawUpstream(CUT_BODIES[cut]) as upstream,
+        proxy_for(upstream, transport) as proxy,
+        pytest.raises(httpx.RemoteProtocolError),  # never a shorter body that reads complete
+    ):
+        httpx.get(f"{proxy.url}/v1/models", timeout=10)
     [line] = access_lines(caplog)
-    assert (line["status"], line["error"]) in (
-        (200, "upstream_protocol_error"),
-        (200, "upstream_bad_response"),
-    )
+    assert line["status"] == 200  # what the client was told before the cut
+    assert line["error"] in ("upstream_protocol_error", "upstream_bad_response")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -119,9 +110,9 @@ def test_a_cut_upstream_error_body_reaches_the_client_incomplete(transport: str)
     with (
         RawUpstream([head + b'{"error": {"message": "overlo']) as upstream,
         proxy_for(upstream, transport) as proxy,
+        pytest.raises(httpx.RemoteProtocolError),
     ):
-        with pytest.raises(httpx.RemoteProtocolError):
-            httpx.post(f"{proxy.url}/v1/chat/completions", json=ASK, timeout=10)
+        httpx.post(f"{proxy.url}/v1/chat/completions", json=ASK, timeout=10)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -149,12 +140,6 @@ def test_sse_ending_cleanly_between_events_without_done_gets_a_done(transport: s
 
 
 # --- 3. no uncaught errors --------------------------------------------------------------------
-
-
-def encoded(encoding: str, body: bytes) -> bytes:
-    if encoding == "gzip":
-        return gzip.compress(body)
-    return zlib.compress(body)
 
 
 BAD_ENCODINGS = {
@@ -362,15 +347,18 @@ def test_a_header_that_is_not_valid_http_is_a_502_with_a_truthful_log_line(
 def test_non_ascii_header_bytes_travel_unchanged_both_ways(transport: str) -> None:
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Word: na\xc3\xafve caf\xe9\r\n"
     answer = head + b"Content-Length: %d\r\n\r\n" % len(COMPLETION) + COMPLETION
-    with RawUpstream([answer]) as upstream, proxy_for(upstream, transport) as proxy:
-        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client:
-            body = orjson.dumps(ASK)
-            client.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
-                b"X-Note: caf\xc3\xa9\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
-            )
-            got = b""
-            while piece := client.recv(65536):
-                got += piece
+    body = orjson.dumps(ASK)
+    with (
+        RawUpstream([answer]) as upstream,
+        proxy_for(upstream, transport) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client,
+    ):
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+            b"X-Note: caf\xc3\xa9\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        )
+        got = b""
+        while piece := client.recv(65536):
+            got += piece
     assert b"\r\nx-note: caf\xc3\xa9\r\n" in upstream.received[0].head.lower()
     assert b"\r\nx-word: na\xc3\xafve caf\xe9\r\n" in got  # (UTF-8, then a latin-1 byte)
