@@ -106,11 +106,20 @@ class ClientWatch:
         delays = []
         if self._deadline is not None:
             delays.append(self._deadline - now)
-        limit = self._write_timeout if self.writing else self._read_timeout
-        if limit is not None:
-            delays.append(limit - (now - self.last_read))
-        elif self.writing and self._read_timeout is not None:
-            delays.append(self._read_timeout)  # no write limit: look again once writing is over
+        idle = now - self.last_read
+        if self.writing:
+            if self._write_timeout is not None:
+                delays.append(self._write_timeout - idle)
+            elif self._read_timeout is not None:
+                delays.append(self._read_timeout)  # no write limit: look again once writing is over
+        else:
+            if self._read_timeout is not None:
+                delays.append(self._read_timeout - idle)
+            if self._write_timeout is not None:
+                # A write may start at any moment without telling the timer (that would cost a
+                # reschedule per chunk): look every half write timeout, so a blocked write is
+                # caught within 1.5 write timeouts.
+                delays.append(self._write_timeout / 2)
         if delays:
             self._timer = asyncio.get_running_loop().call_later(max(min(delays), 0.0), self._check)
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import logging
 import socket
+import threading
 
 import httpx
 import orjson
@@ -362,3 +363,93 @@ def test_non_ascii_header_bytes_travel_unchanged_both_ways(transport: str) -> No
             got += piece
     assert b"\r\nx-note: caf\xc3\xa9\r\n" in upstream.received[0].head.lower()
     assert b"\r\nx-word: na\xc3\xafve caf\xe9\r\n" in got  # (UTF-8, then a latin-1 byte)
+
+
+# --- 5. timeouts -------------------------------------------------------------------------------
+
+
+def trickle(pieces: int, pause: float) -> list[bytes | float | str]:
+    head = response(
+        "200 OK", [("Content-Type", "application/octet-stream"), ("Transfer-Encoding", "chunked")]
+    )
+    steps: list[bytes | float | str] = [head]
+    for _ in range(pieces):
+        steps += [chunked(b"x" * 16, end=False), pause]
+    return [*steps, b"0\r\n\r\n"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_total_timeout_bounds_a_passthrough_relay(transport: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="thinkproxy")
+    # Never silent for long (a piece every 50 ms), but going on for 6 s: only the total timeout ends it.
+    with (
+        RawUpstream(trickle(120, 0.05)) as upstream,
+        proxy_for(upstream, transport, total_timeout=0.5, read_timeout=10) as proxy,
+        pytest.raises(httpx.RemoteProtocolError),
+    ):
+        httpx.get(f"{proxy.url}/v1/files/f1/content", timeout=10)
+    [line] = access_lines(caplog)
+    assert line["error"] == "upstream_timeout"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_total_timeout_of_a_non_stream_exchange_is_end_to_end(transport: str) -> None:
+    # 0.5 s to the head, 0.5 s more for the body: each under the 0.7 s total, together over it.
+    body = COMPLETION
+    head = response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    with (
+        RawUpstream([0.5, head + body[:10], 0.5, body[10:]]) as upstream,
+        proxy_for(upstream, transport, total_timeout=0.7, read_timeout=10) as proxy,
+    ):
+        r = httpx.post(f"{proxy.url}/v1/chat/completions", json=ASK, timeout=10)
+    assert r.status_code == 504
+    assert "THINKPROXY_TOTAL_TIMEOUT" in r.json()["error"]["message"]
+
+
+BIG = 32 * 1024 * 1024
+
+
+def big_body() -> list[bytes | float | str]:
+    head = response("200 OK", [("Content-Type", "application/octet-stream"), ("Content-Length", str(BIG))])
+    return [head, *([b"x" * (1024 * 1024)] * (BIG // (1024 * 1024)))]
+
+
+def slow_reader(port: int) -> socket.socket:
+    """A client with a tiny receive buffer that sent its request and reads nothing yet."""
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    client.settimeout(20)
+    client.connect(("127.0.0.1", port))
+    client.sendall(b"GET /v1/files/f1/content HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n\r\n")
+    return client
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_time_blocked_writing_to_a_slow_client_is_not_upstream_silence(transport: str) -> None:
+    with (
+        RawUpstream(big_body()) as upstream,
+        proxy_for(upstream, transport, read_timeout=0.3, write_timeout=30) as proxy,
+        slow_reader(proxy.port) as client,
+    ):
+        threading.Event().wait(1.5)  # reads nothing for 5 read timeouts
+        got = bytearray()
+        while piece := client.recv(1024 * 1024):
+            got += piece
+    _, _, body = bytes(got).partition(b"\r\n\r\n")
+    assert body.endswith(b"0\r\n\r\n")  # the whole body, ended cleanly
+    assert body.count(b"x") == BIG
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_client_that_stops_reading_is_dropped_and_the_upstream_released(
+    transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="thinkproxy")
+    with (
+        RawUpstream(big_body()) as upstream,
+        proxy_for(upstream, transport, read_timeout=30, write_timeout=0.5) as proxy,
+        slow_reader(proxy.port),
+    ):
+        assert upstream.closed.wait(10), "the upstream was held while the client read nothing"
+    [line] = access_lines(caplog)
+    assert line["error"] == "client_write_timeout"
