@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_sse_event_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     max_response_bytes: int = Field(
-        default=64 * 1024 * 1024, gt=0, description="largest decoded non-stream chat body the proxy reads"
+        default=32 * 1024 * 1024, gt=0, description="largest decoded non-stream chat body the proxy reads"
     )
     max_upstream_connections: int = Field(default=1000, gt=0)
     shutdown_timeout: float = Field(default=30.0, ge=0)

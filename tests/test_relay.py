@@ -8,6 +8,7 @@ import gzip
 import logging
 import socket
 import threading
+import zlib
 
 import httpx
 import orjson
@@ -453,3 +454,54 @@ def test_a_client_that_stops_reading_is_dropped_and_the_upstream_released(
         assert upstream.closed.wait(10), "the upstream was held while the client read nothing"
     [line] = access_lines(caplog)
     assert line["error"] == "client_write_timeout"
+
+
+# --- 12.4 bounded bodies -------------------------------------------------------------------------
+
+
+def gzip_of_zeros(size: int) -> bytes:
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return b"".join([*(z.compress(bytes(1024 * 1024)) for _ in range(size // (1024 * 1024))), z.flush()])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("encoding", ["gzip", "identity"])
+def test_a_non_stream_body_over_the_limit_is_a_502_naming_it(transport: str, encoding: str) -> None:
+    limit = 1024 * 1024
+    body = gzip_of_zeros(64 * 1024 * 1024) if encoding == "gzip" else b"x" * (2 * limit)
+    head = response(
+        "200 OK",
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Encoding", encoding),
+            ("Content-Length", str(len(body))),
+        ],
+    )
+    with (
+        RawUpstream([head + body]) as upstream,
+        proxy_for(upstream, transport, max_response_bytes=limit) as proxy,
+    ):
+        r = httpx.post(f"{proxy.url}/v1/chat/completions", json=ASK, timeout=10)
+    assert r.status_code == 502
+    error = r.json()["error"]
+    assert error["code"] == "upstream_response_too_large"
+    assert "THINKPROXY_MAX_RESPONSE_BYTES" in error["message"] and str(limit) in error["message"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_gzip_bomb_in_a_stream_ends_at_the_event_limit(transport: str) -> None:
+    body = gzip_of_zeros(64 * 1024 * 1024)
+    head = response(
+        "200 OK",
+        [
+            ("Content-Type", "text/event-stream"),
+            ("Content-Encoding", "gzip"),
+            ("Content-Length", str(len(body))),
+        ],
+    )
+    with (
+        RawUpstream([head + body]) as upstream,
+        proxy_for(upstream, transport, max_sse_event_bytes=1024 * 1024) as proxy,
+    ):
+        r = httpx.post(f"{proxy.url}/v1/chat/completions", json=STREAM, timeout=10)
+    assert final_error(r.content)["code"] == "upstream_event_too_large"
