@@ -195,11 +195,12 @@ class Relay:
         async def close(error: str | None) -> None:
             try:
                 await response.aclose()
-            finally:
-                record.status = response.status
-                if error is not None:
-                    record.error = record.error or error
-                self.log(record, started)
+            except Exception:  # nothing left to tell the client; the request is still logged
+                logger.exception("Closing the upstream response failed.")
+            record.status = response.status
+            if error is not None:
+                record.error = record.error or error
+            self.log(record, started)
 
         content_type = response.header("content-type") or ""
         is_sse = content_type.startswith("text/event-stream")
