@@ -48,6 +48,22 @@ def record(**fields: Any) -> AccessRecord:
         ),
         ({"status": 400, "error": "invalid_json"}, None, "invalid_json"),
         ({"status": 401}, None, "401"),
+        (
+            {"status": 200, "upstream_status": 200, "error": "upstream_truncated"},
+            "truncated",
+            "upstream_truncated",
+        ),
+        (
+            {"status": 502, "upstream_status": 200, "error": "upstream_response_too_large"},
+            "invalid",
+            "upstream_response_too_large",
+        ),
+        (
+            {"status": 502, "upstream_status": 99, "error": "upstream_invalid_status"},
+            "invalid",
+            "upstream_invalid_status",
+        ),
+        ({"status": 302, "upstream_status": 302}, None, None),
     ],
 )
 def test_error_kind_and_type(fields: dict[str, Any], kind: str | None, etype: str | None) -> None:

@@ -22,7 +22,24 @@ REPLAY_OUTCOMES = ("restored", "placeholder", "missing")
 
 # Proxy error codes that mean the upstream connection broke (before or after the headers).
 _BROKEN = frozenset(
-    {"upstream_unreachable", "upstream_protocol_error", "upstream_stream_error", "upstream_event_too_large"}
+    {
+        "upstream_unreachable",
+        "upstream_protocol_error",
+        "upstream_stream_error",
+        "upstream_truncated",
+        "upstream_event_too_large",
+    }
+)
+# The upstream answered with something the proxy may not relay (proxy.errors.BadUpstreamResponse).
+_INVALID = frozenset(
+    {
+        "upstream_invalid_status",
+        "upstream_invalid_header",
+        "upstream_bad_response",
+        "upstream_bad_encoding",
+        "upstream_unsupported_encoding",
+        "upstream_response_too_large",
+    }
 )
 
 
@@ -47,11 +64,15 @@ def replay_counts(record: AccessRecord) -> list[tuple[str, int]]:
 
 def upstream_error_kind(record: AccessRecord) -> str | None:
     """`4xx`/`5xx` (the upstream's status class), `timeout`, `connect` (no answer came),
-    `truncated` (the answer broke off after its headers), or None when the upstream did its part."""
+    `truncated` (the answer broke off after its headers), `invalid` (an answer the proxy may not
+    relay: a bad status line or header, an undecodable or oversized body), or None when the
+    upstream did its part."""
     status = record.upstream_status
-    if status is not None and not 200 <= status < 300:
-        return f"{status // 100}xx"
     code = record.error
+    if code in _INVALID:
+        return "invalid"
+    if status is not None and 400 <= status <= 599:
+        return f"{status // 100}xx"
     if code == "upstream_timeout":
         return "timeout"
     if code in _BROKEN:
@@ -64,7 +85,7 @@ def error_type(record: AccessRecord) -> str | None:
     proxy's error code (`upstream_timeout`, `upstream_protocol_error`, `client_disconnected`…),
     else the status the client got when it is an error; None for a success."""
     status = record.upstream_status
-    if status is not None and status >= 400:
+    if status is not None and 400 <= status <= 599:
         return str(status)
     if record.error is not None:
         return record.error

@@ -149,7 +149,7 @@ class Metrics:
         )
         self.upstream_errors = Counter(
             "thinkproxy_upstream_errors",
-            "Upstream failures by kind: 4xx/5xx (status class), timeout, connect, truncated.",
+            "Upstream failures by kind: 4xx/5xx (status class), timeout, connect, truncated, invalid.",
             ["provider", "kind"],
             registry=registry,
         )
