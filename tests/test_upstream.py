@@ -86,8 +86,9 @@ def test_no_client_defaults_are_added_upstream(transport: str) -> None:
                 CHAT,
             )
     models, chat = (r.head for r in upstream.received)
-    # Only what the client sent, plus what HTTP itself needs (Host, framing, Connection).
-    allowed = {"host", "content-length", "connection"}
+    # Only what the client sent, plus what HTTP itself needs (Host, framing, Connection) and the
+    # request's X-Request-Id (docs/observability.md).
+    allowed = {"host", "content-length", "connection", "x-request-id"}
     assert set(header_names(models)) <= allowed
     assert set(header_names(chat)) <= allowed | {"user-agent", "accept-encoding"}
     assert b"\r\nUser-Agent: my-app/1.0\r\n".lower() in chat.lower()
