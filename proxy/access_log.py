@@ -21,6 +21,8 @@ class AccessRecord:
     level: str | None = None
     bytes_out: int = 0
     error: str | None = None
+    client: str | None = None  # the name of the gateway client key presented (never the key)
+    route: str | None = None  # the routes-file route the request took
     response_headers: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -33,6 +35,8 @@ def log_access(record: AccessRecord, started: float) -> None:
         "path": record.path,
         "status": record.status,
         "upstream_status": record.upstream_status,
+        "client": record.client,
+        "route": record.route,
         "provider": record.provider,
         "thinking_level": record.level,
         "duration_ms": duration_ms,

@@ -8,12 +8,14 @@ modules; this module reads requests, calls the upstream client and writes respon
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -26,7 +28,14 @@ from starlette.types import Send
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
 from proxy.dialects import Dialect, ProvidersTable
-from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
+from proxy.errors import (
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    ProxyError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 from proxy.gateway import GatewayAuth
 from proxy.levels import (
     CONTROL_HEADERS,
@@ -44,9 +53,11 @@ from proxy.levels import (
     parse_trace_mode,
     prefers_chinese,
 )
+from proxy.models_listing import MISSING_HEADER, merged_models
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.rewrite import rewrite_body
+from proxy.routes import Destination, RouteTable, listings, request_model, resolve_route_keys
 from proxy.settings import Settings
 from proxy.trace import TraceBuilder
 from proxy.upstream import (
@@ -83,6 +94,7 @@ class Services:
     upstream: Upstream
     policy: UpstreamPolicy
     gateway: GatewayAuth
+    routes: RouteTable | None = None
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -109,10 +121,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def upstream_url(base_url: str, request: Request) -> str:
+def upstream_url(base_url: str, request: Request, model: str | None = None) -> str:
     # The client talks to the proxy's /v1; the upstream base URL already ends in its own version
     # prefix (/v1, /compatible-mode/v1, /api/paas/v4, …), so only the part after /v1 is appended.
     path = request.url.path
+    if model is not None and path.startswith("/v1/models/"):  # a prefix route's model, stripped
+        path = "/v1/models/" + quote(model, safe="")
     suffix = path[3:] if path.startswith("/v1") else path
     query = request.url.query
     return f"{base_url}{suffix}" + (f"?{query}" if query else "")
@@ -148,6 +162,37 @@ class Proxy:
     async def passthrough(self, request: Request) -> Response:
         return await self._handle(request, chat=False)
 
+    async def models(self, request: Request) -> Response:
+        """With a routes file, the models of every route merged; else the upstream's list as is."""
+        s = self.s
+        if s.routes is None or UPSTREAM_HEADER in request.headers:
+            return await self._handle(request, chat=False)
+        started = time.perf_counter()
+        record = AccessRecord(method=request.method, path=request.url.path)
+        try:
+            record.client = s.gateway.authorize(request.headers.items())
+            payload, missing = await merged_models(
+                s.routes,
+                s.upstream,
+                s.gateway,
+                request.headers.items(),
+                timeout=s.settings.read_timeout,
+                max_bytes=s.settings.max_body_bytes,
+            )
+            if len(missing) == len(listings(s.routes)):
+                raise UpstreamUnreachable(
+                    f"No upstream answered the model list: {', '.join(missing)}.", code="upstream_unavailable"
+                )
+        except ProxyError as exc:
+            record.status, record.error = exc.status, exc.code
+            self.log(record, started)
+            return json_error(exc)
+        headers = {MISSING_HEADER: ", ".join(missing)} if missing else {}
+        out = orjson.dumps(payload)
+        record.status, record.bytes_out = 200, len(out)
+        self.log(record, started)
+        return Response(out, media_type="application/json", headers=headers)
+
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         started = time.perf_counter()
         record = AccessRecord(method=request.method, path=request.url.path)
@@ -164,17 +209,30 @@ class Proxy:
     async def _proxy(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
         s = self.s
         headers = request.headers
-        s.gateway.authorize(headers.items())
+        record.client = s.gateway.authorize(headers.items())
         chosen = headers.get(UPSTREAM_HEADER)
-        base_url = s.policy.resolve(chosen)
+        destination: Destination | None = None
         if chosen is not None:
-            await self._vet_dns(base_url)
-        upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
+            s.gateway.check_client_upstream()
+            destination = Destination(s.policy.resolve(chosen), client_chosen=True)
+            await self._vet_dns(destination.base_url)
+        elif s.routes is None:
+            destination = Destination(s.policy.resolve(None))
         body = await read_body(request, s.settings.max_body_bytes)
+        parsed = parse_chat_body(body) if chat else None
+        if destination is None:  # the routes file decides, by the request's model
+            assert s.routes is not None
+            model = parsed.get("model") if parsed is not None else request_model(request.url.path, body)
+            destination = s.routes.destination(model)
+            record.route = destination.route.name if destination.route else None
+            if destination.model is not None:
+                body = replace_model(parsed, body, destination.model)
+        base_url = destination.base_url
+        upstream_headers = s.gateway.upstream_headers(request.headers.items(), destination)
         if not chat:
             req = UpstreamRequest(
                 request.method,
-                upstream_url(base_url, request),
+                upstream_url(base_url, request, destination.model),
                 filter_headers(upstream_headers, DROP_REQUEST),
                 body,
             )
@@ -186,7 +244,7 @@ class Proxy:
         visibility = parse_reasoning_visibility(
             headers.get(REASONING_HEADER), s.settings.reasoning_visibility
         )
-        parsed = parse_chat_body(body)
+        assert parsed is not None
         model = parsed.get("model")
         dialect = s.table.match(base_url, model if isinstance(model, str) else None)
         zh = prefers_chinese(headers.get("accept-language"))
@@ -472,19 +530,47 @@ def parse_chat_body(body: bytes) -> dict[str, Any]:
     return parsed
 
 
+def load_routes(settings: Settings) -> RouteTable | None:
+    """The routes file the settings name (THINKPROXY_UPSTREAM_BASE_URL as its last route), if any."""
+    if settings.routes_file is None:
+        return None
+    return RouteTable.load(settings.routes_file, settings.upstream_base_url)
+
+
+def replace_model(parsed: dict[str, Any] | None, body: bytes, model: str) -> bytes:
+    """The request body with its `model` replaced (a prefix route strips its prefix)."""
+    if parsed is not None:
+        parsed["model"] = model
+        return orjson.dumps(parsed)
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body  # (request_model found no model in it, so there is nothing to replace)
+    if not isinstance(data, dict):
+        return body
+    data["model"] = model
+    return orjson.dumps(data)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     table: ProvidersTable | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Starlette:
     """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport."""
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
-    gateway = GatewayAuth.from_settings(settings)
+    route_table = load_routes(settings)
+    gateway_mode = bool(settings.client_keys)
+    route_keys = (
+        resolve_route_keys(route_table, environ or os.environ, gateway=gateway_mode) if route_table else {}
+    )
+    gateway = GatewayAuth.from_settings(settings, route_keys)
     upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway)
+    services = Services(settings, table, upstream, policy, gateway, route_table)
     proxy = Proxy(services)
 
     @asynccontextmanager
@@ -497,6 +583,7 @@ def create_app(
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
         Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+        Route("/v1/models", proxy.models, methods=["GET"]),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,
