@@ -71,7 +71,7 @@ def test_a_level_the_provider_lacks_is_reported_as_none() -> None:
 
 
 def test_unrecognized_upstreams_explain_the_fallback() -> None:
-    text = explain(TABLE, "http://my-gateway.internal/v1", "STANDARD")
+    text = explain(TABLE, "https://my-gateway.example/v1", "STANDARD")
     assert "Entry:      fallback (matched by '*')" in text
     assert upstream_body(text)["reasoning_effort"] == "low"
 
