@@ -46,7 +46,6 @@ from proxy.levels import (
     UPSTREAM_HEADER,
     Level,
     ReasoningVisibility,
-    TraceMode,
     parse_level,
     parse_reasoning_visibility,
     parse_trace_format,
@@ -54,6 +53,7 @@ from proxy.levels import (
     prefers_chinese,
 )
 from proxy.models_listing import MISSING_HEADER, merged_models
+from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.rewrite import rewrite_body
@@ -94,7 +94,9 @@ class Services:
     upstream: Upstream
     policy: UpstreamPolicy
     gateway: GatewayAuth
-    routes: RouteTable | None = None
+    # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
+    listeners: tuple[Listener, ...] = ()
+    routes: RouteTable | None = None  # the routes file (proxy.routes), if one is configured
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -151,7 +153,13 @@ class Proxy:
 
     def __init__(self, services: Services) -> None:
         self.s = services
-        self.log = log_access
+        self.log = self._log_and_notify
+
+    def _log_and_notify(self, record: AccessRecord, started: float) -> None:
+        """Every request ends here exactly once: its access line, then its observers."""
+        log_access(record, started)
+        if record.observers:
+            notify_end(record, (time.perf_counter() - started) * 1000.0)
 
     async def healthz(self, request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
@@ -169,6 +177,8 @@ class Proxy:
             return await self._handle(request, chat=False)
         started = time.perf_counter()
         record = AccessRecord(method=request.method, path=request.url.path)
+        if s.listeners:
+            record.observers = start_observers(s.listeners, record, request.headers.items())
         try:
             record.client = s.gateway.authorize(request.headers.items())
             payload, missing = await merged_models(
@@ -195,7 +205,11 @@ class Proxy:
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         started = time.perf_counter()
-        record = AccessRecord(method=request.method, path=request.url.path)
+        record = AccessRecord(
+            method=request.method, path=request.url.path, route="chat" if chat else "passthrough"
+        )
+        if self.s.listeners:
+            record.observers = start_observers(self.s.listeners, record, request.headers.items())
         try:
             return await self._proxy(request, chat, started, record)
         except ClientDisconnect:  # gone while still sending its body: nothing was forwarded
@@ -224,11 +238,13 @@ class Proxy:
             assert s.routes is not None
             model = parsed.get("model") if parsed is not None else request_model(request.url.path, body)
             destination = s.routes.destination(model)
-            record.route = destination.route.name if destination.route else None
+            record.upstream_route = destination.route.name if destination.route else None
             if destination.model is not None:
                 body = replace_model(parsed, body, destination.model)
         base_url = destination.base_url
         upstream_headers = s.gateway.upstream_headers(request.headers.items(), destination)
+        if record.forward_headers:
+            upstream_headers += record.forward_headers
         if not chat:
             req = UpstreamRequest(
                 request.method,
@@ -246,6 +262,9 @@ class Proxy:
         )
         assert parsed is not None
         model = parsed.get("model")
+        record.model = model if isinstance(model, str) else None
+        record.stream = parsed.get("stream") is True
+        record.level_requested = level.value if level is not None else None
         dialect = s.table.match(base_url, model if isinstance(model, str) else None)
         zh = prefers_chinese(headers.get("accept-language"))
         method: str | None = None
@@ -257,6 +276,7 @@ class Proxy:
             content = orjson.dumps(result.body)
         extra = thinking_headers(dialect, applied, method)
         record.provider, record.level = dialect.name, applied.value if applied else "none"
+        record.thinking_method = method if applied else None
         record.response_headers = extra
         req = UpstreamRequest(
             "POST",
@@ -270,16 +290,13 @@ class Proxy:
             output_field=s.settings.reasoning_field,
             hide=visibility is ReasoningVisibility.HIDE,
         )
-        trace = (
-            None
-            if trace_mode is TraceMode.OFF
-            else TraceBuilder(
-                mode=trace_mode,
-                zh=zh,
-                level=applied.value if applied else "none",
-                provider=dialect.name,
-                method=method if applied else None,
-            )
+        trace = build_trace(
+            trace_mode,
+            trace_tap(record.observers),
+            zh=zh,
+            level=applied.value if applied else "none",
+            provider=dialect.name,
+            method=method if applied else None,
         )
         chat_context = ChatContext(parsed, reasoning, trace, trace_format)
         return await self._watched(request, req, record, started, extra, chat_context)
@@ -557,9 +574,11 @@ def create_app(
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     table: ProvidersTable | None = None,
+    listeners: Sequence[Listener] = (),
     environ: Mapping[str, str] | None = None,
 ) -> Starlette:
-    """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport."""
+    """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport; `listeners`
+    adds observers (proxy.observe) to those the settings turn on."""
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
@@ -570,7 +589,7 @@ def create_app(
     )
     gateway = GatewayAuth.from_settings(settings, route_keys)
     upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway, route_table)
+    services = Services(settings, table, upstream, policy, gateway, tuple(listeners), route_table)
     proxy = Proxy(services)
 
     @asynccontextmanager

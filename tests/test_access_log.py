@@ -45,5 +45,5 @@ def test_log_access_emits_one_structured_record(caplog) -> None:  # type: ignore
         "bytes",
         "error",
         "client",
-        "route",
+        "upstream_route",
     }
