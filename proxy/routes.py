@@ -267,7 +267,12 @@ class RouteTable:
 
     def destination(self, model: object) -> Destination:
         """Where a request for `model` goes; a 404 `model_not_found` when no route takes it."""
-        found = self.match(model) if isinstance(model, str) else None
+        if not isinstance(model, str):
+            last = self.routes[-1]
+            if last.implicit:  # a request naming no model goes to THINKPROXY_UPSTREAM_BASE_URL
+                return Destination(last.upstream, last)
+            raise self.not_found(model)
+        found = self.match(model)
         if found is None:
             raise self.not_found(model)
         route, sent = found

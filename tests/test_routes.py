@@ -98,6 +98,8 @@ def test_the_configured_upstream_is_the_implicit_last_route() -> None:
     assert last.implicit and last.name == DEFAULT_ROUTE_NAME and last.upstream == "https://api.x.ai/v1"
     assert routes.destination("grok-4") == Destination("https://api.x.ai/v1", last, None)
     assert routes.destination("deepseek-chat").base_url == "https://api.deepseek.com/v1"
+    # a request that names no model (e.g. GET /v1/files) goes to the configured upstream
+    assert routes.destination(None) == Destination("https://api.x.ai/v1", last, None)
 
 
 BAD = [
