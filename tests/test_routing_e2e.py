@@ -342,3 +342,23 @@ def test_serve_and_check_stop_on_an_invalid_routes_file(
     assert message in capsys.readouterr().err
     assert main(["check"]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_check_lists_each_route_with_the_entry_its_upstream_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("THINKPROXY_ROUTES_FILE", "THINKPROXY_CLIENT_KEYS", "THINKPROXY_UPSTREAM_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "routes.yaml"
+    path.write_text(
+        'routes:\n  - {name: ds, models: ["deepseek-*"], upstream: "https://api.deepseek.com/v1"}\n'
+        '  - {name: local, models: ["*"], upstream: "http://10.0.0.5:8000/v1"}\n',
+        encoding="utf-8",
+    )
+    assert main(["check", "--routes", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{path}: OK (2 routes)" in out
+    assert (
+        "ds (routes[0]; models ['deepseek-*']) -> https://api.deepseek.com/v1; provider entry deepseek" in out
+    )
+    assert "provider entry self-hosted" in out
