@@ -36,6 +36,7 @@ from proxy.errors import ConfigError, NotFound
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # it travels in headers and log lines
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_ROUTE_NAME = "default"  # the implicit last route made of THINKPROXY_UPSTREAM_BASE_URL
+_CACHE_LIMIT = 4096  # models looked up; a table answers the same model the same way
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,6 +214,7 @@ class RouteTable:
     def __init__(self, routes: tuple[Route, ...], source: str) -> None:
         self.routes = routes
         self.source = source
+        self._cache: dict[str, Destination | None] = {}
 
     # ---- construction -----------------------------------------------------------------------------
 
@@ -272,11 +274,20 @@ class RouteTable:
             if last.implicit:  # a request naming no model goes to THINKPROXY_UPSTREAM_BASE_URL
                 return Destination(last.upstream, last)
             raise self.not_found(model)
-        found = self.match(model)
-        if found is None:
+        cache = self._cache
+        if model in cache:
+            destination = cache[model]
+        else:
+            found = self.match(model)
+            destination = None if found is None else Destination(found[0].upstream, found[0], found[1])
+            if destination is not None and destination.model == model:
+                destination = Destination(destination.base_url, destination.route)
+            if len(cache) >= _CACHE_LIMIT:  # the model is client-chosen: the cache stays bounded
+                cache.clear()
+            cache[model] = destination
+        if destination is None:
             raise self.not_found(model)
-        route, sent = found
-        return Destination(route.upstream, route, sent if sent != model else None)
+        return destination
 
     def not_found(self, model: object) -> NotFound:
         patterns = "; ".join(f"{r.name}: {r.pattern_text}" for r in self.routes)
