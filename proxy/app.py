@@ -34,7 +34,6 @@ from proxy.errors import (
     PayloadTooLarge,
     ProxyError,
     UpstreamTimeout,
-    UpstreamUnreachable,
 )
 from proxy.gateway import GatewayAuth
 from proxy.levels import (
@@ -57,7 +56,7 @@ from proxy.observe import Listener, build_trace, notify_end, start_observers, tr
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.rewrite import rewrite_body
-from proxy.routes import Destination, RouteTable, listings, request_model, resolve_route_keys
+from proxy.routes import Destination, RouteTable, request_model, resolve_route_keys
 from proxy.settings import Settings
 from proxy.trace import TraceBuilder
 from proxy.upstream import (
@@ -189,10 +188,6 @@ class Proxy:
                 timeout=s.settings.read_timeout,
                 max_bytes=s.settings.max_body_bytes,
             )
-            if len(missing) == len(listings(s.routes)):
-                raise UpstreamUnreachable(
-                    f"No upstream answered the model list: {', '.join(missing)}.", code="upstream_unavailable"
-                )
         except ProxyError as exc:
             record.status, record.error = exc.status, exc.code
             self.log(record, started)

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, UpstreamUnreachable
 from proxy.gateway import GatewayAuth
 from proxy.routes import Destination, Listing, RouteTable, listings, merge_models, model_ids
 from proxy.upstream import TRANSPORT_ERRORS, Upstream, UpstreamRequest, filter_headers
@@ -35,13 +35,19 @@ async def merged_models(
     timeout: float,
     max_bytes: int,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The merged list and the names of the upstreams that are missing from it."""
+    """The merged list and the names of the upstreams that are missing from it; a 502 when none
+    answered (an empty list would read as "no models")."""
     headers = filter_headers(client_headers, _DROP)
     wanted = listings(table)
     answers = await asyncio.gather(
         *(_list(upstream, gateway, headers, listing, timeout, max_bytes) for listing in wanted)
     )
-    return merge_models(table, list(zip(wanted, answers, strict=True)))
+    payload, missing = merge_models(table, list(zip(wanted, answers, strict=True)))
+    if len(missing) == len(wanted):
+        raise UpstreamUnreachable(
+            f"No upstream answered the model list: {', '.join(missing)}.", code="upstream_unavailable"
+        )
+    return payload, missing
 
 
 async def _list(
