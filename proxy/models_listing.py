@@ -1,9 +1,10 @@
 """`GET /v1/models` with a routes file: every route's upstream asked at once, answers merged.
 
 The I/O half of the merge (the pure half is `proxy.routes.merge_models`). Each distinct upstream is
-asked once with the credentials a chat request to it would carry; an upstream that fails (status
-other than 2xx, no answer in time, not a model list, a body over the size limit) is left out and
-named, never dropped silently.
+asked once: in gateway mode with the key a chat request to it would carry, in BYOK mode without
+the client's credentials (a client's key only ever goes where its request's model sends it). An
+upstream that fails (status other than 2xx, no answer in time, not a model list, a body over the
+size limit) is left out and named, never dropped silently.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import orjson
 
 from proxy.errors import ProxyError, UpstreamUnreachable
-from proxy.gateway import GatewayAuth
+from proxy.gateway import AUTH_HEADERS, GatewayAuth
 from proxy.routes import Destination, Listing, RouteTable, listings, merge_models, model_ids
 from proxy.upstream import TRANSPORT_ERRORS, Upstream, UpstreamRequest, filter_headers
 
@@ -37,7 +38,10 @@ async def merged_models(
 ) -> tuple[dict[str, Any], list[str]]:
     """The merged list and the names of the upstreams that are missing from it; a 502 when none
     answered (an empty list would read as "no models")."""
-    headers = filter_headers(client_headers, _DROP)
+    # BYOK: a client's key goes only to the upstream its request's model picks. A model list is
+    # asked of every upstream, so it goes without the client's credentials (gateway mode adds each
+    # route's own key in `_list`).
+    headers = filter_headers(client_headers, _DROP if gateway.enabled else _DROP | AUTH_HEADERS)
     wanted = listings(table)
     answers = await asyncio.gather(
         *(_list(upstream, gateway, headers, listing, timeout, max_bytes) for listing in wanted)

@@ -223,6 +223,10 @@ def test_models_are_merged_and_a_failing_upstream_is_named(mock: BackgroundServe
     ]
     assert ids == expected
     assert r.json()["object"] == "list"
+    # BYOK: the client's key is not sent to every upstream just to list models
+    listed = httpx.get(f"{mock.url}/_mock/requests").json()[-5:]
+    assert {rec["path"] for rec in listed} >= {"/deepseek/v1/models", "/vllm/v1/models"}
+    assert all("authorization" not in rec["headers"] for rec in listed)
 
 
 def test_models_when_every_upstream_fails_is_a_502(mock: BackgroundServer, tmp_path: Path) -> None:
