@@ -84,6 +84,8 @@ def explain_routed(
     if model is None and body is not None and isinstance(body.get("model"), str):
         model = body["model"]
     request = dict(body) if body is not None else default_body(model)
+    if model is None:  # route the example body's model, as a request would be
+        model = request.get("model") if isinstance(request.get("model"), str) else None
     destination = routes.destination(model)
     assert destination.route is not None
     sent_model = destination.model if destination.model is not None else model
