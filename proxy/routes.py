@@ -35,6 +35,7 @@ from proxy.errors import ConfigError, NotFound
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # it travels in headers and log lines
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")  # names (IDNA-encoded), IPv4, IPv6 without brackets
 DEFAULT_ROUTE_NAME = "default"  # the implicit last route made of THINKPROXY_UPSTREAM_BASE_URL
 _CACHE_LIMIT = 4096  # models looked up; a table answers the same model the same way
 
@@ -55,6 +56,8 @@ def check_base_url(value: str) -> str:
         raise ValueError(f"{value!r} is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{value!r} must be an absolute http:// or https:// URL")
+    if not _HOST.match(parts.hostname):
+        raise ValueError(f"{value!r}: the host {parts.hostname!r} is not a host name or IP address")
     if parts.username is not None or parts.password is not None:
         raise ValueError("must not carry credentials (put the key in the variable api_key_env names)")
     if parts.query or parts.fragment or text.endswith(("?", "#")):
@@ -243,6 +246,15 @@ class RouteTable:
             parsed = _RoutesFile.model_validate(data)
         except ValidationError as exc:
             raise ConfigError("\n".join(_describe(source, data, err) for err in exc.errors())) from None
+        seen: dict[str, int] = {}
+        for i, spec in enumerate(parsed.routes):
+            if spec.name is not None and spec.name in seen:
+                raise ConfigError(
+                    f"{source}: routes[{i}] ({spec.name}), field 'name': already the name of "
+                    f"routes[{seen[spec.name]}]; names identify routes in logs and headers"
+                )
+            if spec.name is not None:
+                seen[spec.name] = i
         routes = [_route(i, spec) for i, spec in enumerate(parsed.routes)]
         if default_upstream is not None:
             routes.append(

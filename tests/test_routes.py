@@ -130,6 +130,18 @@ BAD = [
         "'upstream'",
     ),
     ("routes: []\n", "field 'routes'", "at least 1"),
+    ("routes:\n  - {models: [a], upstream: 'http://a b/v1'}\n", "field 'upstream'", "not a host name"),
+    (
+        "routes:\n  - {models: [a], upstream: 'http://ü.example/v1'}\n",
+        "field 'upstream'",
+        "not a host name",
+    ),
+    (
+        "routes:\n  - {name: x, models: [a], upstream: 'https://a.example'}\n"
+        "  - {name: x, models: [b], upstream: 'https://b.example'}\n",
+        "routes[1] (x), field 'name'",
+        "already the name of routes[0]",
+    ),
     ("routes:\n  - {models: [a], upstream: 'https://x.example'}\nextra: 1\n", "'extra'", "unknown key"),
     ("- {models: [a], upstream: 'https://x.example'}\n", "routes.yaml", "mapping with a 'routes' list"),
     ("routes: [\n", "routes.yaml", "not valid YAML"),
