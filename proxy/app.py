@@ -56,7 +56,7 @@ from proxy.observe import Listener, build_trace, notify_end, start_observers, tr
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.rewrite import rewrite_body
-from proxy.routes import Destination, RouteTable, request_model, resolve_route_keys
+from proxy.routes import Destination, RouteTable, key_environment, request_model, resolve_route_keys
 from proxy.settings import Settings
 from proxy.trace import TraceBuilder
 from proxy.upstream import (
@@ -542,11 +542,17 @@ def parse_chat_body(body: bytes) -> dict[str, Any]:
     return parsed
 
 
-def load_routes(settings: Settings) -> RouteTable | None:
-    """The routes file the settings name (THINKPROXY_UPSTREAM_BASE_URL as its last route), if any."""
+def load_routes(
+    settings: Settings, environ: Mapping[str, str] | None = None
+) -> tuple[RouteTable | None, dict[int, str]]:
+    """The routes file the settings name (THINKPROXY_UPSTREAM_BASE_URL as its last route), if any,
+    and each route's key from `environ` (default: the process environment over .env). ConfigError
+    for a bad file, or in gateway mode for a key variable that is unset."""
     if settings.routes_file is None:
-        return None
-    return RouteTable.load(settings.routes_file, settings.upstream_base_url)
+        return None, {}
+    table = RouteTable.load(settings.routes_file, settings.upstream_base_url)
+    environ = key_environment(os.environ) if environ is None else environ
+    return table, resolve_route_keys(table, environ, gateway=bool(settings.client_keys))
 
 
 def replace_model(parsed: dict[str, Any] | None, body: bytes, model: str) -> bytes:
@@ -577,11 +583,7 @@ def create_app(
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
-    route_table = load_routes(settings)
-    gateway_mode = bool(settings.client_keys)
-    route_keys = (
-        resolve_route_keys(route_table, environ or os.environ, gateway=gateway_mode) if route_table else {}
-    )
+    route_table, route_keys = load_routes(settings, environ)
     gateway = GatewayAuth.from_settings(settings, route_keys)
     upstream = build_upstream(settings, transport)
     services = Services(settings, table, upstream, policy, gateway, tuple(listeners), route_table)

@@ -29,7 +29,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.app import load_routes
     from proxy.dialects import ProvidersTable
     from proxy.gateway import GatewayAuth
-    from proxy.routes import resolve_route_keys
     from proxy.settings import Settings
     from proxy.upstream_policy import UpstreamPolicy
 
@@ -60,8 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         ProvidersTable.load(settings.providers_file)  # fail before binding the port, not per request
-        routes = load_routes(settings)
-        keys = resolve_route_keys(routes, os.environ, gateway=bool(settings.client_keys)) if routes else {}
+        routes, keys = load_routes(settings)
         GatewayAuth.from_settings(settings, keys)
         UpstreamPolicy.from_settings(settings)
     except ConfigError as exc:
@@ -168,7 +166,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from proxy.dialects import ProvidersTable, default_providers_path
-    from proxy.routes import RouteTable, resolve_route_keys
+    from proxy.routes import RouteTable, key_environment, resolve_route_keys
 
     path = Path(args.file) if args.file else default_providers_path()
     try:
@@ -181,10 +179,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     if routes_path is None:
         return 0
     # The same checks as `serve`: the file itself, and in gateway mode every route's key variable.
-    gateway = bool(os.environ.get("THINKPROXY_CLIENT_KEYS", "").strip())
+    environ = key_environment(os.environ)
+    gateway = bool(environ.get("THINKPROXY_CLIENT_KEYS", "").strip())
     try:
-        routes = RouteTable.load(Path(routes_path), os.environ.get("THINKPROXY_UPSTREAM_BASE_URL") or None)
-        resolve_route_keys(routes, os.environ, gateway=gateway)
+        routes = RouteTable.load(Path(routes_path), environ.get("THINKPROXY_UPSTREAM_BASE_URL") or None)
+        resolve_route_keys(routes, environ, gateway=gateway)
     except ConfigError as exc:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 1

@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 import yaml
+from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from proxy.errors import ConfigError, NotFound
@@ -325,6 +326,16 @@ class RouteTable:
         )
         key = f", key from ${route.api_key_env} in gateway mode" if route.api_key_env else ""
         return f"{route.name} ({origin}; {how}) -> {route.upstream}{key}"
+
+
+def key_environment(environ: Mapping[str, str], env_file: Path = Path(".env")) -> dict[str, str]:
+    """The variables route keys are read from: the process environment over a `.env` file in the
+    working directory, the same file the THINKPROXY_* settings may come from."""
+    values: dict[str, str] = {}
+    if env_file.is_file():
+        values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
+    values.update(environ)
+    return values
 
 
 def resolve_route_keys(table: RouteTable, environ: Mapping[str, str], *, gateway: bool) -> dict[int, str]:

@@ -11,6 +11,7 @@ from proxy.routes import (
     DEFAULT_ROUTE_NAME,
     Destination,
     RouteTable,
+    key_environment,
     listings,
     merge_models,
     request_model,
@@ -254,3 +255,13 @@ routes:
         "owned_by": "x",
     }
     assert missing == ["dead"]
+
+
+def test_route_keys_may_live_in_a_dotenv_file_the_environment_wins(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "DEEPSEEK_API_KEY=sk-from-file\nDASHSCOPE_API_KEY=sk-file-qw\nEMPTY=\n", encoding="utf-8"
+    )
+    environ = key_environment({"DASHSCOPE_API_KEY": "sk-from-env"}, env_file)
+    assert environ["DEEPSEEK_API_KEY"] == "sk-from-file" and environ["DASHSCOPE_API_KEY"] == "sk-from-env"
+    assert key_environment({"A": "1"}, tmp_path / "missing.env") == {"A": "1"}
