@@ -39,6 +39,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")  # names (IDNA-encoded), IPv4, IPv6 without brackets
 DEFAULT_ROUTE_NAME = "default"  # the implicit last route made of THINKPROXY_UPSTREAM_BASE_URL
 _CACHE_LIMIT = 4096  # models looked up; a table answers the same model the same way
+_CACHED_MODEL_CHARS = 256  # longer (client-chosen) names are matched every time, never kept
 
 
 # --------------------------------------------------------------------------------------------------
@@ -295,9 +296,10 @@ class RouteTable:
             destination = None if found is None else Destination(found[0].upstream, found[0], found[1])
             if destination is not None and destination.model == model:
                 destination = Destination(destination.base_url, destination.route)
-            if len(cache) >= _CACHE_LIMIT:  # the model is client-chosen: the cache stays bounded
-                cache.clear()
-            cache[model] = destination
+            if len(model) <= _CACHED_MODEL_CHARS:  # the model is client-chosen: the cache stays bounded
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[model] = destination
         if destination is None:
             raise self.not_found(model)
         return destination
@@ -314,9 +316,6 @@ class RouteTable:
             f"to {self.source}.",
             param="model",
         )
-
-    def key_env_names(self) -> dict[int, str]:
-        return {r.index: r.api_key_env for r in self.routes if r.api_key_env is not None}
 
     def describe(self, route: Route) -> str:
         """One line for `thinkproxy explain`: which route, how it matched, where it sends."""
