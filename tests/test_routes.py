@@ -265,3 +265,14 @@ def test_route_keys_may_live_in_a_dotenv_file_the_environment_wins(tmp_path: Pat
     environ = key_environment({"DASHSCOPE_API_KEY": "sk-from-env"}, env_file)
     assert environ["DEEPSEEK_API_KEY"] == "sk-from-file" and environ["DASHSCOPE_API_KEY"] == "sk-from-env"
     assert key_environment({"A": "1"}, tmp_path / "missing.env") == {"A": "1"}
+
+
+def test_destinations_are_cached_per_model_and_long_names_are_not_kept() -> None:
+    routes = table()
+    first = routes.destination("deepseek-chat")
+    assert routes.destination("deepseek-chat") is first
+    long_name = "openrouter/" + "x" * 10_000
+    assert routes.destination(long_name).model == "x" * 10_000
+    assert long_name not in routes._cache
+    with pytest.raises(NotFound):
+        table("routes:\n  - {models: ['a*'], upstream: 'https://a.example'}\n").destination("b" * 10_000)
