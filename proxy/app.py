@@ -56,7 +56,14 @@ from proxy.observe import Listener, build_trace, notify_end, start_observers, tr
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.rewrite import rewrite_body
-from proxy.routes import Destination, RouteTable, key_environment, request_model, resolve_route_keys
+from proxy.routes import (
+    Destination,
+    RouteTable,
+    key_environment,
+    replace_model,
+    request_model,
+    resolve_route_keys,
+)
 from proxy.settings import Settings
 from proxy.trace import TraceBuilder
 from proxy.upstream import (
@@ -553,21 +560,6 @@ def load_routes(
     table = RouteTable.load(settings.routes_file, settings.upstream_base_url)
     environ = key_environment(os.environ) if environ is None else environ
     return table, resolve_route_keys(table, environ, gateway=bool(settings.client_keys))
-
-
-def replace_model(parsed: dict[str, Any] | None, body: bytes, model: str) -> bytes:
-    """The request body with its `model` replaced (a prefix route strips its prefix)."""
-    if parsed is not None:
-        parsed["model"] = model
-        return orjson.dumps(parsed)
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body  # (request_model found no model in it, so there is nothing to replace)
-    if not isinstance(data, dict):
-        return body
-    data["model"] = model
-    return orjson.dumps(data)
 
 
 def create_app(

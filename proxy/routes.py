@@ -374,6 +374,21 @@ def request_model(path: str, body: bytes) -> str | None:
     return model if isinstance(model, str) else None
 
 
+def replace_model(parsed: dict[str, Any] | None, body: bytes, model: str) -> bytes:
+    """The request body with its `model` replaced (a prefix route strips its prefix)."""
+    if parsed is not None:
+        parsed["model"] = model
+        return orjson.dumps(parsed)
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body  # (request_model found no model in it, so there is nothing to replace)
+    if not isinstance(data, dict):
+        return body
+    data["model"] = model
+    return orjson.dumps(data)
+
+
 # --------------------------------------------------------------------------------------------------
 # /v1/models
 # --------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from proxy.errors import ConfigError, NotFound
@@ -14,6 +15,7 @@ from proxy.routes import (
     key_environment,
     listings,
     merge_models,
+    replace_model,
     request_model,
     resolve_route_keys,
 )
@@ -276,3 +278,14 @@ def test_destinations_are_cached_per_model_and_long_names_are_not_kept() -> None
     assert long_name not in routes._cache
     with pytest.raises(NotFound):
         table("routes:\n  - {models: ['a*'], upstream: 'https://a.example'}\n").destination("b" * 10_000)
+
+
+def test_replace_model_in_parsed_and_raw_bodies() -> None:
+    parsed = {"model": "openrouter/x/y", "messages": []}
+    assert orjson.loads(replace_model(parsed, b"", "x/y")) == {"model": "x/y", "messages": []}
+    assert orjson.loads(replace_model(None, b'{"model": "or/e", "input": "hi"}', "e")) == {
+        "model": "e",
+        "input": "hi",
+    }
+    assert replace_model(None, b"", "e") == b""  # GET /v1/models/{id}: nothing in the body
+    assert replace_model(None, b"[1]", "e") == b"[1]"
