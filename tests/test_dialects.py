@@ -156,6 +156,10 @@ def test_catch_all_reads_reasoning_from_think_tags_and_sends_reasoning_effort_on
         ("http://localhost:11434/v1", "ollama"),
         ("http://127.0.0.1:11434/v1", "ollama"),
         ("http://[::1]:11434/v1", "ollama"),
+        ("http://ollama:11434/v1", "ollama"),  # a Compose service name on Ollama's port
+        ("http://10.0.0.9:11434/v1", "ollama"),
+        ("http://ollama.ai.svc.cluster.local:11434/v1", "ollama"),
+        ("http://host.docker.internal:11434/v1", "ollama"),
         ("http://localhost:8080/v1", "self-hosted"),  # ollama's pattern names a port: it must match
         ("http://localhost/v1", "self-hosted"),  # default port 80 is not 11434
         ("https://llm.internal.example/v1", "fallback"),
