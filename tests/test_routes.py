@@ -6,6 +6,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.errors import ConfigError, NotFound
 from proxy.routes import (
@@ -289,3 +292,55 @@ def test_replace_model_in_parsed_and_raw_bodies() -> None:
     }
     assert replace_model(None, b"", "e") == b""  # GET /v1/models/{id}: nothing in the body
     assert replace_model(None, b"[1]", "e") == b"[1]"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(model=st.one_of(st.text(), st.none(), st.integers(), st.lists(st.text(), max_size=2)))
+def test_any_model_value_gets_a_route_that_takes_it_or_the_404(model: object) -> None:
+    routes = table()
+    try:
+        destination = routes.destination(model)
+    except NotFound as exc:
+        assert exc.status == 404 and exc.code == "model_not_found"
+        return
+    assert isinstance(model, str) and destination.route is not None
+    assert destination.route.upstream_model(model) == (destination.model or model)
+    first = routes.match(model)
+    assert first is not None and first[0] is destination.route
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(text=st.text(max_size=300))
+def test_any_routes_text_loads_or_is_a_config_error(text: str) -> None:
+    try:
+        RouteTable.from_text(text)
+    except ConfigError as exc:
+        assert str(exc).startswith("routes.yaml")
+
+
+_VALUES = st.one_of(
+    st.text(max_size=40),
+    st.integers(),
+    st.none(),
+    st.lists(st.text(max_size=12), max_size=3),
+    st.sampled_from(["https://api.example.com/v1", "http://10.0.0.5:8000/v1", "openrouter/", "KEY_ENV"]),
+)
+_ROUTE = st.dictionaries(
+    st.sampled_from(["name", "models", "prefix", "upstream", "api_key_env", "extra"]), _VALUES, max_size=5
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(routes=st.lists(_ROUTE, max_size=4))
+def test_any_routes_structure_loads_or_names_the_route_at_fault(routes: list[dict[str, object]]) -> None:
+    text = yaml.safe_dump({"routes": routes})
+    try:
+        loaded = RouteTable.from_text(text)
+    except ConfigError as exc:
+        message = str(exc)
+        assert message.startswith("routes.yaml: ")
+        assert "routes[" in message or "field 'routes'" in message
+        return
+    assert len(loaded.routes) == len(routes)
+    for route in loaded.routes:
+        assert route.upstream.startswith(("http://", "https://")) and (route.globs or route.prefix)
