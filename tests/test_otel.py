@@ -87,13 +87,15 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
         yield receiver
 
 
-def proxy(mock: BackgroundServer, **overrides: Any) -> BackgroundServer:
-    """The proxy in-process; leaving its block shuts it down, which exports every span."""
+def proxy(mock: BackgroundServer, *, gateway: bool = True, **overrides: Any) -> BackgroundServer:
+    """The proxy in-process; leaving its block shuts it down, which exports every span. Gateway
+    mode (the proxy's own key, SECRET) unless `gateway` is false (then clients may choose an
+    allow-listed upstream, which gateway mode refuses)."""
+    keys: dict[str, Any] = {"upstream_api_key": SECRET, "client_keys": ["ck-otel-client"]} if gateway else {}
     settings = make_settings(
         upstream_base_url=f"{mock.url}/deepseek/v1",
         allowed_upstreams=[f"127.0.0.1:{mock.port}"],
-        upstream_api_key=SECRET,
-        client_keys=["ck-otel-client"],
+        **keys,
         **overrides,
     )
     return BackgroundServer(create_app(settings, table=simulated_table(mock.port)))
@@ -188,7 +190,7 @@ def test_mid_stream_failure_sets_error_type_and_an_error_event(
 
 
 def test_a_prompted_level_is_recorded_with_method_prompt(mock: BackgroundServer, receiver: Receiver) -> None:
-    with proxy(mock) as p:
+    with proxy(mock, gateway=False) as p:
         r = chat(
             p,
             {**STREAM, "model": "gpt-4o-mini"},
