@@ -11,13 +11,14 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import httpx
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -25,6 +26,8 @@ from starlette.types import Send
 
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
+from proxy.console import Console
+from proxy.console.cors import CORSMiddleware
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
@@ -48,6 +51,7 @@ from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.rewrite import rewrite_body
 from proxy.settings import Settings
+from proxy.tool_titles import NO_TITLES, ToolTitles, load_tool_titles
 from proxy.trace import TraceBuilder
 from proxy.upstream import (
     TRANSPORT_ERRORS,
@@ -85,6 +89,7 @@ class Services:
     gateway: GatewayAuth
     # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
     listeners: tuple[Listener, ...] = ()
+    tool_titles: ToolTitles = field(default_factory=lambda: NO_TITLES)
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -237,6 +242,7 @@ class Proxy:
             level=applied.value if applied else "none",
             provider=dialect.name,
             method=method if applied else None,
+            titles=s.tool_titles,
         )
         chat_context = ChatContext(parsed, reasoning, trace, trace_format)
         return await self._watched(request, req, record, started, extra, chat_context)
@@ -500,8 +506,12 @@ def create_app(
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
     gateway = GatewayAuth.from_settings(settings)
+    titles = load_tool_titles(settings.tool_titles_file)
+    console = Console.from_settings(settings, titles) if settings.ui else None
+    if console is not None:
+        listeners = (*listeners, console.feed)
     upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway, tuple(listeners))
+    services = Services(settings, table, upstream, policy, gateway, tuple(listeners), titles)
     proxy = Proxy(services)
 
     @asynccontextmanager
@@ -510,6 +520,8 @@ def create_app(
             yield
         finally:
             await services.upstream.aclose()
+            if console is not None:
+                await console.aclose()
 
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
@@ -519,9 +531,12 @@ def create_app(
             proxy.passthrough,
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
+        *(console.routes() if console is not None else ()),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    cors = [Middleware(CORSMiddleware, origins=settings.cors_origins)] if settings.cors_origins else []
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=cors)
     app.state.services = services
+    app.state.console = console
     return app
 
 
