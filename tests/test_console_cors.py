@@ -10,14 +10,20 @@ import httpx
 from proxy.app import create_app
 from tests.helpers import make_settings
 
-CONTROL = "x-thinking-level, x-trace, x-trace-format, x-reasoning, x-upstream-base-url, authorization, content-type"
+CONTROL = (
+    "x-thinking-level, x-trace, x-trace-format, x-reasoning, x-upstream-base-url, authorization, content-type"
+)
 
 
 def app_with(**overrides: Any) -> httpx.AsyncClient:
     def upstream(request: httpx.Request) -> httpx.Response:
         return httpx.Response(
             200,
-            json={"id": "c", "object": "chat.completion", "choices": [{"index": 0, "message": {"content": "hi"}}]},
+            json={
+                "id": "c",
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"content": "hi"}}],
+            },
         )
 
     app = create_app(make_settings(**overrides), transport=httpx.MockTransport(upstream))

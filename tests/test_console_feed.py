@@ -57,7 +57,15 @@ def test_summary_carries_the_request_facts_and_tool_calls() -> None:
     feed = Feed(history=3)
     events = [
         {"type": "status", "seq": 0, "t_ms": 1, "message": "Analyzing", "stage": "analyzing"},
-        {"type": "tool_call.start", "seq": 1, "t_ms": 5, "message": "c", "id": "c1", "name": "kb", "index": 0},
+        {
+            "type": "tool_call.start",
+            "seq": 1,
+            "t_ms": 5,
+            "message": "c",
+            "id": "c1",
+            "name": "kb",
+            "index": 0,
+        },
         {
             "type": "done",
             "seq": 2,

@@ -29,7 +29,9 @@ CALL = {
 
 def test_loads_yaml_and_json_and_fills_the_missing_language(tmp_path: Path) -> None:
     yaml_file = tmp_path / "titles.yaml"
-    yaml_file.write_text("kb_search:\n  zh: 调用知识库\n  en: Searching the knowledge base\nweb: Web search\n")
+    yaml_file.write_text(
+        "kb_search:\n  zh: 调用知识库\n  en: Searching the knowledge base\nweb: Web search\n"
+    )
     json_file = tmp_path / "titles.json"
     json_file.write_text('{"kb_search": {"zh": "调用知识库"}}')
     titles = load_tool_titles(yaml_file)

@@ -96,9 +96,12 @@ class Feed:
     def subscribe(self) -> Subscriber:
         subscriber = Subscriber()
         self._subscribers.add(subscriber)
-        if self.shared is not None:
-            self.shared.follow(self)
         return subscriber
+
+    async def follow_replicas(self) -> None:
+        """With a shared feed, make sure the other replicas' requests reach this one's watchers."""
+        if self.shared is not None:
+            await self.shared.follow(self)
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self._subscribers.discard(subscriber)

@@ -137,6 +137,7 @@ class ConsoleRoutes:
         feed = self.feed
         subscriber = feed.subscribe()  # before the snapshot: nothing falls between the two
         try:
+            await feed.follow_replicas()
             entries, shared = await feed.recent()
             yield sse_frame("snapshot", self._listing(entries, shared))
             while not subscriber.overflowed:

@@ -109,18 +109,35 @@ class SharedFeed:
             return None
         return [entry for _, fields in rows or () if (entry := _decode(fields)) is not None]
 
-    def follow(self, feed: Feed) -> None:
-        """Make sure the stream is being followed for `feed`'s watchers (one follower per replica)."""
-        if self._follower is None or self._follower.done():
-            self._follower = asyncio.get_running_loop().create_task(self._follow(feed))
+    async def follow(self, feed: Feed) -> None:
+        """Make sure the stream is being followed for `feed`'s watchers (one follower per replica).
 
-    async def _follow(self, feed: Feed) -> None:
-        last = "$"
+        Returns once the follower knows where the stream ends (or Redis failed to say), so what
+        is added after a watcher's snapshot reaches it."""
+        if self._follower is None or self._follower.done():
+            ready = asyncio.Event()
+            self._follower = asyncio.get_running_loop().create_task(self._follow(feed, ready))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), TIMEOUT_S * 2)
+
+    async def _last_id(self) -> str:
+        rows: Any = await self._redis.xrevrange(STREAM_KEY, count=1)
+        if not rows:
+            return "0-0"
+        row_id = rows[0][0]
+        return row_id.decode() if isinstance(row_id, bytes) else str(row_id)
+
+    async def _follow(self, feed: Feed, ready: asyncio.Event) -> None:
+        last: str | None = None
         while feed.watched:
             if not self.available:
+                ready.set()
                 await asyncio.sleep(1.0)
                 continue
             try:
+                if last is None:
+                    last = await self._last_id()
+                    ready.set()
                 found: Any = await self._blocking.xread({STREAM_KEY: last}, count=100, block=BLOCK_MS)
             except (RedisError, OSError) as exc:
                 self._failed("follow the request stream", exc)
@@ -131,6 +148,7 @@ class SharedFeed:
                     entry = _decode(fields)
                     if entry is not None and entry.get("replica") != self.replica:
                         feed.broadcast("request", entry)  # this replica's own were sent directly
+        ready.set()
 
     async def aclose(self) -> None:
         for task in (self._writer, self._follower):
