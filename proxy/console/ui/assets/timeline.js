@@ -48,7 +48,7 @@ export function traceItem(event, { titles = {}, language = "en" } = {}) {
       body = h("span", {}, t("ev.reasoning.end", ms(event.duration_ms)));
       break;
     case "tool_call.start":
-      body = toolCard(event, titles, language, [h("div", { class: "muted" }, t("ev.tool.start", String(event.name ?? "")))]);
+      body = toolCard(event, titles, language, [h("div", { class: "muted" }, t("ev.tool.calling"))]);
       break;
     case "tool_call.end":
       body = toolCard(event, titles, language, [
