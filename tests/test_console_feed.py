@@ -149,3 +149,42 @@ async def test_a_watcher_that_falls_behind_is_dropped_not_buffered_without_end()
 
 def test_sse_frame_is_one_event() -> None:
     assert sse_frame("request", {"a": "x\ny"}) == b'event: request\ndata: {"a":"x\\ny"}\n\n'
+
+
+def test_the_feed_is_called_per_trace_event_never_per_chunk() -> None:
+    """However long the stream, the observer hears only of the (few) trace events."""
+    from proxy.levels import TraceFormat, TraceMode
+    from proxy.observe import build_trace
+    from proxy.pipeline import StreamPipeline
+    from proxy.reasoning import ReasoningOptions
+
+    def calls_for(answer_chunks: int) -> int:
+        feed = Feed(history=3)
+        observer = feed.start(record(), [])
+        count = 0
+
+        def counted(events: Any) -> None:
+            nonlocal count
+            count += 1
+            observer.on_trace(events)
+
+        pipeline = StreamPipeline(
+            reasoning=ReasoningOptions(),
+            trace=build_trace(TraceMode.OFF, counted, zh=False, level="deep", provider="p", method=None),
+            trace_format=TraceFormat.COMMENT,
+            max_event_bytes=1 << 20,
+        )
+
+        def chunk(delta: dict[str, Any]) -> bytes:
+            return b"data: " + orjson.dumps({"id": "c", "choices": [{"index": 0, "delta": delta}]}) + b"\n\n"
+
+        pipeline.begin(None, 0)
+        pipeline.feed(chunk({"reasoning_content": "hmm"}), 1)
+        for i in range(answer_chunks):
+            pipeline.feed(chunk({"content": "word "}), 2 + i)
+        pipeline.finish(10_000)
+        observer.on_end(record(status=200), 1.0)
+        assert feed.local()[0]["events"][-1]["type"] == "done"
+        return count
+
+    assert calls_for(10) == calls_for(2000) <= 5

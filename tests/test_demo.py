@@ -18,3 +18,4 @@ def test_demo_runs_and_shows_levels_tools_trace_and_prompted_thinking(
     assert "replayed as inline <think>" in out
     assert "system instruction injected" in out
     assert "<think>" not in out.split("3. A model with no thinking knob")[1]
+    assert "console: http://127.0.0.1:" in out and "/ui#playground" in out and "--keep" in out
