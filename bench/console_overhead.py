@@ -124,6 +124,7 @@ def main() -> None:
     reads = stream()
     watched = Feed(history=200)
     watcher = watched.subscribe()
+    assert watcher is not None
     watcher.queue = type(watcher.queue)()  # unbounded here: this measures the push, not the drop
     print(f"stream: {len(reads)} upstream reads; fastest of {ROUNDS} runs per row\n")
     consoles: list[tuple[str, Callable[[], Feed | None]]] = [

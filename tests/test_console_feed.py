@@ -128,6 +128,7 @@ def test_nothing_is_pushed_or_serialized_while_nobody_watches(monkeypatch: Any) 
 async def test_watchers_get_progress_then_the_finished_request() -> None:
     feed = Feed(history=3)
     watcher = feed.subscribe()
+    assert watcher is not None
     observer = feed.start(record(model="m"), [])
     observer.on_trace([{"type": "status", "seq": 0, "t_ms": 0, "message": "", "stage": "analyzing"}])
     observer.on_end(record(model="m", status=200), 5.0)
@@ -141,6 +142,7 @@ async def test_watchers_get_progress_then_the_finished_request() -> None:
 async def test_a_watcher_that_falls_behind_is_dropped_not_buffered_without_end() -> None:
     feed = Feed(history=3)
     watcher = feed.subscribe()
+    assert watcher is not None
     for _ in range(300):
         finish(feed, record())
     assert watcher.overflowed and not feed.watched
@@ -188,3 +190,11 @@ def test_the_feed_is_called_per_trace_event_never_per_chunk() -> None:
         return count
 
     assert calls_for(10) == calls_for(2000) <= 5
+
+
+async def test_watchers_are_bounded() -> None:
+    from proxy.console.feed import MAX_SUBSCRIBERS
+
+    feed = Feed(history=3)
+    watchers = [feed.subscribe() for _ in range(MAX_SUBSCRIBERS)]
+    assert None not in watchers and feed.subscribe() is None

@@ -138,3 +138,45 @@ def test_events_stream_a_snapshot_then_each_request_live(mock: BackgroundServer)
     assert b"progress" in kinds  # the request in flight, as its trace events happened
     finished = next(data for name, data in seen if name == b"request")
     assert finished["model"] == "second" and finished["in_flight"] is False
+
+
+def test_serve_ui_flag_serves_the_console(mock: BackgroundServer) -> None:
+    from tests.test_faults import start_serve
+
+    server, base = start_serve(mock, "--ui", ready_path="/ui")
+    try:
+        assert httpx.get(f"{base}/ui", timeout=5).status_code == 200
+        assert httpx.get(f"{base}/thinkproxy/requests", timeout=5).json()["object"] == "list"
+    finally:
+        server.terminate()
+        out, _ = server.communicate(timeout=20)
+    assert b"console at http://127.0.0.1:" in out
+
+
+def test_serve_refuses_the_console_in_gateway_mode_without_admin_keys() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "THINKPROXY_UPSTREAM_BASE_URL": "https://api.deepseek.com/v1",
+        "THINKPROXY_UPSTREAM_API_KEY": "sk-upstream",
+        "THINKPROXY_CLIENT_KEYS": "ck-1",
+        "THINKPROXY_ADMIN_KEYS": "",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "serve", "--ui"], env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 2 and b"THINKPROXY_ADMIN_KEYS" in done.stderr
+
+
+async def test_too_many_live_views_are_refused_not_buffered(mock: BackgroundServer) -> None:
+    from proxy.console.feed import MAX_SUBSCRIBERS
+
+    app = console_app(mock)
+    for _ in range(MAX_SUBSCRIBERS):
+        app.state.console.feed.subscribe()
+    async with client_for(app) as client:
+        r = await client.get("/thinkproxy/events")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "too_many_watchers"

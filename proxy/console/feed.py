@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("thinkproxy.console")
 
 SUBSCRIBER_QUEUE = 256  # frames a slow watcher may fall behind before it is dropped (it reconnects)
+MAX_SUBSCRIBERS = 64  # live views open at once on one process; more are refused (503)
 
 
 class Subscriber:
@@ -93,7 +94,14 @@ class Feed:
     def watched(self) -> bool:
         return bool(self._subscribers)
 
-    def subscribe(self) -> Subscriber:
+    @property
+    def watchers(self) -> int:
+        return len(self._subscribers)
+
+    def subscribe(self) -> Subscriber | None:
+        """A new watcher, or None when MAX_SUBSCRIBERS are already watching."""
+        if len(self._subscribers) >= MAX_SUBSCRIBERS:
+            return None
         subscriber = Subscriber()
         self._subscribers.add(subscriber)
         return subscriber

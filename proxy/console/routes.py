@@ -16,8 +16,8 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from proxy.console.feed import Feed, sse_frame
-from proxy.errors import ConfigError, Unauthorized
+from proxy.console.feed import MAX_SUBSCRIBERS, Feed, sse_frame
+from proxy.errors import ConfigError, ServiceUnavailable, Unauthorized
 from proxy.settings import Settings
 from proxy.tool_titles import ToolTitles
 
@@ -130,12 +130,23 @@ class ConsoleRoutes:
             self.access.check(request.headers.items())
         except Unauthorized as exc:
             return _unauthorized(exc)
+        if self.feed.watchers >= MAX_SUBSCRIBERS:
+            busy = ServiceUnavailable(
+                f"Too many live views are open on this proxy process (at most {MAX_SUBSCRIBERS}); "
+                "close one, or read GET /thinkproxy/requests instead.",
+                code="too_many_watchers",
+            )
+            return Response(busy.body(), status_code=busy.status, media_type="application/json")
         return StreamingResponse(self._stream(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def _stream(self) -> AsyncIterator[bytes]:
         """`snapshot` (the listing) first, then `request` (finished) and `progress` (in flight)."""
         feed = self.feed
-        subscriber = feed.subscribe()  # before the snapshot: nothing falls between the two
+        # Subscribed here, where `finally` is sure to run, and before the snapshot is read:
+        # nothing falls between the two.
+        subscriber = feed.subscribe()
+        if subscriber is None:
+            return
         try:
             await feed.follow_replicas()
             entries, shared = await feed.recent()
