@@ -100,7 +100,7 @@ const TEXT = {
     "nav.playground": "试验场",
     "conn.idle": "",
     "conn.connecting": "连接中…",
-    "conn.live": "实时",
+    "conn.live": "已连接",
     "conn.retry": "重新连接中…",
     "conn.auth": "需要管理员密钥",
     "auth.prompt": "此代理为网关模式：实时视图需要管理员密钥（THINKPROXY_ADMIN_KEYS）。",
