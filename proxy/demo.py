@@ -4,8 +4,9 @@ readable timeline of what happened."""
 
 from __future__ import annotations
 
+import signal
 import textwrap
-import time
+import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -248,11 +249,10 @@ def keep_serving(proxy_url: str, mock_url: str) -> None:
         f"  playground: any API key works (the simulated upstream ignores it); other simulated "
         f"providers: Upstream = {mock_url}/<qwen|kimi|minimax|ollama|openrouter|mistral|prompted>/v1"
     )
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a clean stop on either, servers closed
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
 
 
 def demo_levels(client: ChatClient, p: Printer, base: str, mock_url: str, proxy_url: str) -> None:
