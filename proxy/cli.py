@@ -76,6 +76,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     if settings.ui:
         print(f"thinkproxy: console at http://{settings.host}:{settings.port}/ui", file=sys.stderr)
+        if settings.workers > 1 and settings.state_url is None:
+            print(
+                "thinkproxy: note: each worker's console shows only its own requests; set "
+                "THINKPROXY_STATE_URL=redis://… to see every worker's (and every replica's)",
+                file=sys.stderr,
+            )
     uvicorn.run(
         "proxy.app:create_served_app",
         factory=True,
