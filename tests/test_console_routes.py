@@ -3,6 +3,7 @@ JSON and SSE (recorded whatever trace the client asked for); admin keys in gatew
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import orjson
 import pytest
 
 from proxy.app import create_app
+from proxy.console.routes import UI_DIR
 from proxy.demo import simulated_table
 from proxy.errors import ConfigError
 from proxy.mock import MockOptions, create_mock_app
@@ -65,9 +67,14 @@ async def test_page_and_assets_are_served_with_a_strict_policy(mock: BackgroundS
             assert r.status_code == 200, asset
         assert "javascript" in (await client.get("/ui/assets/console.js")).headers["content-type"]
         assert (await client.get("/ui/assets/../routes.py")).status_code == 404
-        # Everything it loads is its own: no CDN, nothing remote.
-        for text in (page.text, (await client.get("/ui/assets/console.css")).text):
-            assert "http://" not in text and "https://" not in text.replace("https://…/v1", "")
+        # Everything it loads is its own: no CDN, nothing remote, no build step (plain files).
+        texts = [page.text]
+        for asset in sorted((UI_DIR / "assets").iterdir()):
+            texts.append((await client.get(f"/ui/assets/{asset.name}")).text)
+        for text in texts:
+            assert not re.search(r"(src|href)=\"(https?:)?//", text)
+            assert not re.search(r"(import|from)\s*\(?\s*[\"'](https?:)?//", text)
+            assert 'fetch("http' not in text and "fetch('http" not in text
 
 
 async def test_requests_lists_a_tool_call_with_its_detailed_trace_even_with_trace_off(
