@@ -511,7 +511,7 @@ def create_app(
     if console is not None:
         listeners = (*listeners, console.feed)
     upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway, tuple(listeners), titles)
+    services = Services(settings, table, upstream, policy, gateway, tuple(listeners), tool_titles=titles)
     proxy = Proxy(services)
 
     @asynccontextmanager

@@ -12,7 +12,6 @@ from starlette.routing import BaseRoute
 
 from proxy.console.feed import Feed
 from proxy.console.routes import AdminAccess, ConsoleRoutes
-from proxy.console.shared import SharedFeed
 from proxy.settings import Settings
 from proxy.tool_titles import ToolTitles
 
@@ -31,6 +30,8 @@ class Console:
         access = AdminAccess.from_settings(settings)
         feed = Feed(settings.ui_history)
         if settings.state_url is not None:
+            from proxy.console.shared import SharedFeed  # redis is imported only when it is used
+
             feed.shared = SharedFeed(
                 settings.state_url.get_secret_value(), history=settings.ui_history, replica=feed.replica
             )
