@@ -24,7 +24,7 @@ proxy's own error).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.levels import TraceMode
@@ -226,11 +226,12 @@ def build_trace(
     level: str,
     provider: str,
     method: str | None,
+    titles: Mapping[str, Mapping[str, str]] | None = None,
     output: OutputSink | None = None,
 ) -> TraceBuilder | None:
     """The trace builder for one chat response: none when neither the client nor an observer
     wants a trace, a tapped one when an observer does, one that also keeps the answer when an
-    observer wants it (`output`)."""
+    observer wants it (`output`). `titles`: tool display titles."""
     if output is not None:
         return AnswerKeepingTraceBuilder(
             output=output,
@@ -240,14 +241,21 @@ def build_trace(
             level=level,
             provider=provider,
             method=method,
+            titles=titles,
         )
     if tap is not None:
         return TappedTraceBuilder(
-            client_mode=client_mode, tap=tap, zh=zh, level=level, provider=provider, method=method
+            client_mode=client_mode,
+            tap=tap,
+            zh=zh,
+            level=level,
+            provider=provider,
+            method=method,
+            titles=titles,
         )
     if client_mode is TraceMode.OFF:
         return None
-    return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method)
+    return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method, titles=titles)
 
 
 def _ignore(events: TraceEvents) -> None:
