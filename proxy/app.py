@@ -25,6 +25,7 @@ from starlette.types import Send
 
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
+from proxy.capture import TurnCollector
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
@@ -46,6 +47,7 @@ from proxy.levels import (
 from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
+from proxy.replay_service import ReplayService
 from proxy.rewrite import rewrite_body
 from proxy.settings import Settings
 from proxy.trace import TraceBuilder
@@ -85,6 +87,8 @@ class Services:
     gateway: GatewayAuth
     # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
     listeners: tuple[Listener, ...] = ()
+    # The replay store (proxy.replay_service); None with THINKPROXY_STATE=off.
+    replay: ReplayService | None = None
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -210,11 +214,16 @@ class Proxy:
         method: str | None = None
         applied: Level | None = None
         content = body
+        prepared = None
+        if s.replay is not None:  # remembered reasoning back into the history, before the rewrite
+            prepared = await s.replay.prepare(parsed, dialect, record.model, headers.items(), record)
+            parsed = prepared.body
+            content = orjson.dumps(parsed) if prepared.changed else body
         if level is not None:
             result = rewrite_body(parsed, level, dialect, zh=zh)
             applied, method = result.level_applied, result.method
             content = orjson.dumps(result.body)
-        extra = thinking_headers(dialect, applied, method)
+        extra = thinking_headers(dialect, applied, method) + record.response_headers
         record.provider, record.level = dialect.name, applied.value if applied else "none"
         record.thinking_method = method if applied else None
         record.response_headers = extra
@@ -238,7 +247,10 @@ class Proxy:
             provider=dialect.name,
             method=method if applied else None,
         )
-        chat_context = ChatContext(parsed, reasoning, trace, trace_format)
+        if prepared is not None:
+            prepared.annotate(trace)
+        capture = prepared.capture if prepared is not None else None
+        chat_context = ChatContext(parsed, reasoning, trace, trace_format, capture)
         return await self._watched(request, req, record, started, extra, chat_context)
 
     async def _watched(
@@ -335,6 +347,7 @@ class Proxy:
                 trace=chat.trace,
                 request_body=chat.request_body,
                 now_ms=elapsed_ms(),
+                capture=chat.capture,
             )
             headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
             record.status = response.status
@@ -347,6 +360,7 @@ class Proxy:
             trace=chat.trace,
             trace_format=chat.trace_format,
             max_event_bytes=self.s.settings.max_sse_event_bytes,
+            capture=chat.capture,
         )
         headers = (
             filter_headers(response.headers, DROP_RESPONSE_DECODED | {"cache-control"})
@@ -469,6 +483,7 @@ class ChatContext:
     reasoning: ReasoningOptions
     trace: TraceBuilder | None
     trace_format: Any
+    capture: TurnCollector | None = None  # the replay store's, when it is on
 
 
 def parse_chat_body(body: bytes) -> dict[str, Any]:
@@ -501,7 +516,9 @@ def create_app(
     policy = UpstreamPolicy.from_settings(settings)
     gateway = GatewayAuth.from_settings(settings)
     upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway, tuple(listeners))
+    replay = ReplayService.from_settings(settings)
+    watchers = (*listeners, replay) if replay is not None else tuple(listeners)
+    services = Services(settings, table, upstream, policy, gateway, watchers, replay)
     proxy = Proxy(services)
 
     @asynccontextmanager
@@ -510,6 +527,8 @@ def create_app(
             yield
         finally:
             await services.upstream.aclose()
+            if replay is not None:
+                await replay.aclose()
 
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),

@@ -1,0 +1,234 @@
+"""The replay store at the edge: one batched lookup before a chat request goes upstream, one
+write after its response ended. The decisions are proxy.replay's (pure); this module only does
+the I/O around them, keeps the outcome counters and reports store outages.
+
+Per request (chat completions only):
+
+- `restore(...)` — tenant from the presented key, `plan_lookups` (pure), one `get_many` (one round
+  trip), `apply_restore` (pure). A store that is down or slow is reported once per interval and
+  counts every needed message as `missing`; the request goes on as it came. Leaves a
+  `ReplayNote` in `record.notes` so that the capture knows whom and what the response belongs to.
+- capture — a `Listener` (proxy.observe) whose observer, at the end of a successful response,
+  turns the note's `TurnCollector` into store entries and writes them in the background.
+
+Reasoning text is never logged: the only log lines here name the store and the error class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.access_log import AccessRecord
+from proxy.capture import TurnCollector
+from proxy.dialects import Dialect, ReplayPolicy
+from proxy.gateway import presented_key
+from proxy.observe import RequestObserver, TraceEvents
+from proxy.replay import (
+    HEADER,
+    ReplayCounts,
+    RestoreResult,
+    apply_restore,
+    capture_records,
+    decode_record,
+    plan_lookups,
+    tenant_of,
+)
+from proxy.settings import Settings
+from proxy.state import StateStore, StoreUnavailable, build_store
+from proxy.trace import TraceBuilder
+
+logger = logging.getLogger("thinkproxy.replay")
+
+NOTE = "replay"  # record.notes key of the ReplayNote
+OUTCOME_NOTE = "replay.outcome"  # record.notes key of this request's counts (for metrics)
+OUTAGE_LOG_INTERVAL = 60.0
+MAX_PENDING_WRITES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What `prepare` did: the body to send, the capture to hand the response pipeline, and the
+    restore's outcome (None when the history needed nothing)."""
+
+    body: dict[str, Any]
+    capture: TurnCollector
+    result: RestoreResult | None
+
+    @property
+    def changed(self) -> bool:
+        return self.result is not None and self.result.changed
+
+    def annotate(self, trace: TraceBuilder | None) -> None:
+        """The trace's `replaying` status and tool-result durations."""
+        if trace is None or self.result is None:
+            return
+        counts = self.result.counts
+        trace.note_replay(counts.as_dict() if counts.any else None, self.result.durations)
+
+
+@dataclass(slots=True)
+class ReplayNote:
+    tenant: str
+    provider: str
+    model: str | None
+    policy: ReplayPolicy
+    capture: TurnCollector
+
+
+def deployment_secret(settings: Settings) -> bytes:
+    """The key of the tenant hash. THINKPROXY_STATE_SECRET when set; else, with Redis, derived from
+    the state URL (every replica of a deployment names the same one, so they agree); else random
+    per process (memory is per process anyway)."""
+    if settings.state_secret is not None:
+        return settings.state_secret.get_secret_value().encode()
+    if settings.state_url is not None:
+        url = settings.state_url.get_secret_value().encode()
+        return hashlib.sha256(b"thinkproxy-tenant\0" + url).digest()
+    return secrets.token_bytes(32)
+
+
+class ReplayService:
+    """The replay store of one app: restore before, capture after. See the module docstring."""
+
+    def __init__(self, store: StateStore, secret: bytes) -> None:
+        self.store = store
+        self._secret = secret
+        self._pending: set[asyncio.Task[None]] = set()
+        self._last_outage_log = float("-inf")
+        # Totals since start, for the metrics capability: restored / placeholder / missing per
+        # message, captured per stored turn, unavailable per request the store did not answer.
+        self.totals: Counter[str] = Counter()
+        self._observer = _CaptureObserver(self)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReplayService | None:
+        store = build_store(settings)
+        return None if store is None else cls(store, deployment_secret(settings))
+
+    # -- listener (capture) ---------------------------------------------------------------------
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver | None:
+        return self._observer  # stateless: what a request needs is in record.notes
+
+    # -- restore --------------------------------------------------------------------------------
+    async def prepare(
+        self,
+        body: dict[str, Any],
+        dialect: Dialect,
+        model: str | None,
+        headers: Iterable[tuple[str, str]],
+        record: AccessRecord,
+    ) -> Prepared:
+        """The body with remembered reasoning put back, and the collector for this response's
+        capture. Never raises for the store's sake."""
+        arrived_ms = time.time() * 1000.0
+        tenant = tenant_of(self._secret, presented_key(headers))
+        policy = dialect.replay
+        capture = TurnCollector()
+        record.notes[NOTE] = ReplayNote(tenant, dialect.name, model, policy, capture)
+        plan = plan_lookups(body.get("messages"), policy, tenant)
+        if plan.empty:
+            return Prepared(body, capture, None)
+        found: dict[str, Any] = {}
+        available = True
+        if plan.keys:
+            try:
+                if self._pending:
+                    await self._settle_writes()
+                values = await self.store.get_many(plan.keys)
+            except StoreUnavailable as exc:
+                available = False
+                self._outage(exc)
+            else:
+                found = {k: decode_record(v) for k, v in zip(plan.keys, values, strict=True)}
+        result = apply_restore(
+            body,
+            plan,
+            found,
+            policy=policy,
+            provider=dialect.name,
+            model=model,
+            now_ms=arrived_ms,
+            placeholders=available,
+        )
+        self._count(result.counts, record)
+        return Prepared(result.body, capture, result)
+
+    def _count(self, counts: ReplayCounts, record: AccessRecord) -> None:
+        if not counts.any:
+            return
+        self.totals.update(counts.as_dict())
+        record.notes[OUTCOME_NOTE] = counts.as_dict()
+        record.response_headers.append((HEADER, counts.header_value()))
+
+    async def _settle_writes(self) -> None:
+        """This process's own writes land before it reads: a client's next turn may come back
+        faster than a background write (replicas are another matter: see docs/replay.md)."""
+        pending = list(self._pending)
+        await asyncio.wait(pending, timeout=getattr(self.store, "timeout", 0.25) * 2)
+
+    def _outage(self, exc: BaseException) -> None:
+        self.totals["unavailable"] += 1
+        now = time.monotonic()
+        if now - self._last_outage_log >= OUTAGE_LOG_INTERVAL:
+            self._last_outage_log = now
+            logger.warning(
+                "replay store (%s) unavailable (%s): requests go on without restored reasoning; "
+                "this is logged once a minute while it lasts",
+                self.store.name,
+                exc,
+            )
+
+    # -- capture --------------------------------------------------------------------------------
+    def capture(self, record: AccessRecord) -> None:
+        note = record.notes.get(NOTE)
+        if not isinstance(note, ReplayNote) or not 200 <= record.status < 300 or record.error:
+            return
+        items = capture_records(
+            note.capture.turns(),
+            tenant=note.tenant,
+            provider=note.provider,
+            model=note.model,
+            policy=note.policy,
+            now_ms=time.time() * 1000.0,
+        )
+        if not items:
+            return
+        self.totals["captured"] += len(items)
+        if len(self._pending) >= MAX_PENDING_WRITES:
+            self.totals["dropped"] += len(items)  # the store is far behind: shed, never queue
+            return
+        task = asyncio.get_running_loop().create_task(self._write(items))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _write(self, items: Sequence[tuple[str, bytes]]) -> None:
+        try:
+            await self.store.put_many(items)
+        except StoreUnavailable as exc:
+            self._outage(exc)
+
+    async def aclose(self) -> None:
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=1.0)
+        await self.store.aclose()
+
+
+class _CaptureObserver:
+    wants_trace = False
+
+    def __init__(self, service: ReplayService) -> None:
+        self._service = service
+
+    def on_trace(self, events: TraceEvents) -> None:  # never asked: wants_trace is False
+        pass
+
+    def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+        self._service.capture(record)
