@@ -42,7 +42,7 @@ from proxy.replay import (
     tenant_of,
 )
 from proxy.settings import Settings
-from proxy.state import StateStore, StoreUnavailable, build_store
+from proxy.state import MemoryStore, StateStore, StoreUnavailable, build_store
 from proxy.trace import TraceBuilder
 
 logger = logging.getLogger("thinkproxy.replay")
@@ -202,6 +202,9 @@ class ReplayService:
         if not items:
             return
         self.totals["captured"] += len(items)
+        if isinstance(self.store, MemoryStore):
+            self.store.put_now(items)  # nothing to wait for: written before the client hears back
+            return
         if len(self._pending) >= MAX_PENDING_WRITES:
             self.totals["dropped"] += len(items)  # the store is far behind: shed, never queue
             return

@@ -31,7 +31,7 @@ class MemoryStore:
         self.ttl = ttl
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._clock = clock
+        self.clock = clock
         self._data: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self.bytes = 0
 
@@ -39,7 +39,7 @@ class MemoryStore:
         return len(self._data)
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        now = self._clock()
+        now = self.clock()
         out: list[bytes | None] = []
         for key in keys:
             entry = self._data.get(key)
@@ -57,7 +57,7 @@ class MemoryStore:
 
     def put_now(self, items: Sequence[tuple[str, bytes]]) -> None:
         """The synchronous write (the async one only wraps it): nothing in it can wait."""
-        now = self._clock()
+        now = self.clock()
         expires = now + self.ttl
         for key, value in items:
             size = len(value) + len(key) + ENTRY_OVERHEAD
