@@ -10,7 +10,8 @@ import pytest
 
 from proxy.capture import Turn, TurnCollector
 from proxy.levels import ReasoningField, TraceFormat
-from proxy.mock.dialects import Gemini, MiniMax, OpenRouter, Turn as MockTurn, count_tokens
+from proxy.mock.dialects import Gemini, MiniMax, OpenRouter, count_tokens
+from proxy.mock.dialects import Turn as MockTurn
 from proxy.mock.scenarios import Depth, Script, ToolCall
 from proxy.pipeline import StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
