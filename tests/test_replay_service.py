@@ -22,7 +22,7 @@ from proxy.mock.scenarios import Depth, answer
 from proxy.serving import BackgroundServer
 from proxy.state import MemoryStore
 from tests.helpers import make_settings
-from tests.redis_server import RedisServer
+from tests.realredis import RedisServer, running_redis
 
 WEATHER_TOOL = {
     "type": "function",
@@ -465,7 +465,7 @@ def test_malformed_histories_are_forwarded_as_they_came(
 
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
+    with running_redis() as server:
         yield server
 
 

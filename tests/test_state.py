@@ -10,7 +10,7 @@ import pytest
 
 from proxy.state import MemoryStore, RedisStore, StoreUnavailable, build_store
 from tests.helpers import make_settings
-from tests.redis_server import RedisServer
+from tests.realredis import RedisServer, running_redis
 
 
 class Clock:
@@ -77,7 +77,7 @@ def test_build_store_follows_the_settings() -> None:
 
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
+    with running_redis() as server:
         yield server
 
 
