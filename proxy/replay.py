@@ -26,7 +26,7 @@ import hmac
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -70,17 +70,17 @@ def content_hash(content: str) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Need:
+class Need(NamedTuple):
     """One assistant message of the history and what it may get back.
 
     `text` / `details`: the policy wants reasoning text / reasoning_details on it and the client
     sent none (these count in the outcome). `signatures`: some of its tool calls came without the
     `extra_content` their provider attached (current turn only; counted only when put back).
     `timing`: its tool results end the history, so their round trip can be measured.
+    (A NamedTuple: one is built per assistant message of every history, so it must be cheap.)
     """
 
-    index: int
+    position: int  # in the message list
     key: str
     text: bool = False
     details: bool = False
@@ -126,24 +126,19 @@ def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan
         if not (text or details or signatures or timing):
             continue
         if first_id is not None:
-            ident = "t\0" + first_id
+            key = store_key(tenant, "t", first_id)
         else:
             content = message.get("content")
             if calls or not isinstance(content, str):
                 continue  # tool calls without a usable id, or content that was never ours
-            ident = "c\0" + content_hash(content)
-        key = store_key(tenant, *ident.split("\0", 1))
+            key = store_key(tenant, "c", content_hash(content))
         found.append((key, Need(index, key, text, details, signatures, timing)))
     if not found:
         return NOTHING
     repeats = Counter(key for key, _ in found)
-    needs = tuple(need if repeats[key] == 1 else _replace_ambiguous(need) for key, need in found)
+    needs = tuple(need if repeats[key] == 1 else need._replace(ambiguous=True) for key, need in found)
     keys = tuple(dict.fromkeys(key for key, _ in found if repeats[key] == 1))
     return ReplayPlan(needs, keys)
-
-
-def _replace_ambiguous(need: Need) -> Need:
-    return Need(need.index, need.key, need.text, need.details, need.signatures, need.timing, True)
 
 
 def _last_user_index(messages: list[Any]) -> int:
@@ -235,8 +230,7 @@ class RestoreResult:
         return bool(self.counts.restored or self.counts.placeholder)
 
 
-@dataclass(frozen=True, slots=True)
-class Remembered:
+class Remembered(NamedTuple):
     """One stored turn, as read back."""
 
     provider: str
@@ -301,7 +295,7 @@ def apply_restore(
     out: list[Any] | None = None
     for need in plan.needs:
         remembered = None if need.ambiguous else found.get(need.key)
-        message = messages[need.index]
+        message = messages[need.position]
         new = _restored(message, need, remembered, policy, provider, model, counts, placeholders)
         if need.timing and remembered is not None and remembered.at_ms is not None:
             for call in message.get("tool_calls") or ():
@@ -310,7 +304,7 @@ def apply_restore(
         if new is not message:
             if out is None:
                 out = list(messages)
-            out[need.index] = new
+            out[need.position] = new
     if out is not None:
         result.body = {**body, "messages": out}
     return result

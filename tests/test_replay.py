@@ -95,7 +95,7 @@ def test_only_tool_call_turns_without_reasoning_are_looked_up_under_tool_calls_p
     )
     plan = plan_lookups(messages, TOOL_CALLS, TENANT)
     # call_a has its reasoning (looked up only for a signature it may have had); the answer needs none
-    assert [(n.index, n.text, n.signatures) for n in plan.needs] == [(1, False, True), (3, True, True)]
+    assert [(n.position, n.text, n.signatures) for n in plan.needs] == [(1, False, True), (3, True, True)]
     assert plan.keys == (store_key(TENANT, "t", "call_a"), store_key(TENANT, "t", "call_b"))
 
 
@@ -106,7 +106,7 @@ def test_strip_policy_needs_nothing_but_the_timing_of_the_last_calls() -> None:
     messages[-1]["tool_calls"][0]["extra_content"] = {"google": {"thought_signature": "s"}}
     messages.append({"role": "tool", "tool_call_id": "call_c", "content": "sun"})
     plan = plan_lookups(messages, STRIP, TENANT)
-    assert [(n.index, n.counted, n.signatures, n.timing) for n in plan.needs] == [(6, False, False, True)]
+    assert [(n.position, n.counted, n.signatures, n.timing) for n in plan.needs] == [(6, False, False, True)]
 
 
 def test_keep_policy_keys_a_turn_without_tool_calls_by_its_content() -> None:
