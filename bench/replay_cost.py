@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import socket
 import statistics
@@ -26,11 +27,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.access_log import AccessRecord  # noqa: E402
-from proxy.capture import TurnCollector  # noqa: E402
-from proxy.dialects import ProvidersTable  # noqa: E402
-from proxy.replay_service import ReplayService  # noqa: E402
-from proxy.state import MemoryStore, RedisStore, StateStore  # noqa: E402
+import orjson
+
+from proxy.access_log import AccessRecord
+from proxy.capture import TurnCollector
+from proxy.dialects import ProvidersTable
+from proxy.levels import TraceFormat
+from proxy.pipeline import StreamPipeline
+from proxy.reasoning import ReasoningOptions
+from proxy.replay_service import ReplayService
+from proxy.state import MemoryStore, RedisStore, StateStore
 
 HEADERS = [("authorization", "Bearer sk-bench-tenant-0123456789")]
 REASONING = "The user wants the weather in Paris; I have a tool for this and will call it now. " * 4
@@ -45,7 +51,11 @@ def history(turns: int) -> dict[str, Any]:
                 "role": "assistant",
                 "content": "",
                 "tool_calls": [
-                    {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{}"},
+                    }
                 ],
             }
         )
@@ -55,7 +65,11 @@ def history(turns: int) -> dict[str, Any]:
 
 def turn_chunks(call_id: str) -> list[dict[str, Any]]:
     delta_r = {"reasoning_content": REASONING}
-    delta_t = {"tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": "w", "arguments": "{}"}}]}
+    delta_t = {
+        "tool_calls": [
+            {"index": 0, "id": call_id, "type": "function", "function": {"name": "w", "arguments": "{}"}}
+        ]
+    }
     return [{"choices": [{"index": 0, "delta": d}]} for d in (delta_r, delta_t)]
 
 
@@ -65,7 +79,7 @@ async def seed(service: ReplayService, dialect: Any, turns: int) -> None:
         record = AccessRecord("POST", "/v1/chat/completions", status=200)
         prepared = await service.prepare({"messages": []}, dialect, "deepseek-chat", HEADERS, record)
         for chunk in turn_chunks(f"call_{i:04d}_0123456789abcdef"):
-            prepared.capture.raw_chunk(chunk)
+            prepared.capture.chunk(chunk)
             prepared.capture.reasoning(0, REASONING)
         service.capture(record)
         if service._pending:  # one write at a time: seeding is not what is measured
@@ -89,7 +103,7 @@ async def measure(store: StateStore, n: int) -> dict[str, dict[str, float]]:
             # the capture of the answer (one tool-call turn), as at the end of a response
             capture: TurnCollector = prepared.capture
             for chunk in turn_chunks(f"call_new_{i}"):
-                capture.raw_chunk(chunk)
+                capture.chunk(chunk)
             capture.reasoning(0, REASONING)
             service.capture(record)
             elapsed = time.perf_counter() - start
@@ -109,6 +123,46 @@ async def measure(store: StateStore, n: int) -> dict[str, dict[str, float]]:
         }
     await service.aclose()
     return out
+
+
+def per_chunk_ns(capture: bool, chunks: int = 4000, rounds: int = 7) -> float:
+    """Median cost per streamed chunk of the whole pipeline, with or without the capture."""
+    frames = []
+    for i in range(chunks):
+        delta = {"reasoning_content": "word "} if i < chunks // 2 else {"content": "word "}
+        chunk = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+        }
+        frames.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+    data = b"".join(frames)
+    pieces = [data[i : i + 4096] for i in range(0, len(data), 4096)]
+    times = []
+    for _ in range(rounds):
+        pipeline = StreamPipeline(
+            reasoning=ReasoningOptions(),
+            trace=None,
+            trace_format=TraceFormat.COMMENT,
+            max_event_bytes=1 << 20,
+            capture=TurnCollector() if capture else None,
+        )
+        start = time.perf_counter()
+        for piece in pieces:
+            pipeline.feed(piece, 0.0)
+        pipeline.finish(0.0)
+        times.append((time.perf_counter() - start) / chunks * 1e9)
+    return statistics.median(times)
+
+
+def machine_reference_us() -> float:
+    """How fast this machine runs plain Python right now (to compare figures across runs)."""
+    start = time.perf_counter()
+    for _ in range(2000):
+        sum(range(1000))
+    return (time.perf_counter() - start) / 2000 * 1e6
 
 
 def free_port() -> int:
@@ -142,7 +196,9 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str] | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=2000, help="requests measured per case (short history)")
     args = parser.parse_args()
     rows = [("memory", asyncio.run(measure(MemoryStore(ttl=3600), args.n)))]
@@ -156,6 +212,13 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=5)
+    off, on = per_chunk_ns(False), per_chunk_ns(True)
+    print(
+        f"machine reference: sum(range(1000)) = {machine_reference_us():.1f} µs; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"stream pipeline per chunk: {off:.0f} ns without capture, {on:.0f} ns with (store off / on)")
+    print()
     print("| backend | history | p50 | p90 | n |")
     print("|---|---|---|---|---|")
     for backend, cases in rows:

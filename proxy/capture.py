@@ -51,47 +51,36 @@ class CapturedTurn:
 
 
 class TurnCollector:
-    """Collects the turns of one response (stream or not). See the module docstring."""
+    """Collects the turns of one response (stream or not). See the module docstring.
 
-    __slots__ = ("_turns",)
+    Per streamed chunk the pipeline calls `chunk` once, after normalization (and `raw_details`
+    before it only when reasoning is hidden from the client, since hiding takes the text out of
+    `reasoning_details`); the extractor calls `reasoning` with the text it found. Kept cheap: a
+    few dict lookups for a chunk that carries only text.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_last", "_last_index", "_turns", "raw_details_first")
+
+    def __init__(self, *, raw_details_first: bool = False) -> None:
         self._turns: dict[int, CapturedTurn] = {}
+        self._last: CapturedTurn | None = None
+        self._last_index = -1
+        # True: details are read by `raw_details` before normalization, not by `chunk` after it.
+        self.raw_details_first = raw_details_first
 
     def _turn(self, index: Any) -> CapturedTurn:
         key = index if type(index) is int else 0
+        if key == self._last_index and self._last is not None:
+            return self._last
         turn = self._turns.get(key)
         if turn is None:
             turn = self._turns[key] = CapturedTurn(key)
+        self._last, self._last_index = turn, key
         return turn
 
     # -- stream ---------------------------------------------------------------------------------
-    def raw_chunk(self, chunk: dict[str, Any]) -> None:
-        """A chunk as the upstream sent it (before normalization): tool calls and details."""
-        choices = chunk.get("choices")
-        if type(choices) is not list:
-            return
-        for choice in choices:
-            if type(choice) is not dict:
-                continue
-            delta = choice.get("delta")
-            if type(delta) is not dict:
-                continue
-            calls = delta.get("tool_calls")
-            details = delta.get("reasoning_details")
-            if not calls and not details:
-                continue
-            turn = self._turn(choice.get("index", 0))
-            if type(calls) is list:
-                for position, call in enumerate(calls):
-                    if type(call) is dict:
-                        _add_call(turn, call, call.get("index", position))
-            if type(details) is list:
-                for item in details:
-                    _add_detail(turn, item)
-
-    def normalized_chunk(self, chunk: dict[str, Any]) -> None:
-        """The same chunk after normalization: the content as the client gets it."""
+    def chunk(self, chunk: dict[str, Any]) -> None:
+        """A chunk after normalization: content as the client gets it, tool calls, details."""
         choices = chunk.get("choices")
         if type(choices) is not list:
             return
@@ -102,11 +91,35 @@ class TurnCollector:
             if type(delta) is not dict:
                 continue
             content = delta.get("content")
+            calls = delta.get("tool_calls")
+            details = None if self.raw_details_first else delta.get("reasoning_details")
+            if content is None and not calls and not details:
+                continue
+            turn = self._turn(choice.get("index", 0))
             if type(content) is str:
-                turn = self._turn(choice.get("index", 0))
                 turn.content_seen = True
                 if content:
                     turn.content.append(content)
+            if calls and type(calls) is list:
+                for position, call in enumerate(calls):
+                    if type(call) is dict:
+                        _add_call(turn, call, call.get("index", position))
+            if details and type(details) is list:
+                for item in details:
+                    _add_detail(turn, item)
+
+    def raw_details(self, chunk: dict[str, Any]) -> None:
+        """A chunk before normalization: its `reasoning_details` exactly as sent (hide mode)."""
+        choices = chunk.get("choices")
+        if type(choices) is not list:
+            return
+        for choice in choices:
+            delta = choice.get("delta") if type(choice) is dict else None
+            details = delta.get("reasoning_details") if type(delta) is dict else None
+            if details and type(details) is list:
+                turn = self._turn(choice.get("index", 0))
+                for item in details:
+                    _add_detail(turn, item)
 
     def reasoning(self, index: int, text: str) -> None:
         """Reasoning text of one choice as the extractor normalized it (also when hidden)."""

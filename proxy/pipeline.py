@@ -49,6 +49,8 @@ class StreamPipeline:
         self._decoder = SSEDecoder(max_event_bytes)
         # The replay capture, when the store is on: it sees each chunk already parsed, nothing more.
         self._capture = capture
+        if capture is not None and reasoning.hide:
+            capture.raw_details_first = True  # hiding takes the text out of reasoning_details
         self._extractor = StreamReasoningExtractor(
             reasoning, capture.reasoning if capture is not None else None
         )
@@ -122,9 +124,10 @@ class StreamPipeline:
                 append(event.raw)
                 continue
             if capture is not None:
-                capture.raw_chunk(chunk)
+                if capture.raw_details_first:
+                    capture.raw_details(chunk)
                 outcome = extract(chunk)
-                capture.normalized_chunk(chunk)
+                capture.chunk(chunk)
             else:
                 outcome = extract(chunk)
             if trace is not None:
@@ -148,7 +151,7 @@ class StreamPipeline:
         out: list[bytes] = []
         for chunk in self._extractor.flush():
             if self._capture is not None:
-                self._capture.normalized_chunk(chunk)
+                self._capture.chunk(chunk)
             out.append(data_frame(orjson.dumps(chunk)))
             if self._trace is not None:
                 out.append(self._trace_bytes(self._trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))

@@ -128,7 +128,7 @@ def test_malformed_chunks_capture_nothing_and_never_raise() -> None:
         {"choices": [None, {"delta": "x"}, {"delta": {"tool_calls": ["x", {"index": "a"}]}}]},
         {"choices": [{"delta": {"reasoning_details": ["raw", {"index": 0, "text": 5}]}}]},
     ):
-        capture.raw_chunk(chunk)
-        capture.normalized_chunk(chunk)
+        capture.raw_details(chunk)
+        capture.chunk(chunk)
     capture.message("weird", {"tool_calls": "x", "reasoning_details": "y", "content": None})
     assert [t.first_call_id for t in capture.turns()] == [None]
