@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from proxy.access_log import AccessRecord
@@ -102,6 +103,8 @@ class ReplayService:
         self.store = store
         self._secret = secret
         self._pending: set[asyncio.Task[None]] = set()
+        # The same writes by tenant: a request waits only for its own tenant's writes to land.
+        self._pending_by_tenant: dict[str, set[asyncio.Task[None]]] = {}
         self._last_outage_log = float("-inf")
         # Totals since start, for the metrics capability: restored / placeholder / missing per
         # message, captured per stored turn, unavailable per request the store did not answer.
@@ -140,8 +143,8 @@ class ReplayService:
         available = True
         if plan.keys:
             try:
-                if self._pending:
-                    await self._settle_writes()
+                if tenant in self._pending_by_tenant:
+                    await self._settle_writes(tenant)
                 values = await self.store.get_many(plan.keys)
             except StoreUnavailable as exc:
                 available = False
@@ -168,11 +171,12 @@ class ReplayService:
         record.notes[OUTCOME_NOTE] = counts.as_dict()
         record.response_headers.append((HEADER, counts.header_value()))
 
-    async def _settle_writes(self) -> None:
-        """This process's own writes land before it reads: a client's next turn may come back
-        faster than a background write (replicas are another matter: see docs/replay.md)."""
-        pending = list(self._pending)
-        await asyncio.wait(pending, timeout=getattr(self.store, "timeout", 0.25) * 2)
+    async def _settle_writes(self, tenant: str) -> None:
+        """This process's own writes for this tenant land before it reads: a client's next turn
+        may come back faster than a background write (replicas: see docs/replay.md)."""
+        pending = list(self._pending_by_tenant.get(tenant, ()))
+        if pending:
+            await asyncio.wait(pending, timeout=getattr(self.store, "timeout", 0.25) * 2)
 
     def _outage(self, exc: BaseException) -> None:
         self.totals["unavailable"] += 1
@@ -210,7 +214,16 @@ class ReplayService:
             return
         task = asyncio.get_running_loop().create_task(self._write(items))
         self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._pending_by_tenant.setdefault(note.tenant, set()).add(task)
+        task.add_done_callback(partial(self._written, note.tenant))
+
+    def _written(self, tenant: str, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        tasks = self._pending_by_tenant.get(tenant)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self._pending_by_tenant[tenant]
 
     async def _write(self, items: Sequence[tuple[str, bytes]]) -> None:
         try:
