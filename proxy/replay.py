@@ -26,7 +26,7 @@ import hmac
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
@@ -129,8 +129,8 @@ def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan
             key = store_key(tenant, "t", first_id)
         else:
             content = message.get("content")
-            if calls or not isinstance(content, str):
-                continue  # tool calls without a usable id, or content that was never ours
+            if calls or not _distinct(content):
+                continue  # tool calls without a usable id, or content that cannot name the turn
             key = store_key(tenant, "c", content_hash(content))
         found.append((key, Need(index, key, text, details, signatures, timing)))
     if not found:
@@ -139,6 +139,12 @@ def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan
     needs = tuple(need if repeats[key] == 1 else need._replace(ambiguous=True) for key, need in found)
     keys = tuple(dict.fromkeys(key for key, _ in found if repeats[key] == 1))
     return ReplayPlan(needs, keys)
+
+
+def _distinct(content: Any) -> TypeGuard[str]:
+    """Content that can name a turn: a string with something in it (an empty answer would name
+    every other empty answer of the tenant too)."""
+    return isinstance(content, str) and bool(content.strip())
 
 
 def _last_user_index(messages: list[Any]) -> int:
@@ -403,7 +409,7 @@ def capture_records(
     for turn in turns:
         if turn.first_call_id is not None:
             key = store_key(tenant, "t", turn.first_call_id)
-        elif policy.mode == "keep" and (turn.reasoning or turn.details) and isinstance(turn.content, str):
+        elif policy.mode == "keep" and (turn.reasoning or turn.details) and _distinct(turn.content):
             key = store_key(tenant, "c", content_hash(turn.content))
         else:
             continue

@@ -119,6 +119,18 @@ def test_keep_policy_keys_a_turn_without_tool_calls_by_its_content() -> None:
     assert plan.keys == (store_key(TENANT, "c", content_hash("Hello!")),)
 
 
+def test_an_empty_answer_is_never_a_key() -> None:
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "  "},
+        {"role": "user", "content": "more"},
+    ]
+    assert plan_lookups(messages, INLINE, TENANT).empty
+    turns = [Turn(None, "thought", "", None, {}), Turn(None, "thought", " \n", None, {})]
+    kwargs: dict[str, Any] = {"tenant": TENANT, "provider": "minimax", "model": "m", "now_ms": 5.0}
+    assert capture_records(turns, policy=INLINE, **kwargs) == []
+
+
 @pytest.mark.parametrize(
     "message",
     [
