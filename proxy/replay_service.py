@@ -146,7 +146,9 @@ class ReplayService:
                 if tenant in self._pending_by_tenant:
                     await self._settle_writes(tenant)
                 values = await self.store.get_many(plan.keys)
-            except StoreUnavailable as exc:
+            except Exception as exc:
+                # StoreUnavailable, or anything else a backend let through: the store must never
+                # fail a request, whatever went wrong in it.
                 available = False
                 self._outage(exc)
             else:
@@ -187,7 +189,8 @@ class ReplayService:
                 "replay store (%s) unavailable (%s): requests go on without restored reasoning; "
                 "this is logged once a minute while it lasts",
                 self.store.name,
-                exc,
+                # Our own message names only the error class; anything else: its class alone.
+                exc if isinstance(exc, StoreUnavailable) else type(exc).__name__,
             )
 
     # -- capture --------------------------------------------------------------------------------
@@ -228,7 +231,7 @@ class ReplayService:
     async def _write(self, items: Sequence[tuple[str, bytes]]) -> None:
         try:
             await self.store.put_many(items)
-        except StoreUnavailable as exc:
+        except Exception as exc:  # a background write: nobody else would hear of it
             self._outage(exc)
 
     async def aclose(self) -> None:
