@@ -82,8 +82,7 @@ async def seed(service: ReplayService, dialect: Any, turns: int) -> None:
             prepared.capture.chunk(chunk)
             prepared.capture.reasoning(0, REASONING)
         service.capture(record)
-        if service._pending:  # one write at a time: seeding is not what is measured
-            await asyncio.wait(list(service._pending))
+        await service.drain()  # seeding is not what is measured
 
 
 async def measure(store: StateStore, n: int) -> dict[str, dict[str, float]]:
@@ -107,14 +106,12 @@ async def measure(store: StateStore, n: int) -> dict[str, dict[str, float]]:
             capture.reasoning(0, REASONING)
             service.capture(record)
             elapsed = time.perf_counter() - start
-            if service._pending:  # the write is in the background; not let to pile up either
-                await asyncio.wait(list(service._pending))
+            await service.drain()  # the write is in the background; not let to pile up either
             counts = prepared.result.counts if prepared.result is not None else None
             assert counts is not None and counts.restored == turns, f"{store.name}: {counts}"
             if i >= 50:
                 samples.append(elapsed * 1e6)
-        if service._pending:
-            await asyncio.wait(list(service._pending))
+        await service.drain()
         samples.sort()
         out[f"{turns} turns"] = {
             "p50_us": statistics.median(samples),

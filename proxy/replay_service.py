@@ -22,9 +22,8 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from proxy.access_log import AccessRecord
@@ -51,7 +50,8 @@ logger = logging.getLogger("thinkproxy.replay")
 NOTE = "replay"  # record.notes key of the ReplayNote
 OUTCOME_NOTE = "replay.outcome"  # record.notes key of this request's counts (for metrics)
 OUTAGE_LOG_INTERVAL = 60.0
-MAX_PENDING_WRITES = 1000
+MAX_QUEUED_WRITES = 10_000  # captured turns waiting for the store; beyond, new ones are shed
+WRITE_WAIT_S = 0.5  # the longest a request waits for its own tenant's queued writes
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +102,12 @@ class ReplayService:
     def __init__(self, store: StateStore, secret: bytes) -> None:
         self.store = store
         self._secret = secret
-        self._pending: set[asyncio.Task[None]] = set()
-        # The same writes by tenant: a request waits only for its own tenant's writes to land.
-        self._pending_by_tenant: dict[str, set[asyncio.Task[None]]] = {}
+        # Captured turns waiting for the background writer (Redis), and whose they are: a
+        # request waits only when its own tenant has writes queued or in flight.
+        self._queue: list[tuple[str, bytes]] = []
+        self._queued_tenants: set[str] = set()
+        self._writing_tenants: set[str] = set()
+        self._writer: asyncio.Task[None] | None = None
         self._last_outage_log = float("-inf")
         # Totals since start, for the metrics capability: restored / placeholder / missing per
         # message, captured per stored turn, unavailable per request the store did not answer.
@@ -143,8 +146,10 @@ class ReplayService:
         available = True
         if plan.keys:
             try:
-                if tenant in self._pending_by_tenant:
-                    await self._settle_writes(tenant)
+                if self._writer is not None and (
+                    tenant in self._queued_tenants or tenant in self._writing_tenants
+                ):
+                    await self.drain()  # this process's own writes land before it reads
                 values = await self.store.get_many(plan.keys)
             except Exception as exc:
                 # StoreUnavailable, or anything else a backend let through: the store must never
@@ -172,13 +177,6 @@ class ReplayService:
         self.totals.update(counts.as_dict())
         record.notes[OUTCOME_NOTE] = counts.as_dict()
         record.response_headers.append((HEADER, counts.header_value()))
-
-    async def _settle_writes(self, tenant: str) -> None:
-        """This process's own writes for this tenant land before it reads: a client's next turn
-        may come back faster than a background write (replicas: see docs/replay.md)."""
-        pending = list(self._pending_by_tenant.get(tenant, ()))
-        if pending:
-            await asyncio.wait(pending, timeout=getattr(self.store, "timeout", 0.25) * 2)
 
     def _outage(self, exc: BaseException) -> None:
         self.totals["unavailable"] += 1
@@ -212,31 +210,37 @@ class ReplayService:
         if isinstance(self.store, MemoryStore):
             self.store.put_now(items)  # nothing to wait for: written before the client hears back
             return
-        if len(self._pending) >= MAX_PENDING_WRITES:
-            self.totals["dropped"] += len(items)  # the store is far behind: shed, never queue
+        if len(self._queue) >= MAX_QUEUED_WRITES:
+            self.totals["dropped"] += len(items)  # the store is far behind: shed, never grow
             return
-        task = asyncio.get_running_loop().create_task(self._write(items))
-        self._pending.add(task)
-        self._pending_by_tenant.setdefault(note.tenant, set()).add(task)
-        task.add_done_callback(partial(self._written, note.tenant))
+        self._queue.extend(items)
+        self._queued_tenants.add(note.tenant)
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
 
-    def _written(self, tenant: str, task: asyncio.Task[None]) -> None:
-        self._pending.discard(task)
-        tasks = self._pending_by_tenant.get(tenant)
-        if tasks is not None:
-            tasks.discard(task)
-            if not tasks:
-                del self._pending_by_tenant[tenant]
-
-    async def _write(self, items: Sequence[tuple[str, bytes]]) -> None:
+    async def _write_queued(self) -> None:
+        """One writer per process: whatever responses ended meanwhile goes out as one pipelined
+        batch, so a burst of captures costs a few round trips and one connection, not one each."""
         try:
-            await self.store.put_many(items)
-        except Exception as exc:  # a background write: nobody else would hear of it
-            self._outage(exc)
+            while self._queue:
+                items, self._queue = self._queue, []
+                self._writing_tenants, self._queued_tenants = self._queued_tenants, set()
+                try:
+                    await self.store.put_many(items)
+                except Exception as exc:  # a background write: nobody else would hear of it
+                    self._outage(exc)
+        finally:
+            self._writing_tenants = set()
+            self._writer = None
+
+    async def drain(self) -> None:
+        """Wait (bounded) until every captured turn has been written or given up."""
+        writer = self._writer
+        if writer is not None:
+            await asyncio.wait([writer], timeout=WRITE_WAIT_S)
 
     async def aclose(self) -> None:
-        if self._pending:
-            await asyncio.wait(list(self._pending), timeout=1.0)
+        await self.drain()
         await self.store.aclose()
 
 

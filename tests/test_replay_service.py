@@ -516,3 +516,83 @@ def test_redis_outage_serves_requests_reports_missing_and_logs_once(
     assert len(outage_lines) == 1
     assert "redis" in outage_lines[0].getMessage()
     assert "I have a tool" not in caplog.text  # reasoning is never logged
+
+
+# --- cost: one round trip whatever the history ------------------------------------------------
+
+
+async def test_hundreds_of_tool_calls_cost_one_redis_round_trip(redis_server: RedisServer) -> None:
+    import redis as sync_redis
+
+    from proxy.access_log import AccessRecord
+    from proxy.replay_service import ReplayService
+    from proxy.state import RedisStore
+
+    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-chat")
+    service = ReplayService(RedisStore(redis_server.url, ttl=60), b"secret")
+    headers = [("authorization", "Bearer sk-tenant-a")]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    try:
+        for i in range(300):  # remember 300 tool-call turns, as if the proxy had served them
+            record = AccessRecord("POST", "/v1/chat/completions", status=200)
+            prepared = await service.prepare({"messages": []}, dialect, "deepseek-chat", headers, record)
+            call = {
+                "index": 0,
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": "f", "arguments": "{}"},
+            }
+            prepared.capture.chunk({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+            prepared.capture.reasoning(0, f"thought {i}")
+            service.capture(record)
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "ok"})
+        await service.drain()
+        admin = sync_redis.Redis.from_url(redis_server.url)
+        admin.config_resetstat()
+        record = AccessRecord("POST", "/v1/chat/completions", status=200)
+        prepared = await service.prepare({"messages": messages}, dialect, "deepseek-chat", headers, record)
+        stats = admin.info("commandstats")
+        admin.close()
+    finally:
+        await service.aclose()
+    assert prepared.result is not None
+    assert prepared.result.counts.as_dict() == {"restored": 300, "placeholder": 0, "missing": 0}
+    assert prepared.body["messages"][599]["reasoning_content"] == "thought 299"
+    assert stats["cmdstat_mget"]["calls"] == 1
+    assert {name for name in stats if not name.startswith("cmdstat_config")} == {"cmdstat_mget"}
+
+
+async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_server: RedisServer) -> None:
+    import asyncio
+
+    from proxy.access_log import AccessRecord
+    from proxy.replay_service import ReplayService
+    from proxy.state import RedisStore
+
+    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-chat")
+    service = ReplayService(RedisStore(redis_server.url, ttl=60, max_connections=16), b"secret")
+    headers = [("authorization", "Bearer sk-tenant-a")]
+    call = {"index": 0, "id": "call_burst", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    try:
+        record = AccessRecord("POST", "/v1/chat/completions", status=200)
+        prepared = await service.prepare({"messages": []}, dialect, "deepseek-chat", headers, record)
+        prepared.capture.chunk({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+        prepared.capture.reasoning(0, "thought")
+        service.capture(record)
+        await service.drain()
+        history = {
+            "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [call]}]
+        }
+
+        async def one() -> dict[str, int]:
+            record = AccessRecord("POST", "/v1/chat/completions", status=200)
+            done = await service.prepare(history, dialect, "deepseek-chat", headers, record)
+            assert done.result is not None
+            return done.result.counts.as_dict()
+
+        outcomes = await asyncio.gather(*(one() for _ in range(200)))
+    finally:
+        await service.aclose()
+    assert outcomes == [{"restored": 1, "placeholder": 0, "missing": 0}] * 200
+    assert service.totals["unavailable"] == 0

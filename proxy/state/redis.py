@@ -22,6 +22,7 @@ from proxy.state.base import StoreUnavailable
 
 DEFAULT_TIMEOUT = 0.25
 DEFAULT_RETRY_AFTER = 1.0
+DEFAULT_MAX_CONNECTIONS = 64  # per process; lookups are one MGET and writes are batched
 
 
 class RedisStore:
@@ -34,18 +35,24 @@ class RedisStore:
         ttl: float,
         timeout: float = DEFAULT_TIMEOUT,
         retry_after: float = DEFAULT_RETRY_AFTER,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self.ttl_ms = max(1, int(ttl * 1000))
         self.timeout = timeout
         self.retry_after = retry_after
         self._down_until = 0.0
-        self._client = aioredis.Redis.from_url(
+        # A blocking pool: under a burst a call waits (at most `timeout`) for a free connection
+        # instead of failing at once with MaxConnectionsError.
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             # No retries: a failed call is reported at once, the next request tries again.
             retry=Retry(NoBackoff(), 0),
         )
+        self._client = aioredis.Redis(connection_pool=pool)
 
     def _check_up(self) -> None:
         if self._down_until and time.monotonic() < self._down_until:
@@ -80,4 +87,4 @@ class RedisStore:
         self._down_until = 0.0
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._client.aclose(close_connection_pool=True)
