@@ -571,7 +571,10 @@ async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_
     from proxy.state import RedisStore
 
     dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-chat")
-    service = ReplayService(RedisStore(redis_server.url, ttl=60, max_connections=16), b"secret")
+    # A generous timeout: what is tested is that callers wait for one of the few connections
+    # instead of failing at once, not how fast this machine is.
+    store = RedisStore(redis_server.url, ttl=60, max_connections=16, timeout=10.0)
+    service = ReplayService(store, b"secret")
     headers = [("authorization", "Bearer sk-tenant-a")]
     call = {"index": 0, "id": "call_burst", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     try:
