@@ -51,6 +51,8 @@ _SECRET_PAIR = re.compile(
 )
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
 _WHITESPACE = re.compile(r"\s+")
+# How orjson says a document nests deeper than it parses (1024 levels).
+_DEPTH_ERROR = "depth limit exceeded"
 _ERROR_TEXT = re.compile(r"(?i)^(?:error\b|exception\b|traceback \(most recent call last\))")
 
 
@@ -68,6 +70,27 @@ def is_secret_key(key: str) -> bool:
     return any(fragment in lowered for fragment in _SECRET_FRAGMENTS)
 
 
+def deeper_than(value: Any, limit: int) -> bool:
+    """True when `value` nests containers more than `limit` levels deep (iterative, no recursion).
+
+    A scalar is depth 0, `[]` or `{}` depth 1. Stops at the first path past the limit.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return True
+        stack.extend((child, depth) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def redact(value: Any) -> Any:
     """A copy of a JSON value with every value under a secret-looking key replaced by `***`."""
     if isinstance(value, dict):
@@ -83,14 +106,22 @@ def scrub_text(text: str) -> str:
     return _BEARER.sub(lambda m: m.group(1) + " " + REDACTED, text)
 
 
-def summarize_arguments(raw: str) -> str:
-    """Tool-call arguments (a JSON string) as `key: value, …` pairs, e.g. `city: Paris, days: 3`."""
+def summarize_arguments(raw: str, total_chars: int | None = None) -> str:
+    """Tool-call arguments (a JSON string) as `key: value, …` pairs, e.g. `city: Paris, days: 3`.
+
+    `total_chars` larger than `len(raw)` says `raw` is only the head of longer arguments (the trace
+    keeps a bounded amount): the summary is then that head, cut, with the whole length.
+    """
+    if total_chars is not None and total_chars > len(raw):
+        return _head(raw, f"{total_chars:,} chars, too long to summarize")
     stripped = raw.strip()
     if not stripped:
         return "(no arguments)"
     try:
         parsed = orjson.loads(stripped)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if _DEPTH_ERROR in str(exc):  # valid JSON nested deeper than the parser reads
+            return _head(stripped, f"{len(stripped):,} chars, nested too deeply to summarize")
         return _unparsed(stripped)
     if isinstance(parsed, dict):
         if not parsed:
@@ -157,6 +188,14 @@ def output_is_error(content: Any) -> bool:
 def _value(value: Any) -> str:
     if isinstance(value, str):
         return _cut(_one_line(value), MAX_VALUE_CHARS)
+    # Every level of nesting takes two characters: a value this deep is never shown whole, and
+    # the checks below (redact, the encoder) must not meet nesting deeper than they handle.
+    if isinstance(value, dict | list) and deeper_than(value, MAX_VALUE_CHARS // 2):
+        return _count(
+            len(value),
+            "key" if isinstance(value, dict) else "item",
+            braces="{}" if isinstance(value, dict) else "[]",
+        )
     if isinstance(value, dict):
         compact = orjson.dumps(redact(value)).decode()
         return compact if len(compact) <= MAX_VALUE_CHARS else _count(len(value), "key", braces="{}")
@@ -167,9 +206,14 @@ def _value(value: Any) -> str:
 
 
 def _unparsed(raw: str) -> str:
+    return _head(raw, f"{len(raw):,} chars, not valid JSON")
+
+
+def _head(raw: str, note: str) -> str:
+    """The scrubbed start of a text that is not summarized further, and why."""
     flat = _one_line(scrub_text(raw[:_SCRUB_WINDOW]))
     head = flat if len(flat) <= MAX_UNPARSED_CHARS else flat[:MAX_UNPARSED_CHARS] + "…"
-    return f"{head} ({len(raw):,} chars, not valid JSON)"
+    return f"{head} ({note})"
 
 
 def _text(text: str, length: int) -> str:
