@@ -21,11 +21,11 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.levels import TraceFormat, TraceMode  # noqa: E402
-from proxy.pipeline import StreamPipeline  # noqa: E402
-from proxy.reasoning import ReasoningOptions  # noqa: E402
-from proxy.sse import SSEDecoder  # noqa: E402
-from proxy.trace import TraceBuilder  # noqa: E402
+from proxy.levels import TraceFormat, TraceMode
+from proxy.pipeline import StreamPipeline
+from proxy.reasoning import ReasoningOptions
+from proxy.sse import SSEDecoder
+from proxy.trace import TraceBuilder
 
 READ = 64 * 1024
 
@@ -57,7 +57,11 @@ def tool_arguments(fragments: int = 20_000, size: int = 50, mode: TraceMode = Tr
     Together they are `[{…},{…},…` — a valid prefix up to the last byte, the worst case for a
     check that re-parses the whole text whenever a fragment could have closed it.
     """
-    head = {"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]}
+    head = {
+        "tool_calls": [
+            {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}
+        ]
+    }
     piece = '{"k": "' + "x" * (size - 10) + '"}'
     body = [frame(head)] + [
         frame({"tool_calls": [{"index": 0, "function": {"arguments": ("[" if i == 0 else ",") + piece}}]})
