@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from proxy.jsonio import DEPTH_ERROR, deeper_than
+
 MAX_VALUE_CHARS = 60
 MAX_PAIRS = 6
 MAX_KEYS_LISTED = 8
@@ -51,8 +53,6 @@ _SECRET_PAIR = re.compile(
 )
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
 _WHITESPACE = re.compile(r"\s+")
-# How orjson says a document nests deeper than it parses (1024 levels).
-_DEPTH_ERROR = "depth limit exceeded"
 _ERROR_TEXT = re.compile(r"(?i)^(?:error\b|exception\b|traceback \(most recent call last\))")
 
 
@@ -68,27 +68,6 @@ def is_secret_key(key: str) -> bool:
     if _TOKEN_COUNT.fullmatch(lowered):
         return False
     return any(fragment in lowered for fragment in _SECRET_FRAGMENTS)
-
-
-def deeper_than(value: Any, limit: int) -> bool:
-    """True when `value` nests containers more than `limit` levels deep (iterative, no recursion).
-
-    A scalar is depth 0, `[]` or `{}` depth 1. Stops at the first path past the limit.
-    """
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        depth += 1
-        if depth > limit:
-            return True
-        stack.extend((child, depth) for child in children if isinstance(child, dict | list))
-    return False
 
 
 def redact(value: Any) -> Any:
@@ -120,7 +99,7 @@ def summarize_arguments(raw: str, total_chars: int | None = None) -> str:
     try:
         parsed = orjson.loads(stripped)
     except orjson.JSONDecodeError as exc:
-        if _DEPTH_ERROR in str(exc):  # valid JSON nested deeper than the parser reads
+        if DEPTH_ERROR in str(exc):  # valid JSON nested deeper than the parser reads
             return _head(stripped, f"{len(stripped):,} chars, nested too deeply to summarize")
         return _unparsed(stripped)
     if isinstance(parsed, dict):

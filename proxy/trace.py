@@ -14,9 +14,10 @@ from typing import Any
 
 import orjson
 
+from proxy.jsonio import deeper_than
 from proxy.levels import TraceMode
 from proxy.sse import comment_frame
-from proxy.summaries import deeper_than, output_is_error, summarize_arguments, summarize_output
+from proxy.summaries import output_is_error, summarize_arguments, summarize_output
 
 # Bounds on client- or model-controlled text copied into an event.
 _MAX_NAME_CHARS = 128
