@@ -16,18 +16,19 @@ from functools import partial
 from typing import Any
 
 import httpx
-import orjson
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Send
 
+from proxy import jsonio
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
 from proxy.dialects import Dialect, ProvidersTable
-from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
+from proxy.errors import Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
+from proxy.jsonio import parse_chat_body
 from proxy.levels import (
     CONTROL_HEADERS,
     LEVEL_HEADER,
@@ -43,6 +44,7 @@ from proxy.levels import (
     parse_trace_format,
     parse_trace_mode,
     prefers_chinese,
+    reject_repeated_controls,
 )
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
@@ -165,6 +167,7 @@ class Proxy:
         s = self.s
         headers = request.headers
         s.gateway.authorize(headers.items())
+        reject_repeated_controls(headers.items())
         chosen = headers.get(UPSTREAM_HEADER)
         base_url = s.policy.resolve(chosen)
         if chosen is not None:
@@ -196,7 +199,7 @@ class Proxy:
         if level is not None:
             result = rewrite_body(parsed, level, dialect, zh=zh)
             applied, method = result.level_applied, result.method
-            content = orjson.dumps(result.body)
+            content = jsonio.dumps(result.body)  # integers above 64 bits kept exact
         extra = thinking_headers(dialect, applied, method)
         record.provider, record.level = dialect.name, applied.value if applied else "none"
         record.response_headers = extra
@@ -454,22 +457,6 @@ class ChatContext:
     reasoning: ReasoningOptions
     trace: TraceBuilder | None
     trace_format: Any
-
-
-def parse_chat_body(body: bytes) -> dict[str, Any]:
-    if not body:
-        raise BadRequest(
-            "Request body is empty: send a JSON object with model and messages.", code="invalid_json"
-        )
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"Request body is not valid JSON: {exc}.", code="invalid_json") from None
-    if not isinstance(parsed, dict):
-        raise BadRequest(
-            f"Request body must be a JSON object, got {type(parsed).__name__}.", code="invalid_json"
-        )
-    return parsed
 
 
 def create_app(
