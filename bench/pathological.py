@@ -1,6 +1,7 @@
 """Cost of pathological and ordinary streams in the pure core (no network, one process).
 
     /work/venv/bin/python bench/pathological.py
+    PYTHONPATH=/path/to/other/checkout /work/venv/bin/python bench/pathological.py   # its proxy/
 
 Prints three figures:
 - tool-call arguments: 20,000 fragments of 50 bytes through the stream pipeline (brief trace),
@@ -12,6 +13,7 @@ Prints three figures:
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 import timeit
@@ -19,7 +21,9 @@ from pathlib import Path
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The checkout this script is in, unless PYTHONPATH names another (to compare two versions).
+if importlib.util.find_spec("proxy") is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.levels import TraceFormat, TraceMode
 from proxy.pipeline import StreamPipeline
