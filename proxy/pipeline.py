@@ -176,7 +176,7 @@ class StreamPipeline:
     def _closing_bytes(self, now_ms: float) -> bytes:
         out: list[bytes] = []
         for chunk in self._extractor.flush():
-            out.append(data_frame(orjson.dumps(chunk)))
+            out.append(data_frame(jsonio.dumps(chunk)))
             if self._trace is not None:
                 out.append(self._trace_bytes(self._trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
         if self._trace is not None:

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
-from proxy.jsonio import deeper_than
+from proxy.jsonio import deeper_than, dumps
 from proxy.levels import TraceMode
 from proxy.sse import comment_frame
 from proxy.summaries import output_is_error, summarize_arguments, summarize_output
@@ -527,8 +525,9 @@ def chunk_meta(chunk: dict[str, Any]) -> ChunkMeta | None:
 
 def comment_frames(events: list[dict[str, Any]]) -> bytes:
     """`: trace {json}` SSE comment lines, one per event; every OpenAI SDK skips them."""
-    # orjson escapes control characters, so each JSON text is a single line.
-    return b"".join(comment_frame(b"trace " + orjson.dumps(event)) for event in events)
+    # Both encoders escape control characters, so each JSON text is a single line. (jsonio: names
+    # and ids from an upstream chunk read leniently may hold lone surrogates orjson refuses.)
+    return b"".join(comment_frame(b"trace " + dumps(event)) for event in events)
 
 
 def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
@@ -540,7 +539,7 @@ def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
     """
     head = {"id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model, "choices": []}
     return b"".join(
-        b"event: trace\ndata: " + orjson.dumps({**head, "trace": event}) + b"\n\n" for event in events
+        b"event: trace\ndata: " + dumps({**head, "trace": event}) + b"\n\n" for event in events
     )
 
 

@@ -293,3 +293,17 @@ def test_non_stream_keeps_integers_above_64_bits() -> None:
     body = b'{"id":"x","seed":1180591620717411303424,"choices":[{"index":0,"message":' + message + b"}]}"
     out = process_completion(body, reasoning=THINK, trace=None, request_body=None, now_ms=1)
     assert b'"seed":1180591620717411303424' in out
+
+
+@pytest.mark.parametrize("fmt", list(TraceFormat))
+def test_hide_with_lone_surrogates_in_ids_and_tool_names_still_ends_cleanly(fmt: TraceFormat) -> None:
+    raw = (
+        b'data: {"id":"c\\ud800","model":"m\\udfff","choices":[{"index":0,"delta":{"content":"<think>x"}}]}\n\n'
+        b'data: {"id":"c\\ud800","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t\\ud800",'
+        b'"function":{"name":"f\\ud800","arguments":"{\\"a\\": \\"\\ud800\\"}"}}]}}]}\n\n'
+    )
+    whole = run(pipeline(TraceMode.DETAILED, fmt=fmt, options=HIDE), [raw])
+    assert whole.endswith(b"data: [DONE]\n\n")
+    assert b"tool_call.end" in whole
+    for i in range(1, len(raw)):
+        assert run(pipeline(TraceMode.DETAILED, fmt=fmt, options=HIDE), [raw[:i], raw[i:]]) == whole, i
