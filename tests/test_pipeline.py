@@ -298,7 +298,8 @@ def test_non_stream_keeps_integers_above_64_bits() -> None:
 @pytest.mark.parametrize("fmt", list(TraceFormat))
 def test_hide_with_lone_surrogates_in_ids_and_tool_names_still_ends_cleanly(fmt: TraceFormat) -> None:
     raw = (
-        b'data: {"id":"c\\ud800","model":"m\\udfff","choices":[{"index":0,"delta":{"content":"<think>x"}}]}\n\n'
+        b'data: {"id":"c\\ud800","model":"m\\udfff",'
+        b'"choices":[{"index":0,"delta":{"content":"<think>x"}}]}\n\n'
         b'data: {"id":"c\\ud800","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t\\ud800",'
         b'"function":{"name":"f\\ud800","arguments":"{\\"a\\": \\"\\ud800\\"}"}}]}}]}\n\n'
     )
@@ -307,3 +308,18 @@ def test_hide_with_lone_surrogates_in_ids_and_tool_names_still_ends_cleanly(fmt:
     assert b"tool_call.end" in whole
     for i in range(1, len(raw)):
         assert run(pipeline(TraceMode.DETAILED, fmt=fmt, options=HIDE), [raw[:i], raw[i:]]) == whole, i
+
+
+@pytest.mark.parametrize("depth", [300, 1100])
+def test_detailed_trace_of_deeply_nested_arguments_ends_the_stream_cleanly(depth: int) -> None:
+    arguments = '{"a": ' + "[" * depth + "]" * depth + "}"
+    call = {"index": 0, "id": "t", "function": {"name": "f", "arguments": arguments}}
+    chunk = {
+        "id": "c",
+        "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": "tool_calls"}],
+    }
+    raw = b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+    out = run(pipeline(TraceMode.DETAILED), [raw])
+    ends = [orjson.loads(f[8:]) for f in frames(out) if f.startswith(b": trace ") and b"tool_call.end" in f]
+    assert len(ends) == 1 and ends[0]["input_summary"]
+    assert out.endswith(b"data: [DONE]\n\n") and b'"type":"done"' in out
