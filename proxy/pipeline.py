@@ -239,7 +239,9 @@ def process_completion(
     try:
         parsed = jsonio.loads(body)
     except orjson.JSONDecodeError:
-        parsed = jsonio.loads_lenient(body) if reasoning.hide else body
+        if not reasoning.hide:
+            return body
+        parsed = jsonio.loads_lenient(body)  # lone surrogates; None when not JSON at all
     if not isinstance(parsed, dict):
         if reasoning.hide:
             raise _unreadable()

@@ -23,7 +23,7 @@ _MAX_ERROR_CHARS = 300
 # Argument text a detailed trace keeps per tool call for its summary; beyond it the summary is
 # made from the head (a file-writing call may send megabytes, one fragment at a time).
 MAX_KEPT_ARGUMENT_CHARS = 256 * 1024
-# Upstream `usage` is copied into `done` only while the encoder can write it.
+# Entries of the upstream's `usage` nested deeper than this (no real usage is) are left out of `done`.
 _MAX_USAGE_DEPTH = 16
 
 
