@@ -538,9 +538,7 @@ def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
     beyond seeing a chunk with no choices.
     """
     head = {"id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model, "choices": []}
-    return b"".join(
-        b"event: trace\ndata: " + dumps({**head, "trace": event}) + b"\n\n" for event in events
-    )
+    return b"".join(b"event: trace\ndata: " + dumps({**head, "trace": event}) + b"\n\n" for event in events)
 
 
 # -- request and completion helpers ----------------------------------------------------------------
