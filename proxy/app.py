@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -24,17 +23,18 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy import jsonio
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.console import Console
 from proxy.console.cors import CORSMiddleware
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import (
-    BadRequest,
     Forbidden,
     PayloadTooLarge,
     ProxyError,
 )
 from proxy.gateway import GatewayAuth, parse_client_keys
+from proxy.jsonio import parse_chat_body
 from proxy.levels import (
     CONTROL_HEADERS,
     LEVEL_HEADER,
@@ -50,6 +50,7 @@ from proxy.levels import (
     parse_trace_format,
     parse_trace_mode,
     prefers_chinese,
+    reject_repeated_controls,
 )
 from proxy.models_listing import MISSING_HEADER, merged_models
 from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
@@ -223,6 +224,7 @@ class Proxy:
         s = self.s
         headers = request.headers
         record.client = s.gateway.authorize(headers.items())
+        reject_repeated_controls(headers.items())
         chosen = headers.get(UPSTREAM_HEADER)
         destination: Destination | None = None
         if chosen is not None:
@@ -277,7 +279,7 @@ class Proxy:
         if level is not None:
             result = rewrite_body(parsed, level, dialect, zh=zh)
             applied, method = result.level_applied, result.method
-            content = orjson.dumps(result.body)
+            content = jsonio.dumps(result.body)  # integers above 64 bits kept exact
         extra = thinking_headers(dialect, applied, method) + record.response_headers
         record.provider, record.level = dialect.name, applied.value if applied else "none"
         record.thinking_method = method if applied else None
@@ -321,22 +323,6 @@ class Proxy:
                 "name it exactly in THINKPROXY_ALLOWED_UPSTREAMS if that is intended.",
                 param="X-Upstream-Base-URL",
             )
-
-
-def parse_chat_body(body: bytes) -> dict[str, Any]:
-    if not body:
-        raise BadRequest(
-            "Request body is empty: send a JSON object with model and messages.", code="invalid_json"
-        )
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"Request body is not valid JSON: {exc}.", code="invalid_json") from None
-    if not isinstance(parsed, dict):
-        raise BadRequest(
-            f"Request body must be a JSON object, got {type(parsed).__name__}.", code="invalid_json"
-        )
-    return parsed
 
 
 def load_routes(
