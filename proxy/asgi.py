@@ -131,13 +131,17 @@ class ClientWatch:
         fired: type[WatchFired] | None = None
         if self._deadline is not None and now >= self._deadline:
             fired = DeadlineExceeded
-            self._deadline = None  # told once; what follows (an error event) may still be written
         elif self.writing:
             if self._write_timeout is not None and idle >= self._write_timeout:
                 fired = ClientTooSlow
         elif self._read_timeout is not None and idle >= self._read_timeout:
             fired = UpstreamStalled
         if fired is not None:
+            if self._victim is None:  # between two runs (microseconds): tell the next one
+                self._timer = asyncio.get_running_loop().call_later(0.01, self._check)
+                return
+            if fired is DeadlineExceeded:
+                self._deadline = None  # told once; what follows (an error event) may still be written
             self.fired = fired
             self._cancel_victim()
             self.last_read = now  # the next limit counts from here
@@ -174,12 +178,9 @@ class ClientWatch:
 
     async def run(self, work: Coroutine[Any, Any, T]) -> T | None:
         """`work`'s result; None if the client left first; raises the WatchFired that ran out."""
-        if self.gone or self.fired is not None:
+        if self.gone:
             work.close()
-            if self.gone:
-                return None
-            assert self.fired is not None
-            raise self.fired
+            return None
         task = asyncio.current_task()
         assert task is not None
         self._victim = task

@@ -141,3 +141,11 @@ async def test_time_blocked_writing_is_not_upstream_silence_but_is_bounded() -> 
         await watch.run(blocked_write())
     assert time.perf_counter() - started >= 0.3  # not taken for a 0.05 s read stall
     watch.close()
+
+
+async def test_a_limit_that_runs_out_between_two_runs_is_told_to_the_next() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=None, deadline=time.perf_counter() + 0.01)
+    await asyncio.sleep(0.05)  # the deadline passes while no work runs under the watch
+    with pytest.raises(DeadlineExceeded):
+        await watch.run(asyncio.sleep(30))
+    watch.close()
