@@ -170,10 +170,13 @@ class ClientWatch:
     def _absorb(self, task: asyncio.Task[Any]) -> bool:
         # An outside cancellation (server shutdown, say) shows as more cancellations than the
         # watch requested: it must propagate, never be swallowed as one of ours.
+        # (Two cancel() calls before the task runs again arrive as one CancelledError: all of the
+        # watch's own are absorbed together.)
         if self._cancels == 0 or task.cancelling() > self._cancels:
             return False
-        task.uncancel()
-        self._cancels -= 1
+        while self._cancels:
+            task.uncancel()
+            self._cancels -= 1
         return True
 
     async def run(self, work: Coroutine[Any, Any, T]) -> T | None:

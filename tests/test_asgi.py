@@ -149,3 +149,24 @@ async def test_a_limit_that_runs_out_between_two_runs_is_told_to_the_next() -> N
     with pytest.raises(DeadlineExceeded):
         await watch.run(asyncio.sleep(30))
     watch.close()
+
+
+async def test_the_client_leaving_and_a_stall_at_once_leave_no_cancellation_behind() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=30)
+
+    async def victim() -> tuple[object, int]:
+        result = await watch.run(asyncio.sleep(30, result="late"))
+        task = asyncio.current_task()
+        assert task is not None
+        return result, task.cancelling()
+
+    task = asyncio.create_task(victim())
+    await asyncio.sleep(0.01)
+    # Before the work runs again: the stall cancels it (what the lazy timer calls) …
+    watch.last_read -= 60
+    watch._check()
+    # … and the client leaves (what the disconnect watch does on http.disconnect).
+    watch.gone = True
+    watch._cancel_victim()
+    assert await task == (None, 0)  # one CancelledError for both, both absorbed
+    watch.close()
