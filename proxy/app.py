@@ -34,6 +34,7 @@ from proxy.levels import (
     UPSTREAM_HEADER,
     Level,
     ReasoningVisibility,
+    TraceMode,
     parse_level,
     parse_reasoning_visibility,
     parse_trace_format,
@@ -43,6 +44,8 @@ from proxy.levels import (
 from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.reasoning import ReasoningOptions
 from proxy.relay import ChatContext, Relay, client_gone
+from proxy.review.api import ReviewAPI
+from proxy.review.service import ReviewService
 from proxy.rewrite import rewrite_body
 from proxy.settings import Settings
 from proxy.upstream import build_upstream, filter_headers
@@ -66,6 +69,8 @@ class Services:
     gateway: GatewayAuth
     # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
     listeners: tuple[Listener, ...] = ()
+    # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
+    review: ReviewService | None = None
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -117,7 +122,7 @@ class Proxy:
     def __init__(self, services: Services) -> None:
         self.s = services
         self.log = self._log_and_notify
-        self.relay = Relay(services.settings, services.upstream, self._log_and_notify)
+        self.relay = Relay(services.settings, services.upstream, self._log_and_notify, services.review)
 
     def _log_and_notify(self, record: AccessRecord, started: float) -> None:
         """Every request ends here exactly once: its access line, then its observers."""
@@ -223,7 +228,11 @@ class Proxy:
             provider=dialect.name,
             method=method if applied else None,
         )
-        chat_context = ChatContext(parsed, reasoning, trace, trace_format)
+        gate = None
+        if s.review is not None and record.stream:
+            shown = None if trace_mode is TraceMode.OFF else trace_format
+            gate = s.review.stream_gate(shown, zh, s.settings.max_sse_event_bytes)
+        chat_context = ChatContext(parsed, reasoning, trace, trace_format, gate=gate, zh=zh)
         return await self.relay(request.receive, req, record, started, extra_headers=extra, chat=chat_context)
 
     async def _vet_dns(self, base_url: str) -> None:
@@ -266,7 +275,8 @@ def create_app(
     policy = UpstreamPolicy.from_settings(settings)
     gateway = GatewayAuth.from_settings(settings)
     upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway, tuple(listeners))
+    review = ReviewService.from_settings(settings)
+    services = Services(settings, table, upstream, policy, gateway, tuple(listeners), review)
     proxy = Proxy(services)
 
     @asynccontextmanager
@@ -275,6 +285,8 @@ def create_app(
             yield
         finally:
             await services.upstream.aclose()
+            if services.review is not None:
+                await services.review.hub.aclose()
 
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
@@ -285,6 +297,9 @@ def create_app(
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
     ]
+    if review is not None:
+        admin = [k.get_secret_value().encode() for k in settings.admin_keys]
+        routes += ReviewAPI(review, [*gateway.client_keys, *admin]).routes()
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
     return app
