@@ -255,6 +255,9 @@ class RelayResponse(Response):
             error = "client_disconnected"  # gone while we were writing
         except Exception:
             logger.exception("Unexpected error while relaying a response body; the connection is dropped.")
+        except asyncio.CancelledError:
+            error = "cancelled"  # from outside (the server shutting down): logged, then propagated
+            raise
         finally:
             self.watch.close()
             await self.on_close(error)

@@ -170,3 +170,29 @@ async def test_the_client_leaving_and_a_stall_at_once_leave_no_cancellation_behi
     watch._cancel_victim()
     assert await task == (None, 0)  # one CancelledError for both, both absorbed
     watch.close()
+
+
+async def test_a_relayed_body_cancelled_from_outside_propagates_and_is_logged_as_such() -> None:
+    from proxy.asgi import RelayResponse
+
+    closed: list[str | None] = []
+    sent: list[dict[str, object]] = []
+
+    async def produce(send: object) -> None:
+        await asyncio.sleep(30)
+
+    async def on_close(error: str | None) -> None:
+        closed.append(error)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    watch = ClientWatch(quiet_receive, read_timeout=30)
+    response = RelayResponse(produce, status_code=200, headers=[], watch=watch, on_close=on_close)
+    task = asyncio.create_task(response({"type": "http"}, quiet_receive, send))  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    task.cancel()  # the server shutting down, say
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed == ["cancelled"]
+    assert sent[-1]["type"] == "http.response.start"  # the body was never ended as if complete
