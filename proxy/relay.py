@@ -484,8 +484,11 @@ async def settle_held_calls(
         )
     except asyncio.CancelledError:
         fired = watch.take_cancel()
-        if fired is None or fired is ClientTooSlow:
-            raise  # the client left (its reviews are withdrawn) or reads nothing
+        if fired is None:
+            raise  # the client left (its reviews are withdrawn), or an outside cancellation
+        if fired is ClientTooSlow:
+            # (take_cancel absorbed the cancellation: re-raising it would escape the response)
+            raise ClientTooSlow from None  # it reads nothing: no error event can reach it
         # The total timeout ran out while a reviewer was awaited: the held call is not released.
         gate.discard()
         record.error = "review_incomplete"
