@@ -80,6 +80,7 @@ EXPECTED = frozenset(
         "stream_error_framed",  # upstream cut mid-stream: data: {"error": …} then [DONE]
         "upstream_broken_502",  # upstream cut a non-stream body: 502 with an OpenAI-shaped error
         "upstream_invalid_passed",  # upstream's truncated non-stream JSON passed back unchanged
+        "upstream_invalid_withheld",  # …or, with X-Reasoning: hide, a 502: it cannot be cleaned
     }
 )
 STATE_NAMES = {
@@ -198,6 +199,8 @@ def classify_json(status: int, body: bytes, fault: str | None, trace_on: bool) -
         return Outcome("upstream_error_altered", f"status {status}: {head}")
     if fault == "disconnect" and status == 502 and _is_error_object(body):
         return Outcome("upstream_broken_502")
+    if fault == "invalid-json" and status == 502 and b'"reasoning_not_removable"' in body:
+        return Outcome("upstream_invalid_withheld")
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:

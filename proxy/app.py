@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -24,17 +23,18 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy import jsonio
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.console import Console
 from proxy.console.cors import CORSMiddleware
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import (
-    BadRequest,
     Forbidden,
     PayloadTooLarge,
     ProxyError,
 )
 from proxy.gateway import GatewayAuth, parse_client_keys
+from proxy.jsonio import parse_chat_body
 from proxy.levels import (
     CONTROL_HEADERS,
     LEVEL_HEADER,
@@ -50,6 +50,7 @@ from proxy.levels import (
     parse_trace_format,
     parse_trace_mode,
     prefers_chinese,
+    reject_repeated_controls,
 )
 from proxy.models_listing import MISSING_HEADER, merged_models
 from proxy.observe import (
@@ -63,6 +64,7 @@ from proxy.observe import (
 )
 from proxy.reasoning import ReasoningOptions
 from proxy.relay import ChatContext, Relay, client_gone
+from proxy.replay_service import ReplayService
 from proxy.review.api import ReviewAPI
 from proxy.review.service import ReviewService
 from proxy.rewrite import rewrite_body
@@ -103,6 +105,8 @@ class Services:
     # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
     review: ReviewService | None = None
     tool_titles: ToolTitles = field(default_factory=lambda: NO_TITLES)
+    # The replay store (proxy.replay_service); None with THINKPROXY_STATE=off.
+    replay: ReplayService | None = None
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -238,6 +242,7 @@ class Proxy:
         s = self.s
         headers = request.headers
         record.client = s.gateway.authorize(headers.items())
+        reject_repeated_controls(headers.items())
         chosen = headers.get(UPSTREAM_HEADER)
         destination: Destination | None = None
         if chosen is not None:
@@ -288,12 +293,16 @@ class Proxy:
         method: str | None = None
         applied: Level | None = None
         content = body
+        prepared = None
+        if s.replay is not None:  # remembered reasoning back into the history, before the rewrite
+            prepared = await s.replay.prepare(parsed, dialect, record.model, headers.items(), record)
+            parsed = prepared.body
+            content = orjson.dumps(parsed) if prepared.changed else body
         if level is not None:
             result = rewrite_body(parsed, level, dialect, zh=zh)
             applied, method = result.level_applied, result.method
-            content = orjson.dumps(result.body)
-        record.response_headers += thinking_headers(dialect, applied, method)
-        extra = record.response_headers
+            content = jsonio.dumps(result.body)  # integers above 64 bits kept exact
+        extra = thinking_headers(dialect, applied, method) + record.response_headers
         record.provider, record.level = dialect.name, applied.value if applied else "none"
         record.thinking_method = method if applied else None
         req = UpstreamRequest(
@@ -318,11 +327,14 @@ class Proxy:
             titles=s.tool_titles,
             output=output_sink(record.observers),
         )
+        if prepared is not None:
+            prepared.annotate(trace)
+        capture = prepared.capture if prepared is not None else None
         gate = None
         if s.review is not None and record.stream:
             shown = None if trace_mode is TraceMode.OFF else trace_format
             gate = s.review.stream_gate(shown, zh, s.settings.max_sse_event_bytes)
-        chat_context = ChatContext(parsed, reasoning, trace, trace_format, gate=gate, zh=zh)
+        chat_context = ChatContext(parsed, reasoning, trace, trace_format, capture, gate=gate, zh=zh)
         return await self.relay(request.receive, req, record, started, extra_headers=extra, chat=chat_context)
 
     async def _vet_dns(self, base_url: str) -> None:
@@ -333,22 +345,6 @@ class Proxy:
                 "name it exactly in THINKPROXY_ALLOWED_UPSTREAMS if that is intended.",
                 param="X-Upstream-Base-URL",
             )
-
-
-def parse_chat_body(body: bytes) -> dict[str, Any]:
-    if not body:
-        raise BadRequest(
-            "Request body is empty: send a JSON object with model and messages.", code="invalid_json"
-        )
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"Request body is not valid JSON: {exc}.", code="invalid_json") from None
-    if not isinstance(parsed, dict):
-        raise BadRequest(
-            f"Request body must be a JSON object, got {type(parsed).__name__}.", code="invalid_json"
-        )
-    return parsed
 
 
 def load_routes(
@@ -385,6 +381,9 @@ def create_app(
         listeners = (*listeners, console.feed)
     upstream = build_upstream(settings, transport)
     review = ReviewService.from_settings(settings)
+    replay = ReplayService.from_settings(settings)
+    if replay is not None:
+        listeners = (*listeners, replay)
     telemetry = build_telemetry(settings, environ)
     services = Services(
         settings,
@@ -396,6 +395,7 @@ def create_app(
         route_table,
         review,
         tool_titles=titles,
+        replay=replay,
     )
     proxy = Proxy(services)
 
@@ -409,6 +409,8 @@ def create_app(
                 await services.review.hub.aclose()
             if console is not None:
                 await console.aclose()
+            if replay is not None:
+                await replay.aclose()
             telemetry.close()
 
     routes = [

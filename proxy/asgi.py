@@ -131,13 +131,17 @@ class ClientWatch:
         fired: type[WatchFired] | None = None
         if self._deadline is not None and now >= self._deadline:
             fired = DeadlineExceeded
-            self._deadline = None  # told once; what follows (an error event) may still be written
         elif self.writing:
             if self._write_timeout is not None and idle >= self._write_timeout:
                 fired = ClientTooSlow
         elif self._read_timeout is not None and idle >= self._read_timeout:
             fired = UpstreamStalled
         if fired is not None:
+            if self._victim is None:  # between two runs (microseconds): tell the next one
+                self._timer = asyncio.get_running_loop().call_later(0.01, self._check)
+                return
+            if fired is DeadlineExceeded:
+                self._deadline = None  # told once; what follows (an error event) may still be written
             self.fired = fired
             self._cancel_victim()
             self.last_read = now  # the next limit counts from here
@@ -170,20 +174,20 @@ class ClientWatch:
     def _absorb(self, task: asyncio.Task[Any]) -> bool:
         # An outside cancellation (server shutdown, say) shows as more cancellations than the
         # watch requested: it must propagate, never be swallowed as one of ours.
+        # (Two cancel() calls before the task runs again arrive as one CancelledError: all of the
+        # watch's own are absorbed together.)
         if self._cancels == 0 or task.cancelling() > self._cancels:
             return False
-        task.uncancel()
-        self._cancels -= 1
+        while self._cancels:
+            task.uncancel()
+            self._cancels -= 1
         return True
 
     async def run(self, work: Coroutine[Any, Any, T]) -> T | None:
         """`work`'s result; None if the client left first; raises the WatchFired that ran out."""
-        if self.gone or self.fired is not None:
+        if self.gone:
             work.close()
-            if self.gone:
-                return None
-            assert self.fired is not None
-            raise self.fired
+            return None
         task = asyncio.current_task()
         assert task is not None
         self._victim = task
@@ -251,6 +255,9 @@ class RelayResponse(Response):
             error = "client_disconnected"  # gone while we were writing
         except Exception:
             logger.exception("Unexpected error while relaying a response body; the connection is dropped.")
+        except asyncio.CancelledError:
+            error = "cancelled"  # from outside (the server shutting down): logged, then propagated
+            raise
         finally:
             self.watch.close()
             await self.on_close(error)

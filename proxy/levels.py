@@ -6,7 +6,7 @@ not accepted is a 400 naming the header and the accepted values — never a sile
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import TypeVar
 
@@ -52,6 +52,10 @@ CONTROL_HEADERS = frozenset(
     {LEVEL_HEADER, TRACE_HEADER, TRACE_FORMAT_HEADER, REASONING_HEADER, UPSTREAM_HEADER}
 )
 
+# What HTTP allows around a field value (RFC 9110 OWS). Header values arrive as latin-1 text, so
+# str.strip() would also eat bytes such as NBSP (0xA0) and NEL (0x85) that are part of the value.
+_OWS = " \t"
+
 TRACE_ALIASES: Mapping[str, TraceMode] = {"auto": TraceMode.BRIEF, "pro": TraceMode.DETAILED}
 
 E = TypeVar("E", bound=StrEnum)
@@ -64,10 +68,11 @@ def parse_choice(
     default: E | None,
     aliases: Mapping[str, E] | None = None,
 ) -> E | None:
-    """The enum member a header value names (case-insensitive, trimmed), or the default if absent."""
+    """The enum member a header value names (case-insensitive, spaces and tabs trimmed), or the
+    default if absent."""
     if raw is None:
         return default
-    value = raw.strip().lower()
+    value = raw.strip(_OWS).lower()
     if aliases and value in aliases:
         return aliases[value]
     try:
@@ -95,6 +100,24 @@ def parse_trace_format(raw: str | None, default: TraceFormat) -> TraceFormat:
 
 def parse_reasoning_visibility(raw: str | None, default: ReasoningVisibility) -> ReasoningVisibility:
     return parse_choice(REASONING_HEADER, raw, ReasoningVisibility, default) or default
+
+
+def reject_repeated_controls(headers: Iterable[tuple[str, str]]) -> None:
+    """A 400 naming the first control header sent more than once (names lowercase, as received).
+
+    Each control header takes one value; two of them (say `X-Thinking-Level: off` and `deep`)
+    are a client mistake, not something to settle by picking one.
+    """
+    seen: set[str] = set()
+    for name, _ in headers:
+        if name in CONTROL_HEADERS:
+            if name in seen:
+                raise BadRequest(
+                    f"The {_display(name)} header was sent more than once; send it once, with one value.",
+                    code="invalid_header_value",
+                    param=_display(name),
+                )
+            seen.add(name)
 
 
 def prefers_chinese(accept_language: str | None) -> bool:

@@ -13,13 +13,27 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import error_payload
+from proxy import jsonio
+from proxy.capture import TurnCollector
+from proxy.errors import ProxyError, error_payload
 from proxy.levels import TraceFormat
 from proxy.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
 from proxy.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
 from proxy.trace import ChunkMeta, TraceBuilder, chunk_meta, comment_frames, event_frames
 
 DONE = b"[DONE]"
+# What a hiding stream sends in place of an event it could not clean (SDKs skip comments).
+WITHHELD_COMMENT = (
+    b": withheld an upstream event that could not be parsed to remove its reasoning (X-Reasoning: hide)\n\n"
+)
+
+
+class UnreadableAnswer(ProxyError):
+    """A non-stream answer whose reasoning cannot be removed: withheld, never forwarded as is."""
+
+    status = 502
+    type = "upstream_error"
+    code = "reasoning_not_removable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +57,17 @@ class StreamPipeline:
         trace: TraceBuilder | None,
         trace_format: TraceFormat,
         max_event_bytes: int,
+        capture: TurnCollector | None = None,
     ) -> None:
         self._decoder = SSEDecoder(max_event_bytes)
-        self._extractor = StreamReasoningExtractor(reasoning)
+        # The replay capture, when the store is on: it sees each chunk already parsed, nothing more.
+        self._capture = capture
+        if capture is not None and reasoning.hide:
+            capture.raw_details_first = True  # hiding takes the text out of reasoning_details
+        self._extractor = StreamReasoningExtractor(
+            reasoning, capture.reasoning if capture is not None else None
+        )
+        self._hide = reasoning.hide
         self._trace = trace
         self._event_format = trace_format is TraceFormat.EVENT
         self._meta: ChunkMeta | None = None
@@ -96,6 +118,7 @@ class StreamPipeline:
         append = out.append
         extract = self._extractor.process_chunk
         trace = self._trace
+        capture = self._capture
         for event in events:
             data = event.data
             if self._done_sent:
@@ -111,12 +134,21 @@ class StreamPipeline:
             try:
                 chunk = orjson.loads(data)
             except orjson.JSONDecodeError:
-                append(event.raw)  # not ours to understand: forwarded unchanged
-                continue
+                # Not ours to understand: forwarded unchanged, unless reasoning must be hidden.
+                chunk = jsonio.loads_lenient(data) if self._hide else None
+                if chunk is None:
+                    append(self._withheld(now_ms) if self._hide else event.raw)
+                    continue
             if type(chunk) is not dict or "error" in chunk:
-                append(event.raw)
+                append(self._hidden_odd(event, chunk, now_ms) if self._hide else event.raw)
                 continue
-            outcome = extract(chunk)
+            if capture is not None:
+                if capture.raw_details_first:
+                    capture.raw_details(chunk)
+                outcome = extract(chunk)
+                capture.chunk(chunk)
+            else:
+                outcome = extract(chunk)
             if trace is not None:
                 if self._meta is None:
                     self._start_meta(chunk, append)
@@ -124,8 +156,32 @@ class StreamPipeline:
                 caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
                 if caused:
                     append(self._trace_bytes(caused))
-            append(_reencoded(event, chunk) if outcome.changed else event.raw)
+            append(self._reencoded(event, chunk, now_ms) if outcome.changed else event.raw)
         return out[0] if len(out) == 1 else b"".join(out)
+
+    def _reencoded(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
+        try:
+            return encode_event(event, jsonio.dumps(chunk))
+        except ValueError:  # nested deeper than anything writes: only the original bytes remain
+            return self._withheld(now_ms) if self._hide else event.raw
+
+    def _hidden_odd(self, event: SSEEvent, chunk: Any, now_ms: float) -> bytes:
+        """A hiding stream's error-keyed chunk (passed on, minus reasoning) or non-object data."""
+        if type(chunk) is not dict:
+            return self._withheld(now_ms)
+        return (
+            self._reencoded(event, chunk, now_ms)
+            if self._extractor.process_chunk(chunk).changed
+            else event.raw
+        )
+
+    def _withheld(self, now_ms: float) -> bytes:
+        """Hiding fails closed: an event that cannot be cleaned is replaced by a comment saying so."""
+        if self._trace is None:
+            return WITHHELD_COMMENT
+        message = "An upstream event could not be parsed to remove its reasoning; it was withheld."
+        events = self._trace.on_error(message, now_ms, UnreadableAnswer.code)
+        return self._trace_bytes(events) + WITHHELD_COMMENT
 
     def _start_meta(self, chunk: dict[str, Any], append: Callable[[bytes], None]) -> None:
         """The stream's identity is known from its first chunk: event frames held until now go out."""
@@ -137,7 +193,9 @@ class StreamPipeline:
     def _closing_bytes(self, now_ms: float) -> bytes:
         out: list[bytes] = []
         for chunk in self._extractor.flush():
-            out.append(data_frame(orjson.dumps(chunk)))
+            if self._capture is not None:
+                self._capture.chunk(chunk)
+            out.append(data_frame(jsonio.dumps(chunk)))
             if self._trace is not None:
                 out.append(self._trace_bytes(self._trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
         if self._trace is not None:
@@ -203,23 +261,31 @@ def process_completion(
     trace: TraceBuilder | None,
     request_body: dict[str, Any] | None,
     now_ms: float,
+    capture: TurnCollector | None = None,
 ) -> bytes:
     """A non-stream 2xx answer: normalize `choices[].message`, add the `trace` array.
 
     Anything that is not a JSON object is returned as it came; an unchanged answer with no trace
-    keeps its original bytes.
+    keeps its original bytes. When reasoning is hidden, an answer that cannot be parsed and
+    written back without it raises `UnreadableAnswer` (a 502) instead: hiding fails closed.
     """
     try:
-        parsed = orjson.loads(body)
+        parsed = jsonio.loads(body)
     except orjson.JSONDecodeError:
-        return body
+        if not reasoning.hide:
+            return body
+        parsed = jsonio.loads_lenient(body)  # lone surrogates; None when not JSON at all
     if not isinstance(parsed, dict):
+        if reasoning.hide:
+            raise _unreadable()
         return body
     # Normalize with reasoning visible first so the trace knows whether the model reasoned, then
     # hide it. The hide pass must not parse tags again: content is tag-free by then, and with
     # implicit_open a second parse would take the answer itself for reasoning.
     changed = normalize_completion(parsed, replace(reasoning, hide=False))
     had_reasoning = _has_reasoning(parsed)
+    if capture is not None:
+        _capture_messages(parsed, capture)
     if reasoning.hide:
         hide_only = replace(reasoning, tags=(), implicit_open=False)
         changed = normalize_completion(parsed, hide_only) or changed
@@ -232,21 +298,32 @@ def process_completion(
     if not changed:
         return body
     try:
-        return orjson.dumps(parsed)
-    except orjson.JSONEncodeError:  # nested deeper than orjson writes: leave the answer as it came
+        return jsonio.dumps(parsed)
+    except ValueError:  # nested deeper than anything writes: only the original bytes remain
+        if reasoning.hide:
+            raise _unreadable() from None
         return body
+
+
+def _capture_messages(completion: dict[str, Any], capture: TurnCollector) -> None:
+    choices = completion.get("choices")
+    if type(choices) is not list:
+        return
+    for choice in choices:
+        if type(choice) is dict and type(choice.get("message")) is dict:
+            capture.message(choice.get("index", 0), choice["message"])
+
+
+def _unreadable() -> UnreadableAnswer:
+    return UnreadableAnswer(
+        "The upstream's answer could not be parsed to remove its reasoning, so it was withheld "
+        "(X-Reasoning: hide). Retry, or send X-Reasoning: show to receive it as it came."
+    )
 
 
 def _ends_event(raw: bytes) -> bool:
     """Whether `raw` ends with two line ends (CRLF, CR or LF each), i.e. a blank line."""
     return raw.endswith((b"\n\n", b"\r\r", b"\n\r", b"\r\r\n", b"\n\r\n"))
-
-
-def _reencoded(event: SSEEvent, chunk: dict[str, Any]) -> bytes:
-    try:
-        return encode_event(event, orjson.dumps(chunk))
-    except orjson.JSONEncodeError:  # nested deeper than orjson writes: forward it as it came
-        return event.raw
 
 
 def _carries_reasoning(chunk: dict[str, Any]) -> bool:

@@ -43,6 +43,7 @@ from proxy.asgi import (
     WatchFired,
     body_piece,
 )
+from proxy.capture import TurnCollector
 from proxy.errors import BadUpstreamResponse, ProxyError, error_payload
 from proxy.levels import TraceFormat
 from proxy.pipeline import DONE, StreamFailure, StreamPipeline, process_completion
@@ -93,6 +94,7 @@ class ChatContext:
     reasoning: ReasoningOptions
     trace: TraceBuilder | None
     trace_format: TraceFormat
+    capture: TurnCollector | None = None  # the replay store's collector, when the store is on
     # Set only when a review policy is configured (proxy.review): holds covered tool calls back.
     gate: StreamGate | None = None
     zh: bool = False
@@ -246,6 +248,7 @@ class Relay:
             trace=chat.trace,
             trace_format=chat.trace_format,
             max_event_bytes=self.settings.max_sse_event_bytes,
+            capture=chat.capture,
         )
         headers = (
             filter_headers(response.headers, DROP_RESPONSE_DECODED | {"cache-control"})
@@ -296,6 +299,7 @@ class Relay:
             trace=chat.trace,
             request_body=chat.request_body,
             now_ms=elapsed_ms(),
+            capture=chat.capture,
         )
         note_response(record, chat.trace)
         headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
@@ -492,8 +496,11 @@ async def settle_held_calls(
         )
     except asyncio.CancelledError:
         fired = watch.take_cancel()
-        if fired is None or fired is ClientTooSlow:
-            raise  # the client left (its reviews are withdrawn) or reads nothing
+        if fired is None:
+            raise  # the client left (its reviews are withdrawn), or an outside cancellation
+        if fired is ClientTooSlow:
+            # (take_cancel absorbed the cancellation: re-raising it would escape the response)
+            raise ClientTooSlow from None  # it reads nothing: no error event can reach it
         # The total timeout ran out while a reviewer was awaited: the held call is not released.
         gate.discard()
         record.error = "review_incomplete"

@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from proxy.levels import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
+from proxy.sse import DEFAULT_MAX_EVENT_BYTES
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -56,7 +57,7 @@ class Settings(BaseSettings):
         default=120.0, gt=0, description="longest a client may read nothing of what the proxy writes"
     )
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
-    max_sse_event_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_sse_event_bytes: int = Field(default=DEFAULT_MAX_EVENT_BYTES, gt=0)
     max_response_bytes: int = Field(
         default=32 * 1024 * 1024, gt=0, description="largest decoded non-stream chat body the proxy reads"
     )
@@ -78,6 +79,10 @@ class Settings(BaseSettings):
         default=None, description="redis://… to share state between replicas; unset = in this process"
     )
     state_ttl: float = Field(default=3600.0, gt=0, description="seconds a remembered turn is kept")
+    state_secret: SecretStr | None = Field(
+        default=None,
+        description="key of the tenant hash; unset = derived from STATE_URL (Redis) or random per process",
+    )
 
     # -- observability --------------------------------------------------------------------------
     metrics: bool = Field(default=True, description="serve GET /metrics (Prometheus text)")

@@ -8,6 +8,10 @@ byte — including lines this decoder does not understand.
 Line ends are LF, CRLF or CR (per the SSE spec); an event ends at a blank line. A CR at the end of
 a chunk is never taken as a complete line end: it may be the first half of a CRLF, so the decoder
 waits for the next byte. That keeps the events identical however the stream is split.
+
+Events of nothing but line ends (blank lines carry nothing) are returned as one event per run
+within a read, not one per pair: a stream of megabytes of bare line ends costs one event per read
+instead of one per two bytes. Only the grouping of such runs depends on how the stream is split.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
 # when it can be (a CR followed by LF is never two line ends), hence the lookahead.
 _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+# Pairs of line ends with nothing else: blank-line-only events, taken as one run. A lone CR counts
+# only when a byte follows that is not LF (at the end of the data it may be half of a CRLF).
+_BLANK_PAIRS = re.compile(rb"(?:(?:\r\n|\r(?=[^\n])|\n)(?:\r\n|\r(?=[^\n])|\n))+")
+_LF_PAIRS = re.compile(rb"(?:\n\n)+")
 
 
 @dataclass(slots=True)
@@ -57,8 +65,9 @@ class SSEDecoder:
 
     Contract: the concatenated `raw` of all events returned by `feed()` and `flush()` equals the
     input bytes exactly, for any input and any split of it, and the events are the same for every
-    split. At most `max_event_bytes` are held pending; an event longer than that raises
-    `EventTooLarge` (after which the decoder is empty and the stream should be ended).
+    split (except how adjacent blank-line-only events are grouped). At most `max_event_bytes` are
+    held pending; an event longer than that raises `EventTooLarge` (after which the decoder is
+    empty and the stream should be ended).
     """
 
     __slots__ = ("_has_cr", "_max", "_pending", "_scan_from")
@@ -119,6 +128,11 @@ class SSEDecoder:
                 pos += 1  # a line end inside the event
                 one_line = False
                 continue
+            if pos == start:  # a run of blank lines: one event, however long
+                end = _lf_run_end(chunk, start)
+                events.append(SSEEvent(chunk[start:end]))
+                start = pos = end
+                continue
             end = pos + 2
             raw = chunk[start:end]
             if end - start > self._max:
@@ -151,6 +165,12 @@ class SSEDecoder:
                 if match is None:
                     next_scan = max(start, size - 3)
                     break
+                if match.start() == start:
+                    run = _BLANK_PAIRS.match(buf, start)
+                    if run is not None:  # a run of blank lines: one event, however long
+                        events.append(SSEEvent(bytes(buf[start : run.end()])))
+                        start = scan = run.end()
+                        continue
                 end = match.end()
                 if end == size and buf[-1] == 0x0D:
                     # A trailing CR may be half of a CRLF: wait for the next byte.
@@ -164,6 +184,11 @@ class SSEDecoder:
         else:
             find = buf.find
             while (end := find(b"\n\n", scan)) >= 0:
+                if end == start:  # a run of blank lines: one event, however long
+                    end = _lf_run_end(buf, start)
+                    events.append(SSEEvent(bytes(buf[start:end])))
+                    start = scan = end
+                    continue
                 end += 2
                 if end - start > limit:
                     self._reset()
@@ -199,6 +224,12 @@ class SSEDecoder:
         self._pending = bytearray()
         self._scan_from = 0
         self._has_cr = False
+
+
+def _lf_run_end(data: bytes | bytearray, start: int) -> int:
+    """The end of the run of `\n\n` pairs at `start` (the caller saw at least one there)."""
+    run = _LF_PAIRS.match(data, start)
+    return run.end() if run is not None else start + 2
 
 
 def _event(raw: bytes) -> SSEEvent:

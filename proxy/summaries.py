@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from proxy.jsonio import DEPTH_ERROR, deeper_than
+
 MAX_VALUE_CHARS = 60
 MAX_PAIRS = 6
 MAX_KEYS_LISTED = 8
@@ -83,14 +85,22 @@ def scrub_text(text: str) -> str:
     return _BEARER.sub(lambda m: m.group(1) + " " + REDACTED, text)
 
 
-def summarize_arguments(raw: str) -> str:
-    """Tool-call arguments (a JSON string) as `key: value, …` pairs, e.g. `city: Paris, days: 3`."""
+def summarize_arguments(raw: str, total_chars: int | None = None) -> str:
+    """Tool-call arguments (a JSON string) as `key: value, …` pairs, e.g. `city: Paris, days: 3`.
+
+    `total_chars` larger than `len(raw)` says `raw` is only the head of longer arguments (the trace
+    keeps a bounded amount): the summary is then that head, cut, with the whole length.
+    """
+    if total_chars is not None and total_chars > len(raw):
+        return _head(raw, f"{total_chars:,} chars, too long to summarize")
     stripped = raw.strip()
     if not stripped:
         return "(no arguments)"
     try:
         parsed = orjson.loads(stripped)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if DEPTH_ERROR in str(exc):  # valid JSON nested deeper than the parser reads
+            return _head(stripped, f"{len(stripped):,} chars, nested too deeply to summarize")
         return _unparsed(stripped)
     if isinstance(parsed, dict):
         if not parsed:
@@ -157,6 +167,14 @@ def output_is_error(content: Any) -> bool:
 def _value(value: Any) -> str:
     if isinstance(value, str):
         return _cut(_one_line(value), MAX_VALUE_CHARS)
+    # Every level of nesting takes two characters: a value this deep is never shown whole, and
+    # the checks below (redact, the encoder) must not meet nesting deeper than they handle.
+    if isinstance(value, dict | list) and deeper_than(value, MAX_VALUE_CHARS // 2):
+        return _count(
+            len(value),
+            "key" if isinstance(value, dict) else "item",
+            braces="{}" if isinstance(value, dict) else "[]",
+        )
     if isinstance(value, dict):
         compact = orjson.dumps(redact(value)).decode()
         return compact if len(compact) <= MAX_VALUE_CHARS else _count(len(value), "key", braces="{}")
@@ -167,9 +185,14 @@ def _value(value: Any) -> str:
 
 
 def _unparsed(raw: str) -> str:
+    return _head(raw, f"{len(raw):,} chars, not valid JSON")
+
+
+def _head(raw: str, note: str) -> str:
+    """The scrubbed start of a text that is not summarized further, and why."""
     flat = _one_line(scrub_text(raw[:_SCRUB_WINDOW]))
     head = flat if len(flat) <= MAX_UNPARSED_CHARS else flat[:MAX_UNPARSED_CHARS] + "…"
-    return f"{head} ({len(raw):,} chars, not valid JSON)"
+    return f"{head} ({note})"
 
 
 def _text(text: str, length: int) -> str:

@@ -7,13 +7,13 @@ in docs/trace-events.md and docs/trace-event.schema.json.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
+from proxy.jsonio import deeper_than, dumps
 from proxy.levels import TraceMode
 from proxy.sse import comment_frame
 from proxy.summaries import output_is_error, summarize_arguments, summarize_output
@@ -21,6 +21,11 @@ from proxy.summaries import output_is_error, summarize_arguments, summarize_outp
 # Bounds on client- or model-controlled text copied into an event.
 _MAX_NAME_CHARS = 128
 _MAX_ERROR_CHARS = 300
+# Argument text a detailed trace keeps per tool call for its summary; beyond it the summary is
+# made from the head (a file-writing call may send megabytes, one fragment at a time).
+MAX_KEPT_ARGUMENT_CHARS = 256 * 1024
+# Entries of the upstream's `usage` nested deeper than this (no real usage is) are left out of `done`.
+_MAX_USAGE_DEPTH = 16
 
 
 class Stage(StrEnum):
@@ -38,18 +43,105 @@ _STAGE_TEXT: dict[Stage, tuple[str, str]] = {
 }
 
 
+# The characters that matter to the argument scanner, outside and inside a JSON string.
+_STRUCTURE = re.compile(r'[{}\[\]"]')
+_IN_STRING = re.compile(r'["\\]')
+_JSON_WHITESPACE = " \t\n\r"
+
+
+class _ArgumentScanner:
+    """Tells, fragment by fragment, when streamed arguments have closed their top-level object.
+
+    Linear in the text fed and constant in memory: it tracks only the bracket depth and whether it
+    is inside a string (and after a backslash), never re-reads earlier fragments. Arguments that
+    are not an object or array (a bare string or number) never close here: they end with the call.
+    """
+
+    __slots__ = ("closed", "depth", "escaped", "in_string", "scalar", "started")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.started = False
+        self.scalar = False
+        self.in_string = False
+        self.escaped = False
+        self.closed = False
+
+    def feed(self, text: str) -> bool:
+        """True once the arguments fed so far form a closed object or array."""
+        if self.closed or self.scalar:
+            return self.closed
+        pos, n = 0, len(text)
+        if not self.started:
+            pos = n - len(text.lstrip(_JSON_WHITESPACE))
+            if pos == n:
+                return False
+            if text[pos] not in "{[":
+                self.scalar = True
+                return False
+            self.started = True
+        if self.escaped:  # the previous fragment ended with a backslash: this character is escaped
+            self.escaped = False
+            pos += 1
+        depth, in_string = self.depth, self.in_string
+        while pos < n:
+            if in_string:
+                match = _IN_STRING.search(text, pos)
+                if match is None:
+                    break
+                pos = match.end()
+                if match.group() == '"':
+                    in_string = False
+                elif pos == n:
+                    self.escaped = True
+                else:
+                    pos += 1
+            else:
+                match = _STRUCTURE.search(text, pos)
+                if match is None:
+                    break
+                pos = match.end()
+                char = match.group()
+                if char == '"':
+                    in_string = True
+                elif char in "{[":
+                    depth += 1
+                else:
+                    depth -= 1
+                    if depth <= 0:
+                        self.closed = True
+                        break
+        self.depth, self.in_string = depth, in_string
+        return self.closed
+
+
 @dataclass(slots=True)
 class _ToolCall:
     index: int
     id: str = ""
     name: str = ""
-    arguments: str = ""
     started: bool = False
     ended: bool = False
+    scanner: _ArgumentScanner = field(default_factory=_ArgumentScanner)
+    # The head of the argument text (detailed traces only), and the length of the whole.
+    kept: list[str] = field(default_factory=list)
+    kept_chars: int = 0
+    total_chars: int = 0
 
     @property
     def shown_name(self) -> str:
         return self.name[:_MAX_NAME_CHARS] or "unknown"
+
+    def add_arguments(self, text: str, keep: bool) -> None:
+        self.total_chars += len(text)
+        if keep and self.kept_chars < MAX_KEPT_ARGUMENT_CHARS:
+            piece = text[: MAX_KEPT_ARGUMENT_CHARS - self.kept_chars]
+            self.kept.append(piece)
+            self.kept_chars += len(piece)
+
+    def summary(self) -> str:
+        head = "".join(self.kept)
+        return summarize_arguments(head, total_chars=self.total_chars)
 
 
 class TraceBuilder:
@@ -99,14 +191,28 @@ class TraceBuilder:
         self._reasoning_since: float | None = None
         self._reasoning_total = 0.0
         self._ttft: float | None = None
-        self._calls: dict[int, _ToolCall] = {}
+        # Tool calls in order of appearance, and how later fragments find theirs: by the
+        # upstream's `index`, else by `id`, else by position in the previous tool_calls delta.
+        self._calls: list[_ToolCall] = []
+        self._by_index: dict[int, _ToolCall] = {}
+        self._by_id: dict[str, _ToolCall] = {}
+        self._positions: list[_ToolCall] = []
         self._open_calls = 0
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         # Set while a chunk of more-of-the-same (see on_chunk) cannot cause an event.
         self._quiet: Stage | None = None
+        # What the replay store did for this request's history (see note_replay).
+        self._replay: dict[str, int] | None = None
+        self._tool_durations: Mapping[str, float] = {}
 
     # -- public API ------------------------------------------------------------------------------
+
+    def note_replay(self, counts: dict[str, int] | None, tool_durations: Mapping[str, float]) -> None:
+        """Before `begin`: the replay store's outcome for the history (a `status` event with stage
+        `replaying` follows `analyzing`), and the client-side round trip of each answered tool call."""
+        self._replay = counts
+        self._tool_durations = tool_durations
 
     def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
         """`status: analyzing`, then (detailed) a `tool_result` per answered tool call in the request."""
@@ -116,9 +222,13 @@ class TraceBuilder:
         t = self._clock(now_ms)
         out: list[dict[str, Any]] = []
         self._set_stage(Stage.ANALYZING, t, out)
+        if self._replay is not None:
+            out.append(self._replay_event(t, self._replay))
         if self._detailed and isinstance(request_body, dict):
             for call_id, name, content in _answered_tool_calls(request_body.get("messages")):
                 failed = output_is_error(content)
+                duration = self._tool_durations.get(call_id)
+                timing = {"duration_ms": _ms(duration)} if duration is not None else {}
                 out.append(
                     self._event(
                         "tool_result",
@@ -132,9 +242,16 @@ class TraceBuilder:
                         output_summary=summarize_output(content),
                         status="error" if failed else "success",
                         **self._title_of(name),
+                        **timing,
                     )
                 )
         return out
+
+    def _replay_event(self, t: float, counts: dict[str, int]) -> dict[str, Any]:
+        restored, placeholder, missing = counts["restored"], counts["placeholder"], counts["missing"]
+        en = f"Reasoning of earlier turns: {restored} restored, {placeholder} placeholder, {missing} missing"
+        zh = f"历史推理：恢复 {restored}，占位 {placeholder}，缺失 {missing}"
+        return self._event("status", t, self._text(en, zh), stage="replaying", **counts)
 
     def on_chunk(self, chunk: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
         """The events one normalized `chat.completion.chunk` causes (usually none)."""
@@ -185,7 +302,7 @@ class TraceBuilder:
         total = t
         fields: dict[str, Any] = {"finish_reason": self._finish_reason}
         if self._usage is not None:
-            fields["usage"] = self._usage
+            fields["usage"] = _writable_usage(self._usage)
         fields.update(
             ttft_ms=_ms(self._ttft) if self._ttft is not None else None,
             reasoning_ms=_ms(self._reasoning_total),
@@ -247,9 +364,11 @@ class TraceBuilder:
             self._first_token(t)
             self._close_reasoning(t, out)
             self._set_stage(Stage.TOOL_CALLING, t, out)
-            for fragment in tool_calls:
+            positions: list[_ToolCall] = []
+            for position, fragment in enumerate(tool_calls):
                 if isinstance(fragment, dict):
-                    self._tool_fragment(fragment, t, out)
+                    positions.append(self._tool_fragment(fragment, position, t, out))
+            self._positions = positions
         finish_reason = choice.get("finish_reason") if choice is not None else None
         if isinstance(finish_reason, str):
             self._finish_reason = finish_reason
@@ -258,18 +377,12 @@ class TraceBuilder:
         self._quiet = self._quiet_stage()
         return out
 
-    def _tool_fragment(self, fragment: dict[str, Any], t: float, out: list[dict[str, Any]]) -> None:
-        index = fragment.get("index")
-        if type(index) is not int or index < 0:
-            index = len(self._calls)  # some upstreams omit it when there is only one call
-        call = self._calls.get(index)
-        if call is None:
-            call = self._calls[index] = _ToolCall(index)
-            self._open_calls += 1
-        if isinstance(fragment.get("id"), str) and fragment["id"]:
-            call.id = fragment["id"]
+    def _tool_fragment(
+        self, fragment: dict[str, Any], position: int, t: float, out: list[dict[str, Any]]
+    ) -> _ToolCall:
+        call = self._call_for(fragment, position)
         function = fragment.get("function")
-        has_arguments = False
+        arguments = None
         if isinstance(function, dict):
             name = function.get("name")
             if isinstance(name, str) and name and name != call.name:
@@ -277,14 +390,50 @@ class TraceBuilder:
                 call.name = name if name.startswith(call.name) else call.name + name
             arguments = function.get("arguments")
             if isinstance(arguments, str) and arguments:
-                has_arguments = True
-                call.arguments += arguments
+                call.add_arguments(arguments, keep=self._detailed)
+                call.scanner.feed(arguments)
+            else:
+                arguments = None
         # A name may come in pieces (some upstreams send it with an empty `arguments`); it is
         # whole once the first argument text arrives, or when the call ends.
-        if not call.started and call.name and has_arguments:
+        if not call.started and call.name and arguments is not None:
             self._start_call(call, t, out)
-        if call.started and not call.ended and _complete_json(call.arguments):
+        if call.started and not call.ended and call.scanner.closed:
             self._end_call(call, t, out)
+        return call
+
+    def _call_for(self, fragment: dict[str, Any], position: int) -> _ToolCall:
+        """The call a fragment belongs to, created if it starts one."""
+        index = fragment.get("index")
+        if type(index) is not int or index < 0:
+            index = None
+        call_id = fragment.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            call_id = None
+        call: _ToolCall | None = None
+        if index is not None:
+            call = self._by_index.get(index)
+            if call is not None and call_id is not None and call.id and call.id != call_id:
+                call = None  # an upstream that numbers every call 0: a new id is a new call
+        if call is None and call_id is not None:
+            call = self._by_id.get(call_id)
+        if call is None and index is None and call_id is None and position < len(self._positions):
+            # Neither index nor id (some upstreams): the call at the same place in the last delta,
+            # unless that one is finished and this fragment names a new one.
+            call = self._positions[position]
+            function = fragment.get("function")
+            if call.scanner.closed and isinstance(function, dict) and function.get("name"):
+                call = None
+        if call is None:
+            call = _ToolCall(index if index is not None else len(self._calls))
+            self._calls.append(call)
+            self._open_calls += 1
+        if index is not None:
+            self._by_index[index] = call
+        if call_id is not None and not call.id:
+            call.id = call_id
+            self._by_id[call_id] = call
+        return call
 
     def _start_call(self, call: _ToolCall, t: float, out: list[dict[str, Any]]) -> None:
         call.started = True
@@ -317,15 +466,14 @@ class TraceBuilder:
                     id=call.id,
                     name=name,
                     index=call.index,
-                    input_summary=summarize_arguments(call.arguments),
+                    input_summary=call.summary(),
                     **self._title_of(name),
                 )
             )
 
     def _close_calls(self, t: float, out: list[dict[str, Any]]) -> None:
         if self._open_calls:
-            for index in sorted(self._calls):
-                call = self._calls[index]
+            for call in sorted(self._calls, key=lambda c: c.index):
                 if not call.ended:
                     self._end_call(call, t, out)
 
@@ -418,8 +566,9 @@ def chunk_meta(chunk: dict[str, Any]) -> ChunkMeta | None:
 
 def comment_frames(events: list[dict[str, Any]]) -> bytes:
     """`: trace {json}` SSE comment lines, one per event; every OpenAI SDK skips them."""
-    # orjson escapes control characters, so each JSON text is a single line.
-    return b"".join(comment_frame(b"trace " + orjson.dumps(event)) for event in events)
+    # Both encoders escape control characters, so each JSON text is a single line. (jsonio: names
+    # and ids from an upstream chunk read leniently may hold lone surrogates orjson refuses.)
+    return b"".join(comment_frame(b"trace " + dumps(event)) for event in events)
 
 
 def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
@@ -430,9 +579,7 @@ def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
     beyond seeing a chunk with no choices.
     """
     head = {"id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model, "choices": []}
-    return b"".join(
-        b"event: trace\ndata: " + orjson.dumps({**head, "trace": event}) + b"\n\n" for event in events
-    )
+    return b"".join(b"event: trace\ndata: " + dumps({**head, "trace": event}) + b"\n\n" for event in events)
 
 
 # -- request and completion helpers ----------------------------------------------------------------
@@ -458,16 +605,11 @@ def _first_choice(choices: Any) -> dict[str, Any] | None:
     return None
 
 
-def _complete_json(arguments: str) -> bool:
-    """True when accumulated arguments already form a whole JSON value (nothing can follow)."""
-    tail = arguments.rstrip()
-    if not tail or tail[-1] not in "}]":  # parse only when it could have just closed
-        return False
-    try:
-        orjson.loads(tail)
-    except orjson.JSONDecodeError:
-        return False
-    return True
+def _writable_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """The upstream's usage, minus entries nested deeper than any real usage (the encoder's limit)."""
+    if not deeper_than(usage, _MAX_USAGE_DEPTH):
+        return usage
+    return {k: v for k, v in usage.items() if not deeper_than(v, _MAX_USAGE_DEPTH - 1)}
 
 
 def _answered_tool_calls(messages: Any) -> list[tuple[str, str, Any]]:

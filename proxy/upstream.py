@@ -22,6 +22,7 @@ from proxy.upstream_common import (
     Upstream,
     UpstreamRequest,
     UpstreamResponse,
+    header_bytes,
     translate_error,
 )
 
@@ -95,7 +96,7 @@ class HttpxUpstream(Upstream):
             request.method,
             request.url,
             # As bytes: httpx would encode str values as ASCII (or refuse non-ASCII ones).
-            headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers],
+            headers=[(header_bytes(k), header_bytes(v)) for k, v in request.headers],
             content=request.content,
             extensions={"timeout": self._timeout},
         )

@@ -19,6 +19,7 @@ from proxy.upstream_common import (
     Upstream,
     UpstreamRequest,
     UpstreamResponse,
+    header_bytes,
     translate_error,
 )
 
@@ -67,7 +68,7 @@ def wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     for name, value in headers:
         if not value.isascii():
             try:
-                value = value.encode("latin-1").decode("utf-8")
+                value = header_bytes(value).decode("utf-8")
             except UnicodeDecodeError:
                 raise BadRequest(
                     f"Header {name!r} is neither ASCII nor UTF-8; the upstream client sends header "

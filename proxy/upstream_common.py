@@ -34,6 +34,15 @@ class UpstreamRequest:
     content: bytes
 
 
+def header_bytes(value: str) -> bytes:
+    """A header value's bytes: received values are latin-1 decoded (one char per byte); a value
+    the proxy made itself may hold characters beyond latin-1, which are sent as UTF-8."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8")
+
+
 class UpstreamResponse(ABC):
     """An upstream answer whose headers have arrived; the body is read with `reader`, and
     `aclose` must always be called (it returns or drops the connection).

@@ -295,3 +295,67 @@ async def test_client_gone_while_sending_its_body_forwards_nothing() -> None:
     await app(scope, receive, send)
     assert rec.requests == []
     assert sent[0]["status"] == 499
+
+
+def deep_chat(depth: int) -> bytes:
+    """A chat body nested `depth` levels deep in all (the body object is level 1)."""
+    return b'{"model":"deepseek-chat","messages":[],"x":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+
+
+@pytest.mark.parametrize("depth", [255, 300, 1100])
+@pytest.mark.parametrize("level", [None, "deep"])
+async def test_body_nested_deeper_than_the_encoder_writes_is_400(
+    proxy_client, depth: int, level: str | None
+) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    headers = {"content-type": "application/json"} | ({"x-thinking-level": level} if level else {})
+    r = await client.post("/v1/chat/completions", content=deep_chat(depth), headers=headers)
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "json_too_deep"
+    assert rec.requests == []
+
+
+async def test_body_at_the_depth_limit_is_rewritten(proxy_client) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    headers = {"content-type": "application/json", "x-thinking-level": "deep"}
+    r = await client.post("/v1/chat/completions", content=deep_chat(254), headers=headers)
+    assert r.status_code == 200
+    assert orjson.loads(rec.requests[0].content)["x"] == orjson.loads(b"[" * 253 + b"]" * 253)
+
+
+async def test_integers_above_64_bits_survive_a_rewrite(proxy_client) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    raw = (
+        b'{"model":"deepseek-chat","messages":[{"role":"user","content":"hi"}],"seed":1180591620717411303424}'
+    )
+    headers = {"content-type": "application/json", "x-thinking-level": "deep"}
+    r = await client.post("/v1/chat/completions", content=raw, headers=headers)
+    assert r.status_code == 200
+    assert b'"seed":1180591620717411303424' in rec.requests[0].content
+
+
+@pytest.mark.parametrize("header", ["x-thinking-level", "x-trace", "x-reasoning", "x-trace-format"])
+async def test_a_control_header_sent_twice_is_400(proxy_client, header: str) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    value = {"x-thinking-level": "deep", "x-trace": "off", "x-reasoning": "hide", "x-trace-format": "event"}[
+        header
+    ]
+    headers = [("content-type", "application/json"), (header, value), (header, value)]
+    r = await client.post("/v1/chat/completions", content=orjson.dumps(CHAT), headers=headers)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"].lower() == header and "more than once" in err["message"]
+    assert rec.requests == []
+
+
+async def test_a_level_with_a_trailing_nbsp_is_400(proxy_client) -> None:
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    headers = [(b"content-type", b"application/json"), (b"x-thinking-level", b"deep\xa0")]
+    r = await client.post("/v1/chat/completions", content=orjson.dumps(CHAT), headers=headers)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Thinking-Level"
+    assert rec.requests == []

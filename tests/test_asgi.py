@@ -141,3 +141,58 @@ async def test_time_blocked_writing_is_not_upstream_silence_but_is_bounded() -> 
         await watch.run(blocked_write())
     assert time.perf_counter() - started >= 0.3  # not taken for a 0.05 s read stall
     watch.close()
+
+
+async def test_a_limit_that_runs_out_between_two_runs_is_told_to_the_next() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=None, deadline=time.perf_counter() + 0.01)
+    await asyncio.sleep(0.05)  # the deadline passes while no work runs under the watch
+    with pytest.raises(DeadlineExceeded):
+        await watch.run(asyncio.sleep(30))
+    watch.close()
+
+
+async def test_the_client_leaving_and_a_stall_at_once_leave_no_cancellation_behind() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=30)
+
+    async def victim() -> tuple[object, int]:
+        result = await watch.run(asyncio.sleep(30, result="late"))
+        task = asyncio.current_task()
+        assert task is not None
+        return result, task.cancelling()
+
+    task = asyncio.create_task(victim())
+    await asyncio.sleep(0.01)
+    # Before the work runs again: the stall cancels it (what the lazy timer calls) …
+    watch.last_read -= 60
+    watch._check()
+    # … and the client leaves (what the disconnect watch does on http.disconnect).
+    watch.gone = True
+    watch._cancel_victim()
+    assert await task == (None, 0)  # one CancelledError for both, both absorbed
+    watch.close()
+
+
+async def test_a_relayed_body_cancelled_from_outside_propagates_and_is_logged_as_such() -> None:
+    from proxy.asgi import RelayResponse
+
+    closed: list[str | None] = []
+    sent: list[dict[str, object]] = []
+
+    async def produce(send: object) -> None:
+        await asyncio.sleep(30)
+
+    async def on_close(error: str | None) -> None:
+        closed.append(error)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    watch = ClientWatch(quiet_receive, read_timeout=30)
+    response = RelayResponse(produce, status_code=200, headers=[], watch=watch, on_close=on_close)
+    task = asyncio.create_task(response({"type": "http"}, quiet_receive, send))  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    task.cancel()  # the server shutting down, say
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed == ["cancelled"]
+    assert sent[-1]["type"] == "http.response.start"  # the body was never ended as if complete

@@ -239,7 +239,8 @@ def test_mid_stream_cut_is_reported_the_same_on_both_transports(
     events = [e for e in r.content.split(b"\n\n") if e]
     error = orjson.loads(events[-2].removeprefix(b"data: "))["error"]
     assert error["code"] == "upstream_protocol_error"
-    assert "400" not in error["message"]
+    # aiohttp once reported a cut body as "400, message=…"; the port in the message may hold "400".
+    assert not error["message"].startswith("400") and "400, message" not in error["message"]
     assert len(r.headers.get_list("date")) == 1
 
 

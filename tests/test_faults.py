@@ -12,6 +12,10 @@ from collections.abc import Iterator
 import httpx
 import orjson
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from proxy.app import create_app
 from proxy.mock import MockOptions, create_mock_app
@@ -241,3 +245,89 @@ def test_every_worker_writes_access_lines(mock: BackgroundServer) -> None:
         server.send_signal(signal.SIGTERM)
         output = server.communicate(timeout=20)[0].decode()
     assert output.count("method=GET path=/v1/models status=200") >= 5
+
+
+# -- hostile answers and odd requests, end to end ----------------------------------------------------
+
+SECRET_REASONING = "SECRET-REASONING-51f0"
+
+
+def fixed_upstream(stream_body: bytes, json_body: bytes, seen: list[bytes]) -> Starlette:
+    """An upstream that answers every chat request with these exact bytes, and records the bodies."""
+
+    async def chat(request: Request) -> Response:
+        body = await request.body()
+        seen.append(body)
+        if orjson.loads(body).get("stream"):
+            return Response(stream_body, media_type="text/event-stream")
+        return Response(json_body, media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+HOSTILE_STREAM = (
+    b'data: {"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"'
+    + SECRET_REASONING.encode()
+    + b'"}}],'
+    b'"error":null}\n\n'
+    b'data: {"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"'
+    + SECRET_REASONING.encode()
+    + b' \\ud800"}}]}\n\n'
+    b'data: {"id":"c","deep":'
+    + b"[" * 300
+    + b"]" * 300
+    + b',"choices":[{"index":0,"delta":{"reasoning_content":"'
+    + SECRET_REASONING.encode()
+    + b'"}}]}\n\n'
+    b'data: {"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"'
+    + SECRET_REASONING.encode()
+    + b'"}}\n\n'
+    b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"the answer"},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize("trace", ["off", "detailed"])
+def test_hidden_reasoning_never_reaches_the_client_from_odd_chunks(trace: str) -> None:
+    seen: list[bytes] = []
+    cut_json = b'{"id":"x","choices":[{"index":0,"message":{"reasoning_content":"' + SECRET_REASONING.encode()
+    with (
+        BackgroundServer(fixed_upstream(HOSTILE_STREAM, cut_json, seen)) as upstream,
+        BackgroundServer(create_app(make_settings(upstream_base_url=f"{upstream.url}/v1"))) as p,
+    ):
+        headers = {"x-reasoning": "hide", "x-trace": trace}
+        r = httpx.post(f"{p.url}/v1/chat/completions", json=STREAM, headers=headers, timeout=10)
+        assert r.status_code == 200
+        assert SECRET_REASONING.encode() not in r.content
+        assert b"the answer" in r.content and r.content.endswith(b"data: [DONE]\n\n")
+        r = httpx.post(f"{p.url}/v1/chat/completions", json=ASK, headers=headers, timeout=10)
+        assert r.status_code == 502 and r.json()["error"]["code"] == "reasoning_not_removable"
+        assert SECRET_REASONING not in r.text
+        # shown, the same answers pass as they came
+        r = httpx.post(f"{p.url}/v1/chat/completions", json=ASK, headers={"x-trace": "off"}, timeout=10)
+        assert r.status_code == 200 and r.content == cut_json
+
+
+def test_odd_requests_are_refused_or_kept_exact_end_to_end() -> None:
+    seen: list[bytes] = []
+    answer = orjson.dumps({"id": "x", "choices": [{"index": 0, "message": {"content": "ok"}}]})
+    with (
+        BackgroundServer(fixed_upstream(b"", answer, seen)) as upstream,
+        BackgroundServer(create_app(make_settings(upstream_base_url=f"{upstream.url}/v1"))) as p,
+    ):
+        url = f"{p.url}/v1/chat/completions"
+        deep = b'{"model":"m","messages":[],"x":' + b"[" * 300 + b"]" * 300 + b"}"
+        r = httpx.post(url, content=deep, headers={"x-thinking-level": "deep"}, timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "json_too_deep"
+        twice = [("x-thinking-level", "off"), ("x-thinking-level", "deep")]
+        r = httpx.post(url, content=orjson.dumps(ASK), headers=twice, timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "X-Thinking-Level"
+        r = httpx.post(
+            url, content=orjson.dumps(ASK), headers=[(b"x-thinking-level", b"deep\xa0")], timeout=10
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "X-Thinking-Level"
+        assert seen == []
+        big = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"seed":1180591620717411303424}'
+        r = httpx.post(url, content=big, headers={"x-thinking-level": "deep"}, timeout=10)
+        assert r.status_code == 200
+        assert b'"seed":1180591620717411303424' in seen[0]

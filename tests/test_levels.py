@@ -13,6 +13,7 @@ from proxy.levels import (
     parse_trace_format,
     parse_trace_mode,
     prefers_chinese,
+    reject_repeated_controls,
 )
 
 
@@ -68,3 +69,43 @@ def test_other_control_headers() -> None:
 )
 def test_prefers_chinese(header: str | None, zh: bool) -> None:
     assert prefers_chinese(header) is zh
+
+
+@pytest.mark.parametrize("raw", ["deep\xa0", "\xa0deep", "deep\x85", "\x85off", "deep\u3000", "deep\x0b"])
+def test_only_http_whitespace_is_trimmed(raw: str) -> None:
+    # A header value arrives as latin-1 text: NBSP (0xA0) and NEL (0x85) are bytes of the value,
+    # not whitespace around it.
+    with pytest.raises(BadRequest):
+        parse_level(raw, None)
+    assert parse_level(" \tdeep\t ", None) is Level.DEEP
+
+
+def test_a_repeated_control_header_is_400_naming_it() -> None:
+    headers = [
+        ("content-type", "application/json"),
+        ("x-thinking-level", "off"),
+        ("x-thinking-level", "deep"),
+    ]
+    with pytest.raises(BadRequest) as info:
+        reject_repeated_controls(headers)
+    assert info.value.status == 400
+    assert "X-Thinking-Level" in info.value.message and "once" in info.value.message
+    assert info.value.payload()["error"]["param"] == "X-Thinking-Level"
+
+
+def test_other_repeated_headers_and_single_controls_are_fine() -> None:
+    reject_repeated_controls(
+        [
+            ("accept", "a"),
+            ("accept", "b"),
+            ("x-trace", "brief"),
+            ("x-reasoning", "hide"),
+            ("x-thinking-level", "deep"),
+        ]
+    )
+
+
+@pytest.mark.parametrize("header", ["x-trace", "x-trace-format", "x-reasoning", "x-upstream-base-url"])
+def test_every_control_header_is_refused_twice(header: str) -> None:
+    with pytest.raises(BadRequest):
+        reject_repeated_controls([(header, "a"), (header, "a")])

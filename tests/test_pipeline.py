@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from proxy.errors import ProxyError
 from proxy.levels import ReasoningField, TraceFormat, TraceMode
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
@@ -189,3 +191,135 @@ def test_non_stream_gets_trace_array_and_both_fields() -> None:
 def test_non_json_non_stream_body_passes_through() -> None:
     for body in (b"<html>busy</html>", b"[1,2]"):
         assert process_completion(body, reasoning=THINK, trace=None, request_body=None, now_ms=0) == body
+
+
+# -- X-Reasoning: hide fails closed ------------------------------------------------------------------
+
+SECRET_REASONING = "SECRET-REASONING-7c2e"
+HIDE = ReasoningOptions(tags=("think",), hide=True)
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def hostile_chunks() -> list[bytes]:
+    """Chunks carrying reasoning that a fail-open pipeline forwarded as they came."""
+    delta = b'"delta":{"reasoning_content":"' + SECRET_REASONING.encode() + b'"}'
+    surrogate = b'"delta":{"reasoning_content":"' + SECRET_REASONING.encode() + b' \\ud800"}'
+    return [
+        b'data: {"id":"c","choices":[{"index":0,' + delta + b'}],"error":null}\n\n',
+        b'data: {"id":"c","choices":[{"index":0,' + surrogate + b"}]}\n\n",
+        b'data: {"id":"c","deep":' + nested(300).encode() + b',"choices":[{"index":0,' + delta + b"}]}\n\n",
+        b'data: {"id":"c","deep":' + nested(1100).encode() + b',"choices":[{"index":0,' + delta + b"}]}\n\n",
+        b'data: {"id":"c","choices":[{"index":0,' + delta + b"}]\n\n",  # cut short: not JSON
+        b"data: <think>" + SECRET_REASONING.encode() + b"</think>\n\n",
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(hostile_chunks())))
+@pytest.mark.parametrize("mode", [None, TraceMode.DETAILED])
+def test_hide_never_forwards_reasoning_at_any_split(index: int, mode: TraceMode | None) -> None:
+    answer = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"the answer"}}]}\n\n'
+    raw = hostile_chunks()[index] + answer + b"data: [DONE]\n\n"
+    whole = run(pipeline(mode, options=HIDE), [raw])
+    assert SECRET_REASONING.encode() not in whole
+    assert b"the answer" in whole and whole.endswith(b"data: [DONE]\n\n")
+    for i in range(1, len(raw), 7 if len(raw) > 2000 else 1):
+        assert run(pipeline(mode, options=HIDE), [raw[:i], raw[i:]]) == whole, i
+
+
+def test_hide_keeps_what_it_can_clean_and_says_what_it_withheld() -> None:
+    chunks = hostile_chunks()
+    out = run(pipeline(TraceMode.DETAILED, options=HIDE), [chunks[0], chunks[1], chunks[2], chunks[4]])
+    kept = data_of(b"".join(f + b"\n\n" for f in frames(out) if not f.startswith(b":")))
+    # the error-keyed chunk keeps its null error, the surrogate and deep chunks their other fields
+    assert [c.get("error", "absent") for c in kept[:3]] == [None, "absent", "absent"]
+    assert kept[2]["deep"] == orjson.loads(nested(300))
+    assert all("reasoning_content" not in c["choices"][0]["delta"] for c in kept[:3])
+    assert b": withheld an upstream event" in out
+    errors = [orjson.loads(f[8:]) for f in frames(out) if f.startswith(b": trace ") and b'"error"' in f]
+    assert [e["code"] for e in errors if e["type"] == "error"] == ["reasoning_not_removable"]
+
+
+def test_a_split_surrogate_pair_in_content_reaches_the_client() -> None:
+    raw = (
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"smile \\ud83d"}}]}\n\n'
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"\\ude00!"}}]}\n\n'
+    )
+    out = run(pipeline(None, options=HIDE), [raw])
+    assert b"\\ud83d" in out and b"\\ude00" in out
+
+
+def test_show_forwards_error_chunks_as_they_came() -> None:
+    raw = hostile_chunks()[0]
+    assert raw in run(pipeline(None, options=THINK), [raw])
+
+
+def completion_with(extra: bytes) -> bytes:
+    message = (
+        b'"message":{"role":"assistant","content":"the answer","reasoning_content":"'
+        + SECRET_REASONING.encode()
+    )
+    return b'{"id":"x",' + extra + b'"choices":[{"index":0,' + message + b'"},"finish_reason":"stop"}]}'
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        completion_with(b'"error":null,'),
+        completion_with(b'"note":"\\ud800",'),
+        completion_with(b'"deep":' + nested(300).encode() + b","),
+    ],
+)
+def test_non_stream_hide_removes_reasoning_from_odd_answers(body: bytes) -> None:
+    out = process_completion(body, reasoning=HIDE, trace=None, request_body=None, now_ms=1)
+    assert SECRET_REASONING.encode() not in out
+    assert json.loads(out)["choices"][0]["message"]["content"] == "the answer"
+
+
+@pytest.mark.parametrize("body", [completion_with(b'"deep":' + nested(1100).encode() + b","), b"{not json"])
+def test_non_stream_hide_refuses_an_answer_it_cannot_clean(body: bytes) -> None:
+    with pytest.raises(ProxyError) as info:
+        process_completion(body, reasoning=HIDE, trace=None, request_body=None, now_ms=1)
+    assert info.value.status == 502
+    assert "X-Reasoning: hide" in info.value.message
+    # shown, the same answers pass as they came
+    assert process_completion(body, reasoning=THINK, trace=None, request_body=None, now_ms=1) == body
+
+
+def test_non_stream_keeps_integers_above_64_bits() -> None:
+    message = b'{"content":"<think>r</think>a"}'
+    body = b'{"id":"x","seed":1180591620717411303424,"choices":[{"index":0,"message":' + message + b"}]}"
+    out = process_completion(body, reasoning=THINK, trace=None, request_body=None, now_ms=1)
+    assert b'"seed":1180591620717411303424' in out
+
+
+@pytest.mark.parametrize("fmt", list(TraceFormat))
+def test_hide_with_lone_surrogates_in_ids_and_tool_names_still_ends_cleanly(fmt: TraceFormat) -> None:
+    raw = (
+        b'data: {"id":"c\\ud800","model":"m\\udfff",'
+        b'"choices":[{"index":0,"delta":{"content":"<think>x"}}]}\n\n'
+        b'data: {"id":"c\\ud800","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t\\ud800",'
+        b'"function":{"name":"f\\ud800","arguments":"{\\"a\\": \\"\\ud800\\"}"}}]}}]}\n\n'
+    )
+    whole = run(pipeline(TraceMode.DETAILED, fmt=fmt, options=HIDE), [raw])
+    assert whole.endswith(b"data: [DONE]\n\n")
+    assert b"tool_call.end" in whole
+    for i in range(1, len(raw)):
+        assert run(pipeline(TraceMode.DETAILED, fmt=fmt, options=HIDE), [raw[:i], raw[i:]]) == whole, i
+
+
+@pytest.mark.parametrize("depth", [300, 1100])
+def test_detailed_trace_of_deeply_nested_arguments_ends_the_stream_cleanly(depth: int) -> None:
+    arguments = '{"a": ' + "[" * depth + "]" * depth + "}"
+    call = {"index": 0, "id": "t", "function": {"name": "f", "arguments": arguments}}
+    chunk = {
+        "id": "c",
+        "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": "tool_calls"}],
+    }
+    raw = b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+    out = run(pipeline(TraceMode.DETAILED), [raw])
+    ends = [orjson.loads(f[8:]) for f in frames(out) if f.startswith(b": trace ") and b"tool_call.end" in f]
+    assert len(ends) == 1 and ends[0]["input_summary"]
+    assert out.endswith(b"data: [DONE]\n\n") and b'"type":"done"' in out

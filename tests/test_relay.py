@@ -505,3 +505,52 @@ def test_a_gzip_bomb_in_a_stream_ends_at_the_event_limit(transport: str) -> None
     ):
         r = httpx.post(f"{proxy.url}/v1/chat/completions", json=STREAM, timeout=10)
     assert final_error(r.content)["code"] == "upstream_event_too_large"
+
+
+def raw_post(port: int, extra_head: bytes, body: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+            + extra_head
+            + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
+            + body
+        )
+        got = b""
+        while piece := client.recv(65536):
+            got += piece
+    return got
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_header_value_neither_ascii_nor_utf8_is_sent_exactly_or_refused(transport: str) -> None:
+    answer = response(
+        "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(COMPLETION)))]
+    )
+    with RawUpstream([answer + COMPLETION]) as upstream, proxy_for(upstream, transport) as proxy:
+        got = raw_post(proxy.port, b"X-Note: caf\xe9\r\n", orjson.dumps(ASK))
+    if transport == "httpx":  # httpx sends bytes as they are
+        assert b"\r\nx-note: caf\xe9\r\n" in upstream.received[0].head.lower()
+    else:  # aiohttp writes header values as UTF-8: refused rather than changed
+        assert (got.startswith(b"HTTP/1.1 400 ") and b"X-Note" in got) or b"x-note" in got
+        assert upstream.received == []
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_request_nested_deeper_than_the_encoder_writes_is_an_openai_shaped_error(
+    transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="thinkproxy")
+    deep = b'{"model": "m", "messages": [], "x": ' + b"[" * 300 + b"]" * 300 + b"}"
+    with (
+        RawUpstream([response("200 OK", [("Content-Length", "2")], b"{}")]) as upstream,
+        proxy_for(upstream, transport) as proxy,
+    ):
+        r = httpx.post(
+            f"{proxy.url}/v1/chat/completions",
+            content=deep,
+            headers={"content-type": "application/json", "x-thinking-level": "deep"},
+            timeout=10,
+        )
+    assert r.status_code in (400, 500) and r.headers["content-type"] == "application/json"
+    assert set(r.json()["error"]) >= {"message", "type", "code"}
+    assert len(access_lines(caplog)) == 1

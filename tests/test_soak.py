@@ -104,6 +104,9 @@ def test_non_stream_outcomes() -> None:
     assert kind_of_json(OPENAI_ERROR, status=400, fault="400") == "upstream_error_passed"
     assert kind_of_json(OPENAI_ERROR, status=502, fault="disconnect") == "upstream_broken_502"
     assert kind_of_json(b'{"choices":[{"mess', fault="invalid-json") == "upstream_invalid_passed"
+    withheld = b'{"error":{"message":"withheld","type":"upstream_error","code":"reasoning_not_removable"}}'
+    assert kind_of_json(withheld, status=502, fault="invalid-json") == "upstream_invalid_withheld"
+    assert kind_of_json(withheld, status=502) == "http_502"
     assert kind_of_json(b'{"choices":[{"mess') == "invalid_json_body"
     assert kind_of_json(OPENAI_ERROR, status=502) == "http_502"
     assert kind_of_json(b"Internal Server Error", status=500) == "http_500"

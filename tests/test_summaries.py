@@ -227,3 +227,22 @@ def test_token_counts_are_not_secrets_but_tokens_are() -> None:
     for key in ("token", "access_token", "refresh_token", "github_token", "tokens_secret", "x-auth-token"):
         assert is_secret_key(key), key
     assert summarize_arguments('{"query": "q", "max_tokens": 256}') == "query: q, max_tokens: 256"
+
+
+def test_values_nested_past_what_the_encoder_writes_are_shown_by_size() -> None:
+    deep = '{"a": ' + "[" * 300 + "]" * 300 + ', "b": {"c": ' + '{"d": ' * 40 + "1" + "}" * 40 + "}}"
+    assert summarize_arguments(deep) == "a: [1 item], b: {1 key}"
+    assert summarize_arguments('{"a": ' + "[" * 30 + "]" * 30 + "}") == "a: " + "[" * 30 + "]" * 30
+
+
+def test_arguments_nested_deeper_than_the_parser_reads_are_not_called_invalid() -> None:
+    summary = summarize_arguments("[" * 2000 + "]" * 2000)
+    assert summary.endswith("(4,000 chars, nested too deeply to summarize)")
+
+
+def test_a_head_of_longer_arguments_says_so_and_scrubs_secrets() -> None:
+    head = '{"api_key": "sk-live-123456789", "content": "' + "x" * 100
+    summary = summarize_arguments(head, total_chars=3_000_000)
+    assert summary.endswith("(3,000,000 chars, too long to summarize)")
+    assert "sk-live" not in summary
+    assert summarize_arguments('{"a": 1}', total_chars=8) == "a: 1"

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from proxy.levels import TraceMode, prefers_chinese
+from proxy.summaries import summarize_arguments
 from proxy.trace import ChunkMeta, TraceBuilder, chunk_meta, comment_frames, event_frames
 
 SCHEMA = orjson.loads((Path(__file__).parent.parent / "docs" / "trace-event.schema.json").read_bytes())
@@ -803,3 +804,198 @@ def test_whitespace_between_reasoning_and_a_tool_call_is_not_answering() -> None
     events += builder.finish(5.0)
     stages = [e["stage"] for e in events if e["type"] == "status"]
     assert stages == ["analyzing", "thinking", "tool_calling"]
+
+
+def test_replay_outcome_and_tool_durations_from_the_replay_store() -> None:
+    b = builder(TraceMode.DETAILED)
+    b.note_replay({"restored": 2, "placeholder": 0, "missing": 1}, {"call_kb": 1234.56})
+    body = {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "call_kb", "function": {"name": "kb_search"}},
+                    {"id": "call_wx", "function": {"name": "get_weather"}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_kb", "content": "[1, 2]"},
+            {"role": "tool", "tool_call_id": "call_wx", "content": "rain"},
+        ]
+    }
+    events = b.begin(body, 3.0)
+    assert [(e["type"], e.get("stage")) for e in events] == [
+        ("status", "analyzing"),
+        ("status", "replaying"),
+        ("tool_result", None),
+        ("tool_result", None),
+    ]
+    assert events[1]["restored"] == 2 and events[1]["missing"] == 1
+    assert events[2]["duration_ms"] == 1234.6
+    assert "duration_ms" not in events[3]  # not remembered: no figure rather than a guess
+    for event in events:
+        assert VALIDATOR.is_valid(event), event
+    # Without a replay outcome there is no replaying status.
+    assert [e.get("stage") for e in builder().begin(body, 0.0)][:2] == ["analyzing", None]
+
+
+# -- tool calls without `index`, argument tracking ---------------------------------------------------
+
+
+def without_index(steps: list[Step]) -> list[Step]:
+    """The same tool-call steps as an upstream that never sends `index` would stream them."""
+    out: list[Step] = []
+    for body, carried in steps:
+        body = orjson.loads(orjson.dumps(body))
+        for choice in body["choices"]:
+            for call in choice["delta"].get("tool_calls") or ():
+                call.pop("index", None)
+        out.append((body, carried))
+    return out
+
+
+def test_streamed_call_without_index_is_one_call() -> None:
+    events = run(without_index([*tool_steps(0, "call_kb", "kb_search", KB_ARGS, 12)]))
+    calls = [(e["type"], e["id"], e["name"]) for e in events if e["type"].startswith("tool_call")]
+    assert calls == [("tool_call.start", "call_kb", "kb_search"), ("tool_call.end", "call_kb", "kb_search")]
+    assert of_type(events, "tool_call.end")[0]["input_summary"].startswith("query: refund policy")
+
+
+def test_parallel_calls_without_index_are_matched_by_id_and_position() -> None:
+    # First both calls are announced (by id), then their argument fragments come side by side,
+    # each at its call's position in the tool_calls array.
+    a_args, b_args = split(WEATHER_ARGS, 3), split('{"query": "museums", "limit": 2}', 3)
+    announce = {
+        "tool_calls": [
+            {"id": "c0", "function": {"name": "get_weather", "arguments": ""}},
+            {"id": "c1", "function": {"name": "kb_search", "arguments": ""}},
+        ]
+    }
+    steps: list[Step] = [(chunk(announce), False)]
+    for pa, pb in zip(a_args, b_args, strict=True):
+        pieces = [{"function": {"arguments": pa}}, {"function": {"arguments": pb}}]
+        steps.append((chunk({"tool_calls": pieces}), False))
+    steps.append((chunk(finish="tool_calls"), False))
+    events = run(steps)
+    ends = {e["id"]: (e["name"], e["input_summary"]) for e in of_type(events, "tool_call.end")}
+    assert ends == {
+        "c0": ("get_weather", "city: Paris, days: 3"),
+        "c1": ("kb_search", "query: museums, limit: 2"),
+    }
+    assert "unknown" not in [e.get("name") for e in events]
+
+
+def test_whole_calls_per_chunk_without_index() -> None:
+    steps: list[Step] = [
+        (chunk({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": '{"x": 1}'}}]}), False),
+        (chunk({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": '{"y": 2}'}}]}), False),
+        (chunk(finish="tool_calls"), False),
+    ]
+    events = run(steps)
+    ends = [(e["id"], e["name"], e["index"], e["input_summary"]) for e in of_type(events, "tool_call.end")]
+    assert ends == [("a", "f", 0, "x: 1"), ("b", "g", 1, "y: 2")]
+
+
+def test_whole_calls_without_index_or_id_are_not_merged() -> None:
+    steps: list[Step] = [
+        (chunk({"tool_calls": [{"function": {"name": "f", "arguments": '{"x": 1}'}}]}), False),
+        (chunk({"tool_calls": [{"function": {"name": "g", "arguments": '{"y": 2}'}}]}), False),
+        (chunk(finish="tool_calls"), False),
+    ]
+    ends = [(e["name"], e["input_summary"]) for e in of_type(run(steps), "tool_call.end")]
+    assert ends == [("f", "x: 1"), ("g", "y: 2")]
+
+
+def test_a_new_id_at_a_reused_index_is_a_new_call() -> None:
+    steps: list[Step] = [
+        (
+            chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}}]}),
+            False,
+        ),
+        (
+            chunk({"tool_calls": [{"index": 0, "id": "b", "function": {"name": "g", "arguments": "{"}}]}),
+            False,
+        ),
+        (chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"y": 2}'}}]}), False),
+        (chunk(finish="tool_calls"), False),
+    ]
+    ends = [(e["id"], e["name"], e["input_summary"]) for e in of_type(run(steps), "tool_call.end")]
+    assert ends == [("a", "f", "(no arguments)"), ("b", "g", "y: 2")]
+
+
+TRICKY_ARGS = orjson.dumps(
+    {
+        "q": 'a "quoted" } ] { [ brace',
+        "path": "C:\\dir\\",
+        "nested": [{"x": [1, {"y": "}"}]}],
+        "u": "\u00e9\\u",
+    }
+).decode()
+
+
+@pytest.mark.parametrize("mode", [TraceMode.BRIEF, TraceMode.DETAILED])
+def test_call_ends_exactly_when_its_arguments_close_at_every_split(mode: TraceMode) -> None:
+    for cut in range(1, len(TRICKY_ARGS)):
+        for second in (cut, min(cut + 7, len(TRICKY_ARGS))):
+            pieces = [TRICKY_ARGS[:cut], TRICKY_ARGS[cut:second], TRICKY_ARGS[second:]]
+            b = builder(mode)
+            b.begin(None, 0.0)
+            b.on_chunk(
+                chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}), False, 1.0
+            )
+            emitted = [
+                b.on_chunk(chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}), False, 2.0)
+                for p in pieces
+            ]
+            # Nothing may look complete before the last piece; the call ends with it (or, when
+            # the last piece is empty, with the piece that closed the JSON).
+            closing = 2 if pieces[2] else (1 if pieces[1] else 0)
+            assert [e for e in emitted[:closing] if e and e[-1]["type"] == "tool_call.end"] == [], cut
+            if mode is TraceMode.DETAILED:
+                assert emitted[closing][-1]["type"] == "tool_call.end", cut
+                assert emitted[closing][-1]["input_summary"].startswith('q: a "quoted" } ] { [ brace'), cut
+            assert types(b.finish(3.0)) == ["done"], cut
+
+
+def test_huge_arguments_are_kept_only_up_to_a_bound() -> None:
+    value = "x" * 3_000_000
+    arguments = orjson.dumps({"path": "notes.txt", "content": value}).decode()
+    b = builder()
+    b.begin(None, 0.0)
+    b.on_chunk(chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "write"}}]}), False, 1.0)
+    out: list[dict[str, Any]] = []
+    for piece in split(arguments, 600):
+        out += b.on_chunk(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), False, 2.0)
+    (end,) = of_type(out, "tool_call.end")
+    summary = end["input_summary"]
+    assert len(summary) < 200
+    assert summary.startswith('{"path": "notes.txt"') or summary.startswith('{"path":"notes.txt"')
+    assert f"{len(arguments):,} chars" in summary
+    assert "not valid JSON" not in summary
+
+
+def test_deep_arguments_are_summarized() -> None:
+    deep = '{"a": ' + "[" * 400 + "]" * 400 + ', "b": 2}'
+    deeper = "[" * 3000 + "]" * 3000
+    for arguments in (deep, deeper):
+        b = builder()
+        b.begin(None, 0.0)
+        first = {"index": 0, "id": "c", "function": {"name": "f", "arguments": arguments}}
+        events = b.on_chunk(chunk({"tool_calls": [first]}), False, 1.0) + b.finish(2.0)
+        (end,) = of_type(events, "tool_call.end")
+        comment_frames(events)  # every event can be written
+        assert end["input_summary"] and "not valid JSON" not in end["input_summary"]
+    assert summarize_arguments(deep) == "a: [1 item], b: 2"
+
+
+def test_deep_usage_from_the_upstream_does_not_break_the_trace() -> None:
+    deep: Any = {}
+    for _ in range(600):
+        deep = {"d": deep}
+    b = builder()
+    b.begin(None, 0.0)
+    body = usage_chunk()
+    body["usage"] = {"prompt_tokens": 1, "details": deep}
+    events = b.on_chunk(body, False, 1.0) + b.finish(2.0)
+    comment_frames(events)  # would raise if the usage could not be written
+    assert of_type(events, "done")[0]["usage"]["prompt_tokens"] == 1
