@@ -259,6 +259,41 @@ def test_replay_outcomes_noted_by_the_replay_store_are_counted(mock: BackgroundS
     assert value(text, "thinkproxy_replay_total", outcome="placeholder") == 0
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def test_the_replay_stores_own_outcomes_are_counted(mock: BackgroundServer) -> None:
+    asked = {"role": "user", "content": "What is the weather in Paris?"}
+    with proxy(mock) as p:
+        # DeepSeek: a tool loop whose client drops reasoning_content; the store puts it back.
+        first = chat(p, {"model": "deepseek-chat", "messages": [asked], "tools": [WEATHER]}).json()
+        calls = first["choices"][0]["message"]["tool_calls"]
+        history = [
+            asked,
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            {"role": "tool", "tool_call_id": calls[0]["id"], "content": "rain"},
+        ]
+        again = chat(p, {"model": "deepseek-chat", "messages": history})
+        assert again.headers["x-thinking-replay"] == "restored=1, placeholder=0, missing=0"
+        # Kimi: a turn the store never saw gets the documented placeholder.
+        unseen = [{**history[1], "tool_calls": [{**calls[0], "id": "call_elsewhere"}]}]
+        unseen = [asked, *unseen, {"role": "tool", "tool_call_id": "call_elsewhere", "content": "rain"}]
+        kimi = chat(
+            p, {"model": "kimi-k2.5", "messages": unseen}, **{"x-upstream-base-url": f"{mock.url}/kimi/v1"}
+        )
+        assert kimi.headers["x-thinking-replay"] == "restored=0, placeholder=1, missing=0"
+        text = scrape(p)
+    assert value(text, "thinkproxy_replay_total", outcome="restored") == 1
+    assert value(text, "thinkproxy_replay_total", outcome="placeholder") == 1
+
+
 def test_model_label_is_bounded_the_rest_is_other(mock: BackgroundServer) -> None:
     with proxy(mock, metrics_max_models=2) as p:
         for model in ("model-a", "model-b", "model-c", "model-d", "model-a"):
