@@ -1,7 +1,7 @@
 """OpenTelemetry traces (the `thinkproxy[otel]` extra), configured only by the standard `OTEL_*`
 environment: on when `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
-`OTEL_TRACES_EXPORTER` is set (and `OTEL_SDK_DISABLED` is not true). Otherwise nothing of
-OpenTelemetry is even imported.
+`OTEL_TRACES_EXPORTER` is set (and `OTEL_SDK_DISABLED` is not true). Otherwise no tracer is built
+and none of the SDK's tracing, exporters or propagation is even imported.
 
 One CLIENT span per chat completion, named `chat {model}` after the GenAI semantic conventions,
 with `gen_ai.*` attributes, the proxy's own `thinkproxy.*` ones, and one span event per trace
