@@ -24,9 +24,17 @@ from starlette.routing import Route
 from starlette.types import Send
 
 from proxy.access_log import AccessRecord, configure_logging, log_access
-from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
+from proxy.asgi import (
+    BODY_LEFT_UNREAD,
+    ClientWatch,
+    DeadlineExceeded,
+    RelayResponse,
+    UpstreamStalled,
+    body_piece,
+    read_body,
+)
 from proxy.dialects import Dialect, ProvidersTable
-from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
+from proxy.errors import BadRequest, Forbidden, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
 from proxy.levels import (
     CONTROL_HEADERS,
@@ -89,26 +97,9 @@ class Services:
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
     headers = dict(extra_headers)
+    if exc.status in BODY_LEFT_UNREAD:
+        headers["connection"] = "close"  # the edge discards the rest, then closes (proxy.edge)
     return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
-            f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes "
-            "(THINKPROXY_MAX_BODY_BYTES)."
-        )
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise PayloadTooLarge(
-                f"Request body exceeds the limit of {limit} bytes (THINKPROXY_MAX_BODY_BYTES)."
-            )
-        parts.append(part)
-    return b"".join(parts)
 
 
 def upstream_url(base_url: str, request: Request) -> str:
@@ -184,7 +175,7 @@ class Proxy:
         upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
         if record.forward_headers:
             upstream_headers += record.forward_headers
-        body = await read_body(request, s.settings.max_body_bytes)
+        body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
         if not chat:
             req = UpstreamRequest(
                 request.method,

@@ -27,7 +27,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from proxy.access_log import configure_logging
     from proxy.dialects import ProvidersTable
+    from proxy.edge import EdgeProtocol
     from proxy.gateway import GatewayAuth
+    from proxy.limits import EdgeLimits
     from proxy.settings import Settings
     from proxy.upstream_policy import UpstreamPolicy
 
@@ -75,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=settings.port,
         workers=settings.workers,
         loop=settings.loop,
-        http="httptools",
+        http=EdgeProtocol.factory(EdgeLimits.from_settings(settings)),
         access_log=False,
         log_level=settings.log_level,
         timeout_graceful_shutdown=int(settings.shutdown_timeout),

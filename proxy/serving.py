@@ -1,5 +1,6 @@
 """Running ASGI apps under uvicorn: in the foreground (`serve`) or on a background thread
-(the demo, and tests that need a real socket on 127.0.0.1)."""
+(the demo, and tests that need a real socket on 127.0.0.1). Both serve HTTP/1.1 through
+proxy.edge, which bounds what one client connection may cost (proxy.limits)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from types import TracebackType
 import uvicorn
 from starlette.types import ASGIApp
 
+from proxy.edge import EdgeProtocol
+from proxy.limits import EdgeLimits
+
 
 def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -21,6 +25,13 @@ def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
+def limits_of(app: ASGIApp) -> EdgeLimits:
+    """The edge limits a proxy app's settings ask for (defaults for any other app)."""
+    services = getattr(getattr(app, "state", None), "services", None)
+    settings = getattr(services, "settings", None)
+    return EdgeLimits.from_settings(settings) if settings is not None else EdgeLimits()
+
+
 class BackgroundServer:
     """A uvicorn server on its own thread and event loop, on a free loopback port.
 
@@ -28,7 +39,14 @@ class BackgroundServer:
     stopped (in-flight requests get `graceful_s` to finish) on exit.
     """
 
-    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", graceful_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        host: str = "127.0.0.1",
+        graceful_s: float = 1.0,
+        limits: EdgeLimits | None = None,
+    ) -> None:
         self.sock = bind_loopback(host)
         self.host, self.port = self.sock.getsockname()[:2]
         config = uvicorn.Config(
@@ -36,7 +54,7 @@ class BackgroundServer:
             log_level="warning",
             access_log=False,
             loop="uvloop",
-            http="httptools",
+            http=EdgeProtocol.factory(limits or limits_of(app)),
             lifespan="on",
             timeout_graceful_shutdown=max(1, round(graceful_s)),
         )
