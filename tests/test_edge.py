@@ -17,6 +17,7 @@ import openai
 import orjson
 import pytest
 
+from proxy.access_log import AccessFormatter
 from proxy.app import create_app
 from proxy.mock import MockOptions, create_mock_app
 from proxy.serving import BackgroundServer
@@ -304,3 +305,20 @@ def test_a_refused_request_gets_an_access_line(
     refused = [r for r in caplog.records if r.name == "thinkproxy.access"]
     assert [r.access["status"] for r in refused] == [431]  # type: ignore[attr-defined]
     assert refused[0].access["error"] == "request_headers_too_large"  # type: ignore[attr-defined]
+
+
+def test_a_path_with_encoded_line_breaks_stays_one_access_line(
+    mock: BackgroundServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="thinkproxy.access")
+    with edge_proxy(mock) as p:
+        sock = connect(p)
+        # (a %0a never reaches the app: the router's path pattern stops at a line feed; %0d does)
+        target = b"/v1/models%0d2026-01-01%20method=GET%09x%1b[2J%c2%85%e2%80%a8"
+        sock.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        read_until_closed(sock)
+    [record] = [r for r in caplog.records if r.name == "thinkproxy.access"]
+    line = AccessFormatter(json_lines=False).format(record)
+    assert not any(c in line for c in "\r\n\t\x1b\x85\u2028")
+    # (Starlette's URL parsing already drops CR and tab from the path; the rest is escaped here)
+    assert r'path="/v1/models2026-01-01 method=GETx\x1b[2J\x85\u2028" status=404' in line
