@@ -54,6 +54,7 @@ from proxy.levels import (
 from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
+from proxy.request_headers import refuse_control_header_look_alikes
 from proxy.rewrite import rewrite_body
 from proxy.settings import Settings
 from proxy.trace import TraceBuilder
@@ -70,8 +71,9 @@ from proxy.upstream import (
 )
 from proxy.upstream_policy import UpstreamPolicy
 
-# Request headers never forwarded: the control headers, and what the HTTP client recomputes.
-DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length"}
+# Request headers never forwarded: the control headers, what the HTTP client recomputes, and
+# Expect (the server already answered 100-continue; upstream it could hold the body back).
+DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length", "expect"}
 # On chat completions the proxy must read the body, so it asks for it uncompressed.
 DROP_REQUEST_CHAT = DROP_REQUEST | {"accept-encoding"}
 # The server adds its own Date; the upstream's would make a second one.
@@ -168,6 +170,7 @@ class Proxy:
         s = self.s
         headers = request.headers
         s.gateway.authorize(headers.items())
+        refuse_control_header_look_alikes(headers.keys())
         chosen = headers.get(UPSTREAM_HEADER)
         base_url = s.policy.resolve(chosen)
         if chosen is not None:

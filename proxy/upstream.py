@@ -22,6 +22,7 @@ import aiohttp
 import httpx
 
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
+from proxy.request_headers import exact_bytes
 from proxy.settings import Settings
 from proxy.upstream_policy import host_is_sensitive
 
@@ -164,7 +165,7 @@ class HttpxUpstream(Upstream):
         req = httpx.Request(
             request.method,
             request.url,
-            headers=request.headers,
+            headers=exact_bytes(request.headers),  # the client's bytes, not re-encoded
             content=request.content,
             extensions={"timeout": self._timeout},
         )

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from proxy.errors import UpstreamUnreachable
+from proxy.request_headers import as_utf8_text
 from proxy.settings import Settings
 from proxy.upstream import (
     TRANSPORT_ERRORS,
@@ -112,7 +113,7 @@ class AiohttpUpstream(Upstream):
             response = await self._session.request(
                 request.method,
                 request.url,
-                headers=request.headers,
+                headers=as_utf8_text(request.headers),  # aiohttp encodes as UTF-8: the client's bytes
                 data=request.content or None,
                 allow_redirects=False,
                 timeout=self._timeout,
