@@ -100,6 +100,7 @@ class AccessFormatter(logging.Formatter):
                 "ts": round(record.created, 3),
                 "level": record.levelname.lower(),
                 "logger": record.name,
+                "pid": record.process,  # which worker process (THINKPROXY_WORKERS > 1)
             }
             if fields is not None:
                 payload.update(fields)
@@ -108,7 +109,8 @@ class AccessFormatter(logging.Formatter):
             return orjson.dumps(payload).decode()
         stamp = self.formatTime(record, "%Y-%m-%dT%H:%M:%S")
         if fields is not None:
-            return stamp + " " + " ".join(f"{k}={text_value(v)}" for k, v in fields.items() if v is not None)
+            values = " ".join(f"{k}={text_value(v)}" for k, v in fields.items() if v is not None)
+            return f"{stamp} pid={record.process} {values}"
         return f"{stamp} {record.levelname.lower()} {record.name}: {one_line(record.getMessage())}"
 
 

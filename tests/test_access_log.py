@@ -84,3 +84,10 @@ def test_other_records_are_one_line_too() -> None:
 def test_plain_values_stay_bare() -> None:
     line = text_line({"method": "POST", "path": "/v1/chat/completions", "status": 200, "duration_ms": 1.5})
     assert line.endswith("method=POST path=/v1/chat/completions status=200 duration_ms=1.5")
+
+
+def test_lines_say_which_worker_process_wrote_them() -> None:
+    record = record_for({"method": "GET", "status": 200})
+    record.process = 4242
+    assert " pid=4242 method=GET status=200" in AccessFormatter(json_lines=False).format(record)
+    assert orjson.loads(AccessFormatter(json_lines=True).format(record))["pid"] == 4242

@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import orjson
@@ -193,7 +195,8 @@ def test_no_key_in_logs_or_errors(mock: BackgroundServer, caplog: pytest.LogCapt
 def start_serve(
     mock: BackgroundServer, *args: str, ready_path: str = "/healthz", **env: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it answers."""
+    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it
+    answers `ready_path` with 200, and fails the test (with the server's output) if it never does."""
     sock = bind_loopback()
     port = sock.getsockname()[1]
     sock.close()
@@ -209,13 +212,35 @@ def start_serve(
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    deadline = time.monotonic() + 30.0
+    while server.poll() is None and time.monotonic() < deadline:
         try:
-            if httpx.get(f"{base}{ready_path}", timeout=0.5).status_code == 200:
-                break
+            if httpx.get(f"{base}{ready_path}", timeout=2).status_code == 200:
+                return server, base
         except httpx.TransportError:
             threading.Event().wait(0.05)
-    return server, base
+    if server.poll() is None:
+        server.kill()
+    output = server.communicate(timeout=20)[0].decode(errors="replace")
+    pytest.fail(f"thinkproxy serve never answered {ready_path} with 200:\n{output}")
+
+
+def worker_pids(parent: int, count: int) -> list[int]:
+    """The pids of `thinkproxy serve`'s worker processes (its children running uvicorn workers)."""
+    deadline = time.monotonic() + 30.0
+    while True:
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(fields[1]) == parent and b"spawn_main" in cmdline:
+                found.append(int(stat.parent.name))
+        if len(found) >= count or time.monotonic() > deadline:
+            return sorted(found)
+        threading.Event().wait(0.05)
 
 
 def test_sigterm_lets_in_flight_streams_finish(mock: BackgroundServer) -> None:
@@ -264,11 +289,26 @@ def test_total_timeout_bounds_a_slow_but_steady_exchange(mock: BackgroundServer)
 
 
 def test_every_worker_writes_access_lines(mock: BackgroundServer) -> None:
+    """Each worker in turn is the only one running (the others are stopped with SIGSTOP), so the
+    request it answers can only be logged by it; the access line's pid says who wrote it."""
     server, base = start_serve(mock, "--workers", "2", ready_path="/v1/models")
+    answered: list[int] = []
     try:
-        for _ in range(4):  # fresh connections, so both workers are likely to answer some
-            assert httpx.get(f"{base}/v1/models", headers={"connection": "close"}).status_code == 200
+        workers = worker_pids(server.pid, 2)
+        assert len(workers) == 2
+        for worker in workers:
+            others = [w for w in workers if w != worker]
+            for other in others:
+                os.kill(other, signal.SIGSTOP)
+            try:
+                r = httpx.get(f"{base}/v1/models", headers={"connection": "close"}, timeout=30)
+                answered.append(r.status_code)
+            finally:
+                for other in others:
+                    os.kill(other, signal.SIGCONT)
     finally:
         server.send_signal(signal.SIGTERM)
-        output = server.communicate(timeout=20)[0].decode()
-    assert output.count("method=GET path=/v1/models status=200") >= 5
+        output = server.communicate(timeout=30)[0].decode()
+    assert answered == [200, 200]
+    for worker in workers:
+        assert f"pid={worker} method=GET path=/v1/models status=200" in output, output
