@@ -41,6 +41,7 @@ from proxy.errors import ProxyError
 from proxy.limits import EdgeLimits, head_size, raw_answer
 
 _LOGGED_URL_BYTES = 256  # of a refused request's target, in its access line
+HEAD_REFUSAL_DRAIN_BYTES = 1024 * 1024  # read and discarded after a refused head, at most
 
 
 class _Refused(Exception):
@@ -236,9 +237,15 @@ class EdgeProtocol(HttpToolsProtocol):
         real = self._edge.real
         self._cancel_timers()
         self._lingering = True
-        self._drain_left = self.limits.drain_bytes
-        deadline = self.limits.header_timeout if self._in_head else self.limits.body_timeout
-        self._drain_timer = self.loop.call_later(deadline, self._close_now)
+        if self._in_head:
+            # A refused head (431, 408, 503): what may follow is the body the client meant to send
+            # with it. Enough is read for a common client to finish and read the answer; a flood
+            # is cut off soon.
+            self._drain_left = HEAD_REFUSAL_DRAIN_BYTES
+            self._drain_timer = self.loop.call_later(self.limits.header_timeout, self._close_now)
+        else:
+            self._drain_left = self.limits.drain_bytes
+            self._drain_timer = self.loop.call_later(self.limits.body_timeout, self._close_now)
         if real.can_write_eof():
             real.write_eof()  # FIN once the answer is out; reading goes on
         self.flow.resume_reading()
