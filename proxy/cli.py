@@ -30,6 +30,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.edge import EdgeProtocol
     from proxy.gateway import GatewayAuth
     from proxy.limits import EdgeLimits
+    from proxy.serving import raise_fd_limit
     from proxy.settings import Settings
     from proxy.upstream_policy import UpstreamPolicy
 
@@ -64,6 +65,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_json)
+    warning = raise_fd_limit(settings.max_client_connections + settings.max_upstream_connections + 64)
+    if warning is not None:
+        print(f"thinkproxy: warning: {warning}", file=sys.stderr)
     print(
         f"thinkproxy {__version__}: http://{settings.host}:{settings.port}/v1 -> "
         f"{settings.upstream_base_url or '(X-Upstream-Base-URL, allow-listed)'} "

@@ -244,14 +244,21 @@ class EdgeProtocol(HttpToolsProtocol):
             self._drain_left = HEAD_REFUSAL_DRAIN_BYTES
             self._drain_timer = self.loop.call_later(self.limits.header_timeout, self._close_now)
         else:
+            # An answer before the body was read (413, 408): the rest of the body, within the
+            # header timeout (a body timeout here would let a trickling client stay twice as long).
             self._drain_left = self.limits.drain_bytes
-            self._drain_timer = self.loop.call_later(self.limits.body_timeout, self._close_now)
+            self._drain_timer = self.loop.call_later(self.limits.header_timeout, self._close_now)
         if real.can_write_eof():
             real.write_eof()  # FIN once the answer is out; reading goes on
         self.flow.resume_reading()
 
     def _answer(self, error: ProxyError, *, linger: bool) -> None:
         assert self._edge is not None
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A (pipelined) request went wrong while an answer to the previous one is still being
+            # written: an answer now would land inside that one. The connection is cut instead.
+            self._close_now()
+            return
         self._edge.write(raw_answer(error, self.server_state.default_headers))
         # The app never saw this request: its access line is written here.
         scope = self.scope or {}

@@ -4,6 +4,7 @@ proxy.edge, which bounds what one client connection may cost (proxy.limits)."""
 
 from __future__ import annotations
 
+import resource
 import socket
 import threading
 import time
@@ -23,6 +24,22 @@ def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     sock.listen(2048)
     sock.setblocking(False)
     return sock
+
+
+def raise_fd_limit(needed: int) -> str | None:
+    """Raise this process's soft RLIMIT_NOFILE to `needed` where the hard limit allows (worker
+    processes inherit it); a warning to print when it cannot reach `needed`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        if target < needed:
+            return (
+                f"the file descriptor limit ({target}) is below the {needed} that "
+                "THINKPROXY_MAX_CLIENT_CONNECTIONS + THINKPROXY_MAX_UPSTREAM_CONNECTIONS may need; "
+                "raise `ulimit -n` or lower those settings"
+            )
+    return None
 
 
 def limits_of(app: ASGIApp) -> EdgeLimits:

@@ -129,8 +129,9 @@ def test_openai_sdk_reads_the_413_every_time(mock: BackgroundServer) -> None:
 
 
 def test_draining_after_an_early_answer_is_bounded(mock: BackgroundServer) -> None:
-    """A client that keeps trickling the rest of an oversized body is cut off after the body timeout."""
-    with edge_proxy(mock, max_body_bytes=1024, client_body_timeout=0.5) as p:
+    """A client that keeps trickling the rest of an oversized body is cut off (after the header
+    timeout: the time the server lingers after an answer)."""
+    with edge_proxy(mock, max_body_bytes=1024, header_timeout=0.5) as p:
         sock = connect(p)
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
         status, _, body = split_answer(sock.recv(65536))
@@ -141,6 +142,34 @@ def test_draining_after_an_early_answer_is_bounded(mock: BackgroundServer) -> No
                 sock.sendall(b"a" * 100)
                 time.sleep(0.05)
         sock.close()
+
+
+def early_401(p: BackgroundServer) -> socket.socket:
+    """A kept-alive POST answered (401, gateway mode) after 200 of its 1,000 body bytes."""
+    sock = connect(p)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+        b"Content-Length: 1000\r\n\r\n" + b"a" * 200
+    )
+    status, headers, _ = split_answer(sock.recv(65536))
+    assert status == 401 and headers.get("connection") != "close"
+    return sock
+
+
+def test_after_an_early_answer_the_rest_of_the_body_is_discarded_and_the_connection_reused(
+    mock: BackgroundServer,
+) -> None:
+    with edge_proxy(mock, upstream_api_key="sk-gw", client_keys="ck-1", client_body_timeout=GENEROUS_S) as p:
+        sock = early_401(p)
+        sock.sendall(b"a" * 800 + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_after_an_early_answer_a_trickled_rest_is_cut_off(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, upstream_api_key="sk-gw", client_keys="ck-1", client_body_timeout=0.5) as p:
+        sock = early_401(p)
+        sock.sendall(b"a" * 10)  # and nothing more: the server closes after the body timeout
+        assert read_until_closed(sock) == b""
 
 
 # -- request head limits ---------------------------------------------------------------------------
