@@ -124,7 +124,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._edge = LingeringTransport(transport, self)
         super().connection_made(self._edge)  # type: ignore[arg-type]
         if len(self.connections) > self.limits.max_connections:
-            self._answer(self.limits.too_many_connections(), linger=True)
+            self._answer(self.limits.too_many_connections())
             return
         self._head_timer = self.loop.call_later(self.limits.header_timeout, self._on_head_timeout)
 
@@ -167,14 +167,14 @@ class EdgeProtocol(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
         except httptools.HttpParserError:
             if self._refusal is not None:
-                self._answer(self._refusal, linger=True)
+                self._answer(self._refusal)
                 return
             self.logger.warning("Invalid HTTP request received.")
             self.send_400_response("Invalid HTTP request received.")
             return
         if self._in_head and self._head_bytes > self.limits.max_header_bytes:
             # httptools would keep buffering an unfinished head: stop it here.
-            self._answer(self.limits.headers_too_large(self._head_bytes), linger=True)
+            self._answer(self.limits.headers_too_large(self._head_bytes))
 
     # -- parser callbacks ----------------------------------------------------------------------
 
@@ -252,7 +252,8 @@ class EdgeProtocol(HttpToolsProtocol):
             real.write_eof()  # FIN once the answer is out; reading goes on
         self.flow.resume_reading()
 
-    def _answer(self, error: ProxyError, *, linger: bool) -> None:
+    def _answer(self, error: ProxyError) -> None:
+        """Write the edge's own answer, then close lingeringly (the client may still be sending)."""
         assert self._edge is not None
         if self.cycle is not None and not self.cycle.response_complete:
             # A (pipelined) request went wrong while an answer to the previous one is still being
@@ -270,8 +271,7 @@ class EdgeProtocol(HttpToolsProtocol):
             error=error.code,
         )
         log_access(record, time.perf_counter())
-        if linger:
-            self.receiving = True  # whatever the client still sends is discarded, not parsed
+        self.receiving = True  # so the close lingers: whatever the client still sends is discarded
         self._edge.close()
 
     def _close_now(self) -> None:
@@ -296,4 +296,4 @@ class EdgeProtocol(HttpToolsProtocol):
         if not self.receiving:
             self._close_now()  # nothing of a request arrived: an idle connection, closed quietly
             return
-        self._answer(self.limits.head_timed_out(), linger=True)
+        self._answer(self.limits.head_timed_out())
