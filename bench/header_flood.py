@@ -4,7 +4,9 @@ Scenarios, each bounded in time (default 4 s) against a fresh server on 127.0.0.
 - `lines`: 4 connections each send a request line, then header lines (`X-Flood-N: 1 KB`) as
   fast as they can, never ending the head; a connection the server answers or closes is opened
   again (an attacker would);
-- `one-header`: 1 connection sends a single header value of up to 64 MB, never ending it.
+- `one-header`: 1 connection sends a single header value of up to 64 MB, never ending it;
+- `slowloris`: 1,000 connections each send a request line and then nothing (run for 12 s, past
+  the default 10 s header timeout); reported: how many the server had closed by the end.
 
 RSS of the server's process (from /proc/<pid>/statm) is sampled every 50 ms; the figures are the
 idle RSS before, the peak during, and whether /healthz still answered during the flood (from a
@@ -98,6 +100,29 @@ def flood_one_header(port: int, stop: threading.Event, stats: dict[str, int]) ->
         stats["cut"] += 1
 
 
+def slowloris(port: int, stop: threading.Event, stats: dict[str, int]) -> None:
+    socks = []
+    for _ in range(1000):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            socks.append(sock)
+            stats["connections"] += 1
+        except OSError:
+            stats["cut"] += 1
+    stop.wait()
+    for sock in socks:
+        sock.setblocking(False)
+        try:
+            closed = sock.recv(65536) is not None  # an answer (408) or b"" (closed)
+        except BlockingIOError:
+            closed = False
+        except OSError:
+            closed = True
+        stats["closed_by_server"] += closed
+        sock.close()
+
+
 def health_probe(port: int, stop: threading.Event, stats: dict[str, int]) -> None:
     while not stop.is_set():
         try:
@@ -116,7 +141,10 @@ def run(tree: Path, scenario: str, seconds: float) -> dict[str, object]:
         idle = rss(server.pid)
         stop = threading.Event()
         stats = {"connections": 0, "bytes": 0, "cut": 0, "healthz_ok": 0, "healthz_failed": 0}
-        target = flood_lines if scenario == "lines" else flood_one_header
+        if scenario == "slowloris":
+            stats["closed_by_server"] = 0
+            seconds = 12.0
+        target = {"lines": flood_lines, "one-header": flood_one_header, "slowloris": slowloris}[scenario]
         senders = 4 if scenario == "lines" else 1
         threads = [threading.Thread(target=target, args=(port, stop, stats)) for _ in range(senders)]
         threads.append(threading.Thread(target=health_probe, args=(port, stop, stats)))
@@ -149,9 +177,9 @@ def main() -> None:
     )
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--scenario", choices=["lines", "one-header", "both"], default="both")
+    parser.add_argument("--scenario", choices=["lines", "one-header", "slowloris", "all"], default="all")
     args = parser.parse_args()
-    scenarios = ["lines", "one-header"] if args.scenario == "both" else [args.scenario]
+    scenarios = ["lines", "one-header", "slowloris"] if args.scenario == "all" else [args.scenario]
     for scenario in scenarios:
         print(json.dumps(run(args.tree.resolve(), scenario, min(args.seconds, 30.0))))
 
