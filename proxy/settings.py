@@ -92,7 +92,27 @@ class Settings(BaseSettings):
         default_factory=list, description="browser origins allowed to call the API"
     )
 
-    @field_validator("allowed_upstreams", "client_keys", "admin_keys", "cors_origins", mode="before")
+    # -- human review of tool calls ---------------------------------------------------------------
+    review_tools: CommaList = Field(
+        default_factory=list, description="globs of tool names held for a reviewer, e.g. send_email,delete_*"
+    )
+    reviewer_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Bearer keys (name:key or key) that may decide held calls"
+    )
+    review_timeout: float = Field(default=300.0, gt=0, description="seconds a held call waits for a decision")
+    review_keepalive: float = Field(
+        default=10.0, gt=0, description="seconds between keep-alives sent while a held call waits"
+    )
+
+    @field_validator(
+        "allowed_upstreams",
+        "client_keys",
+        "admin_keys",
+        "cors_origins",
+        "review_tools",
+        "reviewer_keys",
+        mode="before",
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         """Lists come from the environment as comma-separated text."""
