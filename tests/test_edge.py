@@ -21,7 +21,7 @@ from proxy.access_log import AccessFormatter
 from proxy.app import create_app
 from proxy.mock import MockOptions, create_mock_app
 from proxy.serving import BackgroundServer
-from tests.helpers import make_settings
+from tests.helpers import make_settings, start_serve
 
 GENEROUS_S = 15.0  # "answered or closed within": never a measurement, only a bound for a hung test
 LIMIT = 256 * 1024
@@ -358,3 +358,27 @@ def test_a_path_with_encoded_line_breaks_stays_one_access_line(
     assert not any(c in line for c in "\r\n\t\x1b\x85\u2028")
     # (Starlette's URL parsing already drops CR and tab from the path; the rest is escaped here)
     assert r'path="/v1/models2026-01-01 method=GETx\x1b[2J\x85\u2028" status=404' in line
+
+
+def test_thinkproxy_serve_applies_the_edge_settings(mock: BackgroundServer) -> None:
+    """The limits reach a real `thinkproxy serve` (settings → CLI → every worker's protocol)."""
+    server, base = start_serve(
+        mock,
+        "--workers",
+        "2",
+        THINKPROXY_MAX_HEADER_COUNT="10",
+        THINKPROXY_HEADER_TIMEOUT="0.5",
+        THINKPROXY_LOG_LEVEL="warning",
+    )
+    host, port = base.removeprefix("http://").split(":")
+    try:
+        for _ in range(4):  # fresh connections: whichever worker takes them
+            with socket.create_connection((host, int(port)), timeout=GENEROUS_S) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\n" + b"X: y\r\n" * 20 + b"\r\n")
+                assert split_answer(read_until_closed(sock))[0] == 431
+            with socket.create_connection((host, int(port)), timeout=GENEROUS_S) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                assert split_answer(read_until_closed(sock))[0] == 408
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
