@@ -105,7 +105,6 @@ class EdgeProtocol(HttpToolsProtocol):
         self.receiving = False  # a request has begun and not fully arrived (its body included)
         self._in_head = True  # what arrives next belongs to a request head
         self._head_bytes = 0
-        self._header_count = 0
         self._refusal: ProxyError | None = None
         self._head_timer: TimerHandle | None = None
         self._drain_timer: TimerHandle | None = None
@@ -154,9 +153,10 @@ class EdgeProtocol(HttpToolsProtocol):
                 self._close_now()
                 return
         if self._in_head:
+            # Bytes of reads that begin inside a head: an upper bound of the head's size, except
+            # that a head beginning in the middle of a read (pipelining) is counted from the next
+            # read on, so the bound can be passed by one read (≤ 256 KiB).
             self._head_bytes += len(data)
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_later(self.limits.header_timeout, self._on_head_timeout)
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -172,26 +172,30 @@ class EdgeProtocol(HttpToolsProtocol):
             self.logger.warning("Invalid HTTP request received.")
             self.send_400_response("Invalid HTTP request received.")
             return
-        if self._in_head and self._head_bytes > self.limits.max_header_bytes:
-            # httptools would keep buffering an unfinished head: stop it here.
-            self._answer(self.limits.headers_too_large(self._head_bytes))
+        if self._in_head and self._head_bytes:
+            # A head still unfinished after this read (the common request arrives whole in one
+            # read and never gets here): httptools would keep buffering it, and wait forever.
+            if self._head_bytes > self.limits.max_header_bytes:
+                self._answer(self.limits.headers_too_large(self._head_bytes))
+            elif self.receiving and len(self.headers) > self.limits.max_header_count:
+                self._answer(self.limits.too_many_headers())
+            elif self._head_timer is None:
+                self._head_timer = self.loop.call_later(self.limits.header_timeout, self._on_head_timeout)
 
     # -- parser callbacks ----------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         self.receiving = True
-        self._header_count = 0
         super().on_message_begin()
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        if self._header_count > self.limits.max_header_count:
+    def on_headers_complete(self) -> None:
+        # The exact checks, once per request (cheap: a request has a handful of headers).
+        if len(self.headers) > self.limits.max_header_count:
             self._refusal = self.limits.too_many_headers()
             raise _Refused
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        if head_size(self.url, self.headers) > self.limits.max_header_bytes:
+        if self._head_bytes > self.limits.max_header_bytes and (
+            head_size(self.url, self.headers) > self.limits.max_header_bytes
+        ):
             self._refusal = self.limits.headers_too_large()
             raise _Refused
         self._in_head = False
