@@ -2,8 +2,8 @@
 
 One client per app, chosen by `THINKPROXY_HTTP_TRANSPORT`: `aiohttp` (default) drives an aiohttp
 session directly (proxy.upstream_aiohttp); `httpx` sends through an httpx transport, which is also
-how tests inject `httpx.MockTransport` / respx. Both hand the app the same `UpstreamResponse`, and
-transport exceptions of either become the proxy's errors in exactly one place, `translate_error`.
+how tests inject `httpx.MockTransport` / respx. Both hand the app the same `UpstreamResponse`
+(proxy.upstream_common), where transport exceptions of either become the proxy's errors.
 
 Requests skip every client-level extra: a proxy wants no cookie jar shared by all its users, no
 redirect following, no default User-Agent or Accept-Encoding of its own.
@@ -11,20 +11,19 @@ redirect following, no default User-Agent or Accept-Encoding of its own.
 
 from __future__ import annotations
 
-import asyncio
-import socket
-from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-import aiohttp
 import httpx
 
-from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
-from proxy.request_headers import exact_bytes
 from proxy.settings import Settings
-from proxy.upstream_policy import host_is_sensitive
+from proxy.upstream_aiohttp import AiohttpUpstream
+from proxy.upstream_common import (
+    TRANSPORT_ERRORS,
+    Upstream,
+    UpstreamRequest,
+    UpstreamResponse,
+    translate_error,
+)
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus the ones the proxy recomputes itself.
 HOP_BY_HOP = frozenset(
@@ -44,7 +43,9 @@ HOP_BY_HOP = frozenset(
 
 
 def filter_headers(pairs: Iterable[tuple[str, str]], drop: frozenset[str]) -> list[tuple[str, str]]:
-    """Headers minus hop-by-hop ones, any named in `Connection`, and `drop` (lower-case names)."""
+    """Headers minus hop-by-hop ones, any named in `Connection`, and `drop` (lower-case names).
+
+    Every occurrence of a repeated header is kept, in order (two Set-Cookie stay two)."""
     pairs = list(pairs)
     named = {
         token.strip().lower()
@@ -59,90 +60,18 @@ def filter_headers(pairs: Iterable[tuple[str, str]], drop: frozenset[str]) -> li
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamRequest:
-    method: str
-    url: str
-    headers: list[tuple[str, str]]
-    content: bytes
-
-
-class UpstreamResponse(ABC):
-    """An upstream answer whose headers have arrived; the body is read with `reader` or `aread`,
-    and `aclose` must always be called (it returns or drops the connection)."""
-
-    status: int
-    headers: list[tuple[str, str]]
-
-    def header(self, name: str) -> str | None:
-        name = name.lower()
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
-
-    @abstractmethod
-    def reader(self, *, decoded: bool) -> AsyncIterator[bytes]:
-        """The body as it arrives; `decoded` undoes any content-encoding (the proxy must parse it)."""
-
-    @abstractmethod
-    async def aread(self) -> bytes:
-        """The whole body, decoded."""
-
-    @abstractmethod
-    async def aclose(self) -> None: ...
-
-
-class Upstream(ABC):
-    """Sends requests to the upstream; one per app, closed on shutdown."""
-
-    DNS_VERDICT_TTL_S = 60.0
-
-    def __init__(self) -> None:
-        self._dns_verdicts: dict[str, tuple[float, bool]] = {}
-
-    async def resolves_to_sensitive(self, host: str) -> bool:
-        """Whether `host` resolves to a loopback, link-local or metadata address (cached briefly).
-
-        A name that does not resolve is left to the connection attempt (which then gives 502)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        cached = self._dns_verdicts.get(host)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        try:
-            infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-        except OSError:
-            return False
-        verdict = any(host_is_sensitive(str(info[4][0])) for info in infos)
-        if len(self._dns_verdicts) > 1024:
-            self._dns_verdicts.clear()
-        self._dns_verdicts[host] = (now + self.DNS_VERDICT_TTL_S, verdict)
-        return verdict
-
-    @abstractmethod
-    async def open(self, request: UpstreamRequest) -> UpstreamResponse:
-        """Send the request; returns once the response headers arrived. Raises ProxyError."""
-
-    @abstractmethod
-    async def aclose(self) -> None: ...
-
-
 class HttpxResponse(UpstreamResponse):
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, url: str) -> None:
         self._response = response
+        self.url = url
         self.status = response.status_code
-        self.headers = response.headers.multi_items()
+        # The raw bytes, latin-1: httpx's own str view guesses an encoding per value.
+        self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
 
-    def reader(self, *, decoded: bool) -> AsyncIterator[bytes]:
-        if decoded and self.header("content-encoding") is not None:
-            return self._response.aiter_bytes()
+    def raw_reader(self) -> AsyncIterator[bytes]:
         stream = self._response.stream
         assert isinstance(stream, httpx.AsyncByteStream)
         return stream.__aiter__()  # straight from the transport: no decoder or chunker layers
-
-    async def aread(self) -> bytes:
-        return await self._response.aread()
 
     async def aclose(self) -> None:
         await self._response.aclose()
@@ -165,7 +94,8 @@ class HttpxUpstream(Upstream):
         req = httpx.Request(
             request.method,
             request.url,
-            headers=exact_bytes(request.headers),  # the client's bytes, not re-encoded
+            # As bytes: httpx would encode str values as ASCII (or refuse non-ASCII ones).
+            headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers],
             content=request.content,
             extensions={"timeout": self._timeout},
         )
@@ -174,7 +104,7 @@ class HttpxUpstream(Upstream):
         except TRANSPORT_ERRORS as exc:
             raise translate_error(exc, request.url) from exc
         response.request = req
-        return HttpxResponse(response)
+        return HttpxResponse(response, request.url)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
@@ -183,8 +113,6 @@ class HttpxUpstream(Upstream):
 def build_upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Upstream:
     """The upstream client the settings ask for; an injected httpx transport (tests) wins."""
     if transport is None and settings.http_transport == "aiohttp":
-        from proxy.upstream_aiohttp import AiohttpUpstream
-
         return AiohttpUpstream(settings)
     if transport is None:
         limits = httpx.Limits(
@@ -194,70 +122,3 @@ def build_upstream(settings: Settings, transport: httpx.AsyncBaseTransport | Non
         )
         transport = httpx.AsyncHTTPTransport(limits=limits)
     return HttpxUpstream(transport, settings)
-
-
-def describe_upstream(url: str) -> str:
-    """scheme://host[:port] of a URL: enough to say which upstream, never its path or credentials."""
-    try:
-        parts = urlsplit(url)
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{parts.hostname}{port}"
-    except ValueError:
-        return "(invalid URL)"
-
-
-# What talking to an upstream can raise: httpx's errors, aiohttp's, timeouts and socket errors.
-TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError, TimeoutError, OSError)
-
-_CONNECTING = "connecting (or waiting for a free connection; THINKPROXY_MAX_UPSTREAM_CONNECTIONS caps them)"
-_WAITING_FOR_DATA = "waiting for data (THINKPROXY_READ_TIMEOUT)"
-
-
-def read_timeout_error(url: str) -> UpstreamTimeout:
-    return UpstreamTimeout(f"Upstream {describe_upstream(url)} timed out while {_WAITING_FOR_DATA}.")
-
-
-def translate_error(exc: Exception, url: str) -> ProxyError:
-    """The one place transport exceptions become the proxy's errors (502 / 504)."""
-    where = describe_upstream(url)
-    timeout = _timeout_phase(exc)
-    if timeout is not None:
-        return UpstreamTimeout(f"Upstream {where} timed out while {timeout}.")
-    if isinstance(exc, httpx.ConnectError | aiohttp.ClientConnectorError):
-        detail = str(getattr(exc, "os_error", None) or exc) or type(exc).__name__
-        return UpstreamUnreachable(f"Could not connect to upstream {where}: {detail}")
-    if isinstance(
-        exc,
-        httpx.RemoteProtocolError
-        | httpx.ReadError
-        | aiohttp.ClientPayloadError
-        | aiohttp.ServerDisconnectedError
-        | aiohttp.ClientOSError
-        | ConnectionError,
-    ):
-        # (aiohttp's own wording here, "TransferEncodingError: 400, …", reads like an HTTP status.)
-        return UpstreamUnreachable(
-            f"Upstream {where} closed the connection before the response was complete.",
-            code="upstream_protocol_error",
-        )
-    detail = str(exc) or type(exc).__name__
-    return UpstreamUnreachable(f"Upstream {where} failed: {detail}")
-
-
-def _timeout_phase(exc: Exception) -> str | None:
-    """What the proxy was waiting for when time ran out, or None if this is not a timeout."""
-    if isinstance(exc, httpx.TimeoutException):
-        return {
-            httpx.ConnectTimeout: _CONNECTING,
-            httpx.ReadTimeout: _WAITING_FOR_DATA,
-            httpx.WriteTimeout: "sending the request",
-            httpx.PoolTimeout: "waiting for a free upstream connection (all "
-            "THINKPROXY_MAX_UPSTREAM_CONNECTIONS are busy)",
-        }.get(type(exc), "waiting")
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return _CONNECTING
-    if isinstance(exc, aiohttp.SocketTimeoutError):
-        return _WAITING_FOR_DATA
-    if isinstance(exc, TimeoutError):
-        return "waiting"
-    return None

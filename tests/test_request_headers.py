@@ -11,35 +11,11 @@ import pytest
 
 from proxy.app import create_app
 from proxy.errors import BadRequest
-from proxy.request_headers import as_utf8_text, exact_bytes, refuse_control_header_look_alikes
+from proxy.request_headers import refuse_control_header_look_alikes
 from proxy.serving import BackgroundServer
 from tests.helpers import make_settings
 
 CAFE_UTF8 = "café".encode()
-
-
-def test_exact_bytes_gives_back_what_the_client_sent() -> None:
-    as_received = CAFE_UTF8.decode("latin-1")  # what Starlette hands over
-    assert exact_bytes([("x-name", as_received), ("x-raw", "\xff\xfe")]) == [
-        (b"x-name", CAFE_UTF8),
-        (b"x-raw", b"\xff\xfe"),
-    ]
-
-
-def test_utf8_text_encodes_back_to_the_clients_bytes() -> None:
-    [(_, value)] = as_utf8_text([("x-name", CAFE_UTF8.decode("latin-1"))])
-    assert value == "café" and value.encode("utf-8") == CAFE_UTF8
-
-
-def test_values_made_by_the_proxy_pass_unchanged() -> None:
-    assert as_utf8_text([("x-a", "plain"), ("x-b", "π")]) == [("x-a", "plain"), ("x-b", "π")]
-    assert exact_bytes([("x-b", "π")]) == [(b"x-b", "π".encode())]
-
-
-def test_bytes_that_are_not_utf8_cannot_go_through_a_utf8_client() -> None:
-    with pytest.raises(BadRequest) as caught:
-        as_utf8_text([("x-raw", "\xff\xfe")])
-    assert caught.value.param == "x-raw" and "UTF-8" in caught.value.message
 
 
 @pytest.mark.parametrize(
