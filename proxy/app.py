@@ -8,11 +8,13 @@ modules; this module reads requests, calls the upstream client and writes respon
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -25,7 +27,7 @@ from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import BODY_LEFT_UNREAD, read_body
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.errors import BadRequest, Forbidden, ProxyError
-from proxy.gateway import GatewayAuth
+from proxy.gateway import GatewayAuth, parse_client_keys
 from proxy.levels import (
     CONTROL_HEADERS,
     LEVEL_HEADER,
@@ -35,17 +37,29 @@ from proxy.levels import (
     UPSTREAM_HEADER,
     Level,
     ReasoningVisibility,
+    TraceMode,
     parse_level,
     parse_reasoning_visibility,
     parse_trace_format,
     parse_trace_mode,
     prefers_chinese,
 )
+from proxy.models_listing import MISSING_HEADER, merged_models
 from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.reasoning import ReasoningOptions
 from proxy.relay import ChatContext, Relay, client_gone
 from proxy.request_headers import refuse_control_header_look_alikes
+from proxy.review.api import ReviewAPI
+from proxy.review.service import ReviewService
 from proxy.rewrite import rewrite_body
+from proxy.routes import (
+    Destination,
+    RouteTable,
+    key_environment,
+    replace_model,
+    request_model,
+    resolve_route_keys,
+)
 from proxy.settings import Settings
 from proxy.upstream import build_upstream, filter_headers
 from proxy.upstream_common import Upstream, UpstreamRequest
@@ -69,6 +83,9 @@ class Services:
     gateway: GatewayAuth
     # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
     listeners: tuple[Listener, ...] = ()
+    routes: RouteTable | None = None  # the routes file (proxy.routes), if one is configured
+    # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
+    review: ReviewService | None = None
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -78,10 +95,12 @@ def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -
     return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
 
 
-def upstream_url(base_url: str, request: Request) -> str:
+def upstream_url(base_url: str, request: Request, model: str | None = None) -> str:
     # The client talks to the proxy's /v1; the upstream base URL already ends in its own version
     # prefix (/v1, /compatible-mode/v1, /api/paas/v4, …), so only the part after /v1 is appended.
     path = request.url.path
+    if model is not None and path.startswith("/v1/models/"):  # a prefix route's model, stripped
+        path = "/v1/models/" + quote(model, safe="")
     suffix = path[3:] if path.startswith("/v1") else path
     query = request.url.query
     return f"{base_url}{suffix}" + (f"?{query}" if query else "")
@@ -103,7 +122,7 @@ class Proxy:
     def __init__(self, services: Services) -> None:
         self.s = services
         self.log = self._log_and_notify
-        self.relay = Relay(services.settings, services.upstream, self._log_and_notify)
+        self.relay = Relay(services.settings, services.upstream, self._log_and_notify, services.review)
 
     def _log_and_notify(self, record: AccessRecord, started: float) -> None:
         """Every request ends here exactly once: its access line, then its observers."""
@@ -119,6 +138,35 @@ class Proxy:
 
     async def passthrough(self, request: Request) -> Response:
         return await self._handle(request, chat=False)
+
+    async def models(self, request: Request) -> Response:
+        """With a routes file, the models of every route merged; else the upstream's list as is."""
+        s = self.s
+        if s.routes is None or UPSTREAM_HEADER in request.headers:
+            return await self._handle(request, chat=False)
+        started = time.perf_counter()
+        record = AccessRecord(method=request.method, path=request.url.path)
+        if s.listeners:
+            record.observers = start_observers(s.listeners, record, request.headers.items())
+        try:
+            record.client = s.gateway.authorize(request.headers.items())
+            payload, missing = await merged_models(
+                s.routes,
+                s.upstream,
+                s.gateway,
+                request.headers.items(),
+                timeout=s.settings.read_timeout,
+                max_bytes=s.settings.max_body_bytes,
+            )
+        except ProxyError as exc:
+            record.status, record.error = exc.status, exc.code
+            self.log(record, started)
+            return json_error(exc)
+        headers = {MISSING_HEADER: ", ".join(missing)} if missing else {}
+        out = orjson.dumps(payload)
+        record.status, record.bytes_out = 200, len(out)
+        self.log(record, started)
+        return Response(out, media_type="application/json", headers=headers)
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         started = time.perf_counter()
@@ -147,20 +195,33 @@ class Proxy:
     async def _proxy(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
         s = self.s
         headers = request.headers
-        s.gateway.authorize(headers.items())
+        record.client = s.gateway.authorize(headers.items())
         refuse_control_header_look_alikes(headers.keys())
         chosen = headers.get(UPSTREAM_HEADER)
-        base_url = s.policy.resolve(chosen)
+        destination: Destination | None = None
         if chosen is not None:
-            await self._vet_dns(base_url)
-        upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
+            s.gateway.check_client_upstream()
+            destination = Destination(s.policy.resolve(chosen), client_chosen=True)
+            await self._vet_dns(destination.base_url)
+        elif s.routes is None:
+            destination = Destination(s.policy.resolve(None))
+        body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
+        parsed = parse_chat_body(body) if chat else None
+        if destination is None:  # the routes file decides, by the request's model
+            assert s.routes is not None
+            model = parsed.get("model") if parsed is not None else request_model(request.url.path, body)
+            destination = s.routes.destination(model)
+            record.upstream_route = destination.route.name if destination.route else None
+            if destination.model is not None:
+                body = replace_model(parsed, body, destination.model)
+        base_url = destination.base_url
+        upstream_headers = s.gateway.upstream_headers(request.headers.items(), destination)
         if record.forward_headers:
             upstream_headers += record.forward_headers
-        body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
         if not chat:
             req = UpstreamRequest(
                 request.method,
-                upstream_url(base_url, request),
+                upstream_url(base_url, request, destination.model),
                 filter_headers(upstream_headers, DROP_REQUEST),
                 body,
             )
@@ -172,7 +233,7 @@ class Proxy:
         visibility = parse_reasoning_visibility(
             headers.get(REASONING_HEADER), s.settings.reasoning_visibility
         )
-        parsed = parse_chat_body(body)
+        assert parsed is not None
         model = parsed.get("model")
         record.model = model if isinstance(model, str) else None
         record.stream = parsed.get("stream") is True
@@ -210,7 +271,11 @@ class Proxy:
             provider=dialect.name,
             method=method if applied else None,
         )
-        chat_context = ChatContext(parsed, reasoning, trace, trace_format)
+        gate = None
+        if s.review is not None and record.stream:
+            shown = None if trace_mode is TraceMode.OFF else trace_format
+            gate = s.review.stream_gate(shown, zh, s.settings.max_sse_event_bytes)
+        chat_context = ChatContext(parsed, reasoning, trace, trace_format, gate=gate, zh=zh)
         return await self.relay(request.receive, req, record, started, extra_headers=extra, chat=chat_context)
 
     async def _vet_dns(self, base_url: str) -> None:
@@ -239,21 +304,37 @@ def parse_chat_body(body: bytes) -> dict[str, Any]:
     return parsed
 
 
+def load_routes(
+    settings: Settings, environ: Mapping[str, str] | None = None
+) -> tuple[RouteTable | None, dict[int, str]]:
+    """The routes file the settings name (THINKPROXY_UPSTREAM_BASE_URL as its last route), if any,
+    and each route's key from `environ` (default: the process environment over .env). ConfigError
+    for a bad file, or in gateway mode for a key variable that is unset."""
+    if settings.routes_file is None:
+        return None, {}
+    table = RouteTable.load(settings.routes_file, settings.upstream_base_url)
+    environ = key_environment(os.environ) if environ is None else environ
+    return table, resolve_route_keys(table, environ, gateway=bool(settings.client_keys))
+
+
 def create_app(
     settings: Settings | None = None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     table: ProvidersTable | None = None,
     listeners: Sequence[Listener] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> Starlette:
     """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport; `listeners`
     adds observers (proxy.observe) to those the settings turn on."""
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
-    gateway = GatewayAuth.from_settings(settings)
+    route_table, route_keys = load_routes(settings, environ)
+    gateway = GatewayAuth.from_settings(settings, route_keys)
     upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway, tuple(listeners))
+    review = ReviewService.from_settings(settings)
+    services = Services(settings, table, upstream, policy, gateway, tuple(listeners), route_table, review)
     proxy = Proxy(services)
 
     @asynccontextmanager
@@ -262,16 +343,24 @@ def create_app(
             yield
         finally:
             await services.upstream.aclose()
+            if services.review is not None:
+                await services.review.hub.aclose()
 
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
         Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+        Route("/v1/models", proxy.models, methods=["GET"]),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
     ]
+    if review is not None:
+        admin = parse_client_keys(
+            (k.get_secret_value() for k in settings.admin_keys), "THINKPROXY_ADMIN_KEYS"
+        )
+        routes += ReviewAPI(review, [*gateway.client_keys, *admin]).routes()
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
     return app

@@ -241,7 +241,8 @@ class _Pattern:
 
 
 def _compile_pattern(text: str) -> _Pattern:
-    """Parse `host[:port][/path/prefix]` (scheme ignored) or the catch-all `*`; ValueError if bad."""
+    """Parse `host[:port][/path/prefix]` (scheme ignored), `*:port` (any host on that port, the least
+    specific pattern after the catch-all) or the catch-all `*`; ValueError if bad."""
     raw = text.strip()
     if not raw:
         raise ValueError("empty pattern")
@@ -272,8 +273,11 @@ def _compile_pattern(text: str) -> _Pattern:
                 )
             if label != "*" and not _LABEL.match(label):
                 raise ValueError(f"bad pattern {text!r}: {label!r} is not a host label")
-        if all(label == "*" for label in labels):
-            raise ValueError(f"bad pattern {text!r}: the host needs at least one literal label")
+        if all(label == "*" for label in labels) and not (labels == ("*",) and port_text):
+            raise ValueError(
+                f"bad pattern {text!r}: the host needs at least one literal label "
+                "(or is a lone '*' with a port: any host on that port)"
+            )
     port: int | None = None
     if port_text:
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:

@@ -10,17 +10,17 @@ text may start with whitespace) until the decisions are in.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from proxy.errors import ConfigError
+from proxy.gateway import ClientKey, parse_client_keys
 from proxy.levels import TraceFormat
 from proxy.review.gate import StreamGate, completion_held_calls, release_completion
 from proxy.review.hub import MemoryReviewHub, RedisReviewHub, ReviewHub
@@ -33,34 +33,11 @@ Send = Callable[[bytes], Awaitable[None]]
 KEEPALIVE = b": keep-alive\n\n"
 
 
-def named_keys(values: Sequence[str], default_prefix: str) -> dict[bytes, str]:
-    """`name:key` or bare `key` entries → {key: name}; a bare key is named `<prefix>-<n>`."""
-    out: dict[bytes, str] = {}
-    for n, value in enumerate(values, start=1):
-        name, sep, key = value.partition(":")
-        if not sep or not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
-            name, key = f"{default_prefix}-{n}", value
-        out[key.strip().encode()] = name
-    return out
-
-
-def match_key(given: str | None, keys: dict[bytes, str]) -> str | None:
-    """The name of the key `given` is, in constant time over all keys; None if none."""
-    if given is None:
-        return None
-    raw = given.encode()
-    found = None
-    for key, name in keys.items():
-        if hmac.compare_digest(raw, key):
-            found = name
-    return found
-
-
 @dataclass
 class ReviewService:
     policy: ReviewPolicy
     hub: ReviewHub
-    reviewers: dict[bytes, str]
+    reviewers: tuple[ClientKey, ...]
     timeout: float
     keepalive: float
 
@@ -69,7 +46,9 @@ class ReviewService:
         patterns = tuple(p for p in settings.review_tools if p)
         if not patterns:
             return None
-        reviewers = named_keys([k.get_secret_value() for k in settings.reviewer_keys], "reviewer")
+        reviewers = parse_client_keys(
+            (k.get_secret_value() for k in settings.reviewer_keys), "THINKPROXY_REVIEWER_KEYS"
+        )
         if not reviewers:
             raise ConfigError(
                 "THINKPROXY_REVIEW_TOOLS is set but THINKPROXY_REVIEWER_KEYS is empty: nobody could approve "
@@ -89,11 +68,19 @@ class ReviewService:
         )
 
     async def _decide_all(
-        self, calls: list[HeldCall], send: Send, alive: Callable[[], None]
+        self, calls: list[HeldCall], send: Send, alive: Callable[[], None], announce: bytes = b""
     ) -> dict[str, Decision]:
-        """Waits for every decision, sending a keep-alive every `keepalive` seconds meanwhile."""
-        waiting = asyncio.ensure_future(self.hub.wait(calls, self.timeout))
+        """Registers the calls, then sends `announce` (the review.request events, so a reviewer can
+        already see whatever the client is told about), then waits for every decision, sending a
+        keep-alive every `keepalive` seconds meanwhile."""
+        opened = asyncio.Event()
+        waiting = asyncio.ensure_future(self.hub.wait(calls, self.timeout, opened))
         try:
+            registered = asyncio.ensure_future(opened.wait())
+            await asyncio.wait([waiting, registered], return_when=asyncio.FIRST_COMPLETED)
+            registered.cancel()
+            if announce:
+                await send(announce)
             while True:
                 done, _ = await asyncio.wait([waiting], timeout=self.keepalive)
                 if done:
@@ -109,10 +96,7 @@ class ReviewService:
         self, gate: StreamGate, send: Send, alive: Callable[[], None], extra: dict[str, Any]
     ) -> list[tuple[HeldCall, Decision]]:
         calls = gate.held_calls(now=time.time(), timeout=self.timeout, extra=extra)
-        requests = gate.request_frames()
-        if requests:
-            await send(requests)
-        decisions = await self._decide_all(calls, send, alive)
+        decisions = await self._decide_all(calls, send, alive, gate.request_frames())
         await send(gate.release(decisions))
         return [(c, decisions[c.review_id]) for c in calls]
 
@@ -140,6 +124,14 @@ class ReviewService:
         decisions = await self._decide_all(calls, spaces, alive)
         await send(orjson.dumps(release_completion(parsed, calls, decisions, zh)))
         return [(c, decisions[c.review_id]) for c in calls]
+
+
+def audit_undecided(decided: list[tuple[HeldCall, Decision]]) -> None:
+    """Audit lines for the calls no reviewer decided (timed out, or the review service was down);
+    a reviewer's decision is audited where it was posted."""
+    for call, decision in decided:
+        if decision.reviewer is None:
+            audit(call, decision, 200)
 
 
 def audit(call: HeldCall, decision: Decision, status: int) -> None:
