@@ -25,14 +25,11 @@ from starlette.routing import Route
 
 from proxy import jsonio
 from proxy.access_log import AccessRecord, configure_logging, log_access
+from proxy.asgi import BODY_LEFT_UNREAD, read_body
 from proxy.console import Console
 from proxy.console.cors import CORSMiddleware
 from proxy.dialects import Dialect, ProvidersTable
-from proxy.errors import (
-    Forbidden,
-    PayloadTooLarge,
-    ProxyError,
-)
+from proxy.errors import Forbidden, ProxyError
 from proxy.gateway import GatewayAuth, parse_client_keys
 from proxy.jsonio import parse_chat_body
 from proxy.levels import (
@@ -57,6 +54,7 @@ from proxy.observe import Listener, build_trace, notify_end, start_observers, tr
 from proxy.reasoning import ReasoningOptions
 from proxy.relay import ChatContext, Relay, client_gone
 from proxy.replay_service import ReplayService
+from proxy.request_headers import refuse_control_header_look_alikes
 from proxy.review.api import ReviewAPI
 from proxy.review.service import ReviewService
 from proxy.rewrite import rewrite_body
@@ -74,8 +72,9 @@ from proxy.upstream import build_upstream, filter_headers
 from proxy.upstream_common import Upstream, UpstreamRequest
 from proxy.upstream_policy import UpstreamPolicy
 
-# Request headers never forwarded: the control headers, and what the HTTP client recomputes.
-DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length"}
+# Request headers never forwarded: the control headers, what the HTTP client recomputes, and
+# Expect (the server already answered 100-continue; upstream it could hold the body back).
+DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length", "expect"}
 # On chat completions the proxy must read the body, so it asks for it uncompressed.
 DROP_REQUEST_CHAT = DROP_REQUEST | {"accept-encoding"}
 
@@ -101,26 +100,9 @@ class Services:
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
     headers = dict(extra_headers)
+    if exc.status in BODY_LEFT_UNREAD:
+        headers["connection"] = "close"  # the edge discards the rest, then closes (proxy.edge)
     return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
-            f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes "
-            "(THINKPROXY_MAX_BODY_BYTES)."
-        )
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise PayloadTooLarge(
-                f"Request body exceeds the limit of {limit} bytes (THINKPROXY_MAX_BODY_BYTES)."
-            )
-        parts.append(part)
-    return b"".join(parts)
 
 
 def upstream_url(base_url: str, request: Request, model: str | None = None) -> str:
@@ -225,6 +207,7 @@ class Proxy:
         headers = request.headers
         record.client = s.gateway.authorize(headers.items())
         reject_repeated_controls(headers.items())
+        refuse_control_header_look_alikes(headers.keys())
         chosen = headers.get(UPSTREAM_HEADER)
         destination: Destination | None = None
         if chosen is not None:
@@ -233,7 +216,7 @@ class Proxy:
             await self._vet_dns(destination.base_url)
         elif s.routes is None:
             destination = Destination(s.policy.resolve(None))
-        body = await read_body(request, s.settings.max_body_bytes)
+        body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
         parsed = parse_chat_body(body) if chat else None
         if destination is None:  # the routes file decides, by the request's model
             assert s.routes is not None

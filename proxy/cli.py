@@ -29,7 +29,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.app import load_routes
     from proxy.console import AdminAccess
     from proxy.dialects import ProvidersTable
+    from proxy.edge import EdgeProtocol
     from proxy.gateway import GatewayAuth
+    from proxy.limits import EdgeLimits
+    from proxy.serving import raise_fd_limit
     from proxy.settings import Settings
     from proxy.tool_titles import load_tool_titles
     from proxy.upstream_policy import UpstreamPolicy
@@ -72,6 +75,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_json)
+    warning = raise_fd_limit(settings.max_client_connections + settings.max_upstream_connections + 64)
+    if warning is not None:
+        print(f"thinkproxy: warning: {warning}", file=sys.stderr)
     target = settings.upstream_base_url or "(X-Upstream-Base-URL, allow-listed)"
     if routes is not None:
         target = f"{len(routes.routes)} route(s) from {settings.routes_file}"
@@ -95,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=settings.port,
         workers=settings.workers,
         loop=settings.loop,
-        http="httptools",
+        http=EdgeProtocol.factory(EdgeLimits.from_settings(settings)),
         access_log=False,
         log_level=settings.log_level,
         timeout_graceful_shutdown=int(settings.shutdown_timeout),

@@ -73,6 +73,19 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
 
+    # -- server edge limits (per worker process; README "Limits at the client edge") ------------
+    max_header_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="request line + headers; 431 beyond"
+    )
+    max_header_count: int = Field(default=100, ge=8, description="request header lines; 431 beyond")
+    header_timeout: float = Field(
+        default=10.0, gt=0, description="from a request's first byte to its last header"
+    )
+    client_body_timeout: float = Field(
+        default=60.0, gt=0, description="to receive a whole request body; 408 beyond"
+    )
+    max_client_connections: int = Field(default=4096, ge=1, description="open client connections; 503 beyond")
+
     # -- shared state: the replay store (and the console feed across replicas) ------------------
     state: Literal["on", "off"] = Field(default="on", description="off disables the replay store")
     state_url: SecretStr | None = Field(

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from proxy.serving import BackgroundServer, bind_loopback
 from proxy.settings import Settings
 
 
@@ -28,3 +36,54 @@ class Recorder:
         request.read()
         self.requests.append(request)
         return self.respond(request)
+
+
+def start_serve(
+    mock: BackgroundServer, *args: str, ready_path: str = "/healthz", **env: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it
+    answers `ready_path` with 200, and fails the test (with the server's output) if it never does."""
+    sock = bind_loopback()
+    port = sock.getsockname()[1]
+    sock.close()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "serve", *args],
+        env={
+            **os.environ,
+            "THINKPROXY_UPSTREAM_BASE_URL": f"{mock.url}/deepseek/v1",
+            "THINKPROXY_PORT": str(port),
+            **env,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30.0
+    while server.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}{ready_path}", timeout=2).status_code == 200:
+                return server, base
+        except httpx.TransportError:
+            threading.Event().wait(0.05)
+    if server.poll() is None:
+        server.kill()
+    output = server.communicate(timeout=20)[0].decode(errors="replace")
+    pytest.fail(f"thinkproxy serve never answered {ready_path} with 200:\n{output}")
+
+
+def worker_pids(parent: int, count: int) -> list[int]:
+    """The pids of `thinkproxy serve`'s worker processes (its children running uvicorn workers)."""
+    deadline = time.monotonic() + 30.0
+    while True:
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(fields[1]) == parent and b"spawn_main" in cmdline:
+                found.append(int(stat.parent.name))
+        if len(found) >= count or time.monotonic() > deadline:
+            return sorted(found)
+        threading.Event().wait(0.05)

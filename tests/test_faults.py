@@ -7,8 +7,6 @@ import gzip
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -22,8 +20,8 @@ from starlette.routing import Route
 
 from proxy.app import create_app
 from proxy.mock import MockOptions, create_mock_app
-from proxy.serving import BackgroundServer, bind_loopback
-from tests.helpers import make_settings
+from proxy.serving import BackgroundServer
+from tests.helpers import make_settings, start_serve, worker_pids
 
 ASK = {"model": "deepseek-v4", "messages": [{"role": "user", "content": "Tell me about tides."}]}
 STREAM = {**ASK, "stream": True}
@@ -194,34 +192,6 @@ def test_no_key_in_logs_or_errors(mock: BackgroundServer, caplog: pytest.LogCapt
         assert s.encode() not in good.content
 
 
-def start_serve(
-    mock: BackgroundServer, *args: str, ready_path: str = "/healthz", **env: str
-) -> tuple[subprocess.Popen[bytes], str]:
-    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it answers."""
-    sock = bind_loopback()
-    port = sock.getsockname()[1]
-    sock.close()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", *args],
-        env={
-            **os.environ,
-            "THINKPROXY_UPSTREAM_BASE_URL": f"{mock.url}/deepseek/v1",
-            "THINKPROXY_PORT": str(port),
-            **env,
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{base}{ready_path}", timeout=0.5).status_code == 200:
-                break
-        except httpx.TransportError:
-            threading.Event().wait(0.05)
-    return server, base
-
-
 def test_sigterm_lets_in_flight_streams_finish(mock: BackgroundServer) -> None:
     server, base = start_serve(mock, THINKPROXY_SHUTDOWN_TIMEOUT="20")
     try:
@@ -268,14 +238,29 @@ def test_total_timeout_bounds_a_slow_but_steady_exchange(mock: BackgroundServer)
 
 
 def test_every_worker_writes_access_lines(mock: BackgroundServer) -> None:
+    """Each worker in turn is the only one running (the others are stopped with SIGSTOP), so the
+    request it answers can only be logged by it; the access line's pid says who wrote it."""
     server, base = start_serve(mock, "--workers", "2", ready_path="/v1/models")
+    answered: list[int] = []
     try:
-        for _ in range(4):  # fresh connections, so both workers are likely to answer some
-            assert httpx.get(f"{base}/v1/models", headers={"connection": "close"}).status_code == 200
+        workers = worker_pids(server.pid, 2)
+        assert len(workers) == 2
+        for worker in workers:
+            others = [w for w in workers if w != worker]
+            for other in others:
+                os.kill(other, signal.SIGSTOP)
+            try:
+                r = httpx.get(f"{base}/v1/models", headers={"connection": "close"}, timeout=30)
+                answered.append(r.status_code)
+            finally:
+                for other in others:
+                    os.kill(other, signal.SIGCONT)
     finally:
         server.send_signal(signal.SIGTERM)
-        output = server.communicate(timeout=20)[0].decode()
-    assert output.count("method=GET path=/v1/models status=200") >= 5
+        output = server.communicate(timeout=30)[0].decode()
+    assert answered == [200, 200]
+    for worker in workers:
+        assert f"pid={worker} method=GET path=/v1/models status=200" in output, output
 
 
 # -- hostile answers and odd requests, end to end ----------------------------------------------------
