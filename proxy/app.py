@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -23,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Send
 
+from proxy import paths
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
 from proxy.dialects import Dialect, ProvidersTable
@@ -110,12 +112,10 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def upstream_url(base_url: str, request: Request) -> str:
-    # The client talks to the proxy's /v1; the upstream base URL already ends in its own version
-    # prefix (/v1, /compatible-mode/v1, /api/paas/v4, …), so only the part after /v1 is appended.
-    path = request.url.path
-    suffix = path[3:] if path.startswith("/v1") else path
-    query = request.url.query
-    return f"{base_url}{suffix}" + (f"?{query}" if query else "")
+    """The upstream URL for this request, from its raw path and query (see proxy.paths)."""
+    scope = request.scope
+    raw_path = scope.get("raw_path") or quote(scope["path"]).encode("ascii")
+    return paths.upstream_url(base_url, raw_path, scope.get("query_string", b""))
 
 
 def thinking_headers(

@@ -12,6 +12,7 @@ import zlib
 from collections.abc import AsyncIterator
 
 import aiohttp
+import yarl
 
 from proxy.errors import UpstreamUnreachable
 from proxy.settings import Settings
@@ -111,7 +112,7 @@ class AiohttpUpstream(Upstream):
         try:
             response = await self._session.request(
                 request.method,
-                request.url,
+                yarl.URL(request.url, encoded=True),  # built by proxy.paths: as the client sent it
                 headers=request.headers,
                 data=request.content or None,
                 allow_redirects=False,

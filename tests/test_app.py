@@ -317,3 +317,61 @@ async def test_client_gone_while_sending_its_body_forwards_nothing() -> None:
     await app(scope, receive, send)
     assert rec.requests == []
     assert sent[0]["status"] == 499
+
+
+# ---- the upstream URL is built from the raw request path -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/..%2F..%2Fsecret%2Fmodels",
+        "/v1/%2e%2e/%2E%2e/secret/models",
+        "/v1/models/%2e%2e%2f%2e%2e%2fsecret",
+        "/v1/models/..%5c..%5csecret",
+        "/v1/%2e/models",
+    ],
+)
+async def test_a_path_that_would_leave_the_base_path_is_400_and_nothing_forwarded(
+    proxy_client, path: str
+) -> None:
+    rec = Recorder(lambda req: httpx.Response(200, json={"data": []}))
+    client = proxy_client(rec, upstream_base_url="https://host.example/tenant-a/v1")
+    r = await client.get(path)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "invalid_path" and "dot-segment" in err["message"]
+    assert rec.requests == []
+
+
+async def test_raw_path_and_query_are_forwarded_byte_for_byte(proxy_client) -> None:
+    rec = Recorder(lambda req: httpx.Response(200, json={"data": []}))
+    client = proxy_client(rec, upstream_base_url="https://host.example/tenant-a/v1")
+    r = await client.get("/v1/files/a%252Fb/%ff%c3/meta-llama%2FLlama-3?q=%7e&x=1+2&y=%ff")
+    assert r.status_code == 200
+    sent = rec.requests[0].url
+    assert sent.raw_path == b"/tenant-a/v1/files/a%252Fb/%ff%c3/meta-llama%2FLlama-3?q=%7e&x=1+2&y=%ff"
+
+
+async def _echo_raw_target(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """A loopback upstream that answers with the request target exactly as it arrived."""
+    if scope["type"] != "http":
+        return
+    target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": target})
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_both_upstream_clients_send_the_raw_path_and_query_unchanged(transport: str) -> None:
+    from proxy.app import create_app
+    from proxy.serving import BackgroundServer
+
+    with BackgroundServer(_echo_raw_target) as upstream:
+        app = create_app(make_settings(upstream_base_url=f"{upstream.url}/tenant-a/v1", http_transport=transport))
+        with BackgroundServer(app) as proxy:
+            r = httpx.get(f"{proxy.url}/v1/files/a%252Fb/%ff%c3/x%2Fy?q=%7e&x=1+2&y=%ff", timeout=10)
+            assert r.status_code == 200
+            assert r.content == b"/tenant-a/v1/files/a%252Fb/%ff%c3/x%2Fy?q=%7e&x=1+2&y=%ff"
+            r = httpx.get(f"{proxy.url}/v1/..%2F..%2Fsecret", timeout=10)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_path"
