@@ -368,7 +368,9 @@ def test_both_upstream_clients_send_the_raw_path_and_query_unchanged(transport: 
     from proxy.serving import BackgroundServer
 
     with BackgroundServer(_echo_raw_target) as upstream:
-        app = create_app(make_settings(upstream_base_url=f"{upstream.url}/tenant-a/v1", http_transport=transport))
+        app = create_app(
+            make_settings(upstream_base_url=f"{upstream.url}/tenant-a/v1", http_transport=transport)
+        )
         with BackgroundServer(app) as proxy:
             r = httpx.get(f"{proxy.url}/v1/files/a%252Fb/%ff%c3/x%2Fy?q=%7e&x=1+2&y=%ff", timeout=10)
             assert r.status_code == 200
