@@ -28,7 +28,8 @@ from proxy import paths
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import ClientWatch, DeadlineExceeded, RelayResponse, UpstreamStalled, body_piece
 from proxy.dialects import Dialect, ProvidersTable
-from proxy.errors import BadRequest, Forbidden, PayloadTooLarge, ProxyError, UpstreamTimeout
+from proxy.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
+from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, UpstreamTimeout
 from proxy.gateway import GatewayAuth
 from proxy.levels import (
     CONTROL_HEADERS,
@@ -85,6 +86,7 @@ class Services:
     upstream: Upstream
     policy: UpstreamPolicy
     gateway: GatewayAuth
+    guard: ConnectGuard
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -168,7 +170,7 @@ class Proxy:
         chosen = headers.get(UPSTREAM_HEADER)
         base_url = s.policy.resolve(chosen)
         if chosen is not None:
-            await self._vet_dns(base_url)
+            await s.guard.precheck(base_url)  # (only through an egress proxy; else vetted at connect)
         upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
         body = await read_body(request, s.settings.max_body_bytes)
         if not chat:
@@ -177,6 +179,7 @@ class Proxy:
                 upstream_url(base_url, request),
                 filter_headers(upstream_headers, DROP_REQUEST),
                 body,
+                client_chosen=chosen is not None,
             )
             return await self._watched(request, req, record, started, [], None)
 
@@ -205,6 +208,7 @@ class Proxy:
             upstream_url(base_url, request),
             [*filter_headers(upstream_headers, DROP_REQUEST_CHAT), ("accept-encoding", "identity")],
             content,
+            client_chosen=chosen is not None,
         )
         reasoning = ReasoningOptions(
             tags=tuple(dialect.reasoning.tags),
@@ -245,15 +249,6 @@ class Proxy:
         if not isinstance(response, RelayResponse):
             watch.close()
         return response
-
-    async def _vet_dns(self, base_url: str) -> None:
-        host = self.s.policy.host_to_vet(base_url)
-        if host is not None and await self.s.upstream.resolves_to_sensitive(host):
-            raise Forbidden(
-                f"Upstream host {host!r} resolves to a loopback, link-local or metadata address; "
-                "name it exactly in THINKPROXY_ALLOWED_UPSTREAMS if that is intended.",
-                param="X-Upstream-Base-URL",
-            )
 
     async def _relay(
         self,
@@ -477,14 +472,17 @@ def create_app(
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     table: ProvidersTable | None = None,
+    resolve: Resolve | None = None,
 ) -> Starlette:
-    """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport."""
+    """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport, `resolve` a
+    name resolver (so no test depends on the machine's DNS)."""
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
     gateway = GatewayAuth.from_settings(settings)
-    upstream = build_upstream(settings, transport)
-    services = Services(settings, table, upstream, policy, gateway)
+    guard = ConnectGuard(policy, resolve or system_resolve, EgressProxy.from_settings(settings))
+    upstream = build_upstream(settings, transport, guard)
+    services = Services(settings, table, upstream, policy, gateway, guard)
     proxy = Proxy(services)
 
     @asynccontextmanager

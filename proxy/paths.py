@@ -30,6 +30,11 @@ def _escape(raw: bytes) -> str:
     return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw)
 
 
+def escape(text: str) -> str:
+    """`text` with every byte that cannot travel in a URL percent-encoded (UTF-8); escapes kept."""
+    return _escape(text.encode("utf-8", "surrogateescape"))
+
+
 def dot_segment(raw_segment: str) -> bool:
     """Whether one raw path segment could be read as `.` or `..` by a server that decodes
     percent-escapes once, splits on encoded slashes or backslashes, or drops `;parameters`."""

@@ -11,8 +11,6 @@ redirect following, no default User-Agent or Accept-Encoding of its own.
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -21,9 +19,9 @@ from urllib.parse import urlsplit
 import aiohttp
 import httpx
 
+from proxy.egress import CLIENT_CHOSEN, ConnectGuard, EgressTransport, refusal
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
 from proxy.settings import Settings
-from proxy.upstream_policy import host_is_sensitive
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus the ones the proxy recomputes itself.
 HOP_BY_HOP = frozenset(
@@ -64,6 +62,7 @@ class UpstreamRequest:
     url: str
     headers: list[tuple[str, str]]
     content: bytes
+    client_chosen: bool = False  # X-Upstream-Base-URL: connect through the vetted pool (proxy.egress)
 
 
 class UpstreamResponse(ABC):
@@ -94,30 +93,6 @@ class UpstreamResponse(ABC):
 
 class Upstream(ABC):
     """Sends requests to the upstream; one per app, closed on shutdown."""
-
-    DNS_VERDICT_TTL_S = 60.0
-
-    def __init__(self) -> None:
-        self._dns_verdicts: dict[str, tuple[float, bool]] = {}
-
-    async def resolves_to_sensitive(self, host: str) -> bool:
-        """Whether `host` resolves to a loopback, link-local or metadata address (cached briefly).
-
-        A name that does not resolve is left to the connection attempt (which then gives 502)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        cached = self._dns_verdicts.get(host)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        try:
-            infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-        except OSError:
-            return False
-        verdict = any(host_is_sensitive(str(info[4][0])) for info in infos)
-        if len(self._dns_verdicts) > 1024:
-            self._dns_verdicts.clear()
-        self._dns_verdicts[host] = (now + self.DNS_VERDICT_TTL_S, verdict)
-        return verdict
 
     @abstractmethod
     async def open(self, request: UpstreamRequest) -> UpstreamResponse:
@@ -166,7 +141,7 @@ class HttpxUpstream(Upstream):
             request.url,
             headers=request.headers,
             content=request.content,
-            extensions={"timeout": self._timeout},
+            extensions={"timeout": self._timeout, CLIENT_CHOSEN: request.client_chosen},
         )
         try:
             response = await self.transport.handle_async_request(req)
@@ -179,19 +154,29 @@ class HttpxUpstream(Upstream):
         await self.transport.aclose()
 
 
-def build_upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Upstream:
-    """The upstream client the settings ask for; an injected httpx transport (tests) wins."""
+def build_upstream(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None = None, guard: ConnectGuard | None = None
+) -> Upstream:
+    """The upstream client the settings ask for; an injected httpx transport (tests) wins. `guard`
+    resolves names and vets client-chosen hosts at connect time (proxy.egress)."""
+    if guard is None:
+        from proxy.egress import EgressProxy
+        from proxy.upstream_policy import UpstreamPolicy
+
+        guard = ConnectGuard(
+            UpstreamPolicy.from_settings(settings), egress=EgressProxy.from_settings(settings)
+        )
     if transport is None and settings.http_transport == "aiohttp":
         from proxy.upstream_aiohttp import AiohttpUpstream
 
-        return AiohttpUpstream(settings)
+        return AiohttpUpstream(settings, guard)
     if transport is None:
         limits = httpx.Limits(
             max_connections=settings.max_upstream_connections,
             max_keepalive_connections=min(settings.max_upstream_connections, 200),
             keepalive_expiry=30.0,
         )
-        transport = httpx.AsyncHTTPTransport(limits=limits)
+        transport = EgressTransport(guard, limits)
     return HttpxUpstream(transport, settings)
 
 
@@ -218,6 +203,9 @@ def read_timeout_error(url: str) -> UpstreamTimeout:
 
 def translate_error(exc: Exception, url: str) -> ProxyError:
     """The one place transport exceptions become the proxy's errors (502 / 504)."""
+    refused = refusal(exc)  # proxy.egress refused the connection: a 403, not an upstream fault
+    if refused is not None:
+        return refused
     where = describe_upstream(url)
     timeout = _timeout_phase(exc)
     if timeout is not None:
