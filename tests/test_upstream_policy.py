@@ -91,7 +91,7 @@ def test_bad_pattern_is_a_startup_error() -> None:
 
     from proxy.errors import ConfigError
 
-    with _pytest.raises(ConfigError, match="THINKPROXY_ALLOWED_UPSTREAMS: .*port 'http'"):
+    with _pytest.raises(ConfigError, match=r"THINKPROXY_ALLOWED_UPSTREAMS: .*port 'http'"):
         parse_allowed("api.example.com:http")
 
 
