@@ -22,6 +22,7 @@ import httpx
 from proxy.egress import CLIENT_CHOSEN, ConnectGuard, EgressTransport, refusal
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
 from proxy.settings import Settings
+from proxy.url_patterns import scrub_urls
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus the ones the proxy recomputes itself.
 HOP_BY_HOP = frozenset(
@@ -211,7 +212,7 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
     if timeout is not None:
         return UpstreamTimeout(f"Upstream {where} timed out while {timeout}.")
     if isinstance(exc, httpx.ConnectError | aiohttp.ClientConnectorError):
-        detail = str(getattr(exc, "os_error", None) or exc) or type(exc).__name__
+        detail = scrub_urls(str(getattr(exc, "os_error", None) or exc)) or type(exc).__name__
         return UpstreamUnreachable(f"Could not connect to upstream {where}: {detail}")
     if isinstance(
         exc,
@@ -227,7 +228,7 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
             f"Upstream {where} closed the connection before the response was complete.",
             code="upstream_protocol_error",
         )
-    detail = str(exc) or type(exc).__name__
+    detail = scrub_urls(str(exc)) or type(exc).__name__  # (aiohttp's messages may quote URLs)
     return UpstreamUnreachable(f"Upstream {where} failed: {detail}")
 
 

@@ -29,6 +29,17 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?$")
 
 
+# A URL inside free text (an HTTP client's error message): its credentials and query are cut.
+_URL_IN_TEXT = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#@'\"]*@)?(?P<rest>[^\s?#'\"]*)(?:[?#][^\s'\"]*)?"
+)
+
+
+def scrub_urls(text: str) -> str:
+    """`text` with every URL in it stripped of userinfo, query and fragment (which may hold keys)."""
+    return _URL_IN_TEXT.sub(lambda m: m["scheme"] + m["rest"], text)
+
+
 def canonical_host(host: str) -> str:
     """The host as a resolver will see it: IDNA-mapped (full-width letters and dots folded),
     lower-cased, without brackets or a trailing dot, IPv6 compressed; so `ｌｏｃａｌｈｏｓｔ`,
