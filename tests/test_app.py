@@ -430,3 +430,16 @@ def test_chosen_names_are_vetted_at_connect_with_the_injected_resolver(transport
             # No separate lookup before the connection: one resolution per connection made.
             assert dns.calls.count("rebind.example.com") == 1
             assert dns.calls.count("nxdomain.example.com") == 1
+
+
+async def test_an_upstream_error_never_quotes_a_query_or_credentials(proxy_client) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        # HTTP clients like to quote the URL they failed on, query and all.
+        raise httpx.ConnectError(f"cannot reach http://user:pw@proxy.corp:3128 for {request.url}")
+
+    client = proxy_client(refuse)
+    r = await client.get("/v1/models?api_key=sk-client-secret")
+    assert r.status_code == 502
+    message = r.json()["error"]["message"]
+    assert "sk-client-secret" not in message and "user:pw" not in message
+    assert "https://api.deepseek.com" in message
