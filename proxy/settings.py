@@ -1,4 +1,5 @@
-"""Process settings, read once from `THINKPROXY_*` environment variables (and an optional .env).
+"""Process settings, read once from `THINKPROXY_*` environment variables and, for any not set
+there, from a `.env` file in the working directory if one exists (documented in the README).
 
 Built in the app factory / CLI and passed down; nothing reads the environment after start-up.
 """
