@@ -48,7 +48,8 @@ CLIENT_CHOSEN = "thinkproxy.client_chosen"  # httpx request extension: this requ
 
 async def system_resolve(host: str, port: int) -> list[str]:
     """The machine's resolver (getaddrinfo in a thread, as aiohttp's default resolver does)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
