@@ -20,13 +20,18 @@ from proxy.errors import BadRequest
 
 # Bytes kept as they are in a forwarded path or query; everything else (spaces, controls, raw
 # non-ASCII) is percent-encoded, byte by byte, so the upstream receives exactly the same bytes.
-_SAFE = frozenset(b"!$&'()*+,-./0123456789:;=@ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~%?")
-# Inside a segment, a decoded '/' or '\' (many servers treat '\' as '/') splits it further, and
-# ';' starts path parameters that some servers drop before resolving dot-segments ("..;/").
-_SUBSEGMENT = re.compile(r"[/\\]")
+_SAFE_CHARS = "!$&'()*+,-./0123456789:;=@ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~%?"
+_SAFE = frozenset(_SAFE_CHARS.encode("ascii"))
+_UNSAFE = re.compile(b"[^" + re.escape(_SAFE_CHARS.encode("ascii")) + b"]")
+# A "." or ".." segment once percent-escapes are decoded, where a decoded '/' or '\' (many servers
+# treat '\' as '/') also separates segments, and ';' starts path parameters that some servers
+# drop before resolving dot-segments ("..;/").
+_DOT_SEGMENT = re.compile(r"(?:^|[/\\])\.\.?(?:[;/\\]|$)")
 
 
 def _escape(raw: bytes) -> str:
+    if _UNSAFE.search(raw) is None:  # the usual case: nothing to escape
+        return raw.decode("ascii")
     return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw)
 
 
@@ -35,17 +40,12 @@ def escape(text: str) -> str:
     return _escape(text.encode("utf-8", "surrogateescape"))
 
 
-def dot_segment(raw_segment: str) -> bool:
-    """Whether one raw path segment could be read as `.` or `..` by a server that decodes
-    percent-escapes once, splits on encoded slashes or backslashes, or drops `;parameters`."""
-    for part in _SUBSEGMENT.split(unquote(raw_segment, errors="surrogateescape")):
-        if part.split(";", 1)[0] in (".", ".."):
-            return True
-    return False
-
-
 def has_dot_segment(raw_path: str) -> bool:
-    return any(dot_segment(segment) for segment in raw_path.split("/"))
+    """Whether a raw path has a segment that a server decoding percent-escapes once, splitting on
+    encoded slashes or backslashes, or dropping `;parameters`, could read as `.` or `..`."""
+    if "." not in raw_path and "%" not in raw_path:  # the usual case, decided without decoding
+        return False
+    return _DOT_SEGMENT.search(unquote(raw_path, errors="surrogateescape")) is not None
 
 
 def client_path(raw_path: bytes) -> str:
@@ -53,16 +53,18 @@ def client_path(raw_path: bytes) -> str:
     travel in a URL); `BadRequest` when a segment is a dot-segment in any spelling."""
     # (Some ASGI servers and test transports leave the query string in raw_path.)
     path = _escape(raw_path.split(b"?", 1)[0])
-    segments = path.split("/")
-    if any(dot_segment(segment) for segment in segments):
+    if has_dot_segment(path):
         raise BadRequest(
             "The request path contains a dot-segment ('.' or '..', possibly percent-encoded or "
             "behind an encoded '/' or '\\'); the proxy does not forward paths that could leave the "
             "upstream base path. Send the path without them.",
             code="invalid_path",
         )
-    # segments[0] is the empty string before the leading '/'; segments[1] is 'v1' in some spelling
-    # (the route matched the decoded path), possibly percent-encoded.
+    # segments[0] is the empty string before the leading '/'; segments[1] is 'v1' (the route
+    # matched the decoded path), possibly percent-encoded.
+    if path.startswith("/v1/"):
+        return path[3:]
+    segments = path.split("/")
     if len(segments) > 1 and unquote(segments[1]) == "v1":
         rest = segments[2:]
         return "/" + "/".join(rest) if rest else ""
