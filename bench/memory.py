@@ -6,7 +6,7 @@ so every stream stays open — with data in flight — for the whole measurement
 target's process tree, from /proc/<pid>/statm) is sampled every 200 ms; the peak is reported
 with the idle RSS before and the RSS once all clients have gone. Bounded: ~30 s in all.
 
-  /work/venv/bin/python bench/memory.py                     # thinkproxy-aiohttp, 1,000 streams
+  /work/venv/bin/python bench/memory.py                     # thinkproxy (defaults), 1,000 streams
   /work/venv/bin/python bench/memory.py --target baseline-aiohttp   # the same for a baseline
 
 Needs about 2 file descriptors per stream in the target and 1 here: the soft RLIMIT_NOFILE is
@@ -125,7 +125,7 @@ async def drive(port: int, pid: int, streams: int, hold: float, read_bytes: int,
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default="thinkproxy-aiohttp", choices=servers.TARGET_NAMES)
+    p.add_argument("--target", default="thinkproxy", choices=servers.TARGET_NAMES)
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=22.0, help="how long the streams are held open")
     p.add_argument("--interval-ms", type=float, default=150.0, help="upstream: one event every …")

@@ -1,8 +1,9 @@
 """Start the bench's servers: the fake upstream and the targets (baselines, thinkproxy).
 
-Targets run under uvicorn with uvloop + httptools and no access log (thinkproxy through its own
-`thinkproxy serve`, configured only by THINKPROXY_* variables). Each gets a free port on
-127.0.0.1 and is pinned to `core` with taskset when given.
+Baselines run under uvicorn with uvloop + httptools and no access log. thinkproxy runs through its
+own `thinkproxy serve`, configured only by THINKPROXY_* variables, with the defaults a user gets
+(access log on, written to its log file) unless a variant turns something off. Each gets a free
+port on 127.0.0.1 and is pinned to `core` with taskset when given.
 """
 
 from __future__ import annotations
@@ -13,7 +14,22 @@ from pathlib import Path
 
 from common import BENCH_DIR, Processes, free_port, pin_argv, python, wait_listening
 
-TARGET_NAMES = ["baseline-aiohttp", "baseline-httpx", "thinkproxy-aiohttp", "thinkproxy-httpx"]
+# thinkproxy as users run it (`thinkproxy`: every default — access log, brief trace, metrics,
+# replay store) and variants, each turning one thing off, to show what that thing costs.
+THINKPROXY_VARIANTS: dict[str, dict[str, str]] = {
+    "thinkproxy": {},
+    "thinkproxy-nolog": {"THINKPROXY_LOG_LEVEL": "warning"},
+    "thinkproxy-nometrics": {"THINKPROXY_METRICS": "false"},
+    "thinkproxy-nostate": {"THINKPROXY_STATE": "off"},
+    "thinkproxy-quiet": {
+        "THINKPROXY_LOG_LEVEL": "warning",
+        "THINKPROXY_METRICS": "false",
+        "THINKPROXY_STATE": "off",
+        "THINKPROXY_TRACE": "off",
+    },
+    "thinkproxy-httpx": {"THINKPROXY_HTTP_TRANSPORT": "httpx"},
+}
+TARGET_NAMES = ["baseline-aiohttp", "baseline-httpx", *THINKPROXY_VARIANTS]
 
 
 def thinkproxy_command() -> list[str] | None:
@@ -62,15 +78,13 @@ def target_argv(
         argv += ["--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools"]
         argv += ["--no-access-log", "--log-level", "warning"]
         return argv, env
-    if name.startswith("thinkproxy-") and proxy_cmd is not None:
+    if name in THINKPROXY_VARIANTS and proxy_cmd is not None:
         env.update(
             THINKPROXY_UPSTREAM_BASE_URL=f"http://127.0.0.1:{upstream_port}/v1",
             THINKPROXY_HOST="127.0.0.1",
             THINKPROXY_PORT=str(port),
-            THINKPROXY_TRACE="brief",
-            THINKPROXY_HTTP_TRANSPORT=name.split("-", 1)[1],
-            THINKPROXY_LOG_LEVEL="warning",
         )
+        env.update(THINKPROXY_VARIANTS[name])
         if level is not None:
             env["THINKPROXY_DEFAULT_THINKING_LEVEL"] = level
         return list(proxy_cmd), env
@@ -81,7 +95,7 @@ def start_targets(
     procs: Processes, names: list[str], upstream_port: int, core: int | None, level: str | None
 ) -> dict[str, tuple[int, int]]:
     """Start the named targets side by side; {name: (port, pid)} of those that came up."""
-    proxy_cmd = thinkproxy_command() if any(n.startswith("thinkproxy-") for n in names) else None
+    proxy_cmd = thinkproxy_command() if any(n in THINKPROXY_VARIANTS for n in names) else None
     workdir = BENCH_DIR / "results" / "cwd"  # an empty working directory: no stray .env gets picked up
     workdir.mkdir(parents=True, exist_ok=True)
     started: list[tuple[str, int, subprocess.Popen[bytes]]] = []

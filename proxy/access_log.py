@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from proxy.observe import RequestObserver
 
 logger = logging.getLogger("thinkproxy.access")
 
@@ -22,6 +26,17 @@ class AccessRecord:
     bytes_out: int = 0
     error: str | None = None
     response_headers: list[tuple[str, str]] = field(default_factory=list)
+    # What listeners (proxy.observe) read at the end of a request; the access line shows only some.
+    route: str = "passthrough"  # "chat" or "passthrough"
+    model: str | None = None  # the request's model, as the client sent it
+    level_requested: str | None = None
+    thinking_method: str | None = None  # "params" or "prompt" when a level was applied
+    stream: bool = False
+    # Extra headers for the upstream request (e.g. an observer's traceparent).
+    forward_headers: list[tuple[str, str]] = field(default_factory=list)
+    observers: list[RequestObserver] = field(default_factory=list)
+    # Free-form facts a capability records for its own observers (never logged).
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def log_access(record: AccessRecord, started: float) -> None:

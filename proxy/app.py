@@ -40,13 +40,13 @@ from proxy.levels import (
     UPSTREAM_HEADER,
     Level,
     ReasoningVisibility,
-    TraceMode,
     parse_level,
     parse_reasoning_visibility,
     parse_trace_format,
     parse_trace_mode,
     prefers_chinese,
 )
+from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.pipeline import StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.rewrite import rewrite_body
@@ -87,6 +87,8 @@ class Services:
     policy: UpstreamPolicy
     gateway: GatewayAuth
     guard: ConnectGuard
+    # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
+    listeners: tuple[Listener, ...] = ()
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -139,7 +141,13 @@ class Proxy:
 
     def __init__(self, services: Services) -> None:
         self.s = services
-        self.log = log_access
+        self.log = self._log_and_notify
+
+    def _log_and_notify(self, record: AccessRecord, started: float) -> None:
+        """Every request ends here exactly once: its access line, then its observers."""
+        log_access(record, started)
+        if record.observers:
+            notify_end(record, (time.perf_counter() - started) * 1000.0)
 
     async def healthz(self, request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
@@ -152,7 +160,11 @@ class Proxy:
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         started = time.perf_counter()
-        record = AccessRecord(method=request.method, path=request.url.path)
+        record = AccessRecord(
+            method=request.method, path=request.url.path, route="chat" if chat else "passthrough"
+        )
+        if self.s.listeners:
+            record.observers = start_observers(self.s.listeners, record, request.headers.items())
         try:
             return await self._proxy(request, chat, started, record)
         except ClientDisconnect:  # gone while still sending its body: nothing was forwarded
@@ -172,6 +184,8 @@ class Proxy:
         if chosen is not None:
             await s.guard.precheck(base_url)  # (only through an egress proxy; else vetted at connect)
         upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
+        if record.forward_headers:
+            upstream_headers += record.forward_headers
         body = await read_body(request, s.settings.max_body_bytes)
         if not chat:
             req = UpstreamRequest(
@@ -191,6 +205,9 @@ class Proxy:
         )
         parsed = parse_chat_body(body)
         model = parsed.get("model")
+        record.model = model if isinstance(model, str) else None
+        record.stream = parsed.get("stream") is True
+        record.level_requested = level.value if level is not None else None
         dialect = s.table.match(base_url, model if isinstance(model, str) else None)
         zh = prefers_chinese(headers.get("accept-language"))
         method: str | None = None
@@ -202,6 +219,7 @@ class Proxy:
             content = orjson.dumps(result.body)
         extra = thinking_headers(dialect, applied, method)
         record.provider, record.level = dialect.name, applied.value if applied else "none"
+        record.thinking_method = method if applied else None
         record.response_headers = extra
         req = UpstreamRequest(
             "POST",
@@ -216,16 +234,13 @@ class Proxy:
             output_field=s.settings.reasoning_field,
             hide=visibility is ReasoningVisibility.HIDE,
         )
-        trace = (
-            None
-            if trace_mode is TraceMode.OFF
-            else TraceBuilder(
-                mode=trace_mode,
-                zh=zh,
-                level=applied.value if applied else "none",
-                provider=dialect.name,
-                method=method if applied else None,
-            )
+        trace = build_trace(
+            trace_mode,
+            trace_tap(record.observers),
+            zh=zh,
+            level=applied.value if applied else "none",
+            provider=dialect.name,
+            method=method if applied else None,
         )
         chat_context = ChatContext(parsed, reasoning, trace, trace_format)
         return await self._watched(request, req, record, started, extra, chat_context)
@@ -472,17 +487,19 @@ def create_app(
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     table: ProvidersTable | None = None,
+    listeners: Sequence[Listener] = (),
     resolve: Resolve | None = None,
 ) -> Starlette:
-    """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport, `resolve` a
-    name resolver (so no test depends on the machine's DNS)."""
+    """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport; `listeners`
+    adds observers (proxy.observe) to those the settings turn on; `resolve` is the name resolver
+    (tests inject one, so none depends on the machine's DNS)."""
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
     gateway = GatewayAuth.from_settings(settings)
     guard = ConnectGuard(policy, resolve or system_resolve, EgressProxy.from_settings(settings))
     upstream = build_upstream(settings, transport, guard)
-    services = Services(settings, table, upstream, policy, gateway, guard)
+    services = Services(settings, table, upstream, policy, gateway, guard, tuple(listeners))
     proxy = Proxy(services)
 
     @asynccontextmanager

@@ -63,7 +63,47 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
 
-    @field_validator("allowed_upstreams", "client_keys", mode="before")
+    # -- shared state: the replay store (and the console feed across replicas) ------------------
+    state: Literal["on", "off"] = Field(default="on", description="off disables the replay store")
+    state_url: SecretStr | None = Field(
+        default=None, description="redis://… to share state between replicas; unset = in this process"
+    )
+    state_ttl: float = Field(default=3600.0, gt=0, description="seconds a remembered turn is kept")
+
+    # -- observability --------------------------------------------------------------------------
+    metrics: bool = Field(default=True, description="serve GET /metrics (Prometheus text)")
+    metrics_max_models: int = Field(default=100, ge=1, description="distinct model labels, the rest 'other'")
+
+    # -- console --------------------------------------------------------------------------------
+    ui: bool = Field(default=False, description="serve the web console at /ui")
+    admin_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Bearer keys for /thinkproxy/* in gateway mode"
+    )
+    cors_origins: CommaList = Field(
+        default_factory=list, description="browser origins allowed to call the API"
+    )
+
+    # -- human review of tool calls ---------------------------------------------------------------
+    review_tools: CommaList = Field(
+        default_factory=list, description="globs of tool names held for a reviewer, e.g. send_email,delete_*"
+    )
+    reviewer_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Bearer keys (name:key or key) that may decide held calls"
+    )
+    review_timeout: float = Field(default=300.0, gt=0, description="seconds a held call waits for a decision")
+    review_keepalive: float = Field(
+        default=10.0, gt=0, description="seconds between keep-alives sent while a held call waits"
+    )
+
+    @field_validator(
+        "allowed_upstreams",
+        "client_keys",
+        "admin_keys",
+        "cors_origins",
+        "review_tools",
+        "reviewer_keys",
+        mode="before",
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         """Lists come from the environment as comma-separated text."""
@@ -71,7 +111,7 @@ class Settings(BaseSettings):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
-    # ---- upstream URLs and egress -----------------------------------------------------------
+    # -- upstream URLs and egress ---------------------------------------------------------------
     # The configured base URL is checked once here: no credentials or query (they would be printed
     # in the start-up line and in errors, and a query breaks every URL built on it), no
     # dot-segments; its path is escaped the way proxy.paths escapes forwarded paths.

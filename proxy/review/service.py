@@ -1,0 +1,159 @@
+"""The review gate at the edge: settings → policy and hub, waiting with keep-alives, the audit line.
+
+`ReviewService` exists only when `THINKPROXY_REVIEW_TOOLS` is set. The relay asks it for a
+`StreamGate` per streamed chat response and, when the gate holds calls at the end of the stream,
+calls `settle_stream`; a non-stream response with a held call is answered by
+`completion_producer`, which keeps the connection alive with JSON-insignificant spaces (a JSON
+text may start with whitespace) until the decisions are in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.errors import ConfigError
+from proxy.levels import TraceFormat
+from proxy.review.gate import StreamGate, completion_held_calls, release_completion
+from proxy.review.hub import MemoryReviewHub, RedisReviewHub, ReviewHub
+from proxy.review.policy import Decision, HeldCall, ReviewPolicy
+from proxy.settings import Settings
+
+access = logging.getLogger("thinkproxy.access")
+
+Send = Callable[[bytes], Awaitable[None]]
+KEEPALIVE = b": keep-alive\n\n"
+
+
+def named_keys(values: Sequence[str], default_prefix: str) -> dict[bytes, str]:
+    """`name:key` or bare `key` entries → {key: name}; a bare key is named `<prefix>-<n>`."""
+    out: dict[bytes, str] = {}
+    for n, value in enumerate(values, start=1):
+        name, sep, key = value.partition(":")
+        if not sep or not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            name, key = f"{default_prefix}-{n}", value
+        out[key.strip().encode()] = name
+    return out
+
+
+def match_key(given: str | None, keys: dict[bytes, str]) -> str | None:
+    """The name of the key `given` is, in constant time over all keys; None if none."""
+    if given is None:
+        return None
+    raw = given.encode()
+    found = None
+    for key, name in keys.items():
+        if hmac.compare_digest(raw, key):
+            found = name
+    return found
+
+
+@dataclass
+class ReviewService:
+    policy: ReviewPolicy
+    hub: ReviewHub
+    reviewers: dict[bytes, str]
+    timeout: float
+    keepalive: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReviewService | None:
+        patterns = tuple(p for p in settings.review_tools if p)
+        if not patterns:
+            return None
+        reviewers = named_keys([k.get_secret_value() for k in settings.reviewer_keys], "reviewer")
+        if not reviewers:
+            raise ConfigError(
+                "THINKPROXY_REVIEW_TOOLS is set but THINKPROXY_REVIEWER_KEYS is empty: nobody could approve "
+                "a held call. Set THINKPROXY_REVIEWER_KEYS (comma-separated, optionally name:key)."
+            )
+        url = settings.state_url.get_secret_value() if settings.state_url is not None else None
+        hub: ReviewHub = RedisReviewHub(url) if url and settings.state != "off" else MemoryReviewHub()
+        return cls(ReviewPolicy(patterns), hub, reviewers, settings.review_timeout, settings.review_keepalive)
+
+    @staticmethod
+    def new_id() -> str:
+        return "rv_" + secrets.token_urlsafe(12)
+
+    def stream_gate(self, trace_format: TraceFormat | None, zh: bool, max_event_bytes: int) -> StreamGate:
+        return StreamGate(
+            self.policy, new_id=self.new_id, trace_format=trace_format, zh=zh, max_event_bytes=max_event_bytes
+        )
+
+    async def _decide_all(
+        self, calls: list[HeldCall], send: Send, alive: Callable[[], None]
+    ) -> dict[str, Decision]:
+        """Waits for every decision, sending a keep-alive every `keepalive` seconds meanwhile."""
+        waiting = asyncio.ensure_future(self.hub.wait(calls, self.timeout))
+        try:
+            while True:
+                done, _ = await asyncio.wait([waiting], timeout=self.keepalive)
+                if done:
+                    return waiting.result()
+                alive()
+                await send(KEEPALIVE)
+        finally:
+            if not waiting.done():
+                waiting.cancel()  # the client left: its reviews are withdrawn
+                await asyncio.gather(waiting, return_exceptions=True)
+
+    async def settle_stream(
+        self, gate: StreamGate, send: Send, alive: Callable[[], None], extra: dict[str, Any]
+    ) -> list[tuple[HeldCall, Decision]]:
+        calls = gate.held_calls(now=time.time(), timeout=self.timeout, extra=extra)
+        requests = gate.request_frames()
+        if requests:
+            await send(requests)
+        decisions = await self._decide_all(calls, send, alive)
+        await send(gate.release(decisions))
+        return [(c, decisions[c.review_id]) for c in calls]
+
+    def held_in_completion(
+        self, body: bytes, extra: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[HeldCall]] | None:
+        """A non-stream answer's calls to hold, or None when it has none (or is not JSON)."""
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        calls = completion_held_calls(
+            parsed, self.policy, new_id=self.new_id, now=time.time(), timeout=self.timeout, extra=extra
+        )
+        return (parsed, calls) if calls else None
+
+    async def settle_completion(
+        self, parsed: dict[str, Any], calls: list[HeldCall], zh: bool, send: Send, alive: Callable[[], None]
+    ) -> list[tuple[HeldCall, Decision]]:
+        async def spaces(_: bytes) -> None:
+            await send(b" ")  # JSON may start with whitespace: keeps the connection alive
+
+        decisions = await self._decide_all(calls, spaces, alive)
+        await send(orjson.dumps(release_completion(parsed, calls, decisions, zh)))
+        return [(c, decisions[c.review_id]) for c in calls]
+
+
+def audit(call: HeldCall, decision: Decision, status: int) -> None:
+    """One access-log line per decision: who decided what about which call — never its arguments."""
+    access.info(
+        "review",
+        extra={
+            "access": {
+                "event": "review.decision",
+                "review_id": call.review_id,
+                "tool": call.tool,
+                "decision": decision.verdict.value,
+                "reviewer": decision.reviewer,
+                "status": status,
+            }
+        },
+    )
