@@ -186,7 +186,8 @@ def describe_upstream(url: str) -> str:
     try:
         parts = urlsplit(url)
         port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{parts.hostname}{port}"
+        host = parts.hostname or ""
+        return f"{parts.scheme}://{f'[{host}]' if ':' in host else host}{port}"
     except ValueError:
         return "(invalid URL)"
 

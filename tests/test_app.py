@@ -443,3 +443,17 @@ async def test_an_upstream_error_never_quotes_a_query_or_credentials(proxy_clien
     message = r.json()["error"]["message"]
     assert "sk-client-secret" not in message and "user:pw" not in message
     assert "https://api.deepseek.com" in message
+
+
+@pytest.mark.parametrize(
+    ("url", "described"),
+    [
+        ("http://user:pw@host.example:8080/v1/models?key=sk-1#f", "http://host.example:8080"),
+        ("http://[::1]:11434/v1", "http://[::1]:11434"),
+        ("https://api.deepseek.com/v1", "https://api.deepseek.com"),
+    ],
+)
+def test_describe_upstream_names_scheme_host_and_port_only(url: str, described: str) -> None:
+    from proxy.upstream import describe_upstream
+
+    assert describe_upstream(url) == described
