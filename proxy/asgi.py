@@ -1,5 +1,5 @@
-"""ASGI plumbing of the app layer: watching one request for the client's disconnect, and
-relaying a streamed body to the client.
+"""ASGI plumbing of the relay: watching one request for the client's disconnect and for the
+upstream's and the client's time limits, and writing a streamed body to the client.
 
 Plain asyncio rather than anyio task groups: this runs once per request, and on Python 3.11 a
 task group plus cancel scopes cost more than the rest of a proxied JSON request.
@@ -8,6 +8,7 @@ task group plus cancel scopes cost more than the rest of a proxied JSON request.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -17,85 +18,179 @@ from starlette.types import Receive, Scope, Send
 
 T = TypeVar("T")
 
-
-class DeadlineExceeded(Exception):
-    """`ClientWatch.run`'s own time limit ran out (not a timeout raised by the work itself)."""
+logger = logging.getLogger("thinkproxy.relay")
 
 
-class UpstreamStalled(Exception):
+class WatchFired(Exception):
+    """One of the watch's limits ran out; `code` is what the access log records."""
+
+    code = "upstream_timeout"
+
+
+class DeadlineExceeded(WatchFired):
+    """The whole exchange exceeded the total timeout."""
+
+
+class UpstreamStalled(WatchFired):
     """Nothing came from the upstream for longer than the read timeout."""
 
 
-class ClientWatch:
-    """Watches one request: for the client's disconnect (one task reading `receive`), and for an
-    upstream that goes silent for longer than `read_timeout`.
+class ClientTooSlow(WatchFired):
+    """The client read nothing of what the proxy was writing for longer than the write timeout."""
 
-    `run(work)` awaits `work` in the calling task and cancels it the moment the client leaves
-    (returning None) or the upstream stalls (raising UpstreamStalled). Code reading the upstream
-    inside `run` sets `last_read = time.perf_counter()` after every read. The stall timer is lazy:
-    it fires once per `read_timeout` and re-arms for the time left, instead of being rescheduled
-    on every read (per-read rescheduling measured ≈5 µs per streamed chunk). A reader that must
-    finish in its own way on a stall catches the CancelledError, checks `stalled` and calls
-    `absorb_stall()`. `close()` must be called once the response is done.
+    code = "client_write_timeout"
+
+
+class RelayAborted(Exception):
+    """The body cannot be completed (the upstream's was cut short): the client must see an
+    incomplete response, so the connection is dropped without ending the body."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class ClientWatch:
+    """Watches one request: for the client's disconnect (one task reading `receive`), for an upstream
+    silent longer than `read_timeout`, for the whole exchange passing `deadline` (a
+    `time.perf_counter()` value), and for a client that reads nothing for `write_timeout`.
+
+    `run(work)` awaits `work` in the calling task and cancels it when the client leaves (returning
+    None) or a limit runs out (raising that WatchFired). Code reading the upstream inside `run`
+    sets `last_read = time.perf_counter()` after every read; code writing to the client sets
+    `writing` around the write (time blocked on a slow client is not upstream silence) and
+    `last_read` again after it. The timer is lazy: it fires once per limit and re-arms for the
+    time left, instead of being rescheduled on every read (per-read rescheduling measured ≈5 µs per
+    streamed chunk). A reader that must finish in its own way catches the CancelledError and calls
+    `take_cancel()`, which tells the watch's own cancellation from an outside one. `close()` must be
+    called once the response is done.
     """
 
-    __slots__ = ("_read_timeout", "_task", "_timer", "_victim", "gone", "last_read", "stalled")
+    __slots__ = (
+        "_cancels",
+        "_deadline",
+        "_read_timeout",
+        "_task",
+        "_timer",
+        "_victim",
+        "_write_timeout",
+        "fired",
+        "gone",
+        "last_read",
+        "writing",
+    )
 
-    def __init__(self, receive: Receive, read_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        receive: Receive,
+        *,
+        read_timeout: float | None,
+        deadline: float | None = None,
+        write_timeout: float | None = None,
+    ) -> None:
         self.gone = False
-        self.stalled = False
+        self.writing = False
+        self.fired: type[WatchFired] | None = None
         self._victim: asyncio.Task[Any] | None = None
+        self._cancels = 0  # cancellations of the victim requested by the watch, not yet absorbed
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._watch(receive))
         self.last_read = time.perf_counter()
         self._read_timeout = read_timeout
-        self._timer = None if read_timeout is None else loop.call_later(read_timeout, self._check_stall)
+        self._write_timeout = write_timeout
+        self._deadline = deadline
+        self._timer: asyncio.TimerHandle | None = None
+        self._arm(self.last_read)
 
-    def _check_stall(self) -> None:
-        assert self._read_timeout is not None
-        idle = time.perf_counter() - self.last_read
-        if idle < self._read_timeout:
-            self._timer = asyncio.get_running_loop().call_later(self._read_timeout - idle, self._check_stall)
-            return
-        self._timer = None
-        self.stalled = True
-        if self._victim is not None:
-            self._victim.cancel()
+    def _arm(self, now: float) -> None:
+        delays = []
+        if self._deadline is not None:
+            delays.append(self._deadline - now)
+        idle = now - self.last_read
+        if self.writing:
+            if self._write_timeout is not None:
+                delays.append(self._write_timeout - idle)
+            elif self._read_timeout is not None:
+                delays.append(self._read_timeout)  # no write limit: look again once writing is over
+        else:
+            if self._read_timeout is not None:
+                delays.append(self._read_timeout - idle)
+            if self._write_timeout is not None:
+                # A write may start at any moment without telling the timer (that would cost a
+                # reschedule per chunk): look every half write timeout, so a blocked write is
+                # caught within 1.5 write timeouts.
+                delays.append(self._write_timeout / 2)
+        if delays:
+            self._timer = asyncio.get_running_loop().call_later(max(min(delays), 0.0), self._check)
+        else:
+            self._timer = None
 
-    def absorb_stall(self) -> None:
-        """Called by a reader that caught the stall's cancellation and finishes on its own."""
-        task = asyncio.current_task()
-        assert task is not None
-        task.uncancel()
+    def _check(self) -> None:
+        now = time.perf_counter()
+        idle = now - self.last_read
+        fired: type[WatchFired] | None = None
+        if self._deadline is not None and now >= self._deadline:
+            fired = DeadlineExceeded
+            self._deadline = None  # told once; what follows (an error event) may still be written
+        elif self.writing:
+            if self._write_timeout is not None and idle >= self._write_timeout:
+                fired = ClientTooSlow
+        elif self._read_timeout is not None and idle >= self._read_timeout:
+            fired = UpstreamStalled
+        if fired is not None:
+            self.fired = fired
+            self._cancel_victim()
+            self.last_read = now  # the next limit counts from here
+        self._arm(now)
+
+    def _cancel_victim(self) -> None:
+        if self._victim is not None and self._victim.cancel():
+            self._cancels += 1
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
         self.gone = True
-        if self._victim is not None:
-            self._victim.cancel()
+        self._cancel_victim()
 
-    async def run(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T | None:
-        """`work`'s result; None if the client left first. Exceeding `timeout` raises DeadlineExceeded."""
-        if self.gone:
-            work.close()
+    def take_cancel(self) -> type[WatchFired] | None:
+        """In a reader that caught CancelledError: if the cancellation was the watch's own and the
+        only one, absorb it and return the limit that ran out; else None (re-raise it)."""
+        task = asyncio.current_task()
+        assert task is not None
+        if self.gone or self.fired is None or not self._absorb(task):
             return None
+        self.last_read = time.perf_counter()
+        return self.fired
+
+    def _absorb(self, task: asyncio.Task[Any]) -> bool:
+        # An outside cancellation (server shutdown, say) shows as more cancellations than the
+        # watch requested: it must propagate, never be swallowed as one of ours.
+        if self._cancels == 0 or task.cancelling() > self._cancels:
+            return False
+        task.uncancel()
+        self._cancels -= 1
+        return True
+
+    async def run(self, work: Coroutine[Any, Any, T]) -> T | None:
+        """`work`'s result; None if the client left first; raises the WatchFired that ran out."""
+        if self.gone or self.fired is not None:
+            work.close()
+            if self.gone:
+                return None
+            assert self.fired is not None
+            raise self.fired
         task = asyncio.current_task()
         assert task is not None
         self._victim = task
-        deadline = asyncio.timeout(timeout)
         try:
-            async with deadline:
-                return await work
-        except TimeoutError:
-            if deadline.expired():
-                raise DeadlineExceeded from None
-            raise  # the work's own timeout (a read timeout, say): the caller translates it
+            return await work
         except asyncio.CancelledError:
-            if (self.gone or self.stalled) and task.uncancel() == 0:
+            if self._absorb(task):
                 if self.gone:
                     return None
-                raise UpstreamStalled from None
+                assert self.fired is not None
+                raise self.fired from None
             raise
         finally:
             self._victim = None
@@ -104,6 +199,7 @@ class ClientWatch:
         self._task.cancel()
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = None
 
 
 # Writes a response body: calls `send(body_piece(piece))` for each piece, in order. A coroutine
@@ -116,11 +212,13 @@ def body_piece(piece: bytes) -> dict[str, Any]:
 
 
 class RelayResponse(Response):
-    """Streams a body to the client as `produce` writes it, one ASGI send per piece.
+    """Writes a body to the client as `produce` makes it, one ASGI send per piece.
 
-    While streaming, `watch` cancels the producer the moment the client disconnects (even while it
-    waits on a stalled upstream); `on_close(completed)` then always runs, so the upstream response
-    is always closed and the request logged.
+    While it runs, `watch` cancels the producer the moment the client disconnects or a limit runs
+    out. The body is ended cleanly only when the producer returns; otherwise (RelayAborted, a
+    limit, any unexpected error) the response is left incomplete and the server drops the
+    connection, so a cut body never reads as a complete shorter one. `on_close(error)` always
+    runs (error None: completed), so the upstream response is always closed and the request logged.
     """
 
     def __init__(
@@ -130,7 +228,7 @@ class RelayResponse(Response):
         status_code: int,
         headers: Sequence[tuple[str, str]],
         watch: ClientWatch,
-        on_close: Callable[[bool], Awaitable[None]],
+        on_close: Callable[[str | None], Awaitable[None]],
     ) -> None:
         self.produce = produce
         self.status_code = status_code
@@ -139,16 +237,19 @@ class RelayResponse(Response):
         self.on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        completed = False
+        error: str | None = "internal_error"
         try:
-            completed = bool(await self.watch.run(self._pump(send)))
+            completed = await self.watch.run(self._pump(send))
+            error = None if completed else "client_disconnected"
+        except (WatchFired, RelayAborted) as exc:
+            error = exc.code
         except OSError:
-            pass  # the client went away while we were writing
-        except UpstreamStalled:
-            pass  # a relayed body cut short: the response is left incomplete, as the upstream's was
+            error = "client_disconnected"  # gone while we were writing
+        except Exception:
+            logger.exception("Unexpected error while relaying a response body; the connection is dropped.")
         finally:
             self.watch.close()
-            await self.on_close(completed)
+            await self.on_close(error)
 
     async def _pump(self, send: Send) -> bool:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})

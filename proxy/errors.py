@@ -77,16 +77,14 @@ class UpstreamTimeout(ProxyError):
     code = "upstream_timeout"
 
 
-class ServiceUnavailable(ProxyError):
-    status = 503
+class BadUpstreamResponse(ProxyError):
+    """The upstream answered, but not with anything the proxy may relay: a status outside 200–599,
+    a header that is not valid HTTP, a body that cannot be decoded or exceeds its limit."""
+
+    status = 502
     type = "upstream_error"
-    code = "upstream_capacity"
+    code = "upstream_bad_response"
 
 
 class ConfigError(Exception):
     """A bad settings value or providers file: the process must not start."""
-
-
-def sse_error_frames(payload: dict[str, Any]) -> bytes:
-    """How a failure after the stream started is told to the client: an error chunk, then [DONE]."""
-    return b"data: " + orjson.dumps(payload) + b"\n\ndata: [DONE]\n\n"

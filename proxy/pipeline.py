@@ -53,6 +53,8 @@ class StreamPipeline:
         self._done_sent = False
         # True once the client's stream is complete (ended or failed): stop reading upstream.
         self.closed = False
+        # Why the stream ended with an error event, if it did.
+        self.failure: StreamFailure | None = None
 
     # -- trace delivery -------------------------------------------------------------------
     def _trace_bytes(self, events: list[dict[str, Any]]) -> bytes:
@@ -149,16 +151,28 @@ class StreamPipeline:
         return event_frames(pending, ChunkMeta(id="", model="", created=0))
 
     def finish(self, now_ms: float) -> bytes:
-        """The upstream body ended normally."""
+        """The upstream body ended without a transport error.
+
+        Ending inside an event (no blank line after it) is a truncation: the SSE spec discards
+        such a tail, so it is not forwarded, and the stream ends with an `upstream_truncated`
+        error event, then [DONE]. Ending at an event boundary without [DONE] is the upstream's own
+        end of stream (several OpenAI-compatible servers end so): the client gets its [DONE]."""
         if self.closed:
             return b""
-        tail = self._process(self._decoder.flush(), now_ms)
-        if tail and not tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
-            tail += b"\n\n"  # the upstream's last event had no blank line: end it before ours
+        tail = b""
+        for event in self._decoder.flush():  # (at most one)
+            if _ends_event(event.raw):  # complete after all: its last line end was a held CR
+                tail = self._process([event], now_ms)
+            elif not self._done_sent and event.raw.strip(b"\r\n"):
+                failure = StreamFailure(
+                    "The upstream stream ended in the middle of an event (no blank line after it); "
+                    "the unfinished event was discarded.",
+                    code="upstream_truncated",
+                )
+                return tail + self.fail(failure, now_ms)
         self.closed = True
         if self._done_sent:
             return tail
-        # Some upstreams end without [DONE]; the client always gets one.
         self._done_sent = True
         return tail + self._closing_bytes(now_ms) + data_frame(DONE)
 
@@ -169,6 +183,7 @@ class StreamPipeline:
         self.closed = True
         if self._done_sent:
             return b""
+        self.failure = failure
         out: list[bytes] = []
         if self._trace is not None:
             out.append(self._trace_bytes(self._trace.on_error(failure.message, now_ms, failure.code)))
@@ -219,6 +234,11 @@ def process_completion(
         return orjson.dumps(parsed)
     except orjson.JSONEncodeError:  # nested deeper than orjson writes: leave the answer as it came
         return body
+
+
+def _ends_event(raw: bytes) -> bool:
+    """Whether `raw` ends with two line ends (CRLF, CR or LF each), i.e. a blank line."""
+    return raw.endswith((b"\n\n", b"\r\r", b"\n\r", b"\r\r\n", b"\n\r\n"))
 
 
 def _reencoded(event: SSEEvent, chunk: dict[str, Any]) -> bytes:

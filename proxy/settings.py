@@ -49,8 +49,14 @@ class Settings(BaseSettings):
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=300.0, gt=0, description="longest silence between two upstream reads")
     total_timeout: float = Field(default=1800.0, gt=0, description="longest whole upstream exchange")
+    write_timeout: float = Field(
+        default=120.0, gt=0, description="longest a client may read nothing of what the proxy writes"
+    )
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_sse_event_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_response_bytes: int = Field(
+        default=32 * 1024 * 1024, gt=0, description="largest decoded non-stream chat body the proxy reads"
+    )
     max_upstream_connections: int = Field(default=1000, gt=0)
     shutdown_timeout: float = Field(default=30.0, ge=0)
 

@@ -8,7 +8,6 @@ proxy.upstream only.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -16,14 +15,13 @@ import aiohttp
 import yarl
 
 from proxy.egress import ConnectGuard, GuardedAiohttpResolver
-from proxy.errors import UpstreamUnreachable
+from proxy.errors import BadRequest
 from proxy.settings import Settings
-from proxy.upstream import (
+from proxy.upstream_common import (
     TRANSPORT_ERRORS,
     Upstream,
     UpstreamRequest,
     UpstreamResponse,
-    describe_upstream,
     translate_error,
 )
 
@@ -34,29 +32,24 @@ _NO_AUTO_HEADERS = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Conten
 class AiohttpResponse(UpstreamResponse):
     def __init__(self, response: aiohttp.ClientResponse, url: str) -> None:
         self._response = response
-        self._url = url
+        self.url = url
         self.status = response.status
         self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
 
-    def reader(self, *, decoded: bool) -> AsyncIterator[bytes]:
-        encoding = (self.header("content-encoding") or "identity").strip().lower()
-        if decoded and encoding != "identity":
-            return self._decoded(encoding)
+    def raw_reader(self) -> AsyncIterator[bytes]:
+        content = self._response.content
+        connection = self._response.connection
+        if connection is not None and connection.protocol is not None and not content.is_eof():
+            # aiohttp (3.14) leaves the body reader waiting forever when the framing breaks after
+            # the head (a bad chunk size): the connection closes, but only its message queue is
+            # told. A connection lost before the body's end is a cut body, whatever the cause.
+            def lost(_: object) -> None:
+                if not content.is_eof() and content.exception() is None:
+                    content.set_exception(aiohttp.ClientPayloadError("Response payload is not completed"))
+
+            connection.protocol.closed.add_done_callback(lost)  # type: ignore[union-attr]
         # Each read yields everything received so far: one client write per upstream read.
-        return self._response.content.iter_any()
-
-    async def _decoded(self, encoding: str) -> AsyncIterator[bytes]:
-        decompressor = _decompressor(encoding, self._url)
-        async for piece in self._response.content.iter_any():
-            out = decompressor.decompress(piece)
-            if out:
-                yield out
-        tail = decompressor.flush()
-        if tail:
-            yield tail
-
-    async def aread(self) -> bytes:
-        return b"".join([piece async for piece in self.reader(decoded=True)])
+        return content.iter_any()
 
     async def aclose(self) -> None:
         # A fully read body hands the connection back to the pool; anything else drops it, so an
@@ -67,16 +60,26 @@ class AiohttpResponse(UpstreamResponse):
             self._response.close()
 
 
-def _decompressor(encoding: str, url: str) -> zlib._Decompress:
-    if encoding in ("gzip", "x-gzip"):
-        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    if encoding == "deflate":
-        return zlib.decompressobj(wbits=zlib.MAX_WBITS)
-    raise UpstreamUnreachable(
-        f"Upstream {describe_upstream(url)} answered with content-encoding {encoding!r}, which the proxy "
-        "cannot decode (it asks for identity on chat completions).",
-        code="upstream_unsupported_encoding",
-    )
+def wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Header values as aiohttp must get them to write the client's exact bytes.
+
+    Values arrive latin-1 decoded (one char per byte); aiohttp encodes what it sends as UTF-8, so
+    a non-ASCII value is turned back into its bytes and read as UTF-8 — otherwise `é` sent as
+    UTF-8 would go upstream double-encoded."""
+    out = []
+    for name, value in headers:
+        if not value.isascii():
+            try:
+                value = value.encode("latin-1").decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadRequest(
+                    f"Header {name!r} is neither ASCII nor UTF-8; the upstream client sends header "
+                    "values as UTF-8 and would change its bytes.",
+                    code="invalid_header",
+                    param=name,
+                ) from None
+        out.append((name, value))
+    return out
 
 
 class AiohttpUpstream(Upstream):
@@ -88,7 +91,7 @@ class AiohttpUpstream(Upstream):
         self._guard = guard
         # Client-chosen upstreams get a pool of their own, every connection vetted (proxy.egress).
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
-        # No sock_read: aiohttp would reschedule a timer on every read. The app's ClientWatch
+        # No sock_read: aiohttp would reschedule a timer on every read. The relay's ClientWatch
         # enforces THINKPROXY_READ_TIMEOUT with one lazy timer per request instead.
         self._timeout = aiohttp.ClientTimeout(
             total=None,
@@ -107,7 +110,7 @@ class AiohttpUpstream(Upstream):
         )
         return aiohttp.ClientSession(
             connector=connector,
-            auto_decompress=False,  # relayed bodies keep their encoding; chat bodies are decoded here
+            auto_decompress=False,  # relayed bodies keep their encoding; chat bodies are decoded by the relay
             cookie_jar=aiohttp.DummyCookieJar(),  # never share one user's cookies with another
             trust_env=False,
         )
@@ -116,11 +119,12 @@ class AiohttpUpstream(Upstream):
         session = self._sessions.get(request.client_chosen)
         if session is None:
             session = self._sessions[request.client_chosen] = self._new_session(request.client_chosen)
+        headers = wire_headers(request.headers)
         try:
             response = await session.request(
                 request.method,
                 yarl.URL(request.url, encoded=True),  # built by proxy.paths: as the client sent it
-                headers=request.headers,
+                headers=headers,
                 data=request.content or None,
                 allow_redirects=False,
                 timeout=self._timeout,

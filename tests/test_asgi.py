@@ -1,4 +1,4 @@
-"""ClientWatch: the per-request disconnect watch and the lazy upstream read timeout."""
+"""ClientWatch: the per-request disconnect watch and its lazy limits (read, total, write)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from proxy.asgi import ClientWatch, DeadlineExceeded, UpstreamStalled
+from proxy.asgi import ClientTooSlow, ClientWatch, DeadlineExceeded, UpstreamStalled
 
 
 async def quiet_receive() -> dict[str, object]:
@@ -16,41 +16,76 @@ async def quiet_receive() -> dict[str, object]:
 
 
 async def test_steady_reads_longer_than_the_read_timeout_do_not_stall() -> None:
-    watch = ClientWatch(quiet_receive, read_timeout=0.1)
+    watch = ClientWatch(quiet_receive, read_timeout=1.0)
 
     async def steady() -> str:
-        for _ in range(12):  # 0.36 s in all, never more than 0.03 s between reads
-            await asyncio.sleep(0.03)
+        for _ in range(150):  # ≈1.5 s in all, a read every ≈10 ms
+            await asyncio.sleep(0.01)
             watch.last_read = time.perf_counter()
         return "done"
 
     assert await watch.run(steady()) == "done"
-    assert not watch.stalled
+    assert watch.fired is None
     watch.close()
 
 
 async def test_silence_longer_than_the_read_timeout_stalls() -> None:
-    watch = ClientWatch(quiet_receive, read_timeout=0.1)
+    watch = ClientWatch(quiet_receive, read_timeout=0.05)
     with pytest.raises(UpstreamStalled):
-        await watch.run(asyncio.sleep(5))
-    assert watch.stalled
+        await watch.run(asyncio.sleep(30))
     watch.close()
 
 
-async def test_a_reader_can_absorb_the_stall_and_finish_its_own_way() -> None:
+async def test_a_reader_can_take_the_stall_and_finish_its_own_way() -> None:
     watch = ClientWatch(quiet_receive, read_timeout=0.05)
 
     async def reader() -> str:
         try:
-            await asyncio.sleep(5)
+            await asyncio.sleep(30)
         except asyncio.CancelledError:
-            assert watch.stalled
-            watch.absorb_stall()
+            assert watch.take_cancel() is UpstreamStalled
             await asyncio.sleep(0)  # still able to await (e.g. to write an error event)
             return "ended with an error event"
         return "unreachable"
 
     assert await watch.run(reader()) == "ended with an error event"
+    watch.close()
+
+
+async def test_an_outside_cancellation_during_a_stall_is_never_swallowed() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=30)
+    took: list[object] = []
+
+    async def reader() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            took.append(watch.take_cancel())
+            raise
+
+    async def victim() -> None:
+        await watch.run(reader())
+
+    task = asyncio.create_task(victim())
+    await asyncio.sleep(0.01)  # the reader is waiting on the upstream
+    # The stall fires and the outside world cancels too, before the reader runs again.
+    watch.last_read -= 60
+    watch._check()  # (what the lazy timer calls)
+    assert watch.fired is UpstreamStalled
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert took == [None]  # the reader was told the cancellation is not only the watch's
+    watch.close()
+
+
+async def test_an_outside_cancellation_alone_propagates_through_run() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=30)
+    task = asyncio.create_task(watch.run(asyncio.sleep(30)))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     watch.close()
 
 
@@ -63,20 +98,46 @@ async def test_client_leaving_cancels_the_work() -> None:
 
     watch = ClientWatch(receive, read_timeout=None)
     asyncio.get_running_loop().call_later(0.05, left.set)
-    assert await watch.run(asyncio.sleep(5, result="late")) is None
+    assert await watch.run(asyncio.sleep(30, result="late")) is None
     assert watch.gone
     watch.close()
 
 
-async def test_own_deadline_is_told_apart_from_the_work_timing_out() -> None:
-    watch = ClientWatch(quiet_receive)
+async def test_deadline_bounds_every_run_and_is_not_restarted() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=None, deadline=time.perf_counter() + 0.2)
+
+    async def steady() -> None:
+        while True:  # an upstream that never goes quiet: only the deadline ends it
+            await asyncio.sleep(0.01)
+            watch.last_read = time.perf_counter()
+
+    assert await watch.run(asyncio.sleep(0.01, result="headers")) == "headers"
     with pytest.raises(DeadlineExceeded):
-        await watch.run(asyncio.sleep(5), timeout=0.05)
+        await watch.run(steady())
+    watch.close()
+
+
+async def test_the_works_own_timeout_is_not_the_deadline() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=None, deadline=time.perf_counter() + 30)
 
     async def times_out_by_itself() -> None:
         async with asyncio.timeout(0.01):
-            await asyncio.sleep(5)
+            await asyncio.sleep(30)
 
     with pytest.raises(TimeoutError):
-        await watch.run(times_out_by_itself(), timeout=5)
+        await watch.run(times_out_by_itself())
+    watch.close()
+
+
+async def test_time_blocked_writing_is_not_upstream_silence_but_is_bounded() -> None:
+    watch = ClientWatch(quiet_receive, read_timeout=0.05, write_timeout=0.3)
+
+    async def blocked_write() -> None:
+        watch.writing = True
+        await asyncio.sleep(30)  # a client that reads nothing
+
+    started = time.perf_counter()
+    with pytest.raises(ClientTooSlow):
+        await watch.run(blocked_write())
+    assert time.perf_counter() - started >= 0.3  # not taken for a 0.05 s read stall
     watch.close()

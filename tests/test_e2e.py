@@ -192,7 +192,7 @@ def test_upstream_silent_past_read_timeout_gives_504(transport: str) -> None:
     app = Starlette(routes=[Route("/v1/chat/completions", silent, methods=["POST"])])
     with (
         BackgroundServer(app, graceful_s=0.1) as upstream,
-        proxy_for(f"{upstream.url}/v1", read_timeout=0.3) as proxy,
+        proxy_for(f"{upstream.url}/v1", read_timeout=0.3, http_transport=transport) as proxy,
     ):
         r = httpx.post(
             f"{proxy.url}/v1/chat/completions", json={"model": "m", "messages": MESSAGES}, timeout=10

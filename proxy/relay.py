@@ -1,0 +1,394 @@
+"""Relaying one upstream exchange to the client: the edge between the upstream client and the
+client's connection.
+
+Three ways a response travels back, chosen once its headers are in:
+
+- **raw** — errors, and every body the proxy does not understand (other `/v1/*` routes, non-2xx,
+  non-JSON answers): bytes exactly as they came. A body cut short upstream (short of its
+  content-length, a reset, broken chunked framing) is cut short for the client too: the
+  connection is dropped without ending the body, never ended cleanly.
+- **completion** — a non-stream chat answer: read whole (decoded, bounded by
+  THINKPROXY_MAX_RESPONSE_BYTES), normalized and traced by the pure pipeline, then written.
+- **stream** — an SSE chat answer: through the pure StreamPipeline, one client write per upstream
+  read; any failure after the stream started ends it with an error event, then `[DONE]`.
+
+Every exchange runs under one ClientWatch: client disconnect, read timeout (upstream silence),
+total timeout (end to end, for every kind), write timeout (a client that stops reading). Before
+anything is relayed, the upstream's status and headers are checked: only what is valid HTTP goes
+back to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Send
+
+from proxy.access_log import AccessRecord
+from proxy.asgi import (
+    ClientTooSlow,
+    ClientWatch,
+    RelayAborted,
+    RelayResponse,
+    UpstreamStalled,
+    WatchFired,
+    body_piece,
+)
+from proxy.errors import BadUpstreamResponse, ProxyError, error_payload
+from proxy.levels import TraceFormat
+from proxy.pipeline import DONE, StreamFailure, StreamPipeline, process_completion
+from proxy.reasoning import ReasoningOptions
+from proxy.settings import Settings
+from proxy.sse import data_frame
+from proxy.trace import TraceBuilder
+from proxy.upstream import filter_headers
+from proxy.upstream_common import (
+    TRANSPORT_ERRORS,
+    Upstream,
+    UpstreamRequest,
+    UpstreamResponse,
+    describe_upstream,
+    read_timeout_error,
+    total_timeout_error,
+    translate_error,
+)
+
+logger = logging.getLogger("thinkproxy.relay")
+
+# The server adds its own Date; the upstream's would make a second one.
+DROP_RESPONSE_RELAYED = frozenset({"content-length", "date"})
+DROP_RESPONSE_DECODED = frozenset({"content-length", "content-encoding", "date"})
+# Upstream headers a client may rely on (rate limits, request ids) are kept with everything else;
+# these are the ones the proxy sets on SSE so that no intermediary buffers or caches the stream.
+SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
+
+CLIENT_CLOSED_REQUEST = 499  # nginx's convention for "the client left before the answer"
+
+# RFC 9110 §5.1 / §5.5: a field name is a token; a value holds no control character but HTAB.
+_TOKEN_CHARS = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*")
+_BAD_VALUE_CHAR = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+ElapsedMs = Callable[[], float]
+LogAccess = Callable[[AccessRecord, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatContext:
+    """What the chat route decided about the response: how to normalize and trace it."""
+
+    request_body: dict[str, Any]
+    reasoning: ReasoningOptions
+    trace: TraceBuilder | None
+    trace_format: TraceFormat
+
+
+def client_gone(record: AccessRecord, started: float, log: LogAccess) -> Response:
+    record.status = CLIENT_CLOSED_REQUEST
+    record.error = "client_disconnected"
+    log(record, started)
+    return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; ASGI wants a response
+
+
+def check_response_head(response: UpstreamResponse) -> None:
+    """Refuse (502) a status or header the proxy must not relay.
+
+    Only final statuses 200–599 are relayed: a 1xx the HTTP client did not absorb (101 Switching
+    Protocols above all: the connection would stay in HTTP mode while a front proxy believed it
+    upgraded) and anything outside 100–599 are not answers. A header name that is not a token or
+    a value with control bytes would make the server drop the connection with no response."""
+    where = describe_upstream(response.url)
+    status = response.status
+    if not 200 <= status <= 599:
+        raise BadUpstreamResponse(
+            f"Upstream {where} answered with status {status}; only final statuses 200-599 are "
+            "relayed (a 1xx such as 101 Switching Protocols never is).",
+            code="upstream_invalid_status",
+        )
+    names = "".join(name for name, _ in response.headers)
+    values = "".join(value for _, value in response.headers)
+    if (
+        _TOKEN_CHARS.fullmatch(names)
+        and not _BAD_VALUE_CHAR.search(values)
+        and all(name for name, _ in response.headers)
+    ):
+        return
+    for name, value in response.headers:
+        if not name or not _TOKEN_CHARS.fullmatch(name) or _BAD_VALUE_CHAR.search(value):
+            raise BadUpstreamResponse(
+                f"Upstream {where} sent an invalid header {name[:60]!r} (a name that is not an HTTP "
+                "token, or a value with control characters); the response is not relayed.",
+                code="upstream_invalid_header",
+            )
+
+
+class Relay:
+    """Runs one upstream exchange under a ClientWatch and turns it into the client's response."""
+
+    def __init__(self, settings: Settings, upstream: Upstream, log: LogAccess) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.log = log
+
+    async def __call__(
+        self,
+        receive: Receive,
+        req: UpstreamRequest,
+        record: AccessRecord,
+        started: float,
+        *,
+        extra_headers: list[tuple[str, str]],
+        chat: ChatContext | None,
+    ) -> Response:
+        s = self.settings
+        watch = ClientWatch(
+            receive,
+            read_timeout=s.read_timeout,
+            deadline=started + s.total_timeout,  # end to end: never restarted for the body
+            write_timeout=s.write_timeout,
+        )
+        try:
+            response = await self._exchange(watch, req, record, started, extra_headers, chat)
+        except BaseException:
+            watch.close()
+            raise
+        if not isinstance(response, RelayResponse):
+            watch.close()
+        return response
+
+    def _timeout(self, fired: type[WatchFired], url: str) -> ProxyError:
+        if fired is UpstreamStalled:
+            return read_timeout_error(url)
+        return total_timeout_error(url, self.settings.total_timeout)
+
+    async def _exchange(
+        self,
+        watch: ClientWatch,
+        req: UpstreamRequest,
+        record: AccessRecord,
+        started: float,
+        extra_headers: list[tuple[str, str]],
+        chat: ChatContext | None,
+    ) -> Response:
+        try:
+            response = await watch.run(self.upstream.open(req))
+        except WatchFired as fired:
+            raise self._timeout(type(fired), req.url) from None
+        if response is None:
+            return client_gone(record, started, self.log)
+        watch.last_read = time.perf_counter()
+        record.upstream_status = response.status
+        try:
+            check_response_head(response)
+        except BaseException:
+            await response.aclose()
+            raise
+
+        async def close(error: str | None) -> None:
+            try:
+                await response.aclose()
+            except Exception:  # nothing left to tell the client; the request is still logged
+                logger.exception("Closing the upstream response failed.")
+            record.status = response.status
+            if error is not None:
+                record.error = record.error or error
+            self.log(record, started)
+
+        content_type = response.header("content-type") or ""
+        is_sse = content_type.startswith("text/event-stream")
+        ok = 200 <= response.status < 300
+        if chat is None or not ok or not (is_sse or content_type.startswith("application/json")):
+            # Errors and bodies the proxy does not understand travel back exactly as they came.
+            headers = filter_headers(response.headers, DROP_RESPONSE_RELAYED) + extra_headers
+            return RelayResponse(
+                partial(relay_raw, response, record, watch),
+                status_code=response.status,
+                headers=headers,
+                watch=watch,
+                on_close=close,
+            )
+
+        def elapsed_ms() -> float:
+            return (time.perf_counter() - started) * 1000.0
+
+        if not is_sse:
+            return await self._completion(watch, response, record, started, extra_headers, chat, elapsed_ms)
+        pipeline = StreamPipeline(
+            reasoning=chat.reasoning,
+            trace=chat.trace,
+            trace_format=chat.trace_format,
+            max_event_bytes=self.settings.max_sse_event_bytes,
+        )
+        headers = (
+            filter_headers(response.headers, DROP_RESPONSE_DECODED | {"cache-control"})
+            + list(SSE_HEADERS)
+            + extra_headers
+        )
+        return RelayResponse(
+            partial(
+                relay_stream, response, pipeline, chat, elapsed_ms, record, watch, self.settings.total_timeout
+            ),
+            status_code=response.status,
+            headers=headers,
+            watch=watch,
+            on_close=close,
+        )
+
+    async def _completion(
+        self,
+        watch: ClientWatch,
+        response: UpstreamResponse,
+        record: AccessRecord,
+        started: float,
+        extra_headers: list[tuple[str, str]],
+        chat: ChatContext,
+        elapsed_ms: ElapsedMs,
+    ) -> Response:
+        try:
+            raw = await watch.run(read_all(response, watch, self.settings.max_response_bytes))
+        except WatchFired as fired:
+            raise self._timeout(type(fired), response.url) from None
+        except TRANSPORT_ERRORS as exc:
+            raise translate_error(exc, response.url) from exc
+        finally:
+            await response.aclose()
+        if raw is None:
+            return client_gone(record, started, self.log)
+        out = process_completion(
+            raw,
+            reasoning=chat.reasoning,
+            trace=chat.trace,
+            request_body=chat.request_body,
+            now_ms=elapsed_ms(),
+        )
+        headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
+        headers.append(("content-length", str(len(out))))
+        record.bytes_out = len(out)
+        status = response.status
+
+        async def write(send: Send) -> None:
+            watch.writing = True  # the write timeout bounds a client that does not read its answer
+            await send(body_piece(out))
+
+        async def close(error: str | None) -> None:
+            record.status = status
+            if error is not None:
+                record.error = record.error or error
+            self.log(record, started)
+
+        return RelayResponse(write, status_code=status, headers=headers, watch=watch, on_close=close)
+
+
+async def read_all(response: UpstreamResponse, watch: ClientWatch, limit: int) -> bytes:
+    """A whole (decoded) body, each read counting as upstream activity for the read timeout; more
+    than `limit` decoded bytes is a 502 (a small gzip body can inflate to gigabytes)."""
+    pieces = []
+    size = 0
+    async for piece in response.reader(decoded=True):
+        watch.last_read = time.perf_counter()
+        size += len(piece)
+        if size > limit:
+            raise BadUpstreamResponse(
+                f"Upstream {describe_upstream(response.url)} sent a response body larger than {limit} "
+                "bytes once decoded (THINKPROXY_MAX_RESPONSE_BYTES); it was not relayed.",
+                code="upstream_response_too_large",
+            )
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
+async def relay_raw(response: UpstreamResponse, record: AccessRecord, watch: ClientWatch, send: Send) -> None:
+    """The body exactly as it came; an upstream failure aborts the client's response."""
+    clock = time.perf_counter
+    try:
+        async for piece in response.raw_reader():
+            watch.last_read = clock()
+            record.bytes_out += len(piece)
+            watch.writing = True
+            await send(body_piece(piece))
+            watch.writing = False
+            watch.last_read = clock()
+    except TRANSPORT_ERRORS as exc:
+        # Headers are already sent: the client must see the body end early, not a shorter one.
+        raise RelayAborted(translate_error(exc, response.url).code) from None
+
+
+async def relay_stream(
+    response: UpstreamResponse,
+    pipeline: StreamPipeline,
+    chat: ChatContext,
+    elapsed_ms: ElapsedMs,
+    record: AccessRecord,
+    watch: ClientWatch,
+    total_timeout: float,
+    send: Send,
+) -> None:
+    """SSE through the pipeline; every failure ends the stream with an error event, then [DONE]."""
+    clock = time.perf_counter
+    started = clock() - elapsed_ms() / 1000.0
+    failure: ProxyError | None = None
+    try:
+        first = pipeline.begin(chat.request_body, elapsed_ms())
+        if first:
+            await send(body_piece(first))
+        # (uvicorn's send does not raise when the client is gone, so what this catches is the
+        # upstream's failure; the client leaving is the disconnect watch's business.)
+        async for piece in response.reader(decoded=True):
+            now = clock()  # the hot loop: runs for every upstream read
+            watch.last_read = now
+            out = pipeline.feed(piece, (now - started) * 1000.0)
+            if out:
+                record.bytes_out += len(out)
+                watch.writing = True
+                await send(body_piece(out))
+                watch.writing = False
+                watch.last_read = clock()
+            if pipeline.closed:  # e.g. an oversized event ended the stream: stop reading
+                break
+        tail = pipeline.finish(elapsed_ms())
+    except TRANSPORT_ERRORS as exc:
+        failure = translate_error(exc, response.url)
+    except ProxyError as exc:  # a body that cannot be decoded, say
+        failure = exc
+    except asyncio.CancelledError:
+        fired = watch.take_cancel()
+        if fired is None:
+            raise  # the client left, or an outside cancellation: never swallowed
+        if fired is ClientTooSlow:
+            raise ClientTooSlow from None  # it reads nothing: no error event can reach it
+        if fired is UpstreamStalled:
+            failure = read_timeout_error(response.url)
+        else:
+            failure = total_timeout_error(response.url, total_timeout)
+    except Exception:
+        logger.exception("Unexpected error in the stream relay; the stream ends with an error event.")
+        failure = ProxyError("The proxy failed while relaying this stream (an internal error; see its log).")
+    if failure is None:
+        if pipeline.failure is not None:  # the pipeline ended the stream with an error event itself
+            record.error = record.error or pipeline.failure.code
+        if tail:
+            record.bytes_out += len(tail)
+            watch.writing = True
+            await send(body_piece(tail))
+        return
+    record.error = failure.code
+    watch.writing = True
+    await send(body_piece(failure_frames(pipeline, failure, elapsed_ms())))
+
+
+def failure_frames(pipeline: StreamPipeline, failure: ProxyError, now_ms: float) -> bytes:
+    """The error event and [DONE] that end a broken stream, even when the pipeline itself broke."""
+    try:
+        return pipeline.fail(StreamFailure(failure.message, type=failure.type, code=failure.code), now_ms)
+    except Exception:
+        logger.exception("The stream pipeline failed while ending a stream; a plain error event is sent.")
+        payload = error_payload(failure.message, failure.type, failure.code)
+        return data_frame(orjson.dumps(payload)) + data_frame(DONE)
