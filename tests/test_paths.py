@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import posixpath
+from urllib.parse import unquote
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.errors import BadRequest
 from proxy.paths import client_path, has_dot_segment, upstream_url
@@ -62,3 +67,23 @@ def test_has_dot_segment_checks_base_paths_too() -> None:
     assert has_dot_segment("/allowed%2F..%2Fsecret")
     assert not has_dot_segment("/allowed/v1")
     assert not has_dot_segment("/v1.5/x")
+
+
+PIECES = [".", "..", "%2e", "%2E", "%2f", "%2F", "/", "%5c", "\\", ";", "a", "%25", "%252e", "v1"]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=10))
+@settings(max_examples=400, deadline=None)
+def test_no_accepted_path_leaves_the_base_path_however_a_server_decodes_it(pieces: list[str]) -> None:
+    raw = ("/v1/" + "".join(pieces)).encode("latin-1")
+    try:
+        url = upstream_url(BASE, raw, b"")
+    except BadRequest:
+        return
+    assert url.startswith(BASE)
+    tail = url[len(BASE) :]
+    # A server that decodes once, treats '\' as '/', drops ';params' and resolves dot-segments:
+    decoded = unquote(tail).replace("\\", "/")
+    decoded = "/".join(segment.split(";", 1)[0] for segment in decoded.split("/"))
+    resolved = posixpath.normpath("/tenant-a/v1/" + decoded)
+    assert resolved == "/tenant-a/v1" or resolved.startswith("/tenant-a/v1/"), (raw, url, resolved)
