@@ -37,6 +37,7 @@ from proxy.levels import (
     UPSTREAM_HEADER,
     Level,
     ReasoningVisibility,
+    TraceMode,
     parse_level,
     parse_reasoning_visibility,
     parse_trace_format,
@@ -46,6 +47,8 @@ from proxy.levels import (
 from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.reasoning import ReasoningOptions
 from proxy.relay import ChatContext, Relay, client_gone
+from proxy.review.api import ReviewAPI
+from proxy.review.service import ReviewService
 from proxy.rewrite import rewrite_body
 from proxy.settings import Settings
 from proxy.upstream import build_upstream, filter_headers
@@ -70,6 +73,8 @@ class Services:
     guard: ConnectGuard  # resolves upstream names; vets client-chosen ones at connect (proxy.egress)
     # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
     listeners: tuple[Listener, ...] = ()
+    # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
+    review: ReviewService | None = None
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -119,7 +124,7 @@ class Proxy:
     def __init__(self, services: Services) -> None:
         self.s = services
         self.log = self._log_and_notify
-        self.relay = Relay(services.settings, services.upstream, self._log_and_notify)
+        self.relay = Relay(services.settings, services.upstream, self._log_and_notify, services.review)
 
     def _log_and_notify(self, record: AccessRecord, started: float) -> None:
         """Every request ends here exactly once: its access line, then its observers."""
@@ -227,7 +232,11 @@ class Proxy:
             provider=dialect.name,
             method=method if applied else None,
         )
-        chat_context = ChatContext(parsed, reasoning, trace, trace_format)
+        gate = None
+        if s.review is not None and record.stream:
+            shown = None if trace_mode is TraceMode.OFF else trace_format
+            gate = s.review.stream_gate(shown, zh, s.settings.max_sse_event_bytes)
+        chat_context = ChatContext(parsed, reasoning, trace, trace_format, gate=gate, zh=zh)
         return await self.relay(request.receive, req, record, started, extra_headers=extra, chat=chat_context)
 
 
@@ -264,7 +273,8 @@ def create_app(
     gateway = GatewayAuth.from_settings(settings)
     guard = ConnectGuard(policy, resolve or system_resolve, EgressProxy.from_settings(settings))
     upstream = build_upstream(settings, transport, guard)
-    services = Services(settings, table, upstream, policy, gateway, guard, tuple(listeners))
+    review = ReviewService.from_settings(settings)
+    services = Services(settings, table, upstream, policy, gateway, guard, tuple(listeners), review)
     proxy = Proxy(services)
 
     @asynccontextmanager
@@ -273,6 +283,8 @@ def create_app(
             yield
         finally:
             await services.upstream.aclose()
+            if services.review is not None:
+                await services.review.hub.aclose()
 
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
@@ -283,6 +295,9 @@ def create_app(
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
     ]
+    if review is not None:
+        admin = [k.get_secret_value().encode() for k in settings.admin_keys]
+        routes += ReviewAPI(review, [*gateway.client_keys, *admin]).routes()
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
     return app

@@ -153,6 +153,10 @@ class ClientWatch:
         self.gone = True
         self._cancel_victim()
 
+    def touch(self) -> None:
+        """The exchange is alive though the upstream is quiet (a held call waiting for a reviewer)."""
+        self.last_read = time.perf_counter()
+
     def take_cancel(self) -> type[WatchFired] | None:
         """In a reader that caught CancelledError: if the cancellation was the watch's own and the
         only one, absorb it and return the limit that ran out; else None (re-raise it)."""

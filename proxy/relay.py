@@ -24,7 +24,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -47,6 +47,9 @@ from proxy.errors import BadUpstreamResponse, ProxyError, error_payload
 from proxy.levels import TraceFormat
 from proxy.pipeline import DONE, StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
+from proxy.review.gate import StreamGate
+from proxy.review.policy import HeldCall
+from proxy.review.service import ReviewService, audit_undecided
 from proxy.settings import Settings
 from proxy.sse import data_frame
 from proxy.trace import TraceBuilder
@@ -89,6 +92,9 @@ class ChatContext:
     reasoning: ReasoningOptions
     trace: TraceBuilder | None
     trace_format: TraceFormat
+    # Set only when a review policy is configured (proxy.review): holds covered tool calls back.
+    gate: StreamGate | None = None
+    zh: bool = False
 
 
 def client_gone(record: AccessRecord, started: float, log: LogAccess) -> Response:
@@ -133,10 +139,13 @@ def check_response_head(response: UpstreamResponse) -> None:
 class Relay:
     """Runs one upstream exchange under a ClientWatch and turns it into the client's response."""
 
-    def __init__(self, settings: Settings, upstream: Upstream, log: LogAccess) -> None:
+    def __init__(
+        self, settings: Settings, upstream: Upstream, log: LogAccess, review: ReviewService | None = None
+    ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.log = log
+        self.review = review
 
     async def __call__(
         self,
@@ -234,7 +243,15 @@ class Relay:
         )
         return RelayResponse(
             partial(
-                relay_stream, response, pipeline, chat, elapsed_ms, record, watch, self.settings.total_timeout
+                relay_stream,
+                response,
+                pipeline,
+                chat,
+                elapsed_ms,
+                record,
+                watch,
+                self.settings.total_timeout,
+                self.review,
             ),
             status_code=response.status,
             headers=headers,
@@ -270,9 +287,14 @@ class Relay:
             now_ms=elapsed_ms(),
         )
         headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
+        status = response.status
+        held = (
+            self.review.held_in_completion(out, review_context(record)) if self.review is not None else None
+        )
+        if held is not None and self.review is not None:
+            return self._reviewed_completion(self.review, held, watch, record, started, headers, chat)
         headers.append(("content-length", str(len(out))))
         record.bytes_out = len(out)
-        status = response.status
 
         async def write(send: Send) -> None:
             watch.writing = True  # the write timeout bounds a client that does not read its answer
@@ -285,6 +307,51 @@ class Relay:
             self.log(record, started)
 
         return RelayResponse(write, status_code=status, headers=headers, watch=watch, on_close=close)
+
+    def _reviewed_completion(
+        self,
+        review: ReviewService,
+        held: tuple[dict[str, Any], list[HeldCall]],
+        watch: ClientWatch,
+        record: AccessRecord,
+        started: float,
+        headers: list[tuple[str, str]],
+        chat: ChatContext,
+    ) -> Response:
+        """A non-stream answer holding a call: headers now, the body once every call is decided."""
+        parsed, calls = held
+
+        async def write(send: Send) -> None:
+            decided = await review.settle_completion(
+                parsed, calls, chat.zh, _client_writer(record, watch, send), watch.touch
+            )
+            audit_undecided(decided)
+
+        async def close(error: str | None) -> None:
+            record.status = 200
+            if error is not None:
+                record.error = record.error or error
+            self.log(record, started)
+
+        return RelayResponse(write, status_code=200, headers=headers, watch=watch, on_close=close)
+
+
+def review_context(record: AccessRecord) -> dict[str, Any]:
+    """What a reviewer sees about the request a held call came from (never its content)."""
+    return {"model": record.model, "provider": record.provider}
+
+
+def _client_writer(
+    record: AccessRecord, watch: ClientWatch, send: Send
+) -> Callable[[bytes], Awaitable[None]]:
+    async def write(data: bytes) -> None:
+        if data:
+            record.bytes_out += len(data)
+            watch.writing = True
+            await send(body_piece(data))
+            watch.writing = False
+
+    return write
 
 
 async def read_all(response: UpstreamResponse, watch: ClientWatch, limit: int) -> bytes:
@@ -329,10 +396,15 @@ async def relay_stream(
     record: AccessRecord,
     watch: ClientWatch,
     total_timeout: float,
+    review: ReviewService | None,
     send: Send,
 ) -> None:
-    """SSE through the pipeline; every failure ends the stream with an error event, then [DONE]."""
+    """SSE through the pipeline; every failure ends the stream with an error event, then [DONE].
+
+    With a review gate, what the pipeline writes goes through the gate first; a held call is
+    settled once the upstream is done (proxy.review)."""
     clock = time.perf_counter
+    gate = chat.gate
     started = clock() - elapsed_ms() / 1000.0
     failure: ProxyError | None = None
     try:
@@ -345,6 +417,8 @@ async def relay_stream(
             now = clock()  # the hot loop: runs for every upstream read
             watch.last_read = now
             out = pipeline.feed(piece, (now - started) * 1000.0)
+            if gate is not None:
+                out = gate.feed(out)
             if out:
                 record.bytes_out += len(out)
                 watch.writing = True
@@ -354,6 +428,8 @@ async def relay_stream(
             if pipeline.closed:  # e.g. an oversized event ended the stream: stop reading
                 break
         tail = pipeline.finish(elapsed_ms())
+        if gate is not None:
+            tail = gate.feed(tail)
     except TRANSPORT_ERRORS as exc:
         failure = translate_error(exc, response.url)
     except ProxyError as exc:  # a body that cannot be decoded, say
@@ -378,10 +454,46 @@ async def relay_stream(
             record.bytes_out += len(tail)
             watch.writing = True
             await send(body_piece(tail))
+            watch.writing = False
+        if gate is not None and gate.holding and review is not None:
+            await settle_held_calls(gate, review, record, watch, send, total_timeout)
         return
+    if gate is not None:
+        gate.discard()  # a call nobody reviewed never reaches the client
     record.error = failure.code
     watch.writing = True
     await send(body_piece(failure_frames(pipeline, failure, elapsed_ms())))
+
+
+async def settle_held_calls(
+    gate: StreamGate,
+    review: ReviewService,
+    record: AccessRecord,
+    watch: ClientWatch,
+    send: Send,
+    total_timeout: float,
+) -> None:
+    """The upstream is done and the gate holds calls: wait for the reviewers, then release."""
+    try:
+        decided = await review.settle_stream(
+            gate, _client_writer(record, watch, send), watch.touch, review_context(record)
+        )
+    except asyncio.CancelledError:
+        fired = watch.take_cancel()
+        if fired is None or fired is ClientTooSlow:
+            raise  # the client left (its reviews are withdrawn) or reads nothing
+        # The total timeout ran out while a reviewer was awaited: the held call is not released.
+        gate.discard()
+        record.error = "review_incomplete"
+        message = (
+            f"The exchange reached the total timeout of {total_timeout:g} s (THINKPROXY_TOTAL_TIMEOUT) "
+            "while a tool call waited for review; the call was not released."
+        )
+        payload = error_payload(message, "proxy_error", "review_incomplete")
+        watch.writing = True
+        await send(body_piece(data_frame(orjson.dumps(payload)) + data_frame(DONE)))
+        return
+    audit_undecided(decided)
 
 
 def failure_frames(pipeline: StreamPipeline, failure: ProxyError, now_ms: float) -> bytes:

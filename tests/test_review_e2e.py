@@ -36,9 +36,6 @@ EMAIL_TOOL = {
 }
 ASK = [{"role": "user", "content": "Email the report to the team"}]
 
-# TEMPORARY: the gate is wired into the relay once the relay refactor lands on main.
-pytestmark = pytest.mark.skip(reason="review gate not yet wired into the relay")
-
 
 @pytest.fixture(scope="module")
 def mock() -> Iterator[BackgroundServer]:
@@ -268,10 +265,13 @@ def test_client_keys_are_not_reviewer_keys_in_gateway_mode(mock: BackgroundServe
 
 def test_a_client_that_leaves_withdraws_its_reviews(proxy: BackgroundServer) -> None:
     body = {"model": "deepseek-v4", "messages": ASK, "tools": [EMAIL_TOOL], "stream": True}
+    seen = b""
     with httpx.stream("POST", f"{proxy.url}/v1/chat/completions", json=body, timeout=30) as r:
-        for _ in r.iter_raw():
-            break
-        (review,) = pending(proxy)
+        for piece in r.iter_raw():
+            seen += piece
+            if b"review.request" in seen:
+                (review,) = pending(proxy)  # reviewers see it before the client is told of it
+                break  # then the client leaves
     # The client has gone: the review disappears and a late decision finds nothing.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and pending_count(proxy):
@@ -312,3 +312,35 @@ def test_a_decision_on_one_replica_releases_the_stream_held_by_another(
         assert calls == {} and finish == "stop" and content.endswith("not made: via b.")
     else:
         assert result.choices[0].message.content.endswith("not made: via b.")
+
+
+def test_redis_down_fails_closed(mock: BackgroundServer) -> None:
+    with running_redis() as redis:
+        url = redis.url
+    # Redis has stopped: a held call cannot be reviewed, so it is refused, never released.
+    settings = proxy_settings(mock, state_url=url)
+    with BackgroundServer(create_app(settings, table=simulated_table(mock.port))) as server:
+        result = ask(server, stream=True).join()
+    content, calls, finish = streamed(result)
+    assert calls == {} and finish == "stop"
+    assert content.endswith("The call to send_email was not made: the review service is unavailable.")
+
+
+def test_each_decision_is_one_audit_line_without_arguments(
+    proxy: BackgroundServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="thinkproxy.access")
+    call = ask(proxy, stream=False)
+    (review,) = pending(proxy)
+    arguments = httpx.get(f"{proxy.url}/thinkproxy/reviews/{review['id']}", headers=REVIEWER).json()[
+        "arguments"
+    ]
+    decide(proxy, review["id"], {"decision": "reject", "comment": "secret plans"})
+    call.join()
+    lines = [r for r in caplog.records if getattr(r, "access", {}).get("event") == "review.decision"]
+    assert len(lines) == 1
+    fields = lines[0].access  # type: ignore[attr-defined]
+    assert fields["review_id"] == review["id"] and fields["tool"] == "send_email"
+    assert fields["decision"] == "reject" and fields["reviewer"] == "ann"
+    text = repr(fields)
+    assert arguments not in text and "secret plans" not in text

@@ -35,9 +35,12 @@ class Posted(Enum):
 
 
 class ReviewHub(Protocol):
-    async def wait(self, calls: Sequence[HeldCall], timeout: float) -> dict[str, Decision]:
-        """Registers `calls`, waits until each is decided or `timeout` passes (then TIMED_OUT).
-        Cancelling the wait withdraws the calls still pending (the client left)."""
+    async def wait(
+        self, calls: Sequence[HeldCall], timeout: float, opened: asyncio.Event
+    ) -> dict[str, Decision]:
+        """Registers `calls` (then sets `opened`: reviewers can see them), waits until each is
+        decided or `timeout` passes (then TIMED_OUT). Cancelling the wait withdraws the calls still
+        pending (the client left)."""
         ...
 
     async def pending(self) -> list[HeldCall]: ...
@@ -63,11 +66,14 @@ class MemoryReviewHub:
     _pending: dict[str, _Entry] = field(default_factory=dict)
     _decided: OrderedDict[str, Decision] = field(default_factory=OrderedDict)
 
-    async def wait(self, calls: Sequence[HeldCall], timeout: float) -> dict[str, Decision]:
+    async def wait(
+        self, calls: Sequence[HeldCall], timeout: float, opened: asyncio.Event
+    ) -> dict[str, Decision]:
         loop = asyncio.get_running_loop()
         entries = [_Entry(call, loop.create_future()) for call in calls]
         for entry in entries:
             self._pending[entry.call.review_id] = entry
+        opened.set()
         try:
             await asyncio.wait([e.decided for e in entries], timeout=timeout)
         finally:
@@ -166,7 +172,9 @@ class RedisReviewHub:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
 
-    async def wait(self, calls: Sequence[HeldCall], timeout: float) -> dict[str, Decision]:
+    async def wait(
+        self, calls: Sequence[HeldCall], timeout: float, opened: asyncio.Event
+    ) -> dict[str, Decision]:
         ids = [c.review_id for c in calls]
         loop = asyncio.get_running_loop()
         for review_id in ids:
@@ -183,6 +191,8 @@ class RedisReviewHub:
             except Exception as exc:
                 log.warning("review hub: Redis unavailable (%s); held calls refused", type(exc).__name__)
                 return dict.fromkeys(ids, UNAVAILABLE)
+            finally:
+                opened.set()
             decisions = await self._collect(ids, timeout)
         finally:
             for review_id in ids:

@@ -89,11 +89,19 @@ class ReviewService:
         )
 
     async def _decide_all(
-        self, calls: list[HeldCall], send: Send, alive: Callable[[], None]
+        self, calls: list[HeldCall], send: Send, alive: Callable[[], None], announce: bytes = b""
     ) -> dict[str, Decision]:
-        """Waits for every decision, sending a keep-alive every `keepalive` seconds meanwhile."""
-        waiting = asyncio.ensure_future(self.hub.wait(calls, self.timeout))
+        """Registers the calls, then sends `announce` (the review.request events, so a reviewer can
+        already see whatever the client is told about), then waits for every decision, sending a
+        keep-alive every `keepalive` seconds meanwhile."""
+        opened = asyncio.Event()
+        waiting = asyncio.ensure_future(self.hub.wait(calls, self.timeout, opened))
         try:
+            registered = asyncio.ensure_future(opened.wait())
+            await asyncio.wait([waiting, registered], return_when=asyncio.FIRST_COMPLETED)
+            registered.cancel()
+            if announce:
+                await send(announce)
             while True:
                 done, _ = await asyncio.wait([waiting], timeout=self.keepalive)
                 if done:
@@ -109,10 +117,7 @@ class ReviewService:
         self, gate: StreamGate, send: Send, alive: Callable[[], None], extra: dict[str, Any]
     ) -> list[tuple[HeldCall, Decision]]:
         calls = gate.held_calls(now=time.time(), timeout=self.timeout, extra=extra)
-        requests = gate.request_frames()
-        if requests:
-            await send(requests)
-        decisions = await self._decide_all(calls, send, alive)
+        decisions = await self._decide_all(calls, send, alive, gate.request_frames())
         await send(gate.release(decisions))
         return [(c, decisions[c.review_id]) for c in calls]
 
@@ -140,6 +145,14 @@ class ReviewService:
         decisions = await self._decide_all(calls, spaces, alive)
         await send(orjson.dumps(release_completion(parsed, calls, decisions, zh)))
         return [(c, decisions[c.review_id]) for c in calls]
+
+
+def audit_undecided(decided: list[tuple[HeldCall, Decision]]) -> None:
+    """Audit lines for the calls no reviewer decided (timed out, or the review service was down);
+    a reviewer's decision is audited where it was posted."""
+    for call, decision in decided:
+        if decision.reviewer is None:
+            audit(call, decision, 200)
 
 
 def audit(call: HeldCall, decision: Decision, status: int) -> None:
