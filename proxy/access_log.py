@@ -25,6 +25,8 @@ class AccessRecord:
     level: str | None = None
     bytes_out: int = 0
     error: str | None = None
+    client: str | None = None  # the name of the gateway client key presented (never the key)
+    upstream_route: str | None = None  # the name of the routes-file route the request took
     response_headers: list[tuple[str, str]] = field(default_factory=list)
     # What listeners (proxy.observe) read at the end of a request; the access line shows only some.
     route: str = "passthrough"  # "chat" or "passthrough"
@@ -48,6 +50,8 @@ def log_access(record: AccessRecord, started: float) -> None:
         "path": record.path,
         "status": record.status,
         "upstream_status": record.upstream_status,
+        "client": record.client,
+        "upstream_route": record.upstream_route,
         "provider": record.provider,
         "thinking_level": record.level,
         "duration_ms": duration_ms,

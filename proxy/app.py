@@ -8,8 +8,9 @@ modules; this module reads requests, calls the upstream client and writes respon
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +27,12 @@ from proxy import paths
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
-from proxy.errors import BadRequest, PayloadTooLarge, ProxyError
-from proxy.gateway import GatewayAuth
+from proxy.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    ProxyError,
+)
+from proxy.gateway import GatewayAuth, parse_client_keys
 from proxy.levels import (
     CONTROL_HEADERS,
     LEVEL_HEADER,
@@ -44,12 +49,21 @@ from proxy.levels import (
     parse_trace_mode,
     prefers_chinese,
 )
+from proxy.models_listing import MISSING_HEADER, merged_models
 from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.reasoning import ReasoningOptions
 from proxy.relay import ChatContext, Relay, client_gone
 from proxy.review.api import ReviewAPI
 from proxy.review.service import ReviewService
 from proxy.rewrite import rewrite_body
+from proxy.routes import (
+    Destination,
+    RouteTable,
+    key_environment,
+    replace_model,
+    request_model,
+    resolve_route_keys,
+)
 from proxy.settings import Settings
 from proxy.upstream import build_upstream, filter_headers
 from proxy.upstream_common import Upstream, UpstreamRequest
@@ -73,6 +87,7 @@ class Services:
     guard: ConnectGuard  # resolves upstream names; vets client-chosen ones at connect (proxy.egress)
     # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
     listeners: tuple[Listener, ...] = ()
+    routes: RouteTable | None = None  # the routes file (proxy.routes), if one is configured
     # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
     review: ReviewService | None = None
 
@@ -101,10 +116,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def upstream_url(base_url: str, request: Request) -> str:
+def upstream_url(base_url: str, request: Request, model: str | None = None) -> str:
     """The upstream URL for this request, from its raw path and query (see proxy.paths)."""
     scope = request.scope
     raw_path = scope.get("raw_path") or quote(scope["path"]).encode("ascii")
+    if model is not None and scope["path"].startswith("/v1/models/"):  # a prefix route's model, stripped
+        raw_path = b"/v1/models/" + quote(model, safe="").encode("ascii")
     return paths.upstream_url(base_url, raw_path, scope.get("query_string", b""))
 
 
@@ -141,6 +158,35 @@ class Proxy:
     async def passthrough(self, request: Request) -> Response:
         return await self._handle(request, chat=False)
 
+    async def models(self, request: Request) -> Response:
+        """With a routes file, the models of every route merged; else the upstream's list as is."""
+        s = self.s
+        if s.routes is None or UPSTREAM_HEADER in request.headers:
+            return await self._handle(request, chat=False)
+        started = time.perf_counter()
+        record = AccessRecord(method=request.method, path=request.url.path)
+        if s.listeners:
+            record.observers = start_observers(s.listeners, record, request.headers.items())
+        try:
+            record.client = s.gateway.authorize(request.headers.items())
+            payload, missing = await merged_models(
+                s.routes,
+                s.upstream,
+                s.gateway,
+                request.headers.items(),
+                timeout=s.settings.read_timeout,
+                max_bytes=s.settings.max_body_bytes,
+            )
+        except ProxyError as exc:
+            record.status, record.error = exc.status, exc.code
+            self.log(record, started)
+            return json_error(exc)
+        headers = {MISSING_HEADER: ", ".join(missing)} if missing else {}
+        out = orjson.dumps(payload)
+        record.status, record.bytes_out = 200, len(out)
+        self.log(record, started)
+        return Response(out, media_type="application/json", headers=headers)
+
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         started = time.perf_counter()
         record = AccessRecord(
@@ -168,22 +214,35 @@ class Proxy:
     async def _proxy(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
         s = self.s
         headers = request.headers
-        s.gateway.authorize(headers.items())
+        record.client = s.gateway.authorize(headers.items())
         chosen = headers.get(UPSTREAM_HEADER)
-        base_url = s.policy.resolve(chosen)
+        destination: Destination | None = None
         if chosen is not None:
-            await s.guard.precheck(base_url)  # (only through an egress proxy; else vetted at connect)
-        upstream_headers = s.gateway.upstream_headers(request.headers.items(), base_url)
+            s.gateway.check_client_upstream()
+            destination = Destination(s.policy.resolve(chosen), client_chosen=True)
+            await s.guard.precheck(destination.base_url)  # (through an egress proxy; else at connect)
+        elif s.routes is None:
+            destination = Destination(s.policy.resolve(None))
+        body = await read_body(request, s.settings.max_body_bytes)
+        parsed = parse_chat_body(body) if chat else None
+        if destination is None:  # the routes file decides, by the request's model
+            assert s.routes is not None
+            model = parsed.get("model") if parsed is not None else request_model(request.url.path, body)
+            destination = s.routes.destination(model)
+            record.upstream_route = destination.route.name if destination.route else None
+            if destination.model is not None:
+                body = replace_model(parsed, body, destination.model)
+        base_url = destination.base_url
+        upstream_headers = s.gateway.upstream_headers(request.headers.items(), destination)
         if record.forward_headers:
             upstream_headers += record.forward_headers
-        body = await read_body(request, s.settings.max_body_bytes)
         if not chat:
             req = UpstreamRequest(
                 request.method,
-                upstream_url(base_url, request),
+                upstream_url(base_url, request, destination.model),
                 filter_headers(upstream_headers, DROP_REQUEST),
                 body,
-                client_chosen=chosen is not None,
+                client_chosen=destination.client_chosen,
             )
             return await self.relay(request.receive, req, record, started, extra_headers=[], chat=None)
 
@@ -193,7 +252,7 @@ class Proxy:
         visibility = parse_reasoning_visibility(
             headers.get(REASONING_HEADER), s.settings.reasoning_visibility
         )
-        parsed = parse_chat_body(body)
+        assert parsed is not None
         model = parsed.get("model")
         record.model = model if isinstance(model, str) else None
         record.stream = parsed.get("stream") is True
@@ -216,7 +275,7 @@ class Proxy:
             upstream_url(base_url, request),
             [*filter_headers(upstream_headers, DROP_REQUEST_CHAT), ("accept-encoding", "identity")],
             content,
-            client_chosen=chosen is not None,
+            client_chosen=destination.client_chosen,
         )
         reasoning = ReasoningOptions(
             tags=tuple(dialect.reasoning.tags),
@@ -256,12 +315,26 @@ def parse_chat_body(body: bytes) -> dict[str, Any]:
     return parsed
 
 
+def load_routes(
+    settings: Settings, environ: Mapping[str, str] | None = None
+) -> tuple[RouteTable | None, dict[int, str]]:
+    """The routes file the settings name (THINKPROXY_UPSTREAM_BASE_URL as its last route), if any,
+    and each route's key from `environ` (default: the process environment over .env). ConfigError
+    for a bad file, or in gateway mode for a key variable that is unset."""
+    if settings.routes_file is None:
+        return None, {}
+    table = RouteTable.load(settings.routes_file, settings.upstream_base_url)
+    environ = key_environment(os.environ) if environ is None else environ
+    return table, resolve_route_keys(table, environ, gateway=bool(settings.client_keys))
+
+
 def create_app(
     settings: Settings | None = None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     table: ProvidersTable | None = None,
     listeners: Sequence[Listener] = (),
+    environ: Mapping[str, str] | None = None,
     resolve: Resolve | None = None,
 ) -> Starlette:
     """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport; `listeners`
@@ -270,11 +343,14 @@ def create_app(
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
-    gateway = GatewayAuth.from_settings(settings)
+    route_table, route_keys = load_routes(settings, environ)
+    gateway = GatewayAuth.from_settings(settings, route_keys)
     guard = ConnectGuard(policy, resolve or system_resolve, EgressProxy.from_settings(settings))
     upstream = build_upstream(settings, transport, guard)
     review = ReviewService.from_settings(settings)
-    services = Services(settings, table, upstream, policy, gateway, guard, tuple(listeners), review)
+    services = Services(
+        settings, table, upstream, policy, gateway, guard, tuple(listeners), route_table, review
+    )
     proxy = Proxy(services)
 
     @asynccontextmanager
@@ -289,6 +365,7 @@ def create_app(
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
         Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+        Route("/v1/models", proxy.models, methods=["GET"]),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,
@@ -296,7 +373,9 @@ def create_app(
         ),
     ]
     if review is not None:
-        admin = [k.get_secret_value().encode() for k in settings.admin_keys]
+        admin = parse_client_keys(
+            (k.get_secret_value() for k in settings.admin_keys), "THINKPROXY_ADMIN_KEYS"
+        )
         routes += ReviewAPI(review, [*gateway.client_keys, *admin]).routes()
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services

@@ -26,6 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from proxy.access_log import configure_logging
+    from proxy.app import load_routes
     from proxy.dialects import ProvidersTable
     from proxy.gateway import GatewayAuth
     from proxy.settings import Settings
@@ -38,6 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ("workers", "WORKERS"),
         ("upstream", "UPSTREAM_BASE_URL"),
         ("providers", "PROVIDERS_FILE"),
+        ("routes", "ROUTES_FILE"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -47,24 +49,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"thinkproxy: {_settings_error(exc)}", file=sys.stderr)
         return 2
-    if settings.upstream_base_url is None and not settings.allowed_upstreams:
+    if settings.upstream_base_url is None and not settings.allowed_upstreams and not settings.routes_file:
         print(
             "thinkproxy: no upstream configured. Set THINKPROXY_UPSTREAM_BASE_URL "
-            "(e.g. https://api.deepseek.com/v1) or pass --upstream URL.",
+            "(e.g. https://api.deepseek.com/v1), pass --upstream URL, or give a routes file "
+            "(THINKPROXY_ROUTES_FILE).",
             file=sys.stderr,
         )
         return 2
     try:
         ProvidersTable.load(settings.providers_file)  # fail before binding the port, not per request
-        GatewayAuth.from_settings(settings)
+        routes, keys = load_routes(settings)
+        GatewayAuth.from_settings(settings, keys)
         UpstreamPolicy.from_settings(settings)
     except ConfigError as exc:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_json)
+    target = settings.upstream_base_url or "(X-Upstream-Base-URL, allow-listed)"
+    if routes is not None:
+        target = f"{len(routes.routes)} route(s) from {settings.routes_file}"
     print(
-        f"thinkproxy {__version__}: http://{settings.host}:{settings.port}/v1 -> "
-        f"{settings.upstream_base_url or '(X-Upstream-Base-URL, allow-listed)'} "
+        f"thinkproxy {__version__}: http://{settings.host}:{settings.port}/v1 -> {target} "
         f"[{settings.workers} worker(s), transport {settings.http_transport}]",
         file=sys.stderr,
     )
@@ -115,8 +121,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     import orjson
 
     from proxy.dialects import ProvidersTable
-    from proxy.explain import explain
+    from proxy.errors import ProxyError
+    from proxy.explain import explain, explain_routed
     from proxy.levels import Level
+    from proxy.routes import RouteTable
 
     try:
         level = Level(args.level.strip().lower())
@@ -133,17 +141,32 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if not isinstance(body, dict):
             print("thinkproxy: --body must hold a JSON object", file=sys.stderr)
             return 2
+    routes_path = args.routes or os.environ.get("THINKPROXY_ROUTES_FILE") or None
+    if args.base_url is None and routes_path is None:
+        print(
+            "thinkproxy: give --base-url URL, or --routes FILE to pick the upstream by model", file=sys.stderr
+        )
+        return 2
     try:
         table = ProvidersTable.load(Path(args.providers) if args.providers else None)
+        routes = RouteTable.load(Path(routes_path)) if routes_path and args.base_url is None else None
     except ConfigError as exc:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 1
-    print(explain(table, args.base_url, level, model=args.model, body=body, zh=args.zh))
+    if routes is None:
+        print(explain(table, args.base_url, level, model=args.model, body=body, zh=args.zh))
+        return 0
+    try:
+        print(explain_routed(table, routes, level, model=args.model, body=body, zh=args.zh))
+    except ProxyError as exc:  # no route takes the model: what a request would get as a 404
+        print(f"thinkproxy: {exc.message}", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from proxy.dialects import ProvidersTable, default_providers_path
+    from proxy.routes import RouteTable, key_environment, resolve_route_keys
 
     path = Path(args.file) if args.file else default_providers_path()
     try:
@@ -152,6 +175,21 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 1
     print(f"{path}: OK ({len(table.entry_names)} entries: {', '.join(table.entry_names)})")
+    routes_path = args.routes or os.environ.get("THINKPROXY_ROUTES_FILE") or None
+    if routes_path is None:
+        return 0
+    # The same checks as `serve`: the file itself, and in gateway mode every route's key variable.
+    environ = key_environment(os.environ)
+    gateway = bool(environ.get("THINKPROXY_CLIENT_KEYS", "").strip())
+    try:
+        routes = RouteTable.load(Path(routes_path), environ.get("THINKPROXY_UPSTREAM_BASE_URL") or None)
+        resolve_route_keys(routes, environ, gateway=gateway)
+    except ConfigError as exc:
+        print(f"thinkproxy: {exc}", file=sys.stderr)
+        return 1
+    print(f"{routes_path}: OK ({len(routes.routes)} routes)")
+    for route in routes.routes:
+        print(f"  {routes.describe(route)}; provider entry {table.match(route.upstream).name}")
     return 0
 
 
@@ -169,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="worker processes (THINKPROXY_WORKERS, default 1)")
     serve.add_argument("--upstream", help="upstream base URL (THINKPROXY_UPSTREAM_BASE_URL)")
     serve.add_argument("--providers", help="providers.yaml to use (THINKPROXY_PROVIDERS_FILE)")
+    serve.add_argument("--routes", help="routes file (THINKPROXY_ROUTES_FILE)")
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser("demo", help="run the proxy against the simulated upstream and show a timeline")
@@ -183,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     mock.set_defaults(func=cmd_mock_upstream)
 
     explain = sub.add_parser("explain", help="show the entry that matches and the exact body sent upstream")
-    explain.add_argument("--base-url", required=True)
+    explain.add_argument("--base-url", help="the upstream (or give --routes to pick it by --model)")
+    explain.add_argument("--routes", help="routes file (default: THINKPROXY_ROUTES_FILE)")
     explain.add_argument("--level", required=True, help="off | standard | deep")
     explain.add_argument("--model")
     explain.add_argument("--body", help="a JSON request body file (default: a small example)")
@@ -191,8 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--zh", action="store_true", help="use the Chinese instructions for prompted levels")
     explain.set_defaults(func=cmd_explain)
 
-    check = sub.add_parser("check", help="validate a providers file")
+    check = sub.add_parser("check", help="validate a providers file (and a routes file)")
     check.add_argument("file", nargs="?", help="default: the providers.yaml in use")
+    check.add_argument("--routes", help="routes file to validate too (default: THINKPROXY_ROUTES_FILE)")
     check.set_defaults(func=cmd_check)
     return parser
 

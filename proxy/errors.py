@@ -59,6 +59,12 @@ class Forbidden(ProxyError):
     code = "upstream_not_allowed"
 
 
+class NotFound(ProxyError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
 class PayloadTooLarge(ProxyError):
     status = 413
     type = "invalid_request_error"

@@ -16,6 +16,7 @@ import orjson
 from proxy.dialects import Dialect, EntrySummary, LevelRule, ProvidersTable, default_providers_path
 from proxy.levels import Level
 from proxy.rewrite import rewrite_body
+from proxy.routes import RouteTable
 
 DEFAULT_QUESTION = "What is 17 × 23? Answer with the number."
 
@@ -67,6 +68,33 @@ def explain(
     lines.append("Upstream body:")
     lines.append(orjson.dumps(result.body, option=orjson.OPT_INDENT_2).decode())
     return "\n".join(lines) + "\n"
+
+
+def explain_routed(
+    table: ProvidersTable,
+    routes: RouteTable,
+    level: Level | str | None,
+    model: str | None = None,
+    body: dict[str, Any] | None = None,
+    zh: bool = False,
+) -> str:
+    """`explain` for a proxy with a routes file: the route the model picks, then the entry and the
+    exact body that route's upstream receives (a prefix route's prefix stripped from `model`).
+    Raises the 404 `NotFound` a request would get when no route takes the model."""
+    if model is None and body is not None and isinstance(body.get("model"), str):
+        model = body["model"]
+    request = dict(body) if body is not None else default_body(model)
+    if model is None:  # route the example body's model, as a request would be
+        model = request.get("model") if isinstance(request.get("model"), str) else None
+    destination = routes.destination(model)
+    assert destination.route is not None
+    sent_model = destination.model if destination.model is not None else model
+    if sent_model is not None:
+        request["model"] = sent_model
+    head = f"Route:      {routes.describe(destination.route)}\n"
+    if destination.model is not None:
+        head += f"Model sent: {destination.model} (client asked for {model})\n"
+    return head + explain(table, destination.base_url, level, model=sent_model, body=request, zh=zh)
 
 
 def _level_line(requested: Level | None, applied: Level | None, method: str | None, dialect: Dialect) -> str:

@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     providers_file: Path | None = Field(
         default=None, description="providers.yaml to use instead of the one shipped with the package"
     )
+    routes_file: Path | None = Field(
+        default=None,
+        description="routes.yaml: models to upstreams (first match wins); see docs/routing.md",
+    )
     allowed_upstreams: CommaList = Field(
         default_factory=list,
         description="Patterns a client may name in X-Upstream-Base-URL (comma-separated); empty = refused",
@@ -41,9 +45,12 @@ class Settings(BaseSettings):
 
     upstream_api_key: SecretStr | None = Field(
         default=None,
-        description="Gateway mode: the key sent upstream; clients must then present a client key",
+        description="Gateway mode: the key sent to THINKPROXY_UPSTREAM_BASE_URL",
     )
-    client_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    client_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Gateway mode: the keys clients present, comma-separated, optionally named (alice:ck-…)",
+    )
 
     http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
     connect_timeout: float = Field(default=10.0, gt=0)

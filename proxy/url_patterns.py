@@ -4,7 +4,8 @@
 
 - host: literal labels (`api.deepseek.com`, `127.0.0.1`), `*` for exactly one label
   (`ark.*.volces.com`), a leading `*.` for any depth of subdomain (`*.openai.azure.com`, which
-  does not match `openai.azure.com` itself), or a bracketed IPv6 address (`[::1]`);
+  does not match `openai.azure.com` itself), a bracketed IPv6 address (`[::1]`), or a lone `*`
+  with a port (`*:11434`: any host on that port, the least specific after the catch-all);
 - port: a number, or `*` for any port;
 - path prefix: literal segments, compared segment by segment after percent-decoding.
 
@@ -215,8 +216,11 @@ class UrlPattern:
                     )
                 if label != "*" and not _LABEL.match(label):
                     raise ValueError(f"bad pattern {text!r}: {label!r} is not a host label")
-            if all(label == "*" for label in labels):
-                raise ValueError(f"bad pattern {text!r}: the host needs at least one literal label")
+            if all(label == "*" for label in labels) and not (labels == ("*",) and port_text.isdigit()):
+                raise ValueError(
+                    f"bad pattern {text!r}: the host needs at least one literal label "
+                    "(or is a lone '*' with a port: any host on that port)"
+                )
         port: int | None = None
         any_port = port_text == "*"
         if port_text and not any_port:

@@ -44,4 +44,6 @@ def test_log_access_emits_one_structured_record(caplog) -> None:  # type: ignore
         "duration_ms",
         "bytes",
         "error",
+        "client",
+        "upstream_route",
     }

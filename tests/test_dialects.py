@@ -27,6 +27,7 @@ REQUIRED_ENTRIES = [
     "openrouter",
     "mistral",
     "ollama",
+    "self-hosted",
     "fallback",
 ]
 
@@ -103,21 +104,8 @@ def test_shipped_instructions_exist_in_both_languages_and_ask_for_think_tags() -
     assert "thorough" in instructions["think_deep"]["en"]
 
 
-def test_commented_self_hosted_examples_are_valid_once_uncommented() -> None:
-    text = default_providers_path().read_text(encoding="utf-8")
-    start = text.index("  # vllm-qwen3:")
-    end = text.index("  fallback:")
-    block = [line.removeprefix("  #").removeprefix(" ") for line in text[start:end].splitlines()]
-    uncommented = text[:start] + "".join(f"  {line}\n" for line in block) + text[end:]
-    table = ProvidersTable.from_text(uncommented)
-    assert table.entry_names[-3:] == ["vllm-qwen3", "llama-cpp", "fallback"]
-    vllm = table.match("http://gpu-box.internal:8000/v1", "Qwen/Qwen3-32B")
-    assert vllm.levels[Level.OFF].params == {"chat_template_kwargs": {"enable_thinking": False}}
-    assert table.match("http://localhost:8080/v1").name == "llama-cpp"
-
-
 def test_catch_all_reads_reasoning_from_think_tags_and_sends_reasoning_effort_only() -> None:
-    dialect = SHIPPED.match("http://lmstudio.local:1234/v1")
+    dialect = SHIPPED.match("https://llm-gateway.example/v1")
     assert dialect.name == "fallback"
     assert dialect.reasoning.tags == ("think",)
     assert {level: rule.params for level, rule in dialect.levels.items()} == {
@@ -168,9 +156,32 @@ def test_catch_all_reads_reasoning_from_think_tags_and_sends_reasoning_effort_on
         ("http://localhost:11434/v1", "ollama"),
         ("http://127.0.0.1:11434/v1", "ollama"),
         ("http://[::1]:11434/v1", "ollama"),
-        ("http://localhost:8080/v1", "fallback"),  # the pattern names a port: it must match
-        ("http://localhost/v1", "fallback"),  # default port 80 is not 11434
+        ("http://ollama:11434/v1", "ollama"),  # a Compose service name on Ollama's port
+        ("http://10.0.0.9:11434/v1", "ollama"),
+        ("http://ollama.ai.svc.cluster.local:11434/v1", "ollama"),
+        ("http://host.docker.internal:11434/v1", "ollama"),
+        ("http://localhost:8080/v1", "self-hosted"),  # ollama's pattern names a port: it must match
+        ("http://localhost/v1", "self-hosted"),  # default port 80 is not 11434
         ("https://llm.internal.example/v1", "fallback"),
+        ("http://127.0.0.1:8000/v1", "self-hosted"),
+        ("http://127.1.2.3/v1", "self-hosted"),
+        ("http://[::1]:8080/v1", "self-hosted"),
+        ("http://10.0.0.5/v1", "self-hosted"),
+        ("http://192.168.1.20:5000/v1", "self-hosted"),
+        ("http://172.16.0.1/v1", "self-hosted"),
+        ("http://172.31.255.1/v1", "self-hosted"),
+        ("http://172.32.0.1/v1", "fallback"),  # outside 172.16.0.0/12
+        ("http://11.0.0.1/v1", "fallback"),
+        ("http://gpu-box.local/v1", "self-hosted"),
+        ("http://vllm.models.svc.cluster.local:8000/v1", "self-hosted"),
+        ("http://host.docker.internal:1234/v1", "self-hosted"),
+        ("http://nas.lan/v1", "self-hosted"),
+        ("http://llm.home.arpa/v1", "self-hosted"),
+        ("https://llm.example.com:8000/v1", "self-hosted"),  # a server's usual port
+        ("https://llm.example.com:30000/v1", "self-hosted"),
+        ("https://llm.example.com:1234/v1", "self-hosted"),
+        ("https://llm.example.com:8443/v1", "fallback"),
+        ("https://api.deepseek.com:8000/v1", "deepseek"),  # a named host beats any-host-on-a-port
         ("", "fallback"),
     ],
 )
@@ -210,9 +221,9 @@ def test_extra_patterns_map_a_path_prefix_onto_an_entry_without_touching_the_ori
     )
     assert demo.match("http://127.0.0.1:8765/deepseek/v1").name == "deepseek"
     assert demo.match("http://127.0.0.1:8765/minimax/v1").name == "minimax"
-    assert demo.match("http://127.0.0.1:8765/other/v1").name == "fallback"
+    assert demo.match("http://127.0.0.1:8765/other/v1").name == "self-hosted"
     assert demo.match("http://127.0.0.1:11434/v1").name == "ollama"
-    assert SHIPPED.match("http://127.0.0.1:8765/deepseek/v1").name == "fallback"
+    assert SHIPPED.match("http://127.0.0.1:8765/deepseek/v1").name == "self-hosted"
 
 
 def test_extra_patterns_reject_unknown_entries_and_bad_patterns() -> None:

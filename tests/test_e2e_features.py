@@ -16,6 +16,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.demo import simulated_table
+from proxy.dialects import ProvidersTable
 from proxy.mock import MockOptions, create_mock_app
 from proxy.serving import BackgroundServer
 from tests.helpers import make_settings
@@ -111,7 +112,9 @@ def test_provider_400_for_a_mapped_param_comes_back_unchanged_with_level_headers
     # the simulated gpt-5 rejects that value, and its 400 must come back exactly as sent.
     body = {"model": "gpt-5", "messages": ASK}
     settings = make_settings(upstream_base_url=f"{stack.mock.url}/openai/v1")
-    with BackgroundServer(create_app(settings)) as plain_proxy:
+    # (the simulated upstream is on loopback, which the shipped table reads as self-hosted)
+    table = ProvidersTable.load().with_extra_patterns("fallback", [f"127.0.0.1:{stack.mock.port}/openai"])
+    with BackgroundServer(create_app(settings, table=table)) as plain_proxy:
         for stream in (False, True):
             r = httpx.post(
                 f"{plain_proxy.url}/v1/chat/completions",

@@ -6,9 +6,11 @@ import orjson
 import pytest
 
 from proxy.dialects import ProvidersTable
-from proxy.explain import default_body, explain
+from proxy.errors import NotFound
+from proxy.explain import default_body, explain, explain_routed
 from proxy.levels import Level
 from proxy.rewrite import rewrite_body
+from proxy.routes import RouteTable
 
 TABLE = ProvidersTable.load()
 
@@ -71,7 +73,7 @@ def test_a_level_the_provider_lacks_is_reported_as_none() -> None:
 
 
 def test_unrecognized_upstreams_explain_the_fallback() -> None:
-    text = explain(TABLE, "http://my-gateway.internal/v1", "STANDARD")
+    text = explain(TABLE, "https://my-gateway.example/v1", "STANDARD")
     assert "Entry:      fallback (matched by '*')" in text
     assert upstream_body(text)["reasoning_effort"] == "low"
 
@@ -79,3 +81,35 @@ def test_unrecognized_upstreams_explain_the_fallback() -> None:
 def test_a_bad_level_name_is_an_error() -> None:
     with pytest.raises(ValueError):
         explain(TABLE, "https://api.deepseek.com", "max")
+
+
+ROUTES = RouteTable.from_text(
+    """
+routes:
+  - {name: deepseek, models: ["deepseek-*"], upstream: "https://api.deepseek.com/v1", api_key_env: DS}
+  - {name: openrouter, prefix: "openrouter/", upstream: "https://openrouter.ai/api/v1"}
+  - {name: local, models: ["*/*"], upstream: "http://gpu-box.internal:8000/v1"}
+"""
+)
+
+
+def test_with_routes_the_model_picks_the_route_and_the_body_has_the_model_sent() -> None:
+    text = explain_routed(TABLE, ROUTES, "deep", model="openrouter/anthropic/claude-sonnet-4.5")
+    assert text.startswith("Route:      openrouter (routes[1]; prefix 'openrouter/' (stripped))")
+    assert "Model sent: anthropic/claude-sonnet-4.5 (client asked for openrouter/anthropic/" in text
+    assert "Entry:      openrouter" in text
+    body = upstream_body(text)
+    assert body["model"] == "anthropic/claude-sonnet-4.5" and body["reasoning"] == {"effort": "high"}
+
+    text = explain_routed(TABLE, ROUTES, "off", model="Qwen/Qwen3-8B")
+    assert "Route:      local (routes[2]; models ['*/*'])" in text and "Model sent" not in text
+    assert "Entry:      self-hosted" in text and "model override: *qwen3*" in text
+    assert upstream_body(text)["chat_template_kwargs"] == {"enable_thinking": False}
+
+    text = explain_routed(TABLE, ROUTES, "standard", model="deepseek-v4", body={"model": "x", "messages": []})
+    assert "key from $DS in gateway mode" in text and upstream_body(text)["model"] == "deepseek-v4"
+
+
+def test_with_routes_a_model_no_route_takes_is_the_404() -> None:
+    with pytest.raises(NotFound, match="'gpt-5' matches no route"):
+        explain_routed(TABLE, ROUTES, "deep", model="gpt-5")

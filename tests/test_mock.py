@@ -27,6 +27,7 @@ REQUIRED_DIALECTS = {
     "local",
     "prompted",
     "openai",
+    "vllm",
 }
 
 WEATHER_TOOL = {

@@ -385,3 +385,51 @@ async def test_openai_accepts_max_tokens_on_a_non_reasoning_model(client: httpx.
     completion = await complete(client, "openai", model="gpt-4.1-mini", max_tokens=50)
     assert completion["system_fingerprint"].startswith("fp_")
     assert completion["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
+
+
+# --- vllm: a self-hosted server, each model family with its own chat-template switch -----------
+
+VLLM_SWITCHES = [
+    # (model, body that turns thinking off, body that turns it on; None = no such body)
+    ("Qwen/Qwen3-8B", {"chat_template_kwargs": {"enable_thinking": False}}, {}),
+    ("zai-org/GLM-4.5-Air", {"chat_template_kwargs": {"enable_thinking": False}}, {}),
+    ("deepseek-ai/DeepSeek-V3.1", {}, {"chat_template_kwargs": {"thinking": True}}),
+]
+
+
+@pytest.mark.parametrize(("model", "off", "on"), VLLM_SWITCHES)
+async def test_vllm_honours_only_each_familys_own_switch(
+    client: httpx.AsyncClient, model: str, off: dict[str, Any], on: dict[str, Any]
+) -> None:
+    assert field_text(await stream(client, "vllm", model=model, **on), "reasoning")
+    assert not field_text(await stream(client, "vllm", model=model, **off), "reasoning")
+    # another family's switch does nothing
+    wrong = {"chat_template_kwargs": {"thinking": False, "enable_thinking": True}}
+    if model.startswith("deepseek"):
+        assert not field_text(await stream(client, "vllm", model=model, **wrong), "reasoning")
+    else:
+        wrong = {"chat_template_kwargs": {"thinking": False}}
+        assert field_text(await stream(client, "vllm", model=model, **wrong), "reasoning")
+
+
+async def test_vllm_gpt_oss_takes_reasoning_effort_and_refuses_none(client: httpx.AsyncClient) -> None:
+    model = "openai/gpt-oss-20b"
+    medium = field_text(await stream(client, "vllm", model=model), "reasoning")
+    high = field_text(await stream(client, "vllm", model=model, reasoning_effort="high"), "reasoning")
+    assert medium and len(high) > len(medium)
+    body = {"model": model, "messages": [{"role": "user", "content": QUESTION}], "reasoning_effort": "none"}
+    r = await client.post("/vllm/v1/chat/completions", json=body)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "reasoning_effort"
+
+
+@pytest.mark.parametrize("model", ["deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "Qwen/QwQ-32B"])
+async def test_vllm_always_thinking_families_open_think_in_the_template(
+    client: httpx.AsyncClient, model: str
+) -> None:
+    chunks = await stream(client, "vllm", model=model, chat_template_kwargs={"enable_thinking": False})
+    text = content_text(chunks)
+    assert "<think>" not in text and "</think>" in text  # only the closing tag comes back
+    assert not field_text(chunks, "reasoning")
+    message = (await complete(client, "vllm", model=model))["choices"][0]["message"]
+    assert message["content"] == text

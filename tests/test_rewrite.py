@@ -28,7 +28,8 @@ BASE_URLS = {
     "openrouter": "https://openrouter.ai/api/v1",
     "mistral": "https://api.mistral.ai/v1",
     "ollama": "http://localhost:11434/v1",
-    "fallback": "http://lmstudio.local:1234/v1",
+    "self-hosted": "http://gpu-box.internal:8000/v1",
+    "fallback": "https://llm-gateway.example/v1",
 }
 
 NOT_SUPPORTED = None
@@ -65,6 +66,11 @@ EXPECTED_PARAMS: dict[str, tuple[dict[str, Any] | None, ...]] = {
     ),
     "mistral": (NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),
     "ollama": ({"reasoning_effort": "none"}, {}, {"reasoning_effort": "high"}),
+    "self-hosted": (
+        {"chat_template_kwargs": {"enable_thinking": False}},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+    ),
     "fallback": ({"reasoning_effort": "none"}, {"reasoning_effort": "low"}, {"reasoning_effort": "high"}),
 }
 

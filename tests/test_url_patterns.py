@@ -33,6 +33,9 @@ def t(url: str) -> UrlTarget:
         ("host.example/a%20b", "https://host.example/a b/v1", True, True),
         ("*", "https://anything.example/v1", True, True),
         ("*", "https://anything.example:8443/v1", True, False),
+        ("*:11434", "http://ollama:11434/v1", True, True),
+        ("*:11434", "http://gpu-box.lan:11434/v1", True, True),
+        ("*:11434", "http://ollama:8080/v1", False, False),
     ],
 )
 def test_one_syntax_two_ways_of_matching(pattern: str, url: str, matches: bool, admits: bool) -> None:
@@ -51,6 +54,7 @@ def test_one_syntax_two_ways_of_matching(pattern: str, url: str, matches: bool, 
         ("[nope]", "IPv6"),
         ("api*.x.ai", "whole label"),
         ("*.*", "literal label"),
+        ("*:*", "literal label"),
         ("host:0", "port"),
         ("host:http", "port"),
         ("host/a/*", "literal"),

@@ -16,10 +16,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.errors import ProxyError, Unauthorized
-from proxy.gateway import presented_key
+from proxy.gateway import ClientKey, find_key, presented_key
 from proxy.review.hub import Posted
 from proxy.review.policy import parse_decision
-from proxy.review.service import ReviewService, audit, match_key
+from proxy.review.service import ReviewService, audit
 
 
 class NotAReviewer(ProxyError):
@@ -45,16 +45,17 @@ def _json(data: object, status: int = 200) -> Response:
 
 
 class ReviewAPI:
-    def __init__(self, service: ReviewService, other_keys: Sequence[bytes]) -> None:
+    def __init__(self, service: ReviewService, other_keys: Sequence[ClientKey]) -> None:
         self.service = service
-        self.other_keys = {key: "other" for key in other_keys}
+        self.other_keys = other_keys  # this proxy's keys that are not reviewers' (client, admin)
 
     def _reviewer(self, request: Request) -> str:
         given = presented_key(request.headers.items())
-        name = match_key(given, self.service.reviewers)
-        if name is not None:
-            return name
-        if match_key(given, self.other_keys) is not None:
+        reviewer = find_key(given, self.service.reviewers)
+        if reviewer is not None:
+            # An unnamed key is named by its place in the setting, never by the key itself.
+            return reviewer.name or f"reviewer-{self.service.reviewers.index(reviewer) + 1}"
+        if find_key(given, self.other_keys) is not None:
             raise NotAReviewer("This key may not review tool calls: use one of THINKPROXY_REVIEWER_KEYS.")
         raise Unauthorized(
             "Reviewing needs 'Authorization: Bearer <reviewer key>' (THINKPROXY_REVIEWER_KEYS)."

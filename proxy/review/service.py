@@ -10,17 +10,17 @@ text may start with whitespace) until the decisions are in.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from proxy.errors import ConfigError
+from proxy.gateway import ClientKey, parse_client_keys
 from proxy.levels import TraceFormat
 from proxy.review.gate import StreamGate, completion_held_calls, release_completion
 from proxy.review.hub import MemoryReviewHub, RedisReviewHub, ReviewHub
@@ -33,34 +33,11 @@ Send = Callable[[bytes], Awaitable[None]]
 KEEPALIVE = b": keep-alive\n\n"
 
 
-def named_keys(values: Sequence[str], default_prefix: str) -> dict[bytes, str]:
-    """`name:key` or bare `key` entries → {key: name}; a bare key is named `<prefix>-<n>`."""
-    out: dict[bytes, str] = {}
-    for n, value in enumerate(values, start=1):
-        name, sep, key = value.partition(":")
-        if not sep or not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
-            name, key = f"{default_prefix}-{n}", value
-        out[key.strip().encode()] = name
-    return out
-
-
-def match_key(given: str | None, keys: dict[bytes, str]) -> str | None:
-    """The name of the key `given` is, in constant time over all keys; None if none."""
-    if given is None:
-        return None
-    raw = given.encode()
-    found = None
-    for key, name in keys.items():
-        if hmac.compare_digest(raw, key):
-            found = name
-    return found
-
-
 @dataclass
 class ReviewService:
     policy: ReviewPolicy
     hub: ReviewHub
-    reviewers: dict[bytes, str]
+    reviewers: tuple[ClientKey, ...]
     timeout: float
     keepalive: float
 
@@ -69,7 +46,9 @@ class ReviewService:
         patterns = tuple(p for p in settings.review_tools if p)
         if not patterns:
             return None
-        reviewers = named_keys([k.get_secret_value() for k in settings.reviewer_keys], "reviewer")
+        reviewers = parse_client_keys(
+            (k.get_secret_value() for k in settings.reviewer_keys), "THINKPROXY_REVIEWER_KEYS"
+        )
         if not reviewers:
             raise ConfigError(
                 "THINKPROXY_REVIEW_TOOLS is set but THINKPROXY_REVIEWER_KEYS is empty: nobody could approve "

@@ -43,6 +43,7 @@ from proxy.mock.dialects.openai import OpenAI
 from proxy.mock.dialects.openrouter import OpenRouter
 from proxy.mock.dialects.prompted import Prompted
 from proxy.mock.dialects.qwen import Qwen
+from proxy.mock.dialects.vllm import VLLM
 from proxy.mock.scenarios import Depth
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "JSON",
     "MODELS_CREATED",
     "REGISTRY",
+    "VLLM",
     "Counts",
     "DeepSeek",
     "Depth",
@@ -89,6 +91,7 @@ _ALL: tuple[Dialect, ...] = (
     Local(),
     Prompted(),
     OpenAI(),
+    VLLM(),
 )
 REGISTRY: Mapping[str, Dialect] = {d.name: d for d in _ALL}
 DIALECTS: tuple[str, ...] = tuple(REGISTRY)

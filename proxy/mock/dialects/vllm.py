@@ -1,0 +1,117 @@
+"""A self-hosted vLLM-style server: the model family's chat template decides what thinking does.
+
+The server's only thinking knobs are the chat template's variables (`chat_template_kwargs`) and, for
+gpt-oss, the harmony `reasoning_effort`. Each family honours only its own switch, as its template
+does (a wrong switch has no effect, exactly as upstream):
+
+- Qwen3 hybrid and GLM-4.5+: `chat_template_kwargs.enable_thinking`, on unless false;
+- DeepSeek V3.1+: `chat_template_kwargs.thinking`, off unless true;
+- gpt-oss: `reasoning_effort` low | medium | high (anything else is a 400, as vLLM validates it);
+- DeepSeek-R1 distills, QwQ, Qwen3 thinking-2507: always think, and their template opens `<think>` in
+  the prompt. This server runs them without a reasoning parser, so their reasoning arrives in
+  `content` with only the closing tag (the implicit-open shape).
+
+The other families' reasoning arrives in `delta.reasoning` / `message.reasoning`, as vLLM sends it
+when started with `--reasoning-parser` (the field was renamed from `reasoning_content` in 2026).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from proxy.mock.dialects.base import JSON, Dialect, Rejection, Turn, tool_call_items
+from proxy.mock.dialects.knobs import lower
+from proxy.mock.dialects.shapes import inline_think_pieces, inline_think_text
+from proxy.mock.scenarios import Depth, Script
+
+GPT_OSS_EFFORTS = ("low", "medium", "high")
+
+
+def family(model: object) -> str:
+    """The model family whose chat template the server applies, from the served model name."""
+    name = str(model).lower()
+    if "deepseek-r1" in name or ("qwq" in name and "preview" not in name):
+        return "implicit"
+    if "qwen3" in name and "thinking" in name:
+        return "implicit"
+    if "gpt-oss" in name:
+        return "gpt-oss"
+    if "deepseek-v3.1" in name or "deepseek-v3.2" in name:
+        return "deepseek-v3"
+    if "qwen3" in name or "glm-4.5" in name or "glm-4.6" in name or "glm-4.7" in name:
+        return "enable_thinking"
+    return "other"
+
+
+def _kwargs(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    kwargs = body.get("chat_template_kwargs")
+    return kwargs if isinstance(kwargs, dict) else {}
+
+
+class VLLM(Dialect):
+    """vLLM's OpenAI-compatible server, one model family per request's `model`."""
+
+    name = "vllm"
+    default_model = "Qwen/Qwen3-8B"
+    models = (
+        "Qwen/Qwen3-8B",
+        "deepseek-ai/DeepSeek-V3.1",
+        "zai-org/GLM-4.5-Air",
+        "openai/gpt-oss-20b",
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        "Qwen/QwQ-32B",
+    )
+    owned_by = "vllm"
+    sample_400 = "This model's maximum context length is 40960 tokens."
+    close_tag = ("\n</", "think>\n\n")  # cut inside the tag, as a tokenizer does
+
+    def depth(self, body: Mapping[str, Any]) -> Depth:
+        kind = family(body.get("model"))
+        kwargs = _kwargs(body)
+        if kind == "enable_thinking":
+            return Depth.NONE if kwargs.get("enable_thinking") is False else Depth.STANDARD
+        if kind == "deepseek-v3":
+            return Depth.STANDARD if kwargs.get("thinking") is True else Depth.NONE
+        if kind == "gpt-oss":
+            return Depth.DEEP if lower(body.get("reasoning_effort")) == "high" else Depth.STANDARD
+        return Depth.STANDARD  # always-thinking families, and templates without a switch
+
+    def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        kwargs = body.get("chat_template_kwargs")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            return Rejection(400, self.error_body("chat_template_kwargs: Input should be a valid dictionary"))
+        effort = body.get("reasoning_effort")
+        if effort is not None and lower(effort) not in GPT_OSS_EFFORTS:
+            message = f"reasoning_effort: Input should be 'low', 'medium' or 'high' (got {effort!r})"
+            return Rejection(400, self.error_body(message, param="reasoning_effort"))
+        return None
+
+    def error_body(self, message: str, *, param: str | None = None, code: str | None = None) -> bytes:
+        return orjson.dumps(
+            {"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}}
+        )
+
+    def _implicit(self, turn: Turn) -> bool:
+        return family(turn.model) == "implicit"
+
+    def reasoning_delta(self, turn: Turn, text: str, last: bool) -> JSON | None:
+        return None if self._implicit(turn) else {"reasoning": text}
+
+    def content_pieces(self, script: Script, turn: Turn) -> list[str]:
+        if self._implicit(turn):
+            return inline_think_pieces(script, turn, (), self.close_tag)
+        return super().content_pieces(script, turn)
+
+    def message(self, script: Script, turn: Turn) -> JSON:
+        if self._implicit(turn):
+            message: JSON = {"role": "assistant", "content": inline_think_text(script, (), self.close_tag)}
+        else:
+            message = {"role": "assistant", "content": script.content or None}
+            if turn.thinking and script.reasoning:
+                message["reasoning"] = script.reasoning
+        if script.tool_calls:
+            message["tool_calls"] = tool_call_items(script.tool_calls)
+        return message
