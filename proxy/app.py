@@ -12,19 +12,22 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy import paths
 from proxy.access_log import AccessRecord, configure_logging, log_access
+from proxy.console import Console
+from proxy.console.cors import CORSMiddleware
 from proxy.dialects import Dialect, ProvidersTable
 from proxy.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.errors import (
@@ -65,6 +68,7 @@ from proxy.routes import (
     resolve_route_keys,
 )
 from proxy.settings import Settings
+from proxy.tool_titles import NO_TITLES, ToolTitles, load_tool_titles
 from proxy.upstream import build_upstream, filter_headers
 from proxy.upstream_common import Upstream, UpstreamRequest
 from proxy.upstream_policy import UpstreamPolicy
@@ -90,6 +94,7 @@ class Services:
     routes: RouteTable | None = None  # the routes file (proxy.routes), if one is configured
     # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
     review: ReviewService | None = None
+    tool_titles: ToolTitles = field(default_factory=lambda: NO_TITLES)
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -290,6 +295,7 @@ class Proxy:
             level=applied.value if applied else "none",
             provider=dialect.name,
             method=method if applied else None,
+            titles=s.tool_titles,
         )
         gate = None
         if s.review is not None and record.stream:
@@ -345,11 +351,24 @@ def create_app(
     policy = UpstreamPolicy.from_settings(settings)
     route_table, route_keys = load_routes(settings, environ)
     gateway = GatewayAuth.from_settings(settings, route_keys)
+    titles = load_tool_titles(settings.tool_titles_file)
+    console = Console.from_settings(settings, titles) if settings.ui else None
+    if console is not None:
+        listeners = (*listeners, console.feed)
     guard = ConnectGuard(policy, resolve or system_resolve, EgressProxy.from_settings(settings))
     upstream = build_upstream(settings, transport, guard)
     review = ReviewService.from_settings(settings)
     services = Services(
-        settings, table, upstream, policy, gateway, guard, tuple(listeners), route_table, review
+        settings,
+        table,
+        upstream,
+        policy,
+        gateway,
+        guard,
+        tuple(listeners),
+        route_table,
+        review,
+        tool_titles=titles,
     )
     proxy = Proxy(services)
 
@@ -361,6 +380,8 @@ def create_app(
             await services.upstream.aclose()
             if services.review is not None:
                 await services.review.hub.aclose()
+            if console is not None:
+                await console.aclose()
 
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
@@ -371,14 +392,17 @@ def create_app(
             proxy.passthrough,
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
+        *(console.routes() if console is not None else ()),
     ]
     if review is not None:
         admin = parse_client_keys(
             (k.get_secret_value() for k in settings.admin_keys), "THINKPROXY_ADMIN_KEYS"
         )
         routes += ReviewAPI(review, [*gateway.client_keys, *admin]).routes()
-    app = Starlette(routes=routes, lifespan=lifespan)
+    cors = [Middleware(CORSMiddleware, origins=settings.cors_origins)] if settings.cors_origins else []
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=cors)
     app.state.services = services
+    app.state.console = console
     return app
 
 

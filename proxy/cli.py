@@ -27,9 +27,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from proxy.access_log import configure_logging
     from proxy.app import load_routes
+    from proxy.console import AdminAccess
     from proxy.dialects import ProvidersTable
     from proxy.gateway import GatewayAuth
     from proxy.settings import Settings
+    from proxy.tool_titles import load_tool_titles
     from proxy.upstream_policy import UpstreamPolicy
 
     # Flags become environment so every worker process builds the same Settings.
@@ -40,6 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ("upstream", "UPSTREAM_BASE_URL"),
         ("providers", "PROVIDERS_FILE"),
         ("routes", "ROUTES_FILE"),
+        ("ui", "UI"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -62,6 +65,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         routes, keys = load_routes(settings)
         GatewayAuth.from_settings(settings, keys)
         UpstreamPolicy.from_settings(settings)
+        load_tool_titles(settings.tool_titles_file)
+        if settings.ui:
+            AdminAccess.from_settings(settings)
     except ConfigError as exc:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 2
@@ -74,6 +80,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"[{settings.workers} worker(s), transport {settings.http_transport}]",
         file=sys.stderr,
     )
+    if settings.ui:
+        print(f"thinkproxy: console at http://{settings.host}:{settings.port}/ui", file=sys.stderr)
+        if settings.workers > 1 and settings.state_url is None:
+            print(
+                "thinkproxy: note: each worker's console shows only its own requests; set "
+                "THINKPROXY_STATE_URL=redis://… to see every worker's (and every replica's)",
+                file=sys.stderr,
+            )
     uvicorn.run(
         "proxy.app:create_served_app",
         factory=True,
@@ -114,7 +128,7 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from proxy.demo import run_demo
 
-    return run_demo(color=not args.no_color and sys.stdout.isatty())
+    return run_demo(color=not args.no_color and sys.stdout.isatty(), keep=args.keep, port=args.port)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -208,10 +222,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", help="upstream base URL (THINKPROXY_UPSTREAM_BASE_URL)")
     serve.add_argument("--providers", help="providers.yaml to use (THINKPROXY_PROVIDERS_FILE)")
     serve.add_argument("--routes", help="routes file (THINKPROXY_ROUTES_FILE)")
+    serve.add_argument(
+        "--ui", action="store_const", const="true", help="serve the web console at /ui (THINKPROXY_UI)"
+    )
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser("demo", help="run the proxy against the simulated upstream and show a timeline")
     demo.add_argument("--no-color", action="store_true")
+    demo.add_argument(
+        "--keep", action="store_true", help="keep the proxy and its console (/ui) running afterwards"
+    )
+    demo.add_argument("--port", type=int, default=0, help="the proxy's port (default: any free one)")
     demo.set_defaults(func=cmd_demo)
 
     mock = sub.add_parser("mock-upstream", help="run the simulated upstream alone")

@@ -4,7 +4,9 @@ readable timeline of what happened."""
 
 from __future__ import annotations
 
+import signal
 import textwrap
+import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -209,7 +211,9 @@ def run_turn(
     return turn
 
 
-def run_demo(color: bool = False) -> int:
+def run_demo(color: bool = False, keep: bool = False, port: int = 0) -> int:
+    """The scripted conversation, then exit 0; with `keep`, the proxy and its console stay up
+    (on `port`, 0 = any free one) until interrupted."""
     p = Printer(color)
     client = make_client()
     with BackgroundServer(create_mock_app(MockOptions(pace_ms=2.0))) as mock:
@@ -219,16 +223,36 @@ def run_demo(color: bool = False) -> int:
             upstream_base_url=f"{mock.url}/deepseek/v1",
             # the demo switches between simulated providers with X-Upstream-Base-URL
             allowed_upstreams=[f"127.0.0.1:{mock.port}"],
+            ui=True,
         )
-        with BackgroundServer(create_app(settings, table=table)) as proxy:
+        with BackgroundServer(create_app(settings, table=table), port=port) as proxy:
             base = f"{proxy.url}/v1"
             print(f"thinkproxy demo — simulated upstream {mock.url}, proxy {base}, client {client.name}")
+            print(
+                f"console: {proxy.url}/ui (live view of the requests below; playground at "
+                f"{proxy.url}/ui#playground){'' if keep else ' — pass --keep to keep it open'}"
+            )
             demo_levels(client, p, base, mock.url, proxy.url)
             demo_tools(client, p, mock.url, proxy.url)
             demo_prompted(client, p, mock.url, proxy.url)
+            print()
+            if keep:
+                keep_serving(proxy.url, mock.url)
     print()
     print("Done. Run `thinkproxy explain --base-url URL --level deep` to see what any provider would get.")
     return 0
+
+
+def keep_serving(proxy_url: str, mock_url: str) -> None:
+    print(f"The proxy and its console stay up: open {proxy_url}/ui (Ctrl-C to stop).")
+    print(
+        f"  playground: any API key works (the simulated upstream ignores it); other simulated "
+        f"providers: Upstream = {mock_url}/<qwen|kimi|minimax|ollama|openrouter|mistral|prompted>/v1"
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a clean stop on either, servers closed
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
 
 
 def demo_levels(client: ChatClient, p: Printer, base: str, mock_url: str, proxy_url: str) -> None:

@@ -92,5 +92,13 @@ class BadUpstreamResponse(ProxyError):
     code = "upstream_bad_response"
 
 
+class ServiceUnavailable(ProxyError):
+    """The proxy itself is at a limit it set (e.g. the console's live views)."""
+
+    status = 503
+    type = "proxy_error"
+    code = "proxy_busy"
+
+
 class ConfigError(Exception):
     """A bad settings value or providers file: the process must not start."""

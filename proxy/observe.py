@@ -17,7 +17,7 @@ The observers a request gets then see:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.levels import TraceMode
@@ -123,17 +123,30 @@ class TappedTraceBuilder(TraceBuilder):
 
 
 def build_trace(
-    client_mode: TraceMode, tap: Tap | None, *, zh: bool, level: str, provider: str, method: str | None
+    client_mode: TraceMode,
+    tap: Tap | None,
+    *,
+    zh: bool,
+    level: str,
+    provider: str,
+    method: str | None,
+    titles: Mapping[str, Mapping[str, str]] | None = None,
 ) -> TraceBuilder | None:
     """The trace builder for one chat response: none when neither the client nor an observer
-    wants a trace, a tapped one when an observer does."""
+    wants a trace, a tapped one when an observer does. `titles`: tool display titles."""
     if tap is not None:
         return TappedTraceBuilder(
-            client_mode=client_mode, tap=tap, zh=zh, level=level, provider=provider, method=method
+            client_mode=client_mode,
+            tap=tap,
+            zh=zh,
+            level=level,
+            provider=provider,
+            method=method,
+            titles=titles,
         )
     if client_mode is TraceMode.OFF:
         return None
-    return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method)
+    return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method, titles=titles)
 
 
 def notify_end(record: AccessRecord, duration_ms: float) -> None:

@@ -28,8 +28,10 @@ class BackgroundServer:
     stopped (in-flight requests get `graceful_s` to finish) on exit.
     """
 
-    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", graceful_s: float = 1.0) -> None:
-        self.sock = bind_loopback(host)
+    def __init__(
+        self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, graceful_s: float = 1.0
+    ) -> None:
+        self.sock = bind_loopback(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
         config = uvicorn.Config(
             app,

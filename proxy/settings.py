@@ -95,6 +95,12 @@ class Settings(BaseSettings):
     cors_origins: CommaList = Field(
         default_factory=list, description="browser origins allowed to call the API"
     )
+    ui_history: int = Field(
+        default=200, ge=1, le=10_000, description="recent requests the console's live view keeps"
+    )
+    tool_titles_file: Path | None = Field(
+        default=None, description="YAML/JSON map of tool name to {zh, en} display title (trace, console)"
+    )
 
     # -- human review of tool calls ---------------------------------------------------------------
     review_tools: CommaList = Field(

@@ -7,6 +7,7 @@ in docs/trace-events.md and docs/trace-event.schema.json.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -76,8 +77,12 @@ class TraceBuilder:
         provider: str,
         method: str | None = None,
         origin_ms: float = 0.0,
+        titles: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self._off = mode is TraceMode.OFF
+        # Display titles by tool name ({"en": …, "zh": …}, proxy.tool_titles): tool events of a
+        # named tool get a `title` in the trace's language.
+        self._titles = titles or {}
         self._detailed = mode is TraceMode.DETAILED
         self._zh = zh
         self._level = level
@@ -124,6 +129,7 @@ class TraceBuilder:
                         name=name,
                         output_summary=summarize_output(content),
                         status="error" if failed else "success",
+                        **self._title_of(name),
                     )
                 )
         return out
@@ -278,14 +284,16 @@ class TraceBuilder:
     def _start_call(self, call: _ToolCall, t: float, out: list[dict[str, Any]]) -> None:
         call.started = True
         name = call.shown_name
+        title = self._title_of(name)
         out.append(
             self._event(
                 "tool_call.start",
                 t,
-                self._text(f"Calling tool: {name}", f"调用工具：{name}"),
+                title["title"] if title else self._text(f"Calling tool: {name}", f"调用工具：{name}"),
                 id=call.id,
                 name=name,
                 index=call.index,
+                **title,
             )
         )
 
@@ -305,6 +313,7 @@ class TraceBuilder:
                     name=name,
                     index=call.index,
                     input_summary=summarize_arguments(call.arguments),
+                    **self._title_of(name),
                 )
             )
 
@@ -361,6 +370,13 @@ class TraceBuilder:
             self._stage = stage
             en, zh = _STAGE_TEXT[stage]
             out.append(self._event("status", t, zh if self._zh else en, stage=stage.value))
+
+    def _title_of(self, name: str) -> dict[str, str]:
+        """`{"title": …}` for a tool with a display title, else nothing."""
+        title = self._titles.get(name) if self._titles else None
+        if not title:
+            return {}
+        return {"title": title["zh" if self._zh else "en"]}
 
     def _text(self, en: str, zh: str) -> str:
         return zh if self._zh else en

@@ -1,0 +1,114 @@
+"""Regenerates docs/console-live.png and docs/console-playground.png: the proxy with its console
+against the simulated upstream, a few requests from another client, then both views in the
+Debian chromium (Playwright). Run from the repository root: `python docs/screenshots.py`."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+from playwright.sync_api import sync_playwright
+
+from proxy.app import create_app
+from proxy.demo import simulated_table
+from proxy.mock import MockOptions, create_mock_app
+from proxy.serving import BackgroundServer
+from proxy.settings import Settings
+
+DOCS = Path(__file__).parent
+TITLES = "kb_search:\n  zh: 调用知识库\n  en: Searching the knowledge base\n"
+KB_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "kb_search",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "top_k": {"type": "integer", "minimum": 5}},
+            "required": ["query", "top_k"],
+        },
+    },
+}
+
+
+def traffic(proxy: str, mock: str) -> None:
+    """What another application might send through the proxy."""
+
+    def chat(provider: str, model: str, level: str, text: str, **extra: Any) -> httpx.Response:
+        body = {"model": model, "stream": True, "messages": [{"role": "user", "content": text}], **extra}
+        headers = {"x-thinking-level": level, "x-upstream-base-url": f"{mock}/{provider}/v1"}
+        return httpx.post(f"{proxy}/v1/chat/completions", json=body, headers=headers, timeout=60)
+
+    chat("deepseek", "deepseek-chat", "off", "Summarise this paragraph in one line.")
+    chat("qwen", "qwen-plus", "standard", "Translate 'good morning' into French.")
+    chat("prompted", "gpt-4o-mini", "standard", "Plan a 3-day trip to Kyoto.")
+    first = chat("minimax", "MiniMax-M2", "deep", "What is our refund policy for EU orders?", tools=[KB_TOOL])
+    call = re.search(rb'"id":"(call_[0-9a-f]+)"', first.content)
+    if call:
+        call_id = call.group(1).decode()
+        messages = [
+            {"role": "user", "content": "What is our refund policy for EU orders?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "kb_search", "arguments": '{"query": "refund EU", "top_k": 5}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": '[{"doc": "refunds-eu"}, {"doc": "faq"}]'},
+        ]
+        body = {"model": "MiniMax-M2", "stream": True, "messages": messages, "tools": [KB_TOOL]}
+        headers = {"x-thinking-level": "deep", "x-upstream-base-url": f"{mock}/minimax/v1"}
+        httpx.post(f"{proxy}/v1/chat/completions", json=body, headers=headers, timeout=60)
+    chat("kimi", "kimi-k2-thinking", "deep", "Is 1,000,003 a prime number?")
+
+
+def main() -> int:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        print("chromium is not installed", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        titles = Path(tmp) / "titles.yaml"
+        titles.write_text(TITLES, encoding="utf-8")
+        with BackgroundServer(create_mock_app(MockOptions(pace_ms=12.0))) as mock:
+            settings = Settings(  # type: ignore[call-arg]
+                _env_file=None,
+                upstream_base_url=f"{mock.url}/deepseek/v1",
+                allowed_upstreams=[f"127.0.0.1:{mock.port}"],
+                ui=True,
+                tool_titles_file=titles,
+            )
+            with BackgroundServer(create_app(settings, table=simulated_table(mock.port))) as proxy:
+                traffic(proxy.url, mock.url)
+                with sync_playwright() as p:
+                    browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                    page = browser.new_page(viewport={"width": 1440, "height": 820}, locale="en-US")
+                    page.goto(f"{proxy.url}/ui")
+                    page.wait_for_selector('[data-role="request"]')
+                    page.locator('[data-role="request"]', has_text="Searching").first.click()
+                    page.wait_for_selector('[data-role="timeline"] [data-kind="done"]')
+                    page.screenshot(path=str(DOCS / "console-live.png"))
+                    page.goto(f"{proxy.url}/ui#playground")
+                    page.fill('[data-role="api-key"]', "sk-demo")
+                    page.select_option('[data-role="level"]', "deep")
+                    page.fill('[data-role="prompt"]', "Is 1,000,003 a prime number?")
+                    page.click('[data-role="send"]')
+                    page.wait_for_selector('[data-role="pg-timeline"] [data-kind="done"]', timeout=60_000)
+                    page.screenshot(path=str(DOCS / "console-playground.png"))
+                    page.goto("about:blank")
+                    browser.close()
+    print(f"wrote {DOCS / 'console-live.png'} and {DOCS / 'console-playground.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

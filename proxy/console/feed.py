@@ -1,0 +1,181 @@
+"""The console's live feed: a `Listener` (proxy.observe) that keeps a bounded ring of request
+summaries and pushes them to whoever watches `/thinkproxy/events`.
+
+Cost per request: one observer object, the request's trace events appended to a bounded list
+(trace events are rare: a handful per response, none for the chunks in between), one summary at
+the end. Nothing happens per chunk, and nothing is serialized unless someone is subscribed —
+except the end-of-request publication to Redis when a shared feed is configured (once per request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from proxy.console.summary import MAX_EVENTS, MAX_TOOLS, summarize, tool_entry
+from proxy.observe import TraceEvents
+
+if TYPE_CHECKING:
+    from proxy.access_log import AccessRecord
+    from proxy.console.shared import SharedFeed
+
+logger = logging.getLogger("thinkproxy.console")
+
+SUBSCRIBER_QUEUE = 256  # frames a slow watcher may fall behind before it is dropped (it reconnects)
+MAX_SUBSCRIBERS = 64  # live views open at once on one process; more are refused (503)
+
+
+class Subscriber:
+    """One watcher of the feed: a bounded queue of SSE frames; `overflowed` once it fell too far behind."""
+
+    __slots__ = ("overflowed", "queue")
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue(SUBSCRIBER_QUEUE)
+        self.overflowed = False
+
+    def push(self, frame: bytes) -> None:
+        try:
+            self.queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            self.overflowed = True  # the reader, busy with a full queue, sees it and ends
+
+
+def sse_frame(event: str, data: Any) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+class Feed:
+    """The ring of recent requests (newest first) and the watchers of new ones."""
+
+    def __init__(self, history: int, *, replica: str | None = None, shared: SharedFeed | None = None) -> None:
+        self.history = history
+        self.replica = replica or os.urandom(4).hex()
+        self.shared = shared
+        self._ring: deque[dict[str, Any]] = deque(maxlen=history)
+        self._subscribers: set[Subscriber] = set()
+        self._counter = 0
+
+    # -- Listener ---------------------------------------------------------------------------------
+
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> FeedObserver:
+        self._counter += 1
+        return FeedObserver(self, record, f"{self.replica}-{self._counter}")
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def local(self) -> list[dict[str, Any]]:
+        return list(self._ring)
+
+    async def recent(self) -> tuple[list[dict[str, Any]], bool]:
+        """The newest requests (every replica's when the shared feed answers) and whether they are."""
+        local = list(self._ring)
+        if self.shared is None:
+            return local, False
+        shared = await self.shared.recent(self.history)
+        if shared is None:
+            return local, False
+        # What this replica finished a moment ago may not have reached Redis yet.
+        seen = {entry["id"] for entry in shared}
+        merged = shared + [entry for entry in local if entry["id"] not in seen]
+        merged.sort(key=lambda entry: entry.get("started_at", 0), reverse=True)
+        return merged[: self.history], True
+
+    # -- watching -------------------------------------------------------------------------------
+
+    @property
+    def watched(self) -> bool:
+        return bool(self._subscribers)
+
+    @property
+    def watchers(self) -> int:
+        return len(self._subscribers)
+
+    def subscribe(self) -> Subscriber | None:
+        """A new watcher, or None when MAX_SUBSCRIBERS are already watching."""
+        if len(self._subscribers) >= MAX_SUBSCRIBERS:
+            return None
+        subscriber = Subscriber()
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    async def follow_replicas(self) -> None:
+        """With a shared feed, make sure the other replicas' requests reach this one's watchers."""
+        if self.shared is not None:
+            await self.shared.follow(self)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+
+    def broadcast(self, event: str, data: dict[str, Any]) -> None:
+        if not self._subscribers:
+            return
+        frame = sse_frame(event, data)
+        for subscriber in list(self._subscribers):
+            subscriber.push(frame)
+            if subscriber.overflowed:
+                self._subscribers.discard(subscriber)
+
+    # -- from observers ------------------------------------------------------------------------------
+
+    def finished(self, entry: dict[str, Any]) -> None:
+        self._ring.appendleft(entry)
+        self.broadcast("request", entry)
+        if self.shared is not None:
+            self.shared.publish(entry)
+
+
+class FeedObserver:
+    """One request as the feed sees it (proxy.observe.RequestObserver)."""
+
+    __slots__ = ("done", "dropped", "events", "feed", "record", "request_id", "started_at_ms", "tools")
+    wants_trace = True
+
+    def __init__(self, feed: Feed, record: AccessRecord, request_id: str) -> None:
+        self.feed = feed
+        self.record = record
+        self.request_id = request_id
+        self.started_at_ms = int(time.time() * 1000)
+        self.events: list[dict[str, Any]] = []
+        self.dropped = 0
+        self.tools: list[dict[str, Any]] = []
+        self.done: dict[str, Any] | None = None
+
+    def on_trace(self, events: TraceEvents) -> None:
+        room = MAX_EVENTS - len(self.events)
+        if room >= len(events):
+            self.events.extend(events)
+        else:
+            self.events.extend(events[: max(room, 0)])
+            self.dropped += len(events) - max(room, 0)
+        for event in events:
+            kind = event["type"]
+            if kind == "tool_call.start" and len(self.tools) < MAX_TOOLS:
+                self.tools.append(tool_entry(event))
+            elif kind == "done":
+                self.done = event
+        if self.feed.watched:
+            self.feed.broadcast("progress", self.summary(None))
+
+    def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+        self.feed.finished(self.summary(duration_ms))
+
+    def summary(self, duration_ms: float | None) -> dict[str, Any]:
+        return summarize(
+            self.record,
+            request_id=self.request_id,
+            replica=self.feed.replica,
+            started_at_ms=self.started_at_ms,
+            events=self.events,
+            events_dropped=self.dropped,
+            tools=self.tools,
+            done=self.done,
+            duration_ms=duration_ms,
+        )

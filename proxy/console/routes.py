@@ -1,0 +1,162 @@
+"""The console's endpoints: the page (`/ui`, its assets) and its data (`/thinkproxy/requests` as
+JSON, `/thinkproxy/events` as server-sent events), behind the admin keys where they apply."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from proxy.console.feed import MAX_SUBSCRIBERS, Feed, sse_frame
+from proxy.errors import ConfigError, ServiceUnavailable, Unauthorized
+from proxy.settings import Settings
+from proxy.tool_titles import ToolTitles
+
+UI_DIR = Path(__file__).with_name("ui")
+KEEPALIVE_S = 15.0
+
+# The page loads nothing but its own files and talks to nothing but this proxy; model output is
+# inserted as text, and this policy would stop an inline script even if it were not.
+PAGE_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+}
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@dataclass(frozen=True, slots=True)
+class AdminAccess:
+    """Who may read the live data: anyone on a bring-your-own-key proxy without admin keys; in
+    gateway mode (or whenever admin keys are set) only a Bearer token among THINKPROXY_ADMIN_KEYS.
+    Client keys are not admin keys."""
+
+    keys: tuple[bytes, ...]
+    required: bool
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AdminAccess:
+        keys = tuple(k.get_secret_value().encode() for k in settings.admin_keys)
+        gateway = settings.upstream_api_key is not None
+        if gateway and settings.ui and not keys:
+            raise ConfigError(
+                "THINKPROXY_UI is on in gateway mode (THINKPROXY_UPSTREAM_API_KEY is set) but "
+                "THINKPROXY_ADMIN_KEYS is empty: the live view would show every client's requests to "
+                "anyone. Set THINKPROXY_ADMIN_KEYS (comma-separated)."
+            )
+        return cls(keys, gateway or bool(keys))
+
+    def check(self, headers: Iterable[tuple[str, str]]) -> None:
+        if not self.required:
+            return
+        token = None
+        for name, value in headers:
+            if name.lower() == "authorization":
+                scheme, _, rest = value.partition(" ")
+                if scheme.lower() == "bearer":
+                    token = rest.strip().encode()
+        matched = False
+        if token:
+            for key in self.keys:  # every key compared: the time taken tells nothing
+                matched |= hmac.compare_digest(token, key)
+        if not matched:
+            raise Unauthorized(
+                "The console's live data needs an admin key: send 'Authorization: Bearer <key>' with "
+                "one of THINKPROXY_ADMIN_KEYS (client keys are not admin keys).",
+                code="admin_key_required",
+            )
+
+
+def _unauthorized(exc: Unauthorized) -> Response:
+    return Response(
+        exc.body(),
+        status_code=exc.status,
+        media_type="application/json",
+        headers={"www-authenticate": 'Bearer realm="thinkproxy console"'},
+    )
+
+
+class ConsoleRoutes:
+    def __init__(self, feed: Feed, access: AdminAccess, titles: ToolTitles) -> None:
+        self.feed = feed
+        self.access = access
+        self.titles = {name: dict(title) for name, title in titles.items()}
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/ui", self.page, methods=["GET", "HEAD"]),
+            Route("/ui/", self.page, methods=["GET", "HEAD"]),
+            Mount("/ui/assets", StaticFiles(directory=UI_DIR / "assets"), name="console-assets"),
+            Route("/thinkproxy/requests", self.requests, methods=["GET"]),
+            Route("/thinkproxy/events", self.events, methods=["GET"]),
+        ]
+
+    async def page(self, request: Request) -> Response:
+        return FileResponse(UI_DIR / "index.html", headers=PAGE_HEADERS, media_type="text/html")
+
+    def _listing(self, entries: list[dict[str, Any]], shared: bool) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": entries,
+            "shared": shared,
+            "replica": self.feed.replica,
+            "history": self.feed.history,
+            "tool_titles": self.titles,
+        }
+
+    async def requests(self, request: Request) -> Response:
+        try:
+            self.access.check(request.headers.items())
+        except Unauthorized as exc:
+            return _unauthorized(exc)
+        entries, shared = await self.feed.recent()
+        return Response(orjson.dumps(self._listing(entries, shared)), media_type="application/json")
+
+    async def events(self, request: Request) -> Response:
+        try:
+            self.access.check(request.headers.items())
+        except Unauthorized as exc:
+            return _unauthorized(exc)
+        if self.feed.watchers >= MAX_SUBSCRIBERS:
+            busy = ServiceUnavailable(
+                f"Too many live views are open on this proxy process (at most {MAX_SUBSCRIBERS}); "
+                "close one, or read GET /thinkproxy/requests instead.",
+                code="too_many_watchers",
+            )
+            return Response(busy.body(), status_code=busy.status, media_type="application/json")
+        return StreamingResponse(self._stream(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def _stream(self) -> AsyncIterator[bytes]:
+        """`snapshot` (the listing) first, then `request` (finished) and `progress` (in flight)."""
+        feed = self.feed
+        # Subscribed here, where `finally` is sure to run, and before the snapshot is read:
+        # nothing falls between the two.
+        subscriber = feed.subscribe()
+        if subscriber is None:
+            return
+        try:
+            await feed.follow_replicas()
+            entries, shared = await feed.recent()
+            yield sse_frame("snapshot", self._listing(entries, shared))
+            while not subscriber.overflowed:
+                try:
+                    frame = await asyncio.wait_for(subscriber.queue.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    yield b": keepalive\n\n"
+                    continue
+                yield frame
+        finally:
+            feed.unsubscribe(subscriber)

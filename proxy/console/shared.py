@@ -1,0 +1,171 @@
+"""The console feed across replicas: request summaries published to a capped Redis stream.
+
+Each replica XADDs the summary of every request it finished (`MAXLEN ~ history`, so Redis holds a
+bounded ring too) and reads the stream back for `/thinkproxy/requests`; while someone watches
+`/thinkproxy/events` on a replica, it follows the stream (XREAD BLOCK) and passes on the other
+replicas' requests. Short timeouts everywhere: when Redis is down or slow, each replica's console
+keeps working with its own requests, and a warning says so (at most once a minute).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from redis.asyncio import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+if TYPE_CHECKING:
+    from proxy.console.feed import Feed
+
+logger = logging.getLogger("thinkproxy.console")
+
+STREAM_KEY = "thinkproxy:console:requests"
+TIMEOUT_S = 0.5  # connect and command timeout: the console never waits long on Redis
+BLOCK_MS = 1000  # how long one XREAD waits for news (the follower re-checks for watchers in between)
+RETRY_AFTER_S = 5.0  # after a failure, Redis is not asked again for this long (the local view is used)
+PENDING = 1000  # summaries waiting to be written; beyond that they are dropped (the local ring keeps them)
+WARN_EVERY_S = 60.0
+
+
+class SharedFeed:
+    def __init__(self, url: str, *, history: int, replica: str) -> None:
+        self.history = history
+        self.replica = replica
+        options: dict[str, Any] = {
+            "socket_connect_timeout": TIMEOUT_S,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        self._redis = Redis.from_url(url, socket_timeout=TIMEOUT_S, **options)
+        # The follower's XREAD blocks longer than a command may take, so it has its own connection.
+        self._blocking = Redis.from_url(url, socket_timeout=BLOCK_MS / 1000 + TIMEOUT_S, **options)
+        self._pending: asyncio.Queue[bytes] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._down_until = 0.0
+        self._warned_at = -WARN_EVERY_S
+
+    # -- health -------------------------------------------------------------------------------------
+
+    @property
+    def available(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        now = time.monotonic()
+        self._down_until = now + RETRY_AFTER_S
+        if now - self._warned_at >= WARN_EVERY_S:
+            self._warned_at = now
+            logger.warning(
+                "console: Redis (THINKPROXY_STATE_URL) failed to %s: %s; each replica's console shows "
+                "only its own requests until it answers again",
+                what,
+                type(exc).__name__,
+            )
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """Queue one finished request for the stream (called from the request's end, never blocks)."""
+        if self._pending is None:
+            self._pending = asyncio.Queue(PENDING)
+            self._writer = asyncio.get_running_loop().create_task(self._write())
+        with contextlib.suppress(asyncio.QueueFull):
+            self._pending.put_nowait(orjson.dumps(entry))
+
+    async def _write(self) -> None:
+        assert self._pending is not None
+        pending = self._pending
+        while True:
+            batch = [await pending.get()]
+            while not pending.empty() and len(batch) < 100:
+                batch.append(pending.get_nowait())
+            if not self.available:
+                continue  # Redis failed a moment ago: these stay in the local ring only
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for data in batch:
+                        pipe.xadd(STREAM_KEY, {"e": data}, maxlen=self.history, approximate=True)
+                    await pipe.execute()
+            except (RedisError, OSError) as exc:
+                self._failed("store a request", exc)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    async def recent(self, count: int) -> list[dict[str, Any]] | None:
+        """The newest `count` requests of every replica, newest first; None when Redis did not answer."""
+        if not self.available:
+            return None
+        try:
+            rows: Any = await self._redis.xrevrange(STREAM_KEY, count=count)
+        except (RedisError, OSError) as exc:
+            self._failed("read recent requests", exc)
+            return None
+        return [entry for _, fields in rows or () if (entry := _decode(fields)) is not None]
+
+    async def follow(self, feed: Feed) -> None:
+        """Make sure the stream is being followed for `feed`'s watchers (one follower per replica).
+
+        Returns once the follower knows where the stream ends (or Redis failed to say), so what
+        is added after a watcher's snapshot reaches it."""
+        if self._follower is None or self._follower.done():
+            ready = asyncio.Event()
+            self._follower = asyncio.get_running_loop().create_task(self._follow(feed, ready))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), TIMEOUT_S * 2)
+
+    async def _last_id(self) -> str:
+        rows: Any = await self._redis.xrevrange(STREAM_KEY, count=1)
+        if not rows:
+            return "0-0"
+        row_id = rows[0][0]
+        return row_id.decode() if isinstance(row_id, bytes) else str(row_id)
+
+    async def _follow(self, feed: Feed, ready: asyncio.Event) -> None:
+        last: str | None = None
+        while feed.watched:
+            if not self.available:
+                ready.set()
+                await asyncio.sleep(1.0)
+                continue
+            try:
+                if last is None:
+                    last = await self._last_id()
+                    ready.set()
+                found: Any = await self._blocking.xread({STREAM_KEY: last}, count=100, block=BLOCK_MS)
+            except (RedisError, OSError) as exc:
+                self._failed("follow the request stream", exc)
+                continue
+            for _, rows in found or ():
+                for row_id, fields in rows:
+                    last = row_id.decode() if isinstance(row_id, bytes) else str(row_id)
+                    entry = _decode(fields)
+                    if entry is not None and entry.get("replica") != self.replica:
+                        feed.broadcast("request", entry)  # this replica's own were sent directly
+        ready.set()
+
+    async def aclose(self) -> None:
+        for task in (self._writer, self._follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        await self._redis.aclose()
+        await self._blocking.aclose()
+
+
+def _decode(fields: Any) -> dict[str, Any] | None:
+    raw = fields.get(b"e") if isinstance(fields, dict) else None
+    if raw is None:
+        return None
+    try:
+        entry = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return entry if isinstance(entry, dict) else None

@@ -1,0 +1,83 @@
+// One trace event → one <li data-role="trace-item" data-kind="<type>">. Tool events are cards.
+// Text comes from the event's structured fields in the page's language (the event's own
+// `message` is in the language of whoever made the request); never inserted as HTML.
+
+import { h } from "./dom.js";
+import { ms, t } from "./i18n.js";
+
+export const BRIEF_TYPES = new Set(["status", "tool_call.start", "error", "done"]);
+
+// The display title of a tool: the event's own (from the proxy's tool titles file, in the
+// request's language), else the console's copy of the map in the page's language, else the name.
+export function toolTitle(event, titles, language) {
+  const name = String(event.name ?? "");
+  const mapped = titles && Object.prototype.hasOwnProperty.call(titles, name) ? titles[name] : null;
+  if (mapped && mapped[language]) return mapped[language];
+  return event.title ? String(event.title) : name;
+}
+
+function toolCard(event, titles, language, lines) {
+  const title = toolTitle(event, titles, language);
+  const name = String(event.name ?? "");
+  return h(
+    "div",
+    { class: "tool-card" },
+    h(
+      "div",
+      { class: "tool-head" },
+      h("span", { class: "tool-title", "data-role": "tool-title" }, title),
+      title !== name ? h("code", { class: "tool-name" }, name) : null,
+      event.status ? h("span", { class: `badge ${event.status === "error" ? "bad" : "ok"}` }, t(`tool.${event.status === "error" ? "error" : "success"}`)) : null,
+      event.duration_ms !== undefined ? h("span", { class: "muted" }, ms(event.duration_ms)) : null,
+    ),
+    ...lines,
+  );
+}
+
+export function traceItem(event, { titles = {}, language = "en" } = {}) {
+  const kind = String(event.type ?? "");
+  let body;
+  switch (kind) {
+    case "status":
+      body = h("span", { class: `stage stage-${event.stage}` }, t(`stage.${event.stage}`));
+      break;
+    case "reasoning.start":
+      body = h("span", {}, t("ev.reasoning.start"));
+      break;
+    case "reasoning.end":
+      body = h("span", {}, t("ev.reasoning.end", ms(event.duration_ms)));
+      break;
+    case "tool_call.start":
+      body = toolCard(event, titles, language, [h("div", { class: "muted" }, t("ev.tool.calling"))]);
+      break;
+    case "tool_call.end":
+      body = toolCard(event, titles, language, [
+        h("div", { class: "tool-line" }, h("span", { class: "label" }, t("tool.input")), h("code", {}, String(event.input_summary ?? ""))),
+      ]);
+      break;
+    case "tool_result":
+      body = toolCard(event, titles, language, [
+        h("div", { class: "tool-line" }, h("span", { class: "label" }, t("tool.output")), h("code", {}, String(event.output_summary ?? ""))),
+      ]);
+      break;
+    case "error":
+      body = h("span", { class: "error" }, `${t("ev.error")}: ${String(event.message ?? "")}`);
+      break;
+    case "done": {
+      const bits = [];
+      if (event.finish_reason) bits.push(`${t("done.finish")}: ${event.finish_reason}`);
+      if (event.ttft_ms !== null && event.ttft_ms !== undefined) bits.push(`${t("done.ttft")}: ${ms(event.ttft_ms)}`);
+      body = h("span", {}, t("ev.done", ms(event.total_ms)), bits.length ? h("span", { class: "muted" }, ` · ${bits.join(" · ")}`) : null);
+      break;
+    }
+    default:
+      body = h("span", {}, String(event.message ?? kind));
+  }
+  return h(
+    "li",
+    { "data-role": "trace-item", "data-kind": kind, class: `item kind-${kind.replace(".", "-")}` },
+    h("span", { class: "t" }, ms(event.t_ms)),
+    h("span", { class: "dot" }),
+    h("div", { class: "what" }, body),
+  );
+}

@@ -1,0 +1,200 @@
+"""The console's feed: a bounded ring of request summaries (a flood evicts the oldest), bounded
+events per request, summaries without reasoning text or keys, and nothing serialized for nobody."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.access_log import AccessRecord
+from proxy.console.feed import Feed, FeedObserver, sse_frame
+from proxy.console.summary import MAX_EVENTS, MAX_TEXT, summarize
+
+
+def record(**fields: Any) -> AccessRecord:
+    rec = AccessRecord(method="POST", path="/v1/chat/completions", route="chat")
+    for key, value in fields.items():
+        setattr(rec, key, value)
+    return rec
+
+
+def finish(feed: Feed, rec: AccessRecord, events: list[dict[str, Any]] | None = None) -> FeedObserver:
+    observer = feed.start(rec, [("authorization", "Bearer sk-secret")])
+    if events:
+        observer.on_trace(events)
+    rec.status = 200
+    observer.on_end(rec, 12.5)
+    return observer
+
+
+def test_ring_keeps_the_newest_requests_and_a_flood_evicts_the_oldest() -> None:
+    feed = Feed(history=5)
+    for i in range(1000):
+        finish(feed, record(model=f"m{i}"))
+    kept = feed.local()
+    assert len(kept) == 5
+    assert [entry["model"] for entry in kept] == ["m999", "m998", "m997", "m996", "m995"]
+
+
+def test_events_per_request_are_bounded_and_the_cut_is_counted() -> None:
+    feed = Feed(history=3)
+    flood = [{"type": "status", "seq": i, "t_ms": i, "message": "x", "stage": "thinking"} for i in range(500)]
+    done = {"type": "done", "seq": 500, "t_ms": 900, "message": "Done", "ttft_ms": 4, "reasoning_ms": 80}
+    observer = feed.start(record(), [])
+    observer.on_trace(flood[:300])
+    observer.on_trace(flood[300:])
+    observer.on_trace([done])
+    observer.on_end(record(status=200), 950.0)
+    (entry,) = feed.local()
+    assert len(entry["events"]) == MAX_EVENTS
+    assert entry["events_dropped"] == 501 - MAX_EVENTS
+    # The figures come from `done` even when its event was not kept.
+    assert entry["ttft_ms"] == 4 and entry["reasoning_ms"] == 80 and entry["total_ms"] == 950.0
+
+
+def test_summary_carries_the_request_facts_and_tool_calls() -> None:
+    feed = Feed(history=3)
+    events = [
+        {"type": "status", "seq": 0, "t_ms": 1, "message": "Analyzing", "stage": "analyzing"},
+        {
+            "type": "tool_call.start",
+            "seq": 1,
+            "t_ms": 5,
+            "message": "c",
+            "id": "c1",
+            "name": "kb",
+            "index": 0,
+        },
+        {
+            "type": "done",
+            "seq": 2,
+            "t_ms": 9,
+            "message": "Done",
+            "finish_reason": "tool_calls",
+            "ttft_ms": 3,
+            "reasoning_ms": 2,
+            "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12, "weird": "x"},
+        },
+    ]
+    finish(
+        feed,
+        record(
+            provider="deepseek",
+            model="deepseek-chat",
+            level_requested="deep",
+            level="deep",
+            thinking_method="params",
+            stream=True,
+        ),
+        events,
+    )
+    (entry,) = feed.local()
+    assert entry["provider"] == "deepseek" and entry["model"] == "deepseek-chat"
+    assert entry["level_requested"] == "deep" and entry["level"] == "deep"
+    assert entry["thinking_method"] == "params" and entry["status"] == 200 and entry["stream"] is True
+    assert entry["tool_calls"] == [{"name": "kb"}] and entry["finish_reason"] == "tool_calls"
+    assert entry["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    assert entry["in_flight"] is False and entry["replica"] == feed.replica
+    assert b"sk-secret" not in orjson.dumps(entry)  # headers are never kept
+
+
+def test_long_model_names_are_cut() -> None:
+    entry = summarize(
+        record(model="m" * 1000),
+        request_id="r",
+        replica="x",
+        started_at_ms=0,
+        events=[],
+        events_dropped=0,
+        tools=[],
+        done=None,
+        duration_ms=None,
+    )
+    assert len(entry["model"]) == MAX_TEXT + 1 and entry["in_flight"] is True and entry["status"] is None
+
+
+def test_nothing_is_pushed_or_serialized_while_nobody_watches(monkeypatch: Any) -> None:
+    feed = Feed(history=3)
+    calls: list[str] = []
+    monkeypatch.setattr(FeedObserver, "summary", lambda self, d: calls.append("summary") or {"id": "x"})
+    observer = feed.start(record(), [])
+    observer.on_trace([{"type": "status", "seq": 0, "t_ms": 0, "message": "", "stage": "analyzing"}])
+    assert calls == []  # a trace event with no watcher builds nothing
+    observer.on_end(record(status=200), 1.0)
+    assert calls == ["summary"]  # one summary per request, at its end
+
+
+async def test_watchers_get_progress_then_the_finished_request() -> None:
+    feed = Feed(history=3)
+    watcher = feed.subscribe()
+    assert watcher is not None
+    observer = feed.start(record(model="m"), [])
+    observer.on_trace([{"type": "status", "seq": 0, "t_ms": 0, "message": "", "stage": "analyzing"}])
+    observer.on_end(record(model="m", status=200), 5.0)
+    frames = [watcher.queue.get_nowait(), watcher.queue.get_nowait()]
+    assert frames[0].startswith(b"event: progress\ndata: ") and b'"in_flight":true' in frames[0]
+    assert frames[1].startswith(b"event: request\ndata: ") and b'"in_flight":false' in frames[1]
+    feed.unsubscribe(watcher)
+    assert not feed.watched
+
+
+async def test_a_watcher_that_falls_behind_is_dropped_not_buffered_without_end() -> None:
+    feed = Feed(history=3)
+    watcher = feed.subscribe()
+    assert watcher is not None
+    for _ in range(300):
+        finish(feed, record())
+    assert watcher.overflowed and not feed.watched
+    assert watcher.queue.qsize() <= 256
+
+
+def test_sse_frame_is_one_event() -> None:
+    assert sse_frame("request", {"a": "x\ny"}) == b'event: request\ndata: {"a":"x\\ny"}\n\n'
+
+
+def test_the_feed_is_called_per_trace_event_never_per_chunk() -> None:
+    """However long the stream, the observer hears only of the (few) trace events."""
+    from proxy.levels import TraceFormat, TraceMode
+    from proxy.observe import build_trace
+    from proxy.pipeline import StreamPipeline
+    from proxy.reasoning import ReasoningOptions
+
+    def calls_for(answer_chunks: int) -> int:
+        feed = Feed(history=3)
+        observer = feed.start(record(), [])
+        count = 0
+
+        def counted(events: Any) -> None:
+            nonlocal count
+            count += 1
+            observer.on_trace(events)
+
+        pipeline = StreamPipeline(
+            reasoning=ReasoningOptions(),
+            trace=build_trace(TraceMode.OFF, counted, zh=False, level="deep", provider="p", method=None),
+            trace_format=TraceFormat.COMMENT,
+            max_event_bytes=1 << 20,
+        )
+
+        def chunk(delta: dict[str, Any]) -> bytes:
+            return b"data: " + orjson.dumps({"id": "c", "choices": [{"index": 0, "delta": delta}]}) + b"\n\n"
+
+        pipeline.begin(None, 0)
+        pipeline.feed(chunk({"reasoning_content": "hmm"}), 1)
+        for i in range(answer_chunks):
+            pipeline.feed(chunk({"content": "word "}), 2 + i)
+        pipeline.finish(10_000)
+        observer.on_end(record(status=200), 1.0)
+        assert feed.local()[0]["events"][-1]["type"] == "done"
+        return count
+
+    assert calls_for(10) == calls_for(2000) <= 5
+
+
+async def test_watchers_are_bounded() -> None:
+    from proxy.console.feed import MAX_SUBSCRIBERS
+
+    feed = Feed(history=3)
+    watchers = [feed.subscribe() for _ in range(MAX_SUBSCRIBERS)]
+    assert None not in watchers and feed.subscribe() is None
