@@ -56,6 +56,7 @@ from proxy.models_listing import MISSING_HEADER, merged_models
 from proxy.observe import Listener, build_trace, notify_end, start_observers, trace_tap
 from proxy.reasoning import ReasoningOptions
 from proxy.relay import ChatContext, Relay, client_gone
+from proxy.replay_service import ReplayService
 from proxy.review.api import ReviewAPI
 from proxy.review.service import ReviewService
 from proxy.rewrite import rewrite_body
@@ -95,6 +96,8 @@ class Services:
     # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
     review: ReviewService | None = None
     tool_titles: ToolTitles = field(default_factory=lambda: NO_TITLES)
+    # The replay store (proxy.replay_service); None with THINKPROXY_STATE=off.
+    replay: ReplayService | None = None
 
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -267,11 +270,16 @@ class Proxy:
         method: str | None = None
         applied: Level | None = None
         content = body
+        prepared = None
+        if s.replay is not None:  # remembered reasoning back into the history, before the rewrite
+            prepared = await s.replay.prepare(parsed, dialect, record.model, headers.items(), record)
+            parsed = prepared.body
+            content = orjson.dumps(parsed) if prepared.changed else body
         if level is not None:
             result = rewrite_body(parsed, level, dialect, zh=zh)
             applied, method = result.level_applied, result.method
             content = orjson.dumps(result.body)
-        extra = thinking_headers(dialect, applied, method)
+        extra = thinking_headers(dialect, applied, method) + record.response_headers
         record.provider, record.level = dialect.name, applied.value if applied else "none"
         record.thinking_method = method if applied else None
         record.response_headers = extra
@@ -297,11 +305,14 @@ class Proxy:
             method=method if applied else None,
             titles=s.tool_titles,
         )
+        if prepared is not None:
+            prepared.annotate(trace)
+        capture = prepared.capture if prepared is not None else None
         gate = None
         if s.review is not None and record.stream:
             shown = None if trace_mode is TraceMode.OFF else trace_format
             gate = s.review.stream_gate(shown, zh, s.settings.max_sse_event_bytes)
-        chat_context = ChatContext(parsed, reasoning, trace, trace_format, gate=gate, zh=zh)
+        chat_context = ChatContext(parsed, reasoning, trace, trace_format, capture, gate=gate, zh=zh)
         return await self.relay(request.receive, req, record, started, extra_headers=extra, chat=chat_context)
 
 
@@ -358,6 +369,9 @@ def create_app(
     guard = ConnectGuard(policy, resolve or system_resolve, EgressProxy.from_settings(settings))
     upstream = build_upstream(settings, transport, guard)
     review = ReviewService.from_settings(settings)
+    replay = ReplayService.from_settings(settings)
+    if replay is not None:
+        listeners = (*listeners, replay)
     services = Services(
         settings,
         table,
@@ -369,6 +383,7 @@ def create_app(
         route_table,
         review,
         tool_titles=titles,
+        replay=replay,
     )
     proxy = Proxy(services)
 
@@ -382,6 +397,8 @@ def create_app(
                 await services.review.hub.aclose()
             if console is not None:
                 await console.aclose()
+            if replay is not None:
+                await replay.aclose()
 
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),

@@ -60,12 +60,24 @@ class ReplayPolicy(_Strict):
 
     strip: reasoning fields and inline reasoning blocks removed. keep: reasoning converted into `field`.
     tool_calls: keep on assistant messages that carry tool_calls, strip on the others.
+
+    `missing` decides what the replay store does when a message that must carry reasoning comes
+    without it and nothing is remembered for it: `forward` sends the message as it came (the
+    provider answers what it answers); `placeholder` sends an empty string in `field`, only for
+    providers that document accepting one (a text field, never signed details).
     """
 
     mode: Literal["strip", "keep", "tool_calls"]
     field: Literal["reasoning_content", "reasoning", "reasoning_details", "inline_think"] = (
         "reasoning_content"
     )
+    missing: Literal["placeholder", "forward"] = "forward"
+
+    @model_validator(mode="after")
+    def _placeholder_needs_a_text_field(self) -> ReplayPolicy:
+        if self.missing == "placeholder" and self.field not in ("reasoning_content", "reasoning"):
+            raise ValueError("missing: placeholder needs field reasoning_content or reasoning")
+        return self
 
 
 class LevelRule(_Strict):

@@ -122,7 +122,8 @@ def _replay_line(dialect: Dialect) -> str:
     if mode == "strip":
         return "strip (reasoning removed from assistant messages in the history)"
     where = "assistant messages with tool_calls" if mode == "tool_calls" else "assistant messages"
-    return f"{mode} (reasoning kept on {where}, as {field}; stripped elsewhere)"
+    miss = "; not remembered: empty placeholder" if dialect.replay.missing == "placeholder" else ""
+    return f"{mode} (reasoning kept on {where}, as {field}; stripped elsewhere{miss})"
 
 
 def _params_text(rule: LevelRule) -> str:
@@ -183,6 +184,8 @@ def render_entries_table(table: ProvidersTable) -> str:
             replay = f"{dialect.replay.mode}" + (
                 f" → `{dialect.replay.field}`" if dialect.replay.mode != "strip" else ""
             )
+            if dialect.replay.missing == "placeholder":
+                replay += ", placeholder on a miss"
             out.append(f"| {f'**{name}**' if name else ''} | {matches} | {tags} | {replay} | {docs} |")
     return "\n".join(out)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from proxy.capture import TurnCollector
 from proxy.errors import error_payload
 from proxy.levels import TraceFormat
 from proxy.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
@@ -43,9 +44,16 @@ class StreamPipeline:
         trace: TraceBuilder | None,
         trace_format: TraceFormat,
         max_event_bytes: int,
+        capture: TurnCollector | None = None,
     ) -> None:
         self._decoder = SSEDecoder(max_event_bytes)
-        self._extractor = StreamReasoningExtractor(reasoning)
+        # The replay capture, when the store is on: it sees each chunk already parsed, nothing more.
+        self._capture = capture
+        if capture is not None and reasoning.hide:
+            capture.raw_details_first = True  # hiding takes the text out of reasoning_details
+        self._extractor = StreamReasoningExtractor(
+            reasoning, capture.reasoning if capture is not None else None
+        )
         self._trace = trace
         self._event_format = trace_format is TraceFormat.EVENT
         self._meta: ChunkMeta | None = None
@@ -96,6 +104,7 @@ class StreamPipeline:
         append = out.append
         extract = self._extractor.process_chunk
         trace = self._trace
+        capture = self._capture
         for event in events:
             data = event.data
             if self._done_sent:
@@ -116,7 +125,13 @@ class StreamPipeline:
             if type(chunk) is not dict or "error" in chunk:
                 append(event.raw)
                 continue
-            outcome = extract(chunk)
+            if capture is not None:
+                if capture.raw_details_first:
+                    capture.raw_details(chunk)
+                outcome = extract(chunk)
+                capture.chunk(chunk)
+            else:
+                outcome = extract(chunk)
             if trace is not None:
                 if self._meta is None:
                     self._start_meta(chunk, append)
@@ -137,6 +152,8 @@ class StreamPipeline:
     def _closing_bytes(self, now_ms: float) -> bytes:
         out: list[bytes] = []
         for chunk in self._extractor.flush():
+            if self._capture is not None:
+                self._capture.chunk(chunk)
             out.append(data_frame(orjson.dumps(chunk)))
             if self._trace is not None:
                 out.append(self._trace_bytes(self._trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
@@ -203,6 +220,7 @@ def process_completion(
     trace: TraceBuilder | None,
     request_body: dict[str, Any] | None,
     now_ms: float,
+    capture: TurnCollector | None = None,
 ) -> bytes:
     """A non-stream 2xx answer: normalize `choices[].message`, add the `trace` array.
 
@@ -220,6 +238,8 @@ def process_completion(
     # implicit_open a second parse would take the answer itself for reasoning.
     changed = normalize_completion(parsed, replace(reasoning, hide=False))
     had_reasoning = _has_reasoning(parsed)
+    if capture is not None:
+        _capture_messages(parsed, capture)
     if reasoning.hide:
         hide_only = replace(reasoning, tags=(), implicit_open=False)
         changed = normalize_completion(parsed, hide_only) or changed
@@ -234,6 +254,15 @@ def process_completion(
         return orjson.dumps(parsed)
     except orjson.JSONEncodeError:  # nested deeper than orjson writes: leave the answer as it came
         return body
+
+
+def _capture_messages(completion: dict[str, Any], capture: TurnCollector) -> None:
+    choices = completion.get("choices")
+    if type(choices) is not list:
+        return
+    for choice in choices:
+        if type(choice) is dict and type(choice.get("message")) is dict:
+            capture.message(choice.get("index", 0), choice["message"])
 
 
 def _ends_event(raw: bytes) -> bool:

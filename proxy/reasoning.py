@@ -16,11 +16,13 @@ next chunk decides it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.levels import ReasoningField
 
+ReasoningSink = Callable[[int, str], None]
 _TEXT_DETAIL_KEYS = {"reasoning.text": "text", "reasoning.summary": "summary"}
 _PLAIN_FIELDS = ("reasoning_content", "reasoning")
 
@@ -246,8 +248,8 @@ def _content_parts(parts: list[Any]) -> tuple[str, str]:
 
 def _normalize(
     obj: dict[str, Any], splitter: _TextSplitter, writer: _Writer, implicit_open: bool, finishing: bool
-) -> tuple[bool, bool, bool]:
-    """Normalize one delta or message in place → (changed, carried reasoning, carried content)."""
+) -> tuple[bool, str, bool]:
+    """Normalize one delta or message in place → (changed, its reasoning text, carried content)."""
     reasoning = _field_reasoning(obj)
     if reasoning and implicit_open and splitter.fresh:
         # The server already split reasoning off: its content is the answer.
@@ -279,7 +281,7 @@ def _normalize(
     final_content = new_content if new_content is not None else content
     if writer.write(obj, reasoning):
         changed = True
-    return changed, bool(reasoning), bool(final_content) and type(final_content) is str
+    return changed, reasoning, bool(final_content) and type(final_content) is str
 
 
 class StreamReasoningExtractor:
@@ -293,9 +295,9 @@ class StreamReasoningExtractor:
     A chunk with nothing to do costs a few dict lookups and is reported `changed=False`.
     """
 
-    __slots__ = ("_implicit", "_in_place", "_last", "_quiet", "_splitters", "_tags", "_writer")
+    __slots__ = ("_implicit", "_in_place", "_last", "_quiet", "_sink", "_splitters", "_tags", "_writer")
 
-    def __init__(self, options: ReasoningOptions) -> None:
+    def __init__(self, options: ReasoningOptions, sink: ReasoningSink | None = None) -> None:
         names = options.tags or (("think",) if options.implicit_open else ())
         self._tags = _TagSet(names) if names else None
         self._implicit = options.implicit_open
@@ -309,6 +311,8 @@ class StreamReasoningExtractor:
         # True while no choice is inside reasoning or holding text back: the fast path is exact.
         self._quiet = not options.implicit_open
         self._last: dict[str, Any] | None = None
+        # Told each choice's reasoning text as normalized (even when hidden): the replay capture.
+        self._sink = sink
 
     def process_chunk(self, chunk: dict[str, Any]) -> ChunkOutcome:
         if "id" in chunk:
@@ -319,6 +323,8 @@ class StreamReasoningExtractor:
         if self._quiet:
             outcome = self._fast(choices)
             if outcome is not None:
+                if outcome.reasoning and self._sink is not None:
+                    self._sink_in_place(choices)
                 return outcome
         changed = has_reasoning = has_content = False
         for choice in choices:
@@ -334,7 +340,10 @@ class StreamReasoningExtractor:
                 changed = True
             c, r, a = _normalize(delta, splitter, self._writer, self._implicit, finishing)
             changed |= c
-            has_reasoning |= r
+            if r:
+                has_reasoning = True
+                if self._sink is not None:
+                    self._sink(_choice_index(choice), r)
             has_content |= a
         self._quiet = not any(s.inside or s.held for s in self._splitters.values())
         return ChunkOutcome(changed, has_reasoning, has_content)
@@ -345,6 +354,8 @@ class StreamReasoningExtractor:
             if not splitter.held:
                 continue
             reasoning, answer = splitter.flush()
+            if reasoning and self._sink is not None:
+                self._sink(index, reasoning)
             delta: dict[str, Any] = {"content": answer} if answer else {}
             self._writer.write(delta, reasoning)
             if delta:
@@ -389,6 +400,17 @@ class StreamReasoningExtractor:
                 return None
             has_content = has_content or bool(content)
         return _UNCHANGED[has_reasoning, has_content]
+
+    def _sink_in_place(self, choices: list[Any]) -> None:
+        """Tell the sink the reasoning the fast path left where it was (one field per delta)."""
+        assert self._sink is not None and self._in_place is not None
+        field = self._in_place[0]
+        for choice in choices:
+            delta = choice.get("delta") if type(choice) is dict else None
+            if type(delta) is dict:
+                text = delta.get(field)
+                if text and type(text) is str:
+                    self._sink(_choice_index(choice), text)
 
     def _splitter(self, index: Any) -> _TextSplitter:
         splitter = self._splitters.get(index)

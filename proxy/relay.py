@@ -43,6 +43,7 @@ from proxy.asgi import (
     WatchFired,
     body_piece,
 )
+from proxy.capture import TurnCollector
 from proxy.errors import BadUpstreamResponse, ProxyError, error_payload
 from proxy.levels import TraceFormat
 from proxy.pipeline import DONE, StreamFailure, StreamPipeline, process_completion
@@ -92,6 +93,7 @@ class ChatContext:
     reasoning: ReasoningOptions
     trace: TraceBuilder | None
     trace_format: TraceFormat
+    capture: TurnCollector | None = None  # the replay store's collector, when the store is on
     # Set only when a review policy is configured (proxy.review): holds covered tool calls back.
     gate: StreamGate | None = None
     zh: bool = False
@@ -235,6 +237,7 @@ class Relay:
             trace=chat.trace,
             trace_format=chat.trace_format,
             max_event_bytes=self.settings.max_sse_event_bytes,
+            capture=chat.capture,
         )
         headers = (
             filter_headers(response.headers, DROP_RESPONSE_DECODED | {"cache-control"})
@@ -285,6 +288,7 @@ class Relay:
             trace=chat.trace,
             request_body=chat.request_body,
             now_ms=elapsed_ms(),
+            capture=chat.capture,
         )
         headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
         status = response.status

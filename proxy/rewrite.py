@@ -184,7 +184,7 @@ def _keep(message: dict[str, Any], field: str) -> dict[str, Any]:
         return out
     out = {k: v for k, v in message.items() if k not in ("reasoning_content", "reasoning")}
     if field == "inline_think" and "reasoning_details" not in message and text:
-        out["content"] = _with_think_block(message.get("content"), text)
+        out["content"] = with_think_block(message.get("content"), text)
     # reasoning_details (and inline_think with details present): the details travel unchanged.
     return out
 
@@ -197,7 +197,8 @@ def _reasoning_text(message: dict[str, Any]) -> str | None:
     return None
 
 
-def _with_think_block(content: Any, text: str) -> Any:
+def with_think_block(content: Any, text: str) -> Any:
+    """`content` with `<think>text</think>` in front (as MiniMax wants its reasoning back)."""
     block = f"<think>{text}</think>"
     if isinstance(content, str):
         if "<think>" in content:

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
         default=None, description="redis://… to share state between replicas; unset = in this process"
     )
     state_ttl: float = Field(default=3600.0, gt=0, description="seconds a remembered turn is kept")
+    state_secret: SecretStr | None = Field(
+        default=None,
+        description="key of the tenant hash; unset = derived from STATE_URL (Redis) or random per process",
+    )
 
     # -- observability --------------------------------------------------------------------------
     metrics: bool = Field(default=True, description="serve GET /metrics (Prometheus text)")

@@ -103,8 +103,17 @@ class TraceBuilder:
         self._usage: dict[str, Any] | None = None
         # Set while a chunk of more-of-the-same (see on_chunk) cannot cause an event.
         self._quiet: Stage | None = None
+        # What the replay store did for this request's history (see note_replay).
+        self._replay: dict[str, int] | None = None
+        self._tool_durations: Mapping[str, float] = {}
 
     # -- public API ------------------------------------------------------------------------------
+
+    def note_replay(self, counts: dict[str, int] | None, tool_durations: Mapping[str, float]) -> None:
+        """Before `begin`: the replay store's outcome for the history (a `status` event with stage
+        `replaying` follows `analyzing`), and the client-side round trip of each answered tool call."""
+        self._replay = counts
+        self._tool_durations = tool_durations
 
     def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
         """`status: analyzing`, then (detailed) a `tool_result` per answered tool call in the request."""
@@ -114,9 +123,13 @@ class TraceBuilder:
         t = self._clock(now_ms)
         out: list[dict[str, Any]] = []
         self._set_stage(Stage.ANALYZING, t, out)
+        if self._replay is not None:
+            out.append(self._replay_event(t, self._replay))
         if self._detailed and isinstance(request_body, dict):
             for call_id, name, content in _answered_tool_calls(request_body.get("messages")):
                 failed = output_is_error(content)
+                duration = self._tool_durations.get(call_id)
+                timing = {"duration_ms": _ms(duration)} if duration is not None else {}
                 out.append(
                     self._event(
                         "tool_result",
@@ -130,9 +143,16 @@ class TraceBuilder:
                         output_summary=summarize_output(content),
                         status="error" if failed else "success",
                         **self._title_of(name),
+                        **timing,
                     )
                 )
         return out
+
+    def _replay_event(self, t: float, counts: dict[str, int]) -> dict[str, Any]:
+        restored, placeholder, missing = counts["restored"], counts["placeholder"], counts["missing"]
+        en = f"Reasoning of earlier turns: {restored} restored, {placeholder} placeholder, {missing} missing"
+        zh = f"历史推理：恢复 {restored}，占位 {placeholder}，缺失 {missing}"
+        return self._event("status", t, self._text(en, zh), stage="replaying", **counts)
 
     def on_chunk(self, chunk: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
         """The events one normalized `chat.completion.chunk` causes (usually none)."""

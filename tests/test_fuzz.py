@@ -1,5 +1,6 @@
 """Property-based fuzzing of the pure core: SSE decoding, reasoning extraction, the stream pipeline,
-the trace builder, the request rewrite, control headers and the upstream policy.
+the trace builder, the request rewrite, the replay restore and capture, control headers and the
+upstream policy.
 
 Each target is fed generated input (arbitrary bytes, JSON of any shape built around the real field
 names, header strings with any characters) and checked against its contract: no exception other
@@ -43,7 +44,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import proxy
-from proxy.dialects import Dialect, ProvidersTable
+from proxy.capture import TurnCollector
+from proxy.dialects import Dialect, ProvidersTable, ReplayPolicy
 from proxy.errors import BadRequest, ConfigError, Forbidden, ProxyError
 from proxy.levels import (
     Level,
@@ -63,6 +65,7 @@ from proxy.reasoning import (
     normalize_completion,
     normalize_message,
 )
+from proxy.replay import Remembered, apply_restore, capture_records, decode_record, plan_lookups
 from proxy.rewrite import rewrite_body
 from proxy.sse import EventTooLarge, SSEDecoder, SSEEvent
 from proxy.trace import ChunkMeta, TraceBuilder, comment_frames, event_frames
@@ -857,6 +860,38 @@ def is_unterminated(raw: bytes) -> bool:
 
 
 @budget(100)
+@given(split_bytes(st.one_of(pipeline_streams, sse_bytes.filter(no_trace_lookalikes))), reasoning_options)
+def test_replay_capture_changes_no_output_and_never_raises(
+    sample: tuple[bytes, list[bytes]], options: ReasoningOptions
+) -> None:
+    _, pieces = sample
+    capture = TurnCollector()
+    plain = run_pipeline(make_pipeline(options, None, TraceFormat.COMMENT), pieces)
+    captured_pipeline = StreamPipeline(
+        reasoning=options,
+        trace=None,
+        trace_format=TraceFormat.COMMENT,
+        max_event_bytes=1 << 20,
+        capture=capture,
+    )
+    captured = run_pipeline(captured_pipeline, pieces)
+    if plain is None or captured is None:
+        return
+    assert captured == plain
+    for turn in capture.turns():
+        records = capture_records(
+            [turn],
+            tenant="t",
+            provider="p",
+            model=None,
+            policy=ReplayPolicy(mode="keep", field="inline_think"),
+            now_ms=0.0,
+        )
+        for _, value in records:
+            assert decode_record(value) is not None
+
+
+@budget(100)
 @given(
     split_bytes(pipeline_streams.map(terminated)),
     reasoning_options,
@@ -1600,6 +1635,51 @@ def test_upstream_policy_returns_a_url_or_refuses_and_never_reaches_unnamed_sens
     else:
         with pytest.raises(BadRequest):
             policy.resolve(None)
+
+
+# --- replay restore ---------------------------------------------------------------------------
+
+
+replay_found = st.one_of(
+    st.none(),
+    st.builds(
+        Remembered,
+        provider=st.sampled_from(["deepseek", "openrouter", "gemini"]),
+        model=st.one_of(st.none(), strings),
+        reasoning=st.one_of(st.none(), small_text),
+        details=st.one_of(st.none(), st.lists(json_values, max_size=2)),
+        signatures=st.dictionaries(strings, json_values, max_size=2),
+        at_ms=st.one_of(st.none(), st.floats(0, 1e13)),
+    ),
+)
+
+
+@budget(100)
+@given(rewrite_bodies, st.data())
+def test_replay_restore_never_raises_never_mutates_and_stays_serializable(
+    body: dict[str, Any], data: st.DataObject
+) -> None:
+    before = copy.deepcopy(body)
+    policies = {d.replay for d in all_dialects()}
+    for policy in sorted(policies, key=repr):
+        plan = plan_lookups(body.get("messages"), policy, "tenant")
+        found = {key: data.draw(replay_found) for key in plan.keys}
+        for placeholders in (True, False):
+            result = apply_restore(
+                body,
+                plan,
+                found,
+                policy=policy,
+                provider="gemini",
+                model=None,
+                now_ms=1e12,
+                placeholders=placeholders,
+            )
+            dumps(result.body)
+            assert result.changed or result.body is body
+            counts = result.counts
+            assert counts.restored + counts.placeholder + counts.missing <= len(plan.needs)
+    assert body == before
 
 
 # --------------------------------------------------------------------------------------------------

@@ -331,6 +331,48 @@ async def test_kimi_names_the_message_index(client: httpx.AsyncClient) -> None:
     }
 
 
+async def test_deepseek_accepts_an_empty_string_and_ignores_earlier_rounds(
+    client: httpx.AsyncClient,
+) -> None:
+    empty = replay_body(False)
+    empty["messages"][2]["reasoning_content"] = ""
+    assert (await client.post("/deepseek/v1/chat/completions", json=empty)).status_code == 200
+    earlier = replay_body(False)
+    earlier["messages"].append({"role": "user", "content": "And tomorrow?"})
+    assert (await client.post("/deepseek/v1/chat/completions", json=earlier)).status_code == 200
+    null = replay_body(False)
+    null["messages"][2]["reasoning_content"] = None
+    assert (await client.post("/deepseek/v1/chat/completions", json=null)).status_code == 400
+
+
+async def test_kimi_checks_every_round_and_accepts_an_empty_string(client: httpx.AsyncClient) -> None:
+    earlier = replay_body(False)
+    earlier["messages"].append({"role": "user", "content": "And tomorrow?"})
+    assert (await client.post("/kimi/v1/chat/completions", json=earlier)).status_code == 400
+    empty = replay_body(False)
+    empty["messages"][2]["reasoning_content"] = ""
+    assert (await client.post("/kimi/v1/chat/completions", json=empty)).status_code == 200
+
+
+async def test_gemini_signs_the_first_call_and_wants_the_signature_back(client: httpx.AsyncClient) -> None:
+    first = await client.post(
+        "/gemini/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Weather?"}], "tools": [WEATHER_TOOL]},
+    )
+    message = first.json()["choices"][0]["message"]
+    signature = message["tool_calls"][0]["extra_content"]["google"]["thought_signature"]
+    assert signature
+    body = replay_body(False)
+    refused = await client.post("/gemini/v1/chat/completions", json=body)
+    assert refused.status_code == 400
+    error = refused.json()[0]["error"]
+    assert error["status"] == "INVALID_ARGUMENT"
+    assert error["message"].startswith("Function call is missing a thought_signature in functionCall parts.")
+    assert "`default_api:get_weather` , position 3." in error["message"]
+    body["messages"][2]["tool_calls"][0]["extra_content"] = {"google": {"thought_signature": signature}}
+    assert (await client.post("/gemini/v1/chat/completions", json=body)).status_code == 200
+
+
 # --- request log -------------------------------------------------------------------------------
 
 

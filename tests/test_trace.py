@@ -803,3 +803,36 @@ def test_whitespace_between_reasoning_and_a_tool_call_is_not_answering() -> None
     events += builder.finish(5.0)
     stages = [e["stage"] for e in events if e["type"] == "status"]
     assert stages == ["analyzing", "thinking", "tool_calling"]
+
+
+def test_replay_outcome_and_tool_durations_from_the_replay_store() -> None:
+    b = builder(TraceMode.DETAILED)
+    b.note_replay({"restored": 2, "placeholder": 0, "missing": 1}, {"call_kb": 1234.56})
+    body = {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "call_kb", "function": {"name": "kb_search"}},
+                    {"id": "call_wx", "function": {"name": "get_weather"}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_kb", "content": "[1, 2]"},
+            {"role": "tool", "tool_call_id": "call_wx", "content": "rain"},
+        ]
+    }
+    events = b.begin(body, 3.0)
+    assert [(e["type"], e.get("stage")) for e in events] == [
+        ("status", "analyzing"),
+        ("status", "replaying"),
+        ("tool_result", None),
+        ("tool_result", None),
+    ]
+    assert events[1]["restored"] == 2 and events[1]["missing"] == 1
+    assert events[2]["duration_ms"] == 1234.6
+    assert "duration_ms" not in events[3]  # not remembered: no figure rather than a guess
+    for event in events:
+        assert VALIDATOR.is_valid(event), event
+    # Without a replay outcome there is no replaying status.
+    assert [e.get("stage") for e in builder().begin(body, 0.0)][:2] == ["analyzing", None]

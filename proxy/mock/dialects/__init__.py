@@ -34,6 +34,7 @@ from proxy.mock.dialects.base import (
     tokens,
 )
 from proxy.mock.dialects.deepseek import DeepSeek
+from proxy.mock.dialects.gemini import Gemini
 from proxy.mock.dialects.kimi import Kimi
 from proxy.mock.dialects.local import Local
 from proxy.mock.dialects.minimax import MiniMax, MiniMaxSplit
@@ -58,6 +59,7 @@ __all__ = [
     "DeepSeek",
     "Depth",
     "Dialect",
+    "Gemini",
     "Kimi",
     "Local",
     "MiniMax",
@@ -92,6 +94,7 @@ _ALL: tuple[Dialect, ...] = (
     Prompted(),
     OpenAI(),
     VLLM(),
+    Gemini(),
 )
 REGISTRY: Mapping[str, Dialect] = {d.name: d for d in _ALL}
 DIALECTS: tuple[str, ...] = tuple(REGISTRY)

@@ -31,7 +31,9 @@ class DeepSeek(PairedReasoning):
         return Depth.DEEP if effort is Depth.DEEP else Depth.STANDARD
 
     def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
-        if depth is not Depth.NONE and missing_replay(body) is not None:
+        # Measured on the live API: only tool-call turns after the last user message must carry
+        # reasoning_content ("" accepted); earlier rounds are ignored.
+        if depth is not Depth.NONE and missing_replay(body, current_round_only=True) is not None:
             return Rejection(400, self.error_body(self.replay_message))
         return None
 

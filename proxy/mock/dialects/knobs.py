@@ -36,10 +36,24 @@ def thinking_type(body: Mapping[str, Any]) -> str | None:
     return lower(thinking.get("type")) if isinstance(thinking, dict) else None
 
 
-def missing_replay(body: Mapping[str, Any]) -> int | None:
-    """Index of the first assistant tool-call message that does not carry its reasoning_content back."""
+def last_user_index(messages: list[Any]) -> int:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, dict) and message.get("role") == "user":
+            return index
+    return -1
+
+
+def missing_replay(body: Mapping[str, Any], *, current_round_only: bool = False) -> int | None:
+    """Index of the first assistant tool-call message that does not carry its reasoning_content back
+    (absent or null; an empty string counts as carried). `current_round_only`: only messages after
+    the last user message count (DeepSeek ignores earlier rounds)."""
     messages = body.get("messages")
-    for index, message in enumerate(messages if isinstance(messages, list) else []):
+    items = messages if isinstance(messages, list) else []
+    start = last_user_index(items) + 1 if current_round_only else 0
+    for index, message in enumerate(items):
+        if index < start:
+            continue
         if (
             isinstance(message, dict)
             and message.get("role") == "assistant"

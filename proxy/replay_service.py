@@ -1,0 +1,257 @@
+"""The replay store at the edge: one batched lookup before a chat request goes upstream, one
+write after its response ended. The decisions are proxy.replay's (pure); this module only does
+the I/O around them, keeps the outcome counters and reports store outages.
+
+Per request (chat completions only):
+
+- `restore(...)` — tenant from the presented key, `plan_lookups` (pure), one `get_many` (one round
+  trip), `apply_restore` (pure). A store that is down or slow is reported once per interval and
+  counts every needed message as `missing`; the request goes on as it came. Leaves a
+  `ReplayNote` in `record.notes` so that the capture knows whom and what the response belongs to.
+- capture — a `Listener` (proxy.observe) whose observer, at the end of a successful response,
+  turns the note's `TurnCollector` into store entries and writes them in the background.
+
+Reasoning text is never logged: the only log lines here name the store and the error class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.access_log import AccessRecord
+from proxy.capture import TurnCollector
+from proxy.dialects import Dialect, ReplayPolicy
+from proxy.gateway import presented_key
+from proxy.observe import RequestObserver, TraceEvents
+from proxy.replay import (
+    HEADER,
+    ReplayCounts,
+    RestoreResult,
+    apply_restore,
+    capture_records,
+    decode_record,
+    plan_lookups,
+    tenant_of,
+)
+from proxy.settings import Settings
+from proxy.state import MemoryStore, StateStore, StoreUnavailable, build_store
+from proxy.trace import TraceBuilder
+
+logger = logging.getLogger("thinkproxy.replay")
+
+NOTE = "replay"  # record.notes key of the ReplayNote
+OUTCOME_NOTE = "replay.outcome"  # record.notes key of this request's counts (for metrics)
+OUTAGE_LOG_INTERVAL = 60.0
+MAX_QUEUED_WRITES = 10_000  # captured turns waiting for the store; beyond, new ones are shed
+WRITE_WAIT_S = 0.5  # the longest a request waits for its own tenant's queued writes
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What `prepare` did: the body to send, the capture to hand the response pipeline, and the
+    restore's outcome (None when the history needed nothing)."""
+
+    body: dict[str, Any]
+    capture: TurnCollector
+    result: RestoreResult | None
+
+    @property
+    def changed(self) -> bool:
+        return self.result is not None and self.result.changed
+
+    def annotate(self, trace: TraceBuilder | None) -> None:
+        """The trace's `replaying` status and tool-result durations."""
+        if trace is None or self.result is None:
+            return
+        counts = self.result.counts
+        trace.note_replay(counts.as_dict() if counts.any else None, self.result.durations)
+
+
+@dataclass(slots=True)
+class ReplayNote:
+    tenant: str
+    provider: str
+    model: str | None
+    policy: ReplayPolicy
+    capture: TurnCollector
+
+
+def deployment_secret(settings: Settings) -> bytes:
+    """The key of the tenant hash. THINKPROXY_STATE_SECRET when set; else, with Redis, derived from
+    the state URL (every replica of a deployment names the same one, so they agree); else random
+    per process (memory is per process anyway)."""
+    if settings.state_secret is not None:
+        return settings.state_secret.get_secret_value().encode()
+    if settings.state_url is not None:
+        url = settings.state_url.get_secret_value().encode()
+        return hashlib.sha256(b"thinkproxy-tenant\0" + url).digest()
+    return secrets.token_bytes(32)
+
+
+class ReplayService:
+    """The replay store of one app: restore before, capture after. See the module docstring."""
+
+    def __init__(self, store: StateStore, secret: bytes) -> None:
+        self.store = store
+        self._secret = secret
+        # Captured turns waiting for the background writer (Redis), and whose they are: a
+        # request waits only when its own tenant has writes queued or in flight.
+        self._queue: list[tuple[str, bytes]] = []
+        self._queued_tenants: set[str] = set()
+        self._writing_tenants: set[str] = set()
+        self._writer: asyncio.Task[None] | None = None
+        self._last_outage_log = float("-inf")
+        # Totals since start, for the metrics capability: restored / placeholder / missing per
+        # message, captured per stored turn, unavailable per request the store did not answer.
+        self.totals: Counter[str] = Counter()
+        self._observer = _CaptureObserver(self)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReplayService | None:
+        store = build_store(settings)
+        return None if store is None else cls(store, deployment_secret(settings))
+
+    # -- listener (capture) ---------------------------------------------------------------------
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver | None:
+        return self._observer  # stateless: what a request needs is in record.notes
+
+    # -- restore --------------------------------------------------------------------------------
+    async def prepare(
+        self,
+        body: dict[str, Any],
+        dialect: Dialect,
+        model: str | None,
+        headers: Iterable[tuple[str, str]],
+        record: AccessRecord,
+    ) -> Prepared:
+        """The body with remembered reasoning put back, and the collector for this response's
+        capture. Never raises for the store's sake."""
+        arrived_ms = time.time() * 1000.0
+        tenant = tenant_of(self._secret, presented_key(headers))
+        policy = dialect.replay
+        capture = TurnCollector()
+        record.notes[NOTE] = ReplayNote(tenant, dialect.name, model, policy, capture)
+        plan = plan_lookups(body.get("messages"), policy, tenant)
+        if plan.empty:
+            return Prepared(body, capture, None)
+        found: dict[str, Any] = {}
+        available = True
+        if plan.keys:
+            try:
+                if self._writer is not None and (
+                    tenant in self._queued_tenants or tenant in self._writing_tenants
+                ):
+                    await self.drain()  # this process's own writes land before it reads
+                values = await self.store.get_many(plan.keys)
+            except Exception as exc:
+                # StoreUnavailable, or anything else a backend let through: the store must never
+                # fail a request, whatever went wrong in it.
+                available = False
+                self._outage(exc)
+            else:
+                found = {k: decode_record(v) for k, v in zip(plan.keys, values, strict=True)}
+        result = apply_restore(
+            body,
+            plan,
+            found,
+            policy=policy,
+            provider=dialect.name,
+            model=model,
+            now_ms=arrived_ms,
+            placeholders=available,
+        )
+        self._count(result.counts, record)
+        return Prepared(result.body, capture, result)
+
+    def _count(self, counts: ReplayCounts, record: AccessRecord) -> None:
+        if not counts.any:
+            return
+        self.totals.update(counts.as_dict())
+        record.notes[OUTCOME_NOTE] = counts.as_dict()
+        record.response_headers.append((HEADER, counts.header_value()))
+
+    def _outage(self, exc: BaseException) -> None:
+        self.totals["unavailable"] += 1
+        now = time.monotonic()
+        if now - self._last_outage_log >= OUTAGE_LOG_INTERVAL:
+            self._last_outage_log = now
+            logger.warning(
+                "replay store (%s) unavailable (%s): requests go on without restored reasoning; "
+                "this is logged once a minute while it lasts",
+                self.store.name,
+                # Our own message names only the error class; anything else: its class alone.
+                exc if isinstance(exc, StoreUnavailable) else type(exc).__name__,
+            )
+
+    # -- capture --------------------------------------------------------------------------------
+    def capture(self, record: AccessRecord) -> None:
+        note = record.notes.get(NOTE)
+        if not isinstance(note, ReplayNote) or not 200 <= record.status < 300 or record.error:
+            return
+        items = capture_records(
+            note.capture.turns(),
+            tenant=note.tenant,
+            provider=note.provider,
+            model=note.model,
+            policy=note.policy,
+            now_ms=time.time() * 1000.0,
+        )
+        if not items:
+            return
+        self.totals["captured"] += len(items)
+        if isinstance(self.store, MemoryStore):
+            self.store.put_now(items)  # nothing to wait for: written before the client hears back
+            return
+        if len(self._queue) >= MAX_QUEUED_WRITES:
+            self.totals["dropped"] += len(items)  # the store is far behind: shed, never grow
+            return
+        self._queue.extend(items)
+        self._queued_tenants.add(note.tenant)
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
+
+    async def _write_queued(self) -> None:
+        """One writer per process: whatever responses ended meanwhile goes out as one pipelined
+        batch, so a burst of captures costs a few round trips and one connection, not one each."""
+        try:
+            while self._queue:
+                items, self._queue = self._queue, []
+                self._writing_tenants, self._queued_tenants = self._queued_tenants, set()
+                try:
+                    await self.store.put_many(items)
+                except Exception as exc:  # a background write: nobody else would hear of it
+                    self._outage(exc)
+        finally:
+            self._writing_tenants = set()
+            self._writer = None
+
+    async def drain(self) -> None:
+        """Wait (bounded) until every captured turn has been written or given up."""
+        writer = self._writer
+        if writer is not None:
+            await asyncio.wait([writer], timeout=WRITE_WAIT_S)
+
+    async def aclose(self) -> None:
+        await self.drain()
+        await self.store.aclose()
+
+
+class _CaptureObserver:
+    wants_trace = False
+
+    def __init__(self, service: ReplayService) -> None:
+        self._service = service
+
+    def on_trace(self, events: TraceEvents) -> None:  # never asked: wants_trace is False
+        pass
+
+    def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+        self._service.capture(record)

@@ -1,0 +1,130 @@
+"""The replay store's backends: memory (bounds, TTL) and a real redis-server (TTL, outage)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from proxy.state import MemoryStore, RedisStore, StoreUnavailable, build_store
+from tests.helpers import make_settings
+from tests.realredis import RedisServer, running_redis
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_memory_keeps_values_for_the_ttl_then_forgets_them() -> None:
+    clock = Clock()
+    store = MemoryStore(ttl=60, clock=clock)
+    await store.put_many([("a", b"1"), ("b", b"2")])
+    assert await store.get_many(["a", "b", "c"]) == [b"1", b"2", None]
+    clock.now += 59.9
+    assert await store.get_many(["a"]) == [b"1"]
+    clock.now += 0.2
+    assert await store.get_many(["a"]) == [None]
+    assert len(store) == 1  # "b" was not read: still held, dropped by the next write
+    await store.put_many([("c", b"3")])
+    assert len(store) == 1
+    assert await store.get_many(["b", "c"]) == [None, b"3"]
+
+
+async def test_memory_stays_bounded_under_a_flood_of_unique_keys() -> None:
+    store = MemoryStore(ttl=3600, max_entries=1000, max_bytes=200_000)
+    value = b"x" * 100
+    for batch in range(200):
+        await store.put_many([(f"call_{batch}_{i}", value) for i in range(50)])  # 10 000 unique ids
+        assert len(store) <= 1000
+        assert store.bytes <= 200_000
+    # the newest survive, the oldest were evicted
+    assert await store.get_many(["call_199_49", "call_0_0"]) == [value, None]
+
+
+async def test_memory_bytes_bound_evicts_oldest_and_skips_a_value_that_can_never_fit() -> None:
+    store = MemoryStore(ttl=3600, max_entries=1000, max_bytes=2000)
+    await store.put_many([("a", b"x" * 700), ("b", b"y" * 700)])
+    await store.put_many([("c", b"z" * 700)])
+    assert await store.get_many(["a", "b", "c"]) == [None, b"y" * 700, b"z" * 700]
+    await store.put_many([("huge", b"h" * 5000)])
+    assert await store.get_many(["huge", "c"]) == [None, b"z" * 700]
+
+
+async def test_memory_rewrite_of_a_key_replaces_it() -> None:
+    store = MemoryStore(ttl=10)
+    await store.put_many([("a", b"1")])
+    await store.put_many([("a", b"22")])
+    assert await store.get_many(["a"]) == [b"22"]
+    assert len(store) == 1
+
+
+def test_build_store_follows_the_settings() -> None:
+    assert build_store(make_settings(state="off")) is None
+    assert isinstance(build_store(make_settings()), MemoryStore)
+    redis = build_store(make_settings(state_url="redis://127.0.0.1:1/0"))
+    assert isinstance(redis, RedisStore)
+    asyncio.run(redis.aclose())
+
+
+# --- Redis ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    with running_redis() as server:
+        yield server
+
+
+async def test_redis_round_trip_in_one_call_and_ttl(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, ttl=0.3)
+    try:
+        await store.put_many([(f"k{i}", f"v{i}".encode()) for i in range(300)])
+        values = await store.get_many([f"k{i}" for i in range(300)] + ["absent"])
+        assert values[:3] == [b"v0", b"v1", b"v2"] and values[299] == b"v299" and values[300] is None
+        deadline = time.monotonic() + 10
+        while (await store.get_many(["k0"]))[0] is not None:  # Redis expires it (PX 300)
+            assert time.monotonic() < deadline, "key never expired"
+            await asyncio.sleep(0.05)
+    finally:
+        await store.aclose()
+
+
+async def test_redis_outage_is_reported_quickly_and_recovery_is_noticed(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, ttl=60, retry_after=0.2)
+    try:
+        await store.put_many([("a", b"1")])
+        redis_server.stop()
+        with pytest.raises(StoreUnavailable):
+            await store.get_many(["a"])
+        with pytest.raises(StoreUnavailable):  # while "down", no attempt at all
+            await store.put_many([("b", b"2")])
+        redis_server.start()  # same port, empty (no persistence)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert await store.get_many(["a"]) == [None]
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline, "store never came back"
+                await asyncio.sleep(0.05)
+    finally:
+        await store.aclose()
+
+
+async def test_redis_that_never_answers_costs_a_bounded_wait() -> None:
+    # A listening socket that accepts and never replies: a hung Redis.
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    store = RedisStore(f"redis://127.0.0.1:{port}/0", ttl=60, timeout=0.1)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(store.get_many(["a"]), 5)  # the outer bound only guards the test
+    finally:
+        await store.aclose()
+        server.close()
