@@ -81,7 +81,7 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
     from proxy.rewrite import rewrite_body
     from proxy.sse import SSEDecoder
     from proxy.trace import TraceBuilder, comment_frames
-    from proxy.upstream_policy import HostPattern, UpstreamPolicy, host_is_sensitive
+    from proxy.upstream_policy import UpstreamPolicy, host_is_sensitive, parse_allowed
     from tests import test_fuzz as tf
 
     seen: Counter[str] = Counter()
@@ -222,7 +222,7 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
         patterns = []
         for text in texts[1:4]:
             with contextlib.suppress(ValueError):
-                patterns.append(HostPattern.parse(text))
+                patterns.append(parse_allowed(text))
         try:
             resolved = UpstreamPolicy(None, tuple(patterns)).resolve(texts[0])
         except ProxyError:
@@ -231,7 +231,7 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
             tolerate(exc)
             return
         assert isinstance(resolved, str)
-        named = {tf.canonical_host(p.host) for p in patterns if not p.host.startswith("*")}
+        named = {tf.canonical_host(".".join(p.labels)) for p in patterns if p.exact}
         for host in tf.client_hosts(resolved):
             if tf.reaches_sensitive(host) and tf.canonical_host(host) not in named:
                 from urllib.parse import urlsplit

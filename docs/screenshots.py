@@ -1,4 +1,5 @@
-"""Regenerates docs/console-live.png and docs/console-playground.png: the proxy with its console
+"""Regenerates docs/console-live.png, docs/console-playground.png and docs/console-reviews.png: the
+proxy with its console
 against the simulated upstream, a few requests from another client, then both views in the
 Debian chromium (Playwright). Run from the repository root: `python docs/screenshots.py`."""
 
@@ -8,6 +9,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,39 @@ def traffic(proxy: str, mock: str) -> None:
     chat("kimi", "kimi-k2-thinking", "deep", "Is 1,000,003 a prime number?")
 
 
+EMAIL_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "send_email",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "to": {"type": "string"},
+                "subject": {"type": "string"},
+                "body": {"type": "string"},
+            },
+            "required": ["to", "subject", "body"],
+        },
+    },
+}
+
+
+def held_email(proxy: str) -> threading.Thread:
+    """An agent whose send_email call the proxy holds for a reviewer (on its own thread)."""
+
+    def run() -> None:
+        body = {
+            "model": "deepseek-chat",
+            "messages": [{"role": "user", "content": "Email the Q3 numbers to the whole company"}],
+            "tools": [EMAIL_TOOL],
+        }
+        httpx.post(f"{proxy}/v1/chat/completions", json=body, timeout=60)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> int:
     chromium = shutil.which("chromium")
     if chromium is None:
@@ -86,6 +121,8 @@ def main() -> int:
                 allowed_upstreams=[f"127.0.0.1:{mock.port}"],
                 ui=True,
                 tool_titles_file=titles,
+                review_tools=["send_email"],
+                reviewer_keys=["ann:rk-demo"],
             )
             with BackgroundServer(create_app(settings, table=simulated_table(mock.port))) as proxy:
                 traffic(proxy.url, mock.url)
@@ -104,9 +141,20 @@ def main() -> int:
                     page.click('[data-role="send"]')
                     page.wait_for_selector('[data-role="pg-timeline"] [data-kind="done"]', timeout=60_000)
                     page.screenshot(path=str(DOCS / "console-playground.png"))
+                    held = held_email(proxy.url)
+                    page.goto(f"{proxy.url}/ui#reviews")
+                    page.fill('[data-role="reviewer-key"]', "rk-demo")
+                    page.click('[data-role="reviewer-login"]')
+                    page.wait_for_selector('[data-role="review"]')
+                    page.click('[data-role="review-edit"]')
+                    page.wait_for_selector('[data-role="review-arguments"]:not([hidden])')
+                    page.fill('[data-role="review-comment"]', "only to the finance team, please")
+                    page.screenshot(path=str(DOCS / "console-reviews.png"))
+                    page.click('[data-role="review-approve"]')
+                    held.join(timeout=30)
                     page.goto("about:blank")
                     browser.close()
-    print(f"wrote {DOCS / 'console-live.png'} and {DOCS / 'console-playground.png'}")
+    print("wrote docs/console-live.png, docs/console-playground.png and docs/console-reviews.png")
     return 0
 
 

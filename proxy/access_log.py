@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,34 @@ def log_access(record: AccessRecord, started: float) -> None:
     logger.info("access", extra={"access": fields})
 
 
+# In text lines a value is written bare when it is plain, else quoted with these escaped: anything
+# that could end the line or pass for another field (a client chooses the path, and more).
+_NEEDS_QUOTES = re.compile(r'[\s"\\=\x00-\x1f\x7f-\x9f\u2028\u2029]|^$')
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_UNSAFE_QUOTED = re.compile(r'["\\\x00-\x1f\x7f-\x9f\u2028\u2029]')
+_SHORT_ESCAPES = {"\n": r"\n", "\r": r"\r", "\t": r"\t", '"': r"\"", "\\": "\\\\"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def text_value(value: object) -> str:
+    """A field value for a text line: bare if plain, else quoted with control characters escaped."""
+    text = str(value)
+    if _NEEDS_QUOTES.search(text) is None:
+        return text
+    return '"' + _UNSAFE_QUOTED.sub(_escape_char, text) + '"'
+
+
+def one_line(text: str) -> str:
+    """A free-text message with its control characters escaped, so it stays one line."""
+    return _CONTROL.sub(_escape_char, text)
+
+
 class AccessFormatter(logging.Formatter):
     """Text or JSON lines; access records render their fields, other records their message."""
 
@@ -88,6 +117,7 @@ class AccessFormatter(logging.Formatter):
                 "ts": round(record.created, 3),
                 "level": record.levelname.lower(),
                 "logger": record.name,
+                "pid": record.process,  # which worker process (THINKPROXY_WORKERS > 1)
             }
             if fields is not None:
                 payload.update(fields)
@@ -96,8 +126,9 @@ class AccessFormatter(logging.Formatter):
             return orjson.dumps(payload).decode()
         stamp = self.formatTime(record, "%Y-%m-%dT%H:%M:%S")
         if fields is not None:
-            return stamp + " " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
-        return f"{stamp} {record.levelname.lower()} {record.name}: {record.getMessage()}"
+            values = " ".join(f"{k}={text_value(v)}" for k, v in fields.items() if v is not None)
+            return f"{stamp} pid={record.process} {values}"
+        return f"{stamp} {record.levelname.lower()} {record.name}: {one_line(record.getMessage())}"
 
 
 def configure_logging(level: str, json_lines: bool) -> None:

@@ -23,16 +23,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy import jsonio
+from proxy import jsonio, paths
 from proxy.access_log import AccessRecord, configure_logging, log_access
+from proxy.asgi import BODY_LEFT_UNREAD, read_body
 from proxy.console import Console
 from proxy.console.cors import CORSMiddleware
 from proxy.dialects import Dialect, ProvidersTable
-from proxy.errors import (
-    Forbidden,
-    PayloadTooLarge,
-    ProxyError,
-)
+from proxy.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
+from proxy.errors import ProxyError
 from proxy.gateway import GatewayAuth, parse_client_keys
 from proxy.jsonio import parse_chat_body
 from proxy.levels import (
@@ -65,6 +63,7 @@ from proxy.observe import (
 from proxy.reasoning import ReasoningOptions
 from proxy.relay import ChatContext, Relay, client_gone
 from proxy.replay_service import ReplayService
+from proxy.request_headers import refuse_control_header_look_alikes
 from proxy.review.api import ReviewAPI
 from proxy.review.service import ReviewService
 from proxy.rewrite import rewrite_body
@@ -84,8 +83,9 @@ from proxy.upstream import build_upstream, filter_headers
 from proxy.upstream_common import Upstream, UpstreamRequest
 from proxy.upstream_policy import UpstreamPolicy
 
-# Request headers never forwarded: the control headers, and what the HTTP client recomputes.
-DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length"}
+# Request headers never forwarded: the control headers, what the HTTP client recomputes, and
+# Expect (the server already answered 100-continue; upstream it could hold the body back).
+DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length", "expect"}
 # On chat completions the proxy must read the body, so it asks for it uncompressed.
 DROP_REQUEST_CHAT = DROP_REQUEST | {"accept-encoding"}
 
@@ -99,6 +99,7 @@ class Services:
     upstream: Upstream
     policy: UpstreamPolicy
     gateway: GatewayAuth
+    guard: ConnectGuard  # resolves upstream names; vets client-chosen ones at connect (proxy.egress)
     # Capabilities watching requests (metrics, tracing, console, replay capture): see proxy.observe.
     listeners: tuple[Listener, ...] = ()
     routes: RouteTable | None = None  # the routes file (proxy.routes), if one is configured
@@ -111,37 +112,18 @@ class Services:
 
 def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
     headers = dict(extra_headers)
+    if exc.status in BODY_LEFT_UNREAD:
+        headers["connection"] = "close"  # the edge discards the rest, then closes (proxy.edge)
     return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
-            f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes "
-            "(THINKPROXY_MAX_BODY_BYTES)."
-        )
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise PayloadTooLarge(
-                f"Request body exceeds the limit of {limit} bytes (THINKPROXY_MAX_BODY_BYTES)."
-            )
-        parts.append(part)
-    return b"".join(parts)
-
-
 def upstream_url(base_url: str, request: Request, model: str | None = None) -> str:
-    # The client talks to the proxy's /v1; the upstream base URL already ends in its own version
-    # prefix (/v1, /compatible-mode/v1, /api/paas/v4, …), so only the part after /v1 is appended.
-    path = request.url.path
-    if model is not None and path.startswith("/v1/models/"):  # a prefix route's model, stripped
-        path = "/v1/models/" + quote(model, safe="")
-    suffix = path[3:] if path.startswith("/v1") else path
-    query = request.url.query
-    return f"{base_url}{suffix}" + (f"?{query}" if query else "")
+    """The upstream URL for this request, from its raw path and query (see proxy.paths)."""
+    scope = request.scope
+    raw_path = scope.get("raw_path") or quote(scope["path"]).encode("ascii")
+    if model is not None and scope["path"].startswith("/v1/models/"):  # a prefix route's model, stripped
+        raw_path = b"/v1/models/" + quote(model, safe="").encode("ascii")
+    return paths.upstream_url(base_url, raw_path, scope.get("query_string", b""))
 
 
 def thinking_headers(dialect: Dialect, level: Level | None, method: str | None) -> list[tuple[str, str]]:
@@ -243,15 +225,16 @@ class Proxy:
         headers = request.headers
         record.client = s.gateway.authorize(headers.items())
         reject_repeated_controls(headers.items())
+        refuse_control_header_look_alikes(headers.keys())
         chosen = headers.get(UPSTREAM_HEADER)
         destination: Destination | None = None
         if chosen is not None:
             s.gateway.check_client_upstream()
             destination = Destination(s.policy.resolve(chosen), client_chosen=True)
-            await self._vet_dns(destination.base_url)
+            await s.guard.precheck(destination.base_url)  # (through an egress proxy; else at connect)
         elif s.routes is None:
             destination = Destination(s.policy.resolve(None))
-        body = await read_body(request, s.settings.max_body_bytes)
+        body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
         parsed = parse_chat_body(body) if chat else None
         if destination is None:  # the routes file decides, by the request's model
             assert s.routes is not None
@@ -271,6 +254,7 @@ class Proxy:
                 upstream_url(base_url, request, destination.model),
                 filter_headers(upstream_headers, DROP_REQUEST),
                 body,
+                client_chosen=destination.client_chosen,
             )
             return await self.relay(
                 request.receive, req, record, started, extra_headers=record.response_headers, chat=None
@@ -310,6 +294,7 @@ class Proxy:
             upstream_url(base_url, request),
             [*filter_headers(upstream_headers, DROP_REQUEST_CHAT), ("accept-encoding", "identity")],
             content,
+            client_chosen=destination.client_chosen,
         )
         reasoning = ReasoningOptions(
             tags=tuple(dialect.reasoning.tags),
@@ -337,15 +322,6 @@ class Proxy:
         chat_context = ChatContext(parsed, reasoning, trace, trace_format, capture, gate=gate, zh=zh)
         return await self.relay(request.receive, req, record, started, extra_headers=extra, chat=chat_context)
 
-    async def _vet_dns(self, base_url: str) -> None:
-        host = self.s.policy.host_to_vet(base_url)
-        if host is not None and await self.s.upstream.resolves_to_sensitive(host):
-            raise Forbidden(
-                f"Upstream host {host!r} resolves to a loopback, link-local or metadata address; "
-                "name it exactly in THINKPROXY_ALLOWED_UPSTREAMS if that is intended.",
-                param="X-Upstream-Base-URL",
-            )
-
 
 def load_routes(
     settings: Settings, environ: Mapping[str, str] | None = None
@@ -367,9 +343,11 @@ def create_app(
     table: ProvidersTable | None = None,
     listeners: Sequence[Listener] = (),
     environ: Mapping[str, str] | None = None,
+    resolve: Resolve | None = None,
 ) -> Starlette:
     """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport; `listeners`
-    adds observers (proxy.observe) to those the settings turn on."""
+    adds observers (proxy.observe) to those the settings turn on; `resolve` is the name resolver
+    (tests inject one, so none depends on the machine's DNS)."""
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)
     policy = UpstreamPolicy.from_settings(settings)
@@ -379,7 +357,8 @@ def create_app(
     console = Console.from_settings(settings, titles) if settings.ui else None
     if console is not None:
         listeners = (*listeners, console.feed)
-    upstream = build_upstream(settings, transport)
+    guard = ConnectGuard(policy, resolve or system_resolve, EgressProxy.from_settings(settings))
+    upstream = build_upstream(settings, transport, guard)
     review = ReviewService.from_settings(settings)
     replay = ReplayService.from_settings(settings)
     if replay is not None:
@@ -391,6 +370,7 @@ def create_app(
         upstream,
         policy,
         gateway,
+        guard,
         (*telemetry.listeners, *listeners),
         route_table,
         review,

@@ -1,5 +1,6 @@
-"""ASGI plumbing of the relay: watching one request for the client's disconnect and for the
-upstream's and the client's time limits, and writing a streamed body to the client.
+"""ASGI plumbing of the app and the relay: reading a request body within its limits, watching
+one request for the client's disconnect and for the upstream's and the client's time limits, and
+writing a streamed body to the client.
 
 Plain asyncio rather than anyio task groups: this runs once per request, and on Python 3.11 a
 task group plus cancel scopes cost more than the rest of a proxied JSON request.
@@ -13,12 +14,47 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from proxy.errors import PayloadTooLarge
+from proxy.limits import RequestTimeout
 
 T = TypeVar("T")
 
 logger = logging.getLogger("thinkproxy.relay")
+
+# Answers given before the request body was read to its end: they close the connection, and the
+# server edge (proxy.edge) reads and discards the rest first, so the client can read them.
+BODY_LEFT_UNREAD = frozenset({408, 413})
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The whole request body: at most `limit` bytes (else 413), within `timeout` s (else 408)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes "
+            "(THINKPROXY_MAX_BODY_BYTES)."
+        )
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout):
+            async for part in request.stream():
+                size += len(part)
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"Request body exceeds the limit of {limit} bytes (THINKPROXY_MAX_BODY_BYTES)."
+                    )
+                parts.append(part)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"Request body was not complete within {timeout:g} s (THINKPROXY_CLIENT_BODY_TIMEOUT): "
+            f"{size} bytes arrived. Send the body without pauses."
+        ) from None
+    return b"".join(parts)
 
 
 class WatchFired(Exception):

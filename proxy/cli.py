@@ -32,6 +32,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.console import AdminAccess
     from proxy.dialects import ProvidersTable
     from proxy.gateway import GatewayAuth
+    from proxy.serving import raise_fd_limit
     from proxy.settings import Settings
     from proxy.tool_titles import load_tool_titles
     from proxy.upstream_policy import UpstreamPolicy
@@ -74,6 +75,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_json)
+    warning = raise_fd_limit(settings.max_client_connections + settings.max_upstream_connections + 64)
+    if warning is not None:
+        print(f"thinkproxy: warning: {warning}", file=sys.stderr)
     target = settings.upstream_base_url or "(X-Upstream-Base-URL, allow-listed)"
     if routes is not None:
         target = f"{len(routes.routes)} route(s) from {settings.routes_file}"
@@ -104,6 +108,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _run_uvicorn(settings: Settings) -> None:
     import uvicorn
 
+    from proxy.edge import EdgeProtocol
+    from proxy.limits import EdgeLimits
+
     uvicorn.run(
         "proxy.app:create_served_app",
         factory=True,
@@ -111,7 +118,7 @@ def _run_uvicorn(settings: Settings) -> None:
         port=settings.port,
         workers=settings.workers,
         loop=settings.loop,
-        http="httptools",
+        http=EdgeProtocol.factory(EdgeLimits.from_settings(settings)),
         access_log=False,
         log_level=settings.log_level,
         timeout_graceful_shutdown=int(settings.shutdown_timeout),

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from proxy.errors import ConfigError
 from proxy.levels import Level
+from proxy.url_patterns import UrlPattern, UrlTarget
 
 # --------------------------------------------------------------------------------------------------
 # Schema (pydantic, unknown keys rejected everywhere)
@@ -207,113 +207,7 @@ class EntrySummary:
 # URL patterns
 # --------------------------------------------------------------------------------------------------
 
-_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?$")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-@dataclass(frozen=True, slots=True)
-class _Pattern:
-    text: str
-    labels: tuple[str, ...]  # host labels, "*" = exactly one label; empty for the catch-all
-    deep_wildcard: bool  # a leading "*." also covers deeper subdomains
-    port: int | None
-    path: tuple[str, ...]
-
-    @property
-    def catch_all(self) -> bool:
-        return not self.labels
-
-    @property
-    def specificity(self) -> tuple[int, int, int, int, int]:
-        """Larger wins: any host over the catch-all, a host without wildcard over one with, more
-        literal labels, a longer path prefix, a named port."""
-        if self.catch_all:
-            return (0, 0, 0, 0, 0)
-        literal = sum(1 for label in self.labels if label != "*")
-        exact = 0 if literal < len(self.labels) else 1
-        return (1, exact, literal, len(self.path), 1 if self.port is not None else 0)
-
-    def matches(self, host: tuple[str, ...], port: int | None, path: tuple[str, ...]) -> bool:
-        if self.catch_all:
-            return True
-        if self.port is not None and port != self.port:
-            return False
-        if path[: len(self.path)] != self.path:
-            return False
-        labels = self.labels
-        if self.deep_wildcard:
-            rest = labels[1:]
-            if len(host) <= len(rest):
-                return False
-            host = host[len(host) - len(rest) :]
-            labels = rest
-        elif len(host) != len(labels):
-            return False
-        return all(p == "*" or p == h for p, h in zip(labels, host, strict=True))
-
-
-def _compile_pattern(text: str) -> _Pattern:
-    """Parse `host[:port][/path/prefix]` (scheme ignored), `*:port` (any host on that port, the least
-    specific pattern after the catch-all) or the catch-all `*`; ValueError if bad."""
-    raw = text.strip()
-    if not raw:
-        raise ValueError("empty pattern")
-    if raw == "*":
-        return _Pattern(raw, (), False, None, ())
-    if any(c.isspace() for c in raw) or "?" in raw or "#" in raw:
-        raise ValueError(f"bad pattern {text!r}: no spaces, query or fragment")
-    rest = raw.split("://", 1)[1] if "://" in raw else raw
-    hostport, _, path_text = rest.partition("/")
-    if hostport.startswith("["):  # IPv6 literal
-        end = hostport.find("]")
-        if end < 0:
-            raise ValueError(f"bad pattern {text!r}: unclosed '['")
-        host, port_text = hostport[1:end].lower(), hostport[end + 1 :]
-        if port_text and not port_text.startswith(":"):
-            raise ValueError(f"bad pattern {text!r}: junk after ']'")
-        port_text = port_text[1:]
-        labels: tuple[str, ...] = (host,)
-        if not host or not re.fullmatch(r"[0-9a-f:.]+", host):
-            raise ValueError(f"bad pattern {text!r}: not an IPv6 address")
-    else:
-        host, _, port_text = hostport.partition(":")
-        labels = tuple(host.lower().split("."))
-        for label in labels:
-            if "*" in label and label != "*":
-                raise ValueError(
-                    f"bad pattern {text!r}: '*' must stand for a whole label, as in *.example.com"
-                )
-            if label != "*" and not _LABEL.match(label):
-                raise ValueError(f"bad pattern {text!r}: {label!r} is not a host label")
-        if all(label == "*" for label in labels) and not (labels == ("*",) and port_text):
-            raise ValueError(
-                f"bad pattern {text!r}: the host needs at least one literal label "
-                "(or is a lone '*' with a port: any host on that port)"
-            )
-    port: int | None = None
-    if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"bad pattern {text!r}: port {port_text!r} is not a number from 1 to 65535")
-        port = int(port_text)
-    path = tuple(segment for segment in path_text.split("/") if segment)
-    if any("*" in segment for segment in path):
-        raise ValueError(f"bad pattern {text!r}: the path prefix is literal, no '*'")
-    return _Pattern(raw, labels, labels[0] == "*", port, path)
-
-
-def _split_url(base_url: str) -> tuple[tuple[str, ...], int | None, tuple[str, ...]]:
-    text = base_url.strip()
-    parts = urlsplit(text if "://" in text else "//" + text)
-    host = (parts.hostname or "").rstrip(".").lower()
-    labels = (host,) if ":" in host else tuple(host.split("."))
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if port is None:
-        port = _DEFAULT_PORTS.get(parts.scheme.lower())
-    path = tuple(segment for segment in parts.path.split("/") if segment)
-    return labels, port, path
+# The syntax and both ways of matching live in proxy.url_patterns (shared with the allow-list).
 
 
 # --------------------------------------------------------------------------------------------------
@@ -327,7 +221,7 @@ _CACHE_LIMIT = 4096  # (base_url, model) pairs; the model string is client-chose
 class _CompiledEntry:
     name: str
     docs: str
-    patterns: tuple[_Pattern, ...]
+    patterns: tuple[UrlPattern, ...]
     dialect: Dialect
     overrides: tuple[tuple[tuple[re.Pattern[str], ...], Dialect], ...]
 
@@ -388,7 +282,7 @@ class ProvidersTable:
         extra = []
         for i, text in enumerate(patterns):
             try:
-                extra.append(_compile_pattern(text))
+                extra.append(UrlPattern.parse(text))
             except ValueError as exc:
                 raise ConfigError(f"{self._source}: entry {entry!r}, extra pattern [{i}]: {exc}") from None
         entries = tuple(
@@ -432,14 +326,12 @@ class ProvidersTable:
             for e in self._entries
         ]
 
-    def _best(self, base_url: str) -> tuple[_CompiledEntry, _Pattern]:
-        host, port, path = _split_url(base_url)
-        best: tuple[_CompiledEntry, _Pattern] | None = None
+    def _best(self, base_url: str) -> tuple[_CompiledEntry, UrlPattern]:
+        target = UrlTarget.lenient(base_url)
+        best: tuple[_CompiledEntry, UrlPattern] | None = None
         for entry in self._entries:
             for pattern in entry.patterns:
-                if pattern.matches(host, port, path) and (
-                    best is None or pattern.specificity > best[1].specificity
-                ):
+                if pattern.matches(target) and (best is None or pattern.specificity > best[1].specificity):
                     best = (entry, pattern)
         assert best is not None, "validation guarantees a catch-all entry"
         return best
@@ -558,7 +450,7 @@ def _compile(parsed: _ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
         patterns = []
         for i, text in enumerate(entry.match):
             try:
-                patterns.append(_compile_pattern(text))
+                patterns.append(UrlPattern.parse(text))
             except ValueError as exc:
                 raise fail(name, f"match[{i}]", str(exc)) from None
         if any(p.catch_all for p in patterns):

@@ -1,8 +1,10 @@
 """Running ASGI apps under uvicorn: in the foreground (`serve`) or on a background thread
-(the demo, and tests that need a real socket on 127.0.0.1)."""
+(the demo, and tests that need a real socket on 127.0.0.1). Both serve HTTP/1.1 through
+proxy.edge, which bounds what one client connection may cost (proxy.limits)."""
 
 from __future__ import annotations
 
+import resource
 import socket
 import threading
 import time
@@ -10,6 +12,9 @@ from types import TracebackType
 
 import uvicorn
 from starlette.types import ASGIApp
+
+from proxy.edge import EdgeProtocol
+from proxy.limits import EdgeLimits
 
 
 def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -21,6 +26,29 @@ def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
+def raise_fd_limit(needed: int) -> str | None:
+    """Raise this process's soft RLIMIT_NOFILE to `needed` where the hard limit allows (worker
+    processes inherit it); a warning to print when it cannot reach `needed`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        if target < needed:
+            return (
+                f"the file descriptor limit ({target}) is below the {needed} that "
+                "THINKPROXY_MAX_CLIENT_CONNECTIONS + THINKPROXY_MAX_UPSTREAM_CONNECTIONS may need; "
+                "raise `ulimit -n` or lower those settings"
+            )
+    return None
+
+
+def limits_of(app: ASGIApp) -> EdgeLimits:
+    """The edge limits a proxy app's settings ask for (defaults for any other app)."""
+    services = getattr(getattr(app, "state", None), "services", None)
+    settings = getattr(services, "settings", None)
+    return EdgeLimits.from_settings(settings) if settings is not None else EdgeLimits()
+
+
 class BackgroundServer:
     """A uvicorn server on its own thread and event loop, on a free loopback port.
 
@@ -29,7 +57,13 @@ class BackgroundServer:
     """
 
     def __init__(
-        self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, graceful_s: float = 1.0
+        self,
+        app: ASGIApp,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        graceful_s: float = 1.0,
+        limits: EdgeLimits | None = None,
     ) -> None:
         self.sock = bind_loopback(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
@@ -38,7 +72,7 @@ class BackgroundServer:
             log_level="warning",
             access_log=False,
             loop="uvloop",
-            http="httptools",
+            http=EdgeProtocol.factory(limits or limits_of(app)),
             lifespan="on",
             timeout_graceful_shutdown=max(1, round(graceful_s)),
         )

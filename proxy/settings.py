@@ -1,4 +1,5 @@
-"""Process settings, read once from `THINKPROXY_*` environment variables (and an optional .env).
+"""Process settings, read once from `THINKPROXY_*` environment variables and, for any not set
+there, from a `.env` file in the working directory if one exists (documented in the README).
 
 Built in the app factory / CLI and passed down; nothing reads the environment after start-up.
 """
@@ -7,12 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from proxy.levels import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
+from proxy.paths import escape, has_dot_segment
 from proxy.sse import DEFAULT_MAX_EVENT_BYTES
+from proxy.url_patterns import canonical_host
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -73,6 +77,19 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
 
+    # -- server edge limits (per worker process; README "Limits at the client edge") ------------
+    max_header_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="request line + headers; 431 beyond"
+    )
+    max_header_count: int = Field(default=100, ge=8, description="request header lines; 431 beyond")
+    header_timeout: float = Field(
+        default=10.0, gt=0, description="from a request's first byte to its last header"
+    )
+    client_body_timeout: float = Field(
+        default=60.0, gt=0, description="to receive a whole request body; 408 beyond"
+    )
+    max_client_connections: int = Field(default=4096, ge=1, description="open client connections; 503 beyond")
+
     # -- shared state: the replay store (and the console feed across replicas) ------------------
     state: Literal["on", "off"] = Field(default="on", description="off disables the replay store")
     state_url: SecretStr | None = Field(
@@ -131,12 +148,65 @@ class Settings(BaseSettings):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
+    # -- upstream URLs and egress ---------------------------------------------------------------
+    # The configured base URL is checked once here: no credentials or query (they would be printed
+    # in the start-up line and in errors, and a query breaks every URL built on it), no
+    # dot-segments; its path is escaped the way proxy.paths escapes forwarded paths.
+    # EGRESS_PROXY / TRUST_ENV: how upstream connections leave the host (proxy.egress).
+    egress_proxy: SecretStr | None = Field(
+        default=None,
+        description="HTTP proxy for every upstream request (CONNECT for https), e.g. http://proxy.corp:3128",
+    )
+    trust_env: bool = Field(
+        default=False, description="Take the egress proxy from HTTPS_PROXY / HTTP_PROXY / NO_PROXY instead"
+    )
+
     @field_validator("upstream_base_url")
     @classmethod
     def _check_base_url(cls, value: str | None) -> str | None:
         if value is None or value.strip() == "":
             return None
-        value = value.strip().rstrip("/")
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must start with http:// or https:// (got {value!r})")
-        return value
+        return normalized_base_url(value)
+
+    @field_validator("egress_proxy")
+    @classmethod
+    def _check_egress_proxy(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        text = value.get_secret_value().strip()
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018 (raises ValueError for a bad port)
+        except ValueError:
+            raise ValueError("is not a valid URL (value not shown: it may hold credentials)") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// proxy URL, e.g. http://proxy.corp:3128")
+        return SecretStr(text)
+
+
+def normalized_base_url(value: str) -> str:
+    """An upstream base URL as the proxy uses it, or ValueError saying what is wrong with it. The
+    value itself is never part of the message: it may hold credentials."""
+    value = value.strip()
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise ValueError("is not a valid URL (check the host and port)") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an absolute http:// or https:// URL, e.g. https://api.deepseek.com/v1")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise ValueError(
+            "must not contain credentials (user:password@): set THINKPROXY_UPSTREAM_API_KEY, or let "
+            "clients send their own key"
+        )
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        raise ValueError(
+            "must not contain a query string or fragment (a key in the URL would be printed and sent "
+            "with every request): set THINKPROXY_UPSTREAM_API_KEY instead"
+        )
+    if has_dot_segment(parts.path):
+        raise ValueError("must not contain '.' or '..' path segments (in any encoding)")
+    host = canonical_host(parts.hostname)
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port is not None else "")
+    return f"{parts.scheme.lower()}://{netloc}{escape(parts.path).rstrip('/')}"

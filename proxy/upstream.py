@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import httpx
 
+from proxy.egress import CLIENT_CHOSEN, ConnectGuard, EgressProxy, EgressTransport
 from proxy.settings import Settings
 from proxy.upstream_aiohttp import AiohttpUpstream
 from proxy.upstream_common import (
@@ -98,7 +99,7 @@ class HttpxUpstream(Upstream):
             # As bytes: httpx would encode str values as ASCII (or refuse non-ASCII ones).
             headers=[(header_bytes(k), header_bytes(v)) for k, v in request.headers],
             content=request.content,
-            extensions={"timeout": self._timeout},
+            extensions={"timeout": self._timeout, CLIENT_CHOSEN: request.client_chosen},
         )
         try:
             response = await self.transport.handle_async_request(req)
@@ -111,15 +112,23 @@ class HttpxUpstream(Upstream):
         await self.transport.aclose()
 
 
-def build_upstream(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Upstream:
-    """The upstream client the settings ask for; an injected httpx transport (tests) wins."""
+def build_upstream(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None = None, guard: ConnectGuard | None = None
+) -> Upstream:
+    """The upstream client the settings ask for; an injected httpx transport (tests) wins. `guard`
+    resolves names and vets client-chosen hosts at connect time (proxy.egress)."""
+    if guard is None:
+        from proxy.upstream_policy import UpstreamPolicy
+
+        policy = UpstreamPolicy.from_settings(settings)
+        guard = ConnectGuard(policy, egress=EgressProxy.from_settings(settings))
     if transport is None and settings.http_transport == "aiohttp":
-        return AiohttpUpstream(settings)
+        return AiohttpUpstream(settings, guard)
     if transport is None:
         limits = httpx.Limits(
             max_connections=settings.max_upstream_connections,
             max_keepalive_connections=min(settings.max_upstream_connections, 200),
             keepalive_expiry=30.0,
         )
-        transport = httpx.AsyncHTTPTransport(limits=limits)
+        transport = EgressTransport(guard, limits)
     return HttpxUpstream(transport, settings)

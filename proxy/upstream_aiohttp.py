@@ -9,9 +9,12 @@ proxy.upstream only.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import aiohttp
+import yarl
 
+from proxy.egress import ConnectGuard, GuardedAiohttpResolver
 from proxy.errors import BadRequest
 from proxy.settings import Settings
 from proxy.upstream_common import (
@@ -83,10 +86,12 @@ def wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 class AiohttpUpstream(Upstream):
     """One aiohttp session (created on first use, inside the running loop) with a bounded pool."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, guard: ConnectGuard) -> None:
         super().__init__()
         self._settings = settings
-        self._session: aiohttp.ClientSession | None = None
+        self._guard = guard
+        # Client-chosen upstreams get a pool of their own, every connection vetted (proxy.egress).
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
         # No sock_read: aiohttp would reschedule a timer on every read. The relay's ClientWatch
         # enforces THINKPROXY_READ_TIMEOUT with one lazy timer per request instead.
         self._timeout = aiohttp.ClientTimeout(
@@ -96,11 +101,13 @@ class AiohttpUpstream(Upstream):
             sock_read=None,
         )
 
-    def _new_session(self) -> aiohttp.ClientSession:
+    def _new_session(self, client_chosen: bool) -> aiohttp.ClientSession:
+        proxies = (urlsplit(p).hostname or "" for p in self._guard.egress.proxies.values())
         connector = aiohttp.TCPConnector(
             limit=self._settings.max_upstream_connections,
             limit_per_host=0,
             keepalive_timeout=30.0,
+            resolver=GuardedAiohttpResolver(self._guard, client_chosen=client_chosen, exempt=proxies),
         )
         return aiohttp.ClientSession(
             connector=connector,
@@ -110,23 +117,26 @@ class AiohttpUpstream(Upstream):
         )
 
     async def open(self, request: UpstreamRequest) -> UpstreamResponse:
-        if self._session is None:
-            self._session = self._new_session()
+        session = self._sessions.get(request.client_chosen)
+        if session is None:
+            session = self._sessions[request.client_chosen] = self._new_session(request.client_chosen)
         headers = wire_headers(request.headers)
         try:
-            response = await self._session.request(
+            response = await session.request(
                 request.method,
-                request.url,
+                yarl.URL(request.url, encoded=True),  # built by proxy.paths: as the client sent it
                 headers=headers,
                 data=request.content or None,
                 allow_redirects=False,
                 timeout=self._timeout,
                 skip_auto_headers=_NO_AUTO_HEADERS,
+                proxy=self._guard.egress.for_url(request.url),
             )
         except TRANSPORT_ERRORS as exc:
             raise translate_error(exc, request.url) from exc
         return AiohttpResponse(response, request.url)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()

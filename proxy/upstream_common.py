@@ -7,8 +7,6 @@ and never import each other.
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator
@@ -18,8 +16,9 @@ from urllib.parse import urlsplit
 import aiohttp
 import httpx
 
+from proxy.egress import refusal
 from proxy.errors import BadUpstreamResponse, ProxyError, UpstreamTimeout, UpstreamUnreachable
-from proxy.upstream_policy import host_is_sensitive
+from proxy.url_patterns import scrub_urls
 
 # The most decoded bytes one decompression step may produce: a small compressed read can inflate
 # to hundreds of megabytes, and memory must stay bounded by what the caller accepts.
@@ -32,6 +31,7 @@ class UpstreamRequest:
     url: str
     headers: list[tuple[str, str]]  # values as received (latin-1 decoded bytes)
     content: bytes
+    client_chosen: bool = False  # X-Upstream-Base-URL: connect through the vetted pool (proxy.egress)
 
 
 def header_bytes(value: str) -> bytes:
@@ -80,30 +80,6 @@ class UpstreamResponse(ABC):
 
 class Upstream(ABC):
     """Sends requests to the upstream; one per app, closed on shutdown."""
-
-    DNS_VERDICT_TTL_S = 60.0
-
-    def __init__(self) -> None:
-        self._dns_verdicts: dict[str, tuple[float, bool]] = {}
-
-    async def resolves_to_sensitive(self, host: str) -> bool:
-        """Whether `host` resolves to a loopback, link-local or metadata address (cached briefly).
-
-        A name that does not resolve is left to the connection attempt (which then gives 502)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        cached = self._dns_verdicts.get(host)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        try:
-            infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-        except OSError:
-            return False
-        verdict = any(host_is_sensitive(str(info[4][0])) for info in infos)
-        if len(self._dns_verdicts) > 1024:
-            self._dns_verdicts.clear()
-        self._dns_verdicts[host] = (now + self.DNS_VERDICT_TTL_S, verdict)
-        return verdict
 
     @abstractmethod
     async def open(self, request: UpstreamRequest) -> UpstreamResponse:
@@ -182,7 +158,8 @@ def describe_upstream(url: str) -> str:
     try:
         parts = urlsplit(url)
         port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{parts.hostname}{port}"
+        host = parts.hostname or ""
+        return f"{parts.scheme}://{f'[{host}]' if ':' in host else host}{port}"
     except ValueError:
         return "(invalid URL)"
 
@@ -209,12 +186,15 @@ def translate_error(exc: Exception, url: str) -> ProxyError:
     """The one place transport exceptions of either HTTP client become the proxy's errors (502 / 504)."""
     if isinstance(exc, ProxyError):
         return exc  # already the proxy's own (a body that cannot be decoded, say)
+    refused = refusal(exc)  # proxy.egress refused the connection: a 403, not an upstream fault
+    if refused is not None:
+        return refused
     where = describe_upstream(url)
     timeout = _timeout_phase(exc)
     if timeout is not None:
         return UpstreamTimeout(f"Upstream {where} timed out while {timeout}.")
     if isinstance(exc, httpx.ConnectError | aiohttp.ClientConnectorError):
-        detail = str(getattr(exc, "os_error", None) or exc) or type(exc).__name__
+        detail = scrub_urls(str(getattr(exc, "os_error", None) or exc)) or type(exc).__name__
         return UpstreamUnreachable(f"Could not connect to upstream {where}: {detail}")
     if isinstance(exc, httpx.RemoteProtocolError) and not _closed_early(exc):
         return BadUpstreamResponse(f"Upstream {where} sent a malformed response: {_short(exc)}")
@@ -248,7 +228,7 @@ def _closed_early(exc: Exception) -> bool:
 def _short(exc: Exception) -> str:
     # aiohttp's messages may echo the request URL (its query too): keep the upstream's own words only.
     text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return str(text).splitlines()[0][:200]
+    return scrub_urls(str(text).splitlines()[0])[:200]
 
 
 def _timeout_phase(exc: Exception) -> str | None:

@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from proxy.demo import SIMULATED_ROUTES
@@ -50,7 +52,8 @@ def free_port() -> int:
 def start_serve(
     mock: BackgroundServer, *args: str, ready_path: str = "/healthz", **env: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it answers."""
+    """`thinkproxy serve` as a real process in front of the simulated DeepSeek; returns once it
+    answers `ready_path` with 200, and fails the test (with the server's output) if it never does."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "proxy.cli", "serve", *args],
@@ -64,13 +67,35 @@ def start_serve(
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    deadline = time.monotonic() + 30.0
+    while server.poll() is None and time.monotonic() < deadline:
         try:
-            if httpx.get(f"{base}{ready_path}", timeout=0.5).status_code == 200:
-                break
+            if httpx.get(f"{base}{ready_path}", timeout=2).status_code == 200:
+                return server, base
         except httpx.TransportError:
             threading.Event().wait(0.05)
-    return server, base
+    if server.poll() is None:
+        server.kill()
+    output = server.communicate(timeout=20)[0].decode(errors="replace")
+    pytest.fail(f"thinkproxy serve never answered {ready_path} with 200:\n{output}")
+
+
+def worker_pids(parent: int, count: int) -> list[int]:
+    """The pids of `thinkproxy serve`'s worker processes (its children running uvicorn workers)."""
+    deadline = time.monotonic() + 30.0
+    while True:
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(fields[1]) == parent and b"spawn_main" in cmdline:
+                found.append(int(stat.parent.name))
+        if len(found) >= count or time.monotonic() > deadline:
+            return sorted(found)
+        threading.Event().wait(0.05)
 
 
 def simulated_providers_file(directory: Path, mock_port: int) -> Path:

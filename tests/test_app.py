@@ -231,36 +231,6 @@ async def test_upstream_header_allowed_by_pattern(proxy_client) -> None:
     assert r.headers["x-thinking-provider"] == "kimi"
 
 
-async def test_allowed_name_that_resolves_to_a_metadata_address_is_refused(proxy_client, monkeypatch) -> None:
-    import asyncio
-    import socket
-
-    async def fake_getaddrinfo(host: str, *args: object, **kwargs: object) -> list[tuple[object, ...]]:
-        ip = "169.254.169.254" if host == "rebind.example.com" else "93.184.216.34"
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, 0))]
-
-    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", fake_getaddrinfo)
-    rec = Recorder(ok_json)
-    client = proxy_client(rec, allowed_upstreams="*.example.com")
-    r = await client.post(
-        "/v1/chat/completions", json=CHAT, headers={"x-upstream-base-url": "https://rebind.example.com/v1"}
-    )
-    assert r.status_code == 403 and "resolves to" in r.json()["error"]["message"]
-    assert rec.requests == []
-    r = await client.post(
-        "/v1/chat/completions", json=CHAT, headers={"x-upstream-base-url": "https://api.example.com/v1"}
-    )
-    assert r.status_code == 200 and len(rec.requests) == 1
-
-
-async def test_dns_vetting_sees_real_loopback_names() -> None:
-    from proxy.upstream import build_upstream
-
-    upstream = build_upstream(make_settings())
-    assert await upstream.resolves_to_sensitive("localhost") is True
-    await upstream.aclose()
-
-
 async def test_client_gone_while_sending_its_body_forwards_nothing() -> None:
     from proxy.app import create_app
     from tests.helpers import make_settings
@@ -359,3 +329,159 @@ async def test_a_level_with_a_trailing_nbsp_is_400(proxy_client) -> None:
     r = await client.post("/v1/chat/completions", content=orjson.dumps(CHAT), headers=headers)
     assert r.status_code == 400 and r.json()["error"]["param"] == "X-Thinking-Level"
     assert rec.requests == []
+
+
+# ---- the upstream URL is built from the raw request path -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/..%2F..%2Fsecret%2Fmodels",
+        "/v1/%2e%2e/%2E%2e/secret/models",
+        "/v1/models/%2e%2e%2f%2e%2e%2fsecret",
+        "/v1/models/..%5c..%5csecret",
+        "/v1/%2e/models",
+    ],
+)
+async def test_a_path_that_would_leave_the_base_path_is_400_and_nothing_forwarded(
+    proxy_client, path: str
+) -> None:
+    rec = Recorder(lambda req: httpx.Response(200, json={"data": []}))
+    client = proxy_client(rec, upstream_base_url="https://host.example/tenant-a/v1")
+    r = await client.get(path)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "invalid_path" and "dot-segment" in err["message"]
+    assert rec.requests == []
+
+
+async def test_raw_path_and_query_are_forwarded_byte_for_byte(proxy_client) -> None:
+    rec = Recorder(lambda req: httpx.Response(200, json={"data": []}))
+    client = proxy_client(rec, upstream_base_url="https://host.example/tenant-a/v1")
+    r = await client.get("/v1/files/a%252Fb/%ff%c3/meta-llama%2FLlama-3?q=%7e&x=1+2&y=%ff")
+    assert r.status_code == 200
+    sent = rec.requests[0].url
+    assert sent.raw_path == b"/tenant-a/v1/files/a%252Fb/%ff%c3/meta-llama%2FLlama-3?q=%7e&x=1+2&y=%ff"
+
+
+async def _echo_raw_target(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """A loopback upstream that answers with the request target exactly as it arrived."""
+    if scope["type"] != "http":
+        return
+    target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": target})
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_both_upstream_clients_send_the_raw_path_and_query_unchanged(transport: str) -> None:
+    from proxy.app import create_app
+    from proxy.serving import BackgroundServer
+
+    with BackgroundServer(_echo_raw_target) as upstream:
+        app = create_app(
+            make_settings(upstream_base_url=f"{upstream.url}/tenant-a/v1", http_transport=transport)
+        )
+        with BackgroundServer(app) as proxy:
+            r = httpx.get(f"{proxy.url}/v1/files/a%252Fb/%ff%c3/x%2Fy?q=%7e&x=1+2&y=%ff", timeout=10)
+            assert r.status_code == 200
+            assert r.content == b"/tenant-a/v1/files/a%252Fb/%ff%c3/x%2Fy?q=%7e&x=1+2&y=%ff"
+            r = httpx.get(f"{proxy.url}/v1/..%2F..%2Fsecret", timeout=10)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_path"
+
+
+# ---- client-chosen names are vetted where the connection is made ---------------------------------
+
+
+class CountingUpstream:
+    """A loopback upstream that counts the requests it received."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        self.paths.append(scope["path"])
+        body = orjson.dumps(COMPLETION)
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+class FakeDns:
+    """An injected resolver: names map to addresses, anything else does not resolve."""
+
+    def __init__(self, names: dict[str, list[str]]) -> None:
+        self.names = names
+        self.calls: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        import socket
+
+        self.calls.append(host)
+        if host not in self.names:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return self.names[host]
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_chosen_names_are_vetted_at_connect_with_the_injected_resolver(transport: str) -> None:
+    from proxy.app import create_app
+    from proxy.serving import BackgroundServer
+
+    upstream = CountingUpstream()
+    with BackgroundServer(upstream) as server:
+        port = server.port
+        dns = FakeDns(
+            {
+                "upstream.test": ["127.0.0.1"],  # the operator's own upstream may be on loopback
+                "shared.example.com": ["127.0.0.1"],
+                "rebind.example.com": ["93.184.216.34", "127.0.0.1"],
+                "local.test": ["127.0.0.1"],
+            }
+        )
+        settings = make_settings(
+            upstream_base_url=f"http://shared.example.com:{port}/v1",
+            allowed_upstreams=f"*.example.com:{port},local.test:{port}",
+            http_transport=transport,
+        )
+        with BackgroundServer(create_app(settings, resolve=dns)) as proxy:
+
+            def ask(base: str | None) -> httpx.Response:
+                headers = {"x-upstream-base-url": base} if base else {}
+                return httpx.post(f"{proxy.url}/v1/chat/completions", json=CHAT, headers=headers, timeout=10)
+
+            # The configured upstream: its name resolves through the injected resolver, loopback is fine.
+            assert ask(None).status_code == 200 and upstream.paths == ["/v1/chat/completions"]
+            # The same name, chosen by a client through a wildcard: the pooled connection the
+            # operator's request left behind is not reused, and the fresh lookup is refused.
+            r = ask(f"http://shared.example.com:{port}/admin")
+            assert r.status_code == 403 and "resolves to a loopback" in r.json()["error"]["message"]
+            # One answer of several is sensitive: refused (no racing between addresses).
+            r = ask(f"http://rebind.example.com:{port}/v1")
+            assert r.status_code == 403 and r.json()["error"]["param"] == "X-Upstream-Base-URL"
+            # A name that does not resolve is a refusal, not a pass.
+            r = ask(f"http://nxdomain.example.com:{port}/v1")
+            assert r.status_code == 403 and "could not be resolved" in r.json()["error"]["message"]
+            assert upstream.paths == ["/v1/chat/completions"]
+            # A name the allow-list names exactly is the operator's choice: loopback allowed.
+            r = ask(f"http://local.test:{port}/v1")
+            assert r.status_code == 200 and upstream.paths[-1] == "/v1/chat/completions"
+            # No separate lookup before the connection: one resolution per connection made.
+            assert dns.calls.count("rebind.example.com") == 1
+            assert dns.calls.count("nxdomain.example.com") == 1
+
+
+async def test_an_upstream_error_never_quotes_a_query_or_credentials(proxy_client) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        # HTTP clients like to quote the URL they failed on, query and all.
+        raise httpx.ConnectError(f"cannot reach http://user:pw@proxy.corp:3128 for {request.url}")
+
+    client = proxy_client(refuse)
+    r = await client.get("/v1/models?api_key=sk-client-secret")
+    assert r.status_code == 502
+    message = r.json()["error"]["message"]
+    assert "sk-client-secret" not in message and "user:pw" not in message
+    assert "https://api.deepseek.com" in message

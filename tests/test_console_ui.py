@@ -275,3 +275,61 @@ def test_language_follows_the_browser_and_toggles(proxy: BackgroundServer, brows
         assert page.get_attribute("html", "lang") == "en"
     finally:
         context.close()
+
+
+# -- review cards (human review of tool calls) ------------------------------------------------------
+
+
+def held_weather_call(url: str, results: list[Any]) -> Any:
+    """A client whose get_weather call is held for review; runs on a thread until released."""
+    import threading
+
+    def run() -> None:
+        body = {
+            "model": "deepseek-chat",
+            "messages": [{"role": "user", "content": PROMPT}],
+            "tools": [WEATHER_TOOL],
+        }
+        results.append(httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("decision", ["approve", "modify", "reject"])
+def test_review_cards_decide_a_held_call(mock: BackgroundServer, page: Any, decision: str) -> None:
+    overrides = {"review_tools": ["get_weather"], "reviewer_keys": ["ann:rk-ann-77"], "review_timeout": 20.0}
+    with proxy_for(mock, **overrides) as server:
+        page.goto(f"{server.url}/ui#reviews")
+        page.fill('[data-role="reviewer-key"]', "sk-not-a-reviewer")
+        page.click('[data-role="reviewer-login"]')
+        page.wait_for_selector('[data-role="reviewer-error"]:has-text("not a reviewer")', timeout=WAIT_MS)
+        page.fill('[data-role="reviewer-key"]', "rk-ann-77")
+        page.click('[data-role="reviewer-login"]')
+        results: list[Any] = []
+        thread = held_weather_call(server.url, results)
+        card = page.wait_for_selector('[data-role="review"]', timeout=WAIT_MS)
+        assert "get_weather" in card.inner_text()
+        if decision == "approve":
+            card.query_selector('[data-role="review-approve"]').click()
+        elif decision == "modify":
+            card.query_selector('[data-role="review-edit"]').click()
+            area = page.wait_for_selector('[data-role="review-arguments"]:not([hidden])', timeout=WAIT_MS)
+            area.fill('{"city": "Lyon"}')
+            card.query_selector('[data-role="review-modify"]').click()
+        else:
+            card.query_selector('[data-role="review-comment"]').fill("not now")
+            card.query_selector('[data-role="review-reject"]').click()
+        thread.join(timeout=30)
+        page.wait_for_selector('[data-role="reviews-empty"]:not([hidden])', timeout=WAIT_MS)
+    (response,) = results
+    choice = response.json()["choices"][0]
+    if decision == "reject":
+        assert choice["finish_reason"] == "stop"
+        assert choice["message"]["content"].endswith("The call to get_weather was not made: not now.")
+    else:
+        assert choice["finish_reason"] == "tool_calls"
+        arguments = choice["message"]["tool_calls"][0]["function"]["arguments"]
+        if decision == "modify":
+            assert arguments == '{"city":"Lyon"}'

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from starlette.routing import Route
 from proxy.app import create_app
 from proxy.mock import MockOptions, create_mock_app
 from proxy.serving import BackgroundServer
-from tests.helpers import make_settings, start_serve
+from tests.helpers import make_settings, start_serve, worker_pids
 
 ASK = {"model": "deepseek-v4", "messages": [{"role": "user", "content": "Tell me about tides."}]}
 STREAM = {**ASK, "stream": True}
@@ -237,14 +238,29 @@ def test_total_timeout_bounds_a_slow_but_steady_exchange(mock: BackgroundServer)
 
 
 def test_every_worker_writes_access_lines(mock: BackgroundServer) -> None:
+    """Each worker in turn is the only one running (the others are stopped with SIGSTOP), so the
+    request it answers can only be logged by it; the access line's pid says who wrote it."""
     server, base = start_serve(mock, "--workers", "2", ready_path="/v1/models")
+    answered: list[int] = []
     try:
-        for _ in range(4):  # fresh connections, so both workers are likely to answer some
-            assert httpx.get(f"{base}/v1/models", headers={"connection": "close"}).status_code == 200
+        workers = worker_pids(server.pid, 2)
+        assert len(workers) == 2
+        for worker in workers:
+            others = [w for w in workers if w != worker]
+            for other in others:
+                os.kill(other, signal.SIGSTOP)
+            try:
+                r = httpx.get(f"{base}/v1/models", headers={"connection": "close"}, timeout=30)
+                answered.append(r.status_code)
+            finally:
+                for other in others:
+                    os.kill(other, signal.SIGCONT)
     finally:
         server.send_signal(signal.SIGTERM)
-        output = server.communicate(timeout=20)[0].decode()
-    assert output.count("method=GET path=/v1/models status=200") >= 5
+        output = server.communicate(timeout=30)[0].decode()
+    assert answered == [200, 200]
+    for worker in workers:
+        assert f"pid={worker} method=GET path=/v1/models status=200" in output, output
 
 
 # -- hostile answers and odd requests, end to end ----------------------------------------------------

@@ -24,7 +24,7 @@ from proxy.mock import MockOptions, create_mock_app
 from proxy.serving import BackgroundServer
 from proxy.telemetry.facts import note_replay
 from proxy.telemetry.metrics import GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS
-from tests.helpers import free_port, make_settings, simulated_providers_file, start_serve
+from tests.helpers import free_port, make_settings, simulated_providers_file, start_serve, worker_pids
 from tests.test_observability_doc import dashboard_exprs, doc_promql
 
 SECRET = "sk-metrics-SECRET-31337"
@@ -339,14 +339,6 @@ def wait_for(check: Any, timeout_s: float = 30.0) -> Any:
         threading.Event().wait(0.25)
 
 
-def worker_pids(parent: int) -> list[int]:
-    """uvicorn's worker processes (multiprocessing spawn children, not its resource tracker)."""
-    children: list[int] = []
-    for task in Path(f"/proc/{parent}/task").iterdir():
-        children += [int(pid) for pid in (task / "children").read_text().split()]
-    return [pid for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-
-
 def multiproc_dir_of(pid: int) -> str | None:
     for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
         if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR="):
@@ -419,8 +411,8 @@ def test_real_prometheus_scrapes_two_workers_and_sums_them(
         THINKPROXY_ALLOWED_UPSTREAMS=f"127.0.0.1:{mock.port}",
     )
     try:
-        workers = wait_for(lambda: len(worker_pids(server.pid)) == 2 and worker_pids(server.pid))
-        assert workers, "serve did not start two workers"
+        workers = worker_pids(server.pid, 2)
+        assert len(workers) == 2, "serve did not start two workers"
         directory = multiproc_dir_of(workers[0])
         assert directory is not None and Path(directory).is_dir()
         assert os.environ.get("PROMETHEUS_MULTIPROC_DIR") != directory  # the proxy's own directory

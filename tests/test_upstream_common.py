@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from proxy.errors import BadUpstreamResponse, UpstreamTimeout, UpstreamUnreachable
-from proxy.upstream_common import DECODE_PIECE_BYTES, decode_body, translate_error
+from proxy.upstream_common import DECODE_PIECE_BYTES, decode_body, describe_upstream, translate_error
 
 URL = "https://api.example.com/v1/chat/completions?key=secret"
 
@@ -105,3 +105,15 @@ def test_the_two_upstream_clients_do_not_import_each_other() -> None:
     assert "proxy.upstream" not in imports("upstream_aiohttp")
     assert "proxy.upstream" not in imports("upstream_common")
     assert "proxy.upstream_aiohttp" not in imports("upstream_common")
+
+
+@pytest.mark.parametrize(
+    ("url", "described"),
+    [
+        ("http://user:pw@host.example:8080/v1/models?key=sk-1#f", "http://host.example:8080"),
+        ("http://[::1]:11434/v1", "http://[::1]:11434"),
+        ("https://api.deepseek.com/v1", "https://api.deepseek.com"),
+    ],
+)
+def test_describe_upstream_names_scheme_host_and_port_only(url: str, described: str) -> None:
+    assert describe_upstream(url) == described

@@ -1,14 +1,16 @@
 // The console's entry point: language, panels (one <section data-panel> each, chosen by the URL
-// hash: #live by default, #playground), and each panel's module. A new panel adds its section,
+// hash: #live by default, #playground, #reviews), and each panel's module. A new panel adds its section,
 // its nav link and one line below.
 
 import { applyStatic, lang, setLang } from "./i18n.js";
 import { initLive } from "./live.js";
 import { initPlayground } from "./playground.js";
+import { initReviews } from "./reviews.js";
 
 const PANELS = {
   live: initLive,
   playground: initPlayground,
+  reviews: initReviews,
 };
 
 function showPanel() {
