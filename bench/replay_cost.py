@@ -39,6 +39,9 @@ from proxy.replay_service import ReplayService
 from proxy.state import MemoryStore, RedisStore, StateStore
 
 HEADERS = [("authorization", "Bearer sk-bench-tenant-0123456789")]
+# A tool loop offers its tools on every turn (without them no answer could be a tool call, and
+# nothing would be captured).
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 REASONING = "The user wants the weather in Paris; I have a tool for this and will call it now. " * 4
 
 
@@ -60,7 +63,7 @@ def history(turns: int) -> dict[str, Any]:
             }
         )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": "rain, 12 °C"})
-    return {"model": "deepseek-chat", "messages": messages}
+    return {"model": "deepseek-chat", "messages": messages, "tools": TOOLS}
 
 
 def turn_chunks(call_id: str) -> list[dict[str, Any]]:
@@ -77,8 +80,11 @@ async def seed(service: ReplayService, dialect: Any, turns: int) -> None:
     """Remember every turn of the history, as if the proxy had served them."""
     for i in range(turns):
         record = AccessRecord("POST", "/v1/chat/completions", status=200)
-        prepared = await service.prepare({"messages": []}, dialect, "deepseek-chat", HEADERS, record)
+        prepared = await service.prepare(
+            {"messages": [], "tools": TOOLS}, dialect, "deepseek-chat", HEADERS, record
+        )
         for chunk in turn_chunks(f"call_{i:04d}_0123456789abcdef"):
+            assert prepared.capture is not None
             prepared.capture.chunk(chunk)
             prepared.capture.reasoning(0, REASONING)
         service.capture(record)
@@ -100,7 +106,8 @@ async def measure(store: StateStore, n: int) -> dict[str, dict[str, float]]:
             start = time.perf_counter()
             prepared = await service.prepare(body, dialect, "deepseek-chat", HEADERS, record)
             # the capture of the answer (one tool-call turn), as at the end of a response
-            capture: TurnCollector = prepared.capture
+            capture = prepared.capture
+            assert capture is not None
             for chunk in turn_chunks(f"call_new_{i}"):
                 capture.chunk(chunk)
             capture.reasoning(0, REASONING)

@@ -60,7 +60,7 @@ class Prepared:
     restore's outcome (None when the history needed nothing)."""
 
     body: dict[str, Any]
-    capture: TurnCollector
+    capture: TurnCollector | None  # None when nothing of the answer will be remembered
     result: RestoreResult | None
 
     @property
@@ -81,7 +81,15 @@ class ReplayNote:
     provider: str
     model: str | None
     policy: ReplayPolicy
-    capture: TurnCollector
+    capture: TurnCollector | None
+
+
+def may_be_replayed(body: dict[str, Any], policy: ReplayPolicy) -> bool:
+    """Whether this request's answer could ever need its reasoning back on a later turn: a turn that
+    ends in tool calls (only possible when the request offers tools or functions), or any turn
+    under a `keep` policy. Anything else is never looked up, so it is not collected: a plain chat
+    pays nothing per streamed chunk."""
+    return policy.mode == "keep" or bool(body.get("tools") or body.get("functions"))
 
 
 def deployment_secret(settings: Settings) -> bytes:
@@ -137,7 +145,7 @@ class ReplayService:
         arrived_ms = time.time() * 1000.0
         tenant = tenant_of(self._secret, presented_key(headers))
         policy = dialect.replay
-        capture = TurnCollector()
+        capture = TurnCollector() if may_be_replayed(body, policy) else None
         record.notes[NOTE] = ReplayNote(tenant, dialect.name, model, policy, capture)
         plan = plan_lookups(body.get("messages"), policy, tenant)
         if plan.empty:
@@ -195,6 +203,8 @@ class ReplayService:
     def capture(self, record: AccessRecord) -> None:
         note = record.notes.get(NOTE)
         if not isinstance(note, ReplayNote) or not 200 <= record.status < 300 or record.error:
+            return
+        if note.capture is None:
             return
         items = capture_records(
             note.capture.turns(),

@@ -35,6 +35,9 @@ WEATHER_TOOL = {
 QUESTION = "What is the weather in Paris?"
 REPLAY = "x-thinking-replay"
 
+# A tool loop offers its tools (without them no answer is captured: see may_be_replayed).
+TOOLS_F = [{"type": "function", "function": {"name": "f"}}]
+
 
 @tool
 def get_weather(city: str) -> str:
@@ -535,7 +538,10 @@ async def test_hundreds_of_tool_calls_cost_one_redis_round_trip(redis_server: Re
     try:
         for i in range(300):  # remember 300 tool-call turns, as if the proxy had served them
             record = AccessRecord("POST", "/v1/chat/completions", status=200)
-            prepared = await service.prepare({"messages": []}, dialect, "deepseek-chat", headers, record)
+            prepared = await service.prepare(
+                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-chat", headers, record
+            )
+            assert prepared.capture is not None
             call = {
                 "index": 0,
                 "id": f"call_{i}",
@@ -579,7 +585,10 @@ async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_
     call = {"index": 0, "id": "call_burst", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     try:
         record = AccessRecord("POST", "/v1/chat/completions", status=200)
-        prepared = await service.prepare({"messages": []}, dialect, "deepseek-chat", headers, record)
+        prepared = await service.prepare(
+            {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-chat", headers, record
+        )
+        assert prepared.capture is not None
         prepared.capture.chunk({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
         prepared.capture.reasoning(0, "thought")
         service.capture(record)
@@ -599,3 +608,25 @@ async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_
         await service.aclose()
     assert outcomes == [{"restored": 1, "placeholder": 0, "missing": 0}] * 200
     assert service.totals["unavailable"] == 0
+
+
+async def test_a_plain_chat_is_not_collected_and_a_tool_loop_is() -> None:
+    """Only an answer that could be replayed later is collected: no tools offered (and no `keep`
+    policy) means nothing per streamed chunk and nothing stored."""
+    from proxy.access_log import AccessRecord
+    from proxy.replay_service import ReplayService
+    from proxy.state import MemoryStore
+
+    table = ProvidersTable.load()
+    deepseek = table.match("https://api.deepseek.com/v1", "deepseek-chat")  # tool_calls policy
+    service = ReplayService(MemoryStore(ttl=60), b"secret")
+    headers = [("authorization", "Bearer sk-tenant-a")]
+    record = AccessRecord("POST", "/v1/chat/completions", status=200)
+    plain = await service.prepare(
+        {"messages": [{"role": "user", "content": "hi"}]}, deepseek, "m", headers, record
+    )
+    assert plain.capture is None
+    service.capture(record)  # nothing to store, and no error
+    assert service.totals["captured"] == 0
+    looped = await service.prepare({"messages": [], "tools": TOOLS_F}, deepseek, "m", headers, record)
+    assert looped.capture is not None
