@@ -316,6 +316,8 @@ class Proxy:
             prepared.annotate(trace)
         capture = prepared.capture if prepared is not None else None
         gate = None
+        if s.review is not None:
+            s.review.check_request(parsed)
         if s.review is not None and record.stream:
             shown = None if trace_mode is TraceMode.OFF else trace_format
             gate = s.review.stream_gate(shown, zh, s.settings.max_sse_event_bytes)

@@ -473,6 +473,8 @@ async def relay_stream(
             watch.writing = False
         if gate is not None and gate.holding and review is not None:
             await settle_held_calls(gate, review, record, watch, send, total_timeout)
+        elif gate is not None and (rest := gate.flush()):
+            await send(body_piece(rest))  # held while a call's name was unsettled; none was covered
         return
     if gate is not None:
         gate.discard()  # a call nobody reviewed never reaches the client

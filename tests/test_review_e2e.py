@@ -344,3 +344,28 @@ def test_each_decision_is_one_audit_line_without_arguments(
     assert fields["decision"] == "reject" and fields["reviewer"] == "ann"
     text = repr(fields)
     assert arguments not in text and "secret plans" not in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"n": 2}, "n"),
+        ({"functions": [EMAIL_TOOL["function"]]}, "functions"),
+        ({"function_call": "auto"}, "functions"),
+    ],
+)
+def test_requests_the_gate_could_not_see_into_are_refused(
+    proxy: BackgroundServer, mock: BackgroundServer, extra: dict[str, Any], param: str
+) -> None:
+    marker = f"refused-{param}-{len(extra)}-{sorted(extra)[0]}"
+    body = {"model": "deepseek-v4", "messages": [{"role": "user", "content": marker}], **extra}
+    r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+    assert marker not in httpx.get(f"{mock.url}/_mock/requests").text  # nothing forwarded
+
+
+def test_a_review_timeout_at_or_over_the_total_timeout_refuses_to_start(mock: BackgroundServer) -> None:
+    from proxy.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="THINKPROXY_REVIEW_TIMEOUT"):
+        create_app(proxy_settings(mock, review_timeout=60.0, total_timeout=60.0))

@@ -302,3 +302,31 @@ def test_decision_comment_is_one_bounded_line() -> None:
     decision = parse_decision(b'{"decision": "reject", "comment": "no\\r\\nway' + b"x" * 900 + b'"}', "ann")
     assert decision.comment is not None and "\n" not in decision.comment and len(decision.comment) == 500
     assert decision.reviewer == "ann"
+
+
+def test_an_uncovered_call_whose_name_never_settled_is_flushed_at_the_end() -> None:
+    # A call with a name but no arguments and no finish chunk: held until its name settles, which
+    # never happens; the end of the stream lets it go (with [DONE]) since it was never covered.
+    events = [
+        sse(chunk({"content": "hi"})),
+        sse(chunk({"tool_calls": [call_fragment(0, id="call_1", name="now")]})),
+        b"data: [DONE]\n\n",
+    ]
+    g = gate(trace=None)
+    passed = g.feed(b"".join(events))
+    assert b"[DONE]" not in passed and not g.holding
+    assert passed + g.flush() == b"".join(events)
+    assert g.flush() == b""
+
+
+def test_a_covered_call_is_never_flushed() -> None:
+    g = gate(trace=None)
+    g.feed(b"".join(stream([("call_1", "send_email", ["{}"])])))
+    assert g.holding and g.flush() == b""
+
+
+@pytest.mark.parametrize("body", [b'{"decision": []}', b'{"decision": {}}', b'{"decision": 1}'])
+def test_a_decision_that_is_not_a_string_is_a_400(body: bytes) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_decision(body, "r")
+    assert caught.value.param == "decision"

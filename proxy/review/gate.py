@@ -113,6 +113,16 @@ class StreamGate:
     def holding(self) -> bool:
         return self._covered
 
+    def flush(self) -> bytes:
+        """The upstream is done and no held call is covered (a call whose name never settled, say):
+        what was held goes to the client. Nothing while a covered call awaits review."""
+        if self._covered or not self._held:
+            return b""
+        out = b"".join(h.raw for h in self._held)
+        self._held.clear()
+        self._holding = False
+        return out
+
     def discard(self) -> None:
         """The exchange failed: what was held never reaches the client (nobody reviewed it)."""
         self._held.clear()

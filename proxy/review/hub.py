@@ -188,6 +188,11 @@ class RedisReviewHub:
                     pipe.set(self._key(call.review_id), orjson.dumps(call.to_json()), ex=ttl)
                     pipe.zadd(self._key("pending"), {call.review_id: call.expires})
                 await pipe.execute()
+            except asyncio.CancelledError:
+                # The client left while its calls were being registered: withdraw what was written.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._withdraw(ids))
+                raise
             except Exception as exc:
                 log.warning("review hub: Redis unavailable (%s); held calls refused", type(exc).__name__)
                 return dict.fromkeys(ids, UNAVAILABLE)

@@ -127,7 +127,7 @@ def parse_decision(body: bytes, reviewer: str | None) -> Decision:
         raise BadRequest('Decision body must be a JSON object such as {"decision": "approve"}.')
     raw = data.get("decision")
     posted = {Verdict.APPROVE.value, Verdict.MODIFY.value, Verdict.REJECT.value}
-    if raw not in posted:
+    if not isinstance(raw, str) or raw not in posted:
         raise BadRequest(f"decision must be one of approve, modify, reject (got {raw!r}).", param="decision")
     verdict = Verdict(raw)
     comment = data.get("comment")

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import ConfigError
+from proxy.errors import BadRequest, ConfigError
 from proxy.gateway import ClientKey, parse_client_keys
 from proxy.levels import TraceFormat
 from proxy.review.gate import StreamGate, completion_held_calls, release_completion
@@ -54,9 +54,34 @@ class ReviewService:
                 "THINKPROXY_REVIEW_TOOLS is set but THINKPROXY_REVIEWER_KEYS is empty: nobody could approve "
                 "a held call. Set THINKPROXY_REVIEWER_KEYS (comma-separated, optionally name:key)."
             )
+        if settings.review_timeout >= settings.total_timeout:
+            raise ConfigError(
+                f"THINKPROXY_REVIEW_TIMEOUT ({settings.review_timeout:g} s) must be shorter than "
+                f"THINKPROXY_TOTAL_TIMEOUT ({settings.total_timeout:g} s): a held call would otherwise end "
+                "as a timed-out exchange instead of a rejected call."
+            )
         url = settings.state_url.get_secret_value() if settings.state_url is not None else None
         hub: ReviewHub = RedisReviewHub(url) if url and settings.state != "off" else MemoryReviewHub()
         return cls(ReviewPolicy(patterns), hub, reviewers, settings.review_timeout, settings.review_keepalive)
+
+    @staticmethod
+    def check_request(body: dict[str, Any]) -> None:
+        """Requests whose tool calls the gate could not see are refused while a policy is set: it
+        holds calls of choice 0 in the `tools` shape, so `n` > 1 and the legacy `functions` shape
+        would let a covered call through unreviewed."""
+        n = body.get("n")
+        if n is not None and n != 1:
+            raise BadRequest(
+                "This proxy holds sensitive tool calls for review (THINKPROXY_REVIEW_TOOLS) and reviews one "
+                "choice per response: send n=1 (or leave n out).",
+                param="n",
+            )
+        if body.get("functions") is not None or body.get("function_call") is not None:
+            raise BadRequest(
+                "This proxy holds sensitive tool calls for review (THINKPROXY_REVIEW_TOOLS): use `tools` and "
+                "`tool_choice` instead of the deprecated `functions` / `function_call`.",
+                param="functions",
+            )
 
     @staticmethod
     def new_id() -> str:
@@ -75,8 +100,8 @@ class ReviewService:
         keep-alive every `keepalive` seconds meanwhile."""
         opened = asyncio.Event()
         waiting = asyncio.ensure_future(self.hub.wait(calls, self.timeout, opened))
+        registered = asyncio.ensure_future(opened.wait())
         try:
-            registered = asyncio.ensure_future(opened.wait())
             await asyncio.wait([waiting, registered], return_when=asyncio.FIRST_COMPLETED)
             registered.cancel()
             if announce:
@@ -88,6 +113,7 @@ class ReviewService:
                 alive()
                 await send(KEEPALIVE)
         finally:
+            registered.cancel()
             if not waiting.done():
                 waiting.cancel()  # the client left: its reviews are withdrawn
                 await asyncio.gather(waiting, return_exceptions=True)
