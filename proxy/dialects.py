@@ -15,12 +15,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from proxy.errors import ConfigError
 from proxy.levels import Level
 from proxy.url_patterns import UrlPattern, UrlTarget
+from proxy.yamlfile import load_config
 
 # --------------------------------------------------------------------------------------------------
 # Schema (pydantic, unknown keys rejected everywhere)
@@ -261,11 +261,7 @@ class ProvidersTable:
 
     @classmethod
     def from_text(cls, text: str, source: str = "providers.yaml") -> ProvidersTable:
-        try:
-            data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
-        except yaml.YAMLError as exc:
-            where = str(exc).replace('"<unicode string>"', repr(source))
-            raise ConfigError(f"{source}: not valid YAML: {where}") from None
+        data = load_config(text, source)
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: the file must be a mapping with 'providers' (and 'instructions')")
         try:
@@ -346,32 +342,6 @@ def default_providers_path() -> Path:
 # --------------------------------------------------------------------------------------------------
 # Loading helpers
 # --------------------------------------------------------------------------------------------------
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans (so `off:` stays a string key) that rejects duplicate keys."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-
-
-def _unique_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen and key != "<<":
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 def _field_path(parts: Iterable[int | str]) -> str:

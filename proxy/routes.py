@@ -28,11 +28,11 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import orjson
-import yaml
 from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from proxy.errors import ConfigError, NotFound
+from proxy.yamlfile import load_config
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # it travels in headers and log lines
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -237,11 +237,7 @@ class RouteTable:
     def from_text(
         cls, text: str, source: str = "routes.yaml", default_upstream: str | None = None
     ) -> RouteTable:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            where = str(exc).replace('"<unicode string>"', repr(source))
-            raise ConfigError(f"{source}: not valid YAML: {where}") from None
+        data = load_config(text, source)
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: the file must be a mapping with a 'routes' list")
         try:

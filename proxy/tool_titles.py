@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-import yaml
-
 from proxy.errors import ConfigError
+from proxy.yamlfile import load_config
 
 ToolTitles = Mapping[str, Mapping[str, str]]
 
@@ -36,10 +35,7 @@ def load_tool_titles(path: Path | None) -> ToolTitles:
         raise ConfigError(f"{path}: cannot read the tool titles file: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
-        data = yaml.safe_load(text)  # JSON is YAML too
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML or JSON: {exc}") from None
+    data = load_config(text, str(path), "YAML or JSON")  # JSON is YAML too
     return parse_tool_titles(data, str(path))
 
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from proxy.demo import SIMULATED_ROUTES
-from proxy.dialects import _Loader, default_providers_path
+from proxy.dialects import default_providers_path
 from proxy.serving import BackgroundServer, bind_loopback
 from proxy.settings import Settings
+from proxy.yamlfile import load_config
 
 
 def make_settings(**overrides: Any) -> Settings:
@@ -101,7 +101,7 @@ def worker_pids(parent: int, count: int) -> list[int]:
 def simulated_providers_file(directory: Path, mock_port: int) -> Path:
     """A providers.yaml for a `serve` process: the shipped one, with the simulated upstream's path
     prefixes added to the entries they imitate (what proxy.demo.simulated_table does in-process)."""
-    data = yaml.load(default_providers_path().read_text(), Loader=_Loader)
+    data = load_config(default_providers_path().read_text(), "providers.yaml")
     for prefix, entry in SIMULATED_ROUTES.items():
         data["providers"][entry]["match"].append(f"127.0.0.1:{mock_port}/{prefix}")
     path = directory / "providers.yaml"

@@ -344,3 +344,12 @@ def test_any_routes_structure_loads_or_names_the_route_at_fault(routes: list[dic
     assert len(loaded.routes) == len(routes)
     for route in loaded.routes:
         assert route.upstream.startswith(("http://", "https://")) and (route.globs or route.prefix)
+
+
+def test_a_key_written_twice_in_a_route_is_an_error_not_the_last_one_silently() -> None:
+    # The routes file reads like providers.yaml (proxy.yamlfile): a repeated key is a mistake.
+    text = (
+        "routes:\n  - models: [a]\n    upstream: 'https://one.example'\n    upstream: 'https://two.example'\n"
+    )
+    with pytest.raises(ConfigError, match=r"routes\.yaml: not valid YAML: .*duplicate key 'upstream'"):
+        table(text)
