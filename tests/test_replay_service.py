@@ -4,6 +4,7 @@ upstream enforcing the providers' replay rules; memory and a real redis-server."
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -407,6 +408,12 @@ def test_remembered_turns_expire_after_the_ttl(mock: BackgroundServer) -> None:
         store.clock = lambda: clock[0]
         client = sdk(proxy)
         messages, _ = plain_dict_loop_turn_one(client, "deepseek-chat")
+        # The turn is stored when the response ends, on the server's thread: wait for it before
+        # moving the clock, or it would be stored at the later time (a race, not an expiry).
+        deadline = time.monotonic() + 10
+        while len(store) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(store) >= 1
         clock[0] += 59
         fresh = client.chat.completions.with_raw_response.create(model="deepseek-chat", messages=messages)  # type: ignore[arg-type]
         clock[0] += 2
