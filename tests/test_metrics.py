@@ -3,6 +3,7 @@ scraping `thinkproxy serve --workers 2`; nothing secret or said in a request sho
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -422,12 +423,19 @@ def test_real_prometheus_scrapes_two_workers_and_sums_them(
             extra = {"connection": "close", **AUTH, **headers}
             return httpx.post(f"{base}/v1/chat/completions", json=body, headers=extra, timeout=20).status_code
 
-        statuses = [send(STREAM, **{"x-thinking-level": "deep"}) for _ in range(6)]
-        statuses.append(send(ASK, **{"x-mock-fault": "429"}))
-        statuses.append(send(STREAM, **{"x-mock-fault": "disconnect"}))
-        prompted = {**STREAM, "model": "gpt-4o-mini"}
-        upstream = {"x-upstream-base-url": f"{mock.url}/prompted/v1", "x-thinking-level": "deep"}
-        statuses.append(send(prompted, **upstream))
+        def only(worker: int) -> Any:
+            """The other worker paused (SIGSTOP): this one accepts every connection meanwhile, so
+            each worker surely counts some requests (the kernel's choice is not the test's)."""
+            return paused([pid for pid in workers if pid != worker])
+
+        with only(workers[0]):
+            statuses = [send(STREAM, **{"x-thinking-level": "deep"}) for _ in range(6)]
+        with only(workers[1]):
+            statuses.append(send(ASK, **{"x-mock-fault": "429"}))
+            statuses.append(send(STREAM, **{"x-mock-fault": "disconnect"}))
+            prompted = {**STREAM, "model": "gpt-4o-mini"}
+            upstream = {"x-upstream-base-url": f"{mock.url}/prompted/v1", "x-thinking-level": "deep"}
+            statuses.append(send(prompted, **upstream))
         assert statuses == [200] * 6 + [429, 200, 200]
         files = {p.name for p in Path(directory).iterdir()}
         assert {f"counter_{pid}.db" for pid in workers} <= files  # both workers counted requests
@@ -463,3 +471,14 @@ def test_real_prometheus_scrapes_two_workers_and_sums_them(
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=30)
     assert not Path(directory).exists()  # the proxy removed its directory on the way out
+
+
+@contextlib.contextmanager
+def paused(pids: list[int]) -> Iterator[None]:
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
