@@ -167,6 +167,14 @@ class AnswerKeepingTraceBuilder(TappedTraceBuilder):
                 self._keep(choice)
         return super().on_chunk(chunk, reasoning, now_ms)
 
+    def text_only(self, index: int, field: str, text: str, reasoning: bool) -> bool:
+        # The answer's text is kept even when the chunk needs nothing else.
+        if not super().text_only(index, field, text, reasoning):
+            return False
+        if index == 0 and field == "content":
+            self._kept_text.append(text)
+        return True
+
     def _keep(self, choice: dict[str, Any]) -> None:
         delta = choice.get("delta")
         if isinstance(delta, dict):

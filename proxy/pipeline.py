@@ -13,8 +13,9 @@ from typing import Any
 
 import orjson
 
-from proxy import jsonio
+from proxy import chunk_template, jsonio
 from proxy.capture import TurnCollector
+from proxy.chunk_template import ChunkTemplate
 from proxy.errors import ProxyError, error_payload
 from proxy.levels import TraceFormat
 from proxy.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
@@ -22,6 +23,8 @@ from proxy.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_ev
 from proxy.trace import ChunkMeta, TraceBuilder, chunk_meta, comment_frames, event_frames
 
 DONE = b"[DONE]"
+# Chunks a stream may (re)learn its template from without a single match before it stops trying.
+MAX_TEMPLATE_MISSES = 8
 # What a hiding stream sends in place of an event it could not clean (SDKs skip comments).
 WITHHELD_COMMENT = (
     b": withheld an upstream event that could not be parsed to remove its reasoning (X-Reasoning: hide)\n\n"
@@ -73,6 +76,10 @@ class StreamPipeline:
         self._meta: ChunkMeta | None = None
         self._pending_trace: list[dict[str, Any]] = []
         self._done_sent = False
+        # The shape of the last chunk of more-of-the-same, and how many chunks it was (re)learned
+        # from without one match since (proxy.chunk_template).
+        self._template: ChunkTemplate | None = None
+        self._template_misses = 0
         # True once the client's stream is complete (ended or failed): stop reading upstream.
         self.closed = False
         # Why the stream ended with an error event, if it did.
@@ -119,6 +126,7 @@ class StreamPipeline:
         extract = self._extractor.process_chunk
         trace = self._trace
         capture = self._capture
+        template = self._template
         for event in events:
             data = event.data
             if self._done_sent:
@@ -126,6 +134,21 @@ class StreamPipeline:
             if data is None:
                 append(event.raw)
                 continue
+            if template is not None:
+                # More of the same (proxy.chunk_template): the text is all that changed, and if no
+                # consumer needs to do anything with it, the chunk goes out as it came, unparsed.
+                text = template.text_of(data)
+                if text is not None:
+                    field, index = template.field, template.index
+                    if self._extractor.passes_text(field, index, text) and (
+                        trace is None or trace.text_only(index, field, text, template.reasoning)
+                    ):
+                        self._extractor.passed_text(field, index, text)
+                        if capture is not None and not template.reasoning:
+                            capture.chunk({"choices": [{"index": index, "delta": {"content": text}}]})
+                        self._template_misses = 0
+                        append(event.raw)
+                        continue
             if data == DONE:
                 append(self._closing_bytes(now_ms))
                 append(event.raw)
@@ -156,7 +179,15 @@ class StreamPipeline:
                 caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
                 if caused:
                     append(self._trace_bytes(caused))
-            append(self._reencoded(event, chunk, now_ms) if outcome.changed else event.raw)
+            if outcome.changed:
+                append(self._reencoded(event, chunk, now_ms))
+            else:
+                append(event.raw)
+                if self._template_misses < MAX_TEMPLATE_MISSES:
+                    # Learn (again) from a chunk that went out as it came. A stream whose every
+                    # chunk differs elsewhere too (a random field per chunk) stops trying.
+                    self._template_misses += 1
+                    template = self._template = chunk_template.learn(data, chunk) or template
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _reencoded(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:

@@ -401,6 +401,23 @@ class StreamReasoningExtractor:
             has_content = has_content or bool(content)
         return _UNCHANGED[has_reasoning, has_content]
 
+    def passes_text(self, field: str, index: int, text: str) -> bool:
+        """Whether a chunk of one choice (`index`) whose delta sets only `field` to `text` — no other
+        text field, no reasoning_details — needs nothing done: what `_fast` decides for that shape.
+        For callers that recognized the shape without parsing the chunk (proxy.chunk_template);
+        when this is true they call `passed_text` instead of `process_chunk`."""
+        if not self._quiet or (self._implicit and index not in self._splitters):
+            return False
+        if field == "content":
+            return self._tags is None or "<" not in text
+        return self._in_place is not None and self._in_place[0] == field
+
+    def passed_text(self, field: str, index: int, text: str) -> None:
+        """What `process_chunk` would have done for a chunk `passes_text` accepted: tell the sink
+        the reasoning left where it was."""
+        if self._sink is not None and field != "content":
+            self._sink(index, text)
+
     def _sink_in_place(self, choices: list[Any]) -> None:
         """Tell the sink the reasoning the fast path left where it was (one field per delta)."""
         assert self._sink is not None and self._in_place is not None

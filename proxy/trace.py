@@ -278,6 +278,16 @@ class TraceBuilder:
                             return []
         return self._observe(chunk, choices, reasoning, now_ms)
 
+    def text_only(self, index: int, field: str, text: str, reasoning: bool) -> bool:
+        """A chunk known to be one choice whose delta carries only more text in `field` (`reasoning`:
+        a reasoning field), not parsed: True when it causes no event and changes nothing, as
+        `on_chunk`'s quiet path would decide; False when the caller must parse it and call
+        `on_chunk` (proxy.chunk_template)."""
+        if self._off or self._done:
+            return True
+        quiet = self._quiet
+        return quiet is not None and (quiet is Stage.THINKING) == reasoning
+
     def on_error(self, message: str, now_ms: float, code: str | None = None) -> list[dict[str, Any]]:
         """An `error` event for a failure after the stream started."""
         if self._off or self._done:

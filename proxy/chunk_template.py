@@ -1,0 +1,132 @@
+"""Streamed chunks of more of the same, recognized without parsing them.
+
+Most of a model's stream is chunks that differ from the one before only in one delta string: the
+next piece of reasoning or of the answer. Every field around it (id, model, created, fingerprint,
+index, the other delta keys, `finish_reason: null`…) repeats byte for byte. Parsing each such chunk
+whole is most of what the proxy spends per chunk, so the pipeline learns the shape once, from a
+chunk it did parse, as the bytes before and after that one string.
+
+A later event whose data is exactly `prefix + <one JSON string> + suffix` has the same structure as
+the learned chunk, with only that string changed: the prefix ends where a string token began and
+the suffix starts right after one ended, and orjson accepts the middle only as exactly one complete
+string. Its text is then all that is needed; whether it needs any processing is for each consumer
+to say (see StreamReasoningExtractor.passes_text, TraceBuilder.text_only).
+
+Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+# The delta fields that carry text. A chunk is a template only when exactly one of them is set.
+TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
+REASONING_FIELDS = frozenset({"reasoning_content", "reasoning"})
+_BLANKS = b" \t\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTemplate:
+    """The bytes of a learned chunk around its one text field, and which field and choice that is."""
+
+    prefix: bytes
+    suffix: bytes
+    field: str
+    index: int  # the choice's index
+    reasoning: bool  # field is a reasoning field
+
+    def text_of(self, data: bytes) -> str | None:
+        """The text when `data` is this template with a non-empty string in the field, else None."""
+        head, tail = len(self.prefix), len(self.suffix)
+        if len(data) <= head + tail or not data.startswith(self.prefix) or not data.endswith(self.suffix):
+            return None
+        try:
+            text = orjson.loads(data[head : len(data) - tail])
+        except orjson.JSONDecodeError:
+            return None
+        return text if type(text) is str and text else None
+
+
+def learn(data: bytes, chunk: dict[str, Any]) -> ChunkTemplate | None:
+    """The template of a parsed chunk (`data`: its JSON bytes as received), or None when the chunk is
+    not more-of-the-same material: it must carry one choice, no usage, no finish_reason, no tool
+    calls and no reasoning_details, and exactly one text field, set to a non-empty string."""
+    if chunk.get("usage") is not None:
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or delta.get("tool_calls") or delta.get("reasoning_details"):
+        return None
+    field: str | None = None
+    for name in TEXT_FIELDS:
+        value = delta.get(name)
+        if value is None:
+            continue
+        if field is not None or type(value) is not str or not value:
+            return None
+        field = name
+    if field is None:
+        return None
+    span = _value_span(data, field)
+    if span is None:
+        return None
+    start, end = span
+    try:
+        if orjson.loads(data[start:end]) != delta[field]:
+            return None
+    except orjson.JSONDecodeError:
+        return None
+    index = choice.get("index", 0)
+    return ChunkTemplate(
+        prefix=data[:start],
+        suffix=data[end:],
+        field=field,
+        index=index if type(index) is int else 0,
+        reasoning=field in REASONING_FIELDS,
+    )
+
+
+def _value_span(data: bytes, field: str) -> tuple[int, int] | None:
+    """Where the string value of the key `field` lies in `data`, when the key occurs exactly once.
+
+    A key inside a JSON string would have its quotes escaped, so `"field"` (quotes included) can
+    only be a key or a whole string value; once is required so that it is the delta's."""
+    key = b'"' + field.encode() + b'"'
+    if data.count(key) != 1:
+        return None
+    pos = _skip_blanks(data, data.index(key) + len(key))
+    if pos >= len(data) or data[pos] != 0x3A:  # ':'
+        return None
+    start = _skip_blanks(data, pos + 1)
+    if start >= len(data) or data[start] != 0x22:  # '"'
+        return None
+    end = _string_end(data, start)
+    return None if end is None else (start, end)
+
+
+def _skip_blanks(data: bytes, pos: int) -> int:
+    while pos < len(data) and data[pos] in _BLANKS:
+        pos += 1
+    return pos
+
+
+def _string_end(data: bytes, start: int) -> int | None:
+    """The index just past the string token opening at `start` (its closing quote is the first one
+    preceded by an even number of backslashes)."""
+    pos = start + 1
+    while (quote := data.find(b'"', pos)) >= 0:
+        backslashes = 0
+        while data[quote - 1 - backslashes] == 0x5C:  # '\\'
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return quote + 1
+        pos = quote + 1
+    return None

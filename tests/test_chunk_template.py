@@ -1,0 +1,247 @@
+"""Chunks of more of the same, recognized without parsing (proxy.chunk_template).
+
+The fast path must be invisible: for every stream, every way of reading it and every consumer
+(client bytes, trace events given to observers, the replay capture, the answer kept for
+OpenTelemetry), the pipeline with templates gives exactly what it gives without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy import chunk_template
+from proxy.capture import TurnCollector
+from proxy.chunk_template import ChunkTemplate, learn
+from proxy.levels import ReasoningField, TraceFormat, TraceMode
+from proxy.observe import AnswerKeepingTraceBuilder, TappedTraceBuilder
+from proxy.pipeline import StreamPipeline
+from proxy.reasoning import ReasoningOptions
+from proxy.trace import TraceBuilder
+
+STREAMS = Path(__file__).parent / "fixtures" / "streams"
+FIXTURES = sorted(p.name for p in STREAMS.glob("*.sse"))
+
+OPTIONS = {
+    "show": ReasoningOptions(),
+    "tags": ReasoningOptions(tags=("think",)),
+    "implicit": ReasoningOptions(implicit_open=True),
+    "both": ReasoningOptions(output_field=ReasoningField.BOTH),
+    "reasoning-field": ReasoningOptions(output_field=ReasoningField.REASONING),
+    "hide": ReasoningOptions(tags=("think",), hide=True),
+}
+TRACES = ["none", "brief", "detailed", "tapped-off", "answer"]
+
+
+def chunk(delta: dict[str, Any], *, finish: str | None = None, extra: str = "") -> bytes:
+    body = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    raw = orjson.dumps(body)
+    if extra:
+        raw = raw[:-1] + b"," + extra.encode() + b"}"
+    return b"data: " + raw + b"\n\n"
+
+
+def synthetic() -> bytes:
+    """Templates learned and broken in every way a stream can: escapes, tags arriving mid-stream,
+    fields switching, empty text, whitespace, a per-chunk random field, a tool call, usage."""
+    events = [chunk({"role": "assistant", "content": None, "reasoning_content": ""})]
+    events += [chunk({"content": None, "reasoning_content": t}) for t in ("Let ", "me ", 'say "hi" ', "\\ ")]
+    events += [chunk({"content": None, "reasoning_content": t}) for t in ("é\u2028", "\n", "<b> ", "x")]
+    events.append(chunk({"content": None, "reasoning_content": ""}))
+    events.append(chunk({"content": "", "reasoning_content": None}))
+    events += [chunk({"content": t, "reasoning_content": None}) for t in ("The ", "answer ", "<think>", "a")]
+    events += [chunk({"content": t, "reasoning_content": None}) for t in ("</think>", "is ", " ", "42")]
+    # Same keys written with blanks: another template.
+    events += [
+        b'data: {"id":"c1","choices":[{"index":0,"delta":{"content" : "'
+        + t
+        + b'"},"finish_reason":null}]}\n\n'
+        for t in (b"one ", b"two ", b"thr\\u00e9e ")
+    ]
+    # A forged middle: the bytes between the template's prefix and suffix are not one string.
+    events.append(
+        b'data: {"id":"c1","choices":[{"index":0,"delta":{"content" : "x","tool_calls":[{"index":0,'
+        b'"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}],"content":"y"},'
+        b'"finish_reason":null}]}\n\n'
+    )
+    events += [chunk({"content": t}, extra=f'"obfuscation":"{t * 3}"') for t in ("r", "s", "t", "u")]
+    events += [chunk({"content": t}) for t in ("more ", "text ")]
+    events.append(
+        chunk({"tool_calls": [{"index": 0, "id": "call_2", "function": {"name": "g", "arguments": "{}"}}]})
+    )
+    events += [chunk({"content": t}) for t in ("after ", "call ")]
+    events.append(chunk({"content": ""}, finish="stop", extra='"usage":{"prompt_tokens":1}'))
+    return b"".join(events) + b"data: [DONE]\n\n"
+
+
+@contextmanager
+def templates(enabled: bool) -> Iterator[None]:
+    if enabled:
+        yield
+        return
+    real = chunk_template.learn
+    chunk_template.learn = lambda data, chunk: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        chunk_template.learn = real
+
+
+def run(raw: bytes, pieces: list[int], options: str, trace_kind: str, capture: bool) -> dict[str, Any]:
+    """Everything the pipeline produces for `raw` cut at `pieces`: bytes, tapped events, capture,
+    kept answer."""
+    tapped: list[dict[str, Any]] = []
+    outputs: list[Any] = []
+    kwargs: dict[str, Any] = {"zh": False, "level": "standard", "provider": "p"}
+    trace: TraceBuilder | None
+    if trace_kind == "none":
+        trace = None
+    elif trace_kind == "brief":
+        trace = TraceBuilder(mode=TraceMode.BRIEF, **kwargs)
+    elif trace_kind == "detailed":
+        trace = TraceBuilder(mode=TraceMode.DETAILED, **kwargs)
+    elif trace_kind == "tapped-off":
+        trace = TappedTraceBuilder(client_mode=TraceMode.OFF, tap=tapped.extend, **kwargs)
+    else:
+        trace = AnswerKeepingTraceBuilder(
+            output=outputs.append, client_mode=TraceMode.BRIEF, tap=tapped.extend, **kwargs
+        )
+    collector = TurnCollector() if capture else None
+    pipeline = StreamPipeline(
+        reasoning=OPTIONS[options],
+        trace=trace,
+        trace_format=TraceFormat.COMMENT,
+        max_event_bytes=1 << 20,
+        capture=collector,
+    )
+    out = pipeline.begin({"messages": []}, 0.0)
+    start = 0
+    for cut in [*pieces, len(raw)]:
+        out += pipeline.feed(raw[start:cut], 1.0)
+        start = cut
+    out += pipeline.finish(2.0)
+    return {
+        "bytes": out,
+        "tapped": tapped,
+        "answer": outputs,
+        "turns": collector.turns() if collector is not None else None,
+    }
+
+
+def same_with_and_without(raw: bytes, pieces: list[int], options: str, trace: str, capture: bool) -> None:
+    with templates(False):
+        expected = run(raw, pieces, options, trace, capture)
+    with templates(True):
+        got = run(raw, pieces, options, trace, capture)
+    assert got == expected
+
+
+@pytest.mark.parametrize("name", [*FIXTURES, "synthetic"])
+@pytest.mark.parametrize("options", list(OPTIONS))
+@pytest.mark.parametrize("trace", TRACES)
+def test_templates_change_nothing_for_any_consumer(name: str, options: str, trace: str) -> None:
+    raw = synthetic() if name == "synthetic" else (STREAMS / name).read_bytes()
+    for capture in (False, True):
+        same_with_and_without(raw, [], options, trace, capture)
+
+
+@pytest.mark.parametrize("name", ["deepseek-reasoner.sse", "synthetic", "vllm-reasoning-n2.sse"])
+def test_templates_change_nothing_at_every_split(name: str) -> None:
+    raw = synthetic() if name == "synthetic" else (STREAMS / name).read_bytes()
+    for i in range(1, len(raw)):
+        same_with_and_without(raw, [i], "tags", "answer", True)
+
+
+def test_the_fast_path_is_taken_for_more_of_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (Otherwise the equivalence tests above would pass with templates never used.)
+    hits: list[str] = []
+    real = ChunkTemplate.text_of
+
+    def counting(self: ChunkTemplate, data: bytes) -> str | None:
+        text = real(self, data)
+        if text is not None:
+            hits.append(text)
+        return text
+
+    monkeypatch.setattr(ChunkTemplate, "text_of", counting)
+    run((STREAMS / "deepseek-reasoner.sse").read_bytes(), [], "show", "brief", False)
+    assert len(hits) > 10
+
+
+def template_of(raw_event: bytes) -> ChunkTemplate | None:
+    data = raw_event[6:-2]
+    return learn(data, orjson.loads(data))
+
+
+def test_learns_the_bytes_around_the_one_text_field() -> None:
+    template = template_of(chunk({"content": None, "reasoning_content": 'say "hi" \\'}))
+    assert template is not None
+    assert template.field == "reasoning_content" and template.reasoning and template.index == 0
+    assert template.prefix.endswith(b'"reasoning_content":')
+    assert template.suffix.startswith(b'},"finish_reason":null')
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        {"content": ""},
+        {"content": "a", "reasoning_content": "b"},
+        {"content": ["part"]},
+        {"tool_calls": [{"index": 0}], "content": "a"},
+        {"reasoning_details": [{"type": "reasoning.text"}], "reasoning": "a"},
+        {"role": "assistant"},
+    ],
+)
+def test_no_template_from_a_chunk_that_is_not_plain_text(delta: dict[str, Any]) -> None:
+    assert template_of(chunk(delta)) is None
+
+
+def test_no_template_from_a_finishing_chunk_or_one_with_usage_or_two_choices() -> None:
+    assert template_of(chunk({"content": "a"}, finish="stop")) is None
+    assert template_of(chunk({"content": "a"}, extra='"usage":{"total_tokens":1}')) is None
+    two = orjson.dumps({"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {}}]})
+    assert learn(two, orjson.loads(two)) is None
+
+
+def test_no_template_when_the_key_occurs_twice() -> None:
+    data = b'{"choices":[{"index":0,"delta":{"content":"a"}}],"x":{"content":"b"}}'
+    assert learn(data, orjson.loads(data)) is None
+
+
+@pytest.mark.parametrize(
+    ("middle", "text"),
+    [
+        (b'"plain"', "plain"),
+        (b'"esc\\"aped\\\\"', 'esc"aped\\'),
+        (b'"\\u00e9\\n"', "é\n"),
+        (b'""', None),  # empty: not more of the same
+        (b'"a","content":"b"', None),  # a forged middle is not one string
+        (b'"a"},"x":{"y":"b"', None),
+        (b"null", None),
+        (b"42", None),
+        (b'"unterminated', None),
+    ],
+)
+def test_text_of_accepts_exactly_one_non_empty_string(middle: bytes, text: str | None) -> None:
+    template = template_of(chunk({"content": "seed"}))
+    assert template is not None
+    assert template.text_of(template.prefix + middle + template.suffix) == text
+
+
+def test_text_of_needs_the_exact_bytes_around() -> None:
+    template = template_of(chunk({"content": "seed"}))
+    assert template is not None
+    other = chunk({"content": "seed"}, extra='"obfuscation":"abc"')[6:-2]
+    assert template.text_of(other) is None
+    assert template.text_of(template.prefix + b'"x"') is None
