@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import logging
+import re
+import time
+from collections.abc import Iterator
 
 import orjson
 import pytest
 
-from proxy.access_log import AccessFormatter, AccessRecord, log_access
+from proxy import access_log
+from proxy.access_log import AccessFormatter, AccessRecord, access_fields, configure_logging, log_access
 
 
 def record_for(fields: dict[str, object]) -> logging.LogRecord:
@@ -96,3 +100,56 @@ def test_lines_say_which_worker_process_wrote_them() -> None:
     record.process = 4242
     assert " pid=4242 method=GET status=200" in AccessFormatter(json_lines=False).format(record)
     assert orjson.loads(AccessFormatter(json_lines=True).format(record))["pid"] == 4242
+
+
+@pytest.fixture
+def configured_logging() -> Iterator[None]:
+    """configure_logging as `serve` does, undone afterwards (it changes process-wide state)."""
+    root = logging.getLogger("thinkproxy")
+    saved = (root.handlers[:], root.level, root.propagate, access_log._direct)
+    try:
+        yield
+    finally:
+        root.handlers[:], root.level, root.propagate, access_log._direct = saved
+
+
+@pytest.mark.parametrize("json_lines", [False, True])
+def test_served_access_lines_are_the_formatters_lines_written_directly(
+    json_lines: bool, capsys: pytest.CaptureFixture[str], configured_logging: None
+) -> None:
+    configure_logging("info", json_lines)
+    rec = AccessRecord(method="POST", path="/v1/chat\nx=1", status=200, provider="deepseek", bytes_out=12)
+    rec.request_id = 'id "quoted"'
+    log_access(rec, started=time.perf_counter())
+    [line] = capsys.readouterr().err.splitlines()
+    # The same line the formatter makes from an ordinary log record of the same fields.
+    fields = access_fields(rec, 0.0)
+    logged = logging.LogRecord("thinkproxy.access", logging.INFO, __file__, 1, "access", None, None)
+    logged.access = fields
+    expected = AccessFormatter(json_lines).format(logged)
+    if json_lines:
+        got, want = orjson.loads(line), orjson.loads(expected)
+        assert abs(got.pop("ts") - want.pop("ts")) < 5 and got.pop("duration_ms") >= 0
+        want.pop("duration_ms")
+        assert got == want
+    else:
+        stamp = len("2026-12-01T00:00:00")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", line[:stamp])
+        assert re.sub(r"duration_ms=[\d.]+", "", line[stamp:]) == re.sub(
+            r"duration_ms=[\d.]+", "", expected[stamp:]
+        )
+        assert 'path="/v1/chat\\nx=1"' in line and 'request_id="id \\"quoted\\""' in line
+
+
+def test_another_handler_gets_ordinary_records(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str], configured_logging: None
+) -> None:
+    # An embedding app (or a test) that attaches its own handler gets records, not bare lines.
+    configure_logging("info", False)
+    logging.getLogger("thinkproxy.access").addHandler(caplog.handler)
+    try:
+        log_access(AccessRecord(method="GET", path="/v1/models", status=200), started=0.0)
+    finally:
+        logging.getLogger("thinkproxy.access").removeHandler(caplog.handler)
+    [logged] = caplog.records
+    assert logged.access["path"] == "/v1/models"  # type: ignore[attr-defined]
