@@ -57,6 +57,7 @@ from proxy.observe import (
     notify_end,
     output_sink,
     start_observers,
+    tap_needs_detail,
     trace_tap,
     with_forward_headers,
 )
@@ -311,6 +312,7 @@ class Proxy:
             method=method if applied else None,
             titles=s.tool_titles,
             output=output_sink(record.observers),
+            detailed_tap=tap_needs_detail(record.observers),
         )
         if prepared is not None:
             prepared.annotate(trace)

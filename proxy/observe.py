@@ -11,6 +11,11 @@ The observers a request gets then see:
 - `on_end(record, duration_ms)`: exactly once, when the request's access-log line is written (every
   path writes exactly one), with the final `AccessRecord`.
 
+An observer that sets `brief_trace = True` (optional) needs only the events of `X-Trace: brief`
+(status, tool_call.start, error, done): when every watching observer says so, the trace is built
+brief, not detailed, and a request whose client asked for brief pays nothing more for being
+watched.
+
 An observer that also sets `wants_output = True` (optional; content, so only for an opted-in
 capture such as OpenTelemetry's) gets `on_output(messages)` once the answer is complete: choice 0's
 text and tool calls in the GenAI conventions' output-messages shape. Keeping the answer is work per
@@ -80,18 +85,29 @@ def trace_tap(observers: Sequence[RequestObserver]) -> Tap | None:
     return tap
 
 
+def tap_needs_detail(observers: Sequence[RequestObserver]) -> bool:
+    """Whether some observer watching the trace needs more than the brief events."""
+    return any(o.wants_trace and not getattr(o, "brief_trace", False) for o in observers)
+
+
 class TappedTraceBuilder(TraceBuilder):
-    """A detailed trace builder whose every event goes to `tap`, while the caller (the client's
-    stream) gets the view of `client_mode`: nothing for `off`, the brief subset renumbered so its
-    `seq` stays 0, 1, 2…, or everything for `detailed`.
+    """A trace builder whose every event goes to `tap`, while the caller (the client's stream)
+    gets the view of `client_mode`: nothing for `off`, the brief subset renumbered so its `seq`
+    stays 0, 1, 2…, or everything for `detailed`. The builder is detailed unless neither the tap
+    (`detailed_tap`) nor the client needs more than brief.
 
     Used only when some observer wants trace events, so a request nobody watches keeps the plain
     builder (or none at all with `X-Trace: off`).
     """
 
-    def __init__(self, *, client_mode: TraceMode, tap: Tap, **kwargs: Any) -> None:
-        super().__init__(mode=TraceMode.DETAILED, **kwargs)
+    def __init__(self, *, client_mode: TraceMode, tap: Tap, detailed_tap: bool = True, **kwargs: Any) -> None:
+        detailed = detailed_tap or client_mode is TraceMode.DETAILED
+        super().__init__(mode=TraceMode.DETAILED if detailed else TraceMode.BRIEF, **kwargs)
+        # What the client sees when it is not everything the builder makes.
         self._client_mode = client_mode
+        self._client_gets_all = client_mode is TraceMode.DETAILED or (
+            not detailed and client_mode is TraceMode.BRIEF
+        )
         self._tap = tap
         self._client_seq = 0
 
@@ -99,9 +115,9 @@ class TappedTraceBuilder(TraceBuilder):
         if not events:
             return events
         self._tap(events)
-        mode = self._client_mode
-        if mode is TraceMode.DETAILED:
+        if self._client_gets_all:
             return events
+        mode = self._client_mode
         if mode is TraceMode.OFF:
             return []
         shown = []
@@ -236,15 +252,18 @@ def build_trace(
     method: str | None,
     titles: Mapping[str, Mapping[str, str]] | None = None,
     output: OutputSink | None = None,
+    detailed_tap: bool = True,
 ) -> TraceBuilder | None:
     """The trace builder for one chat response: none when neither the client nor an observer
     wants a trace, a tapped one when an observer does, one that also keeps the answer when an
-    observer wants it (`output`). `titles`: tool display titles."""
+    observer wants it (`output`). `titles`: tool display titles. `detailed_tap`: whether the tap
+    needs the detailed events (tap_needs_detail)."""
     if output is not None:
         return AnswerKeepingTraceBuilder(
             output=output,
             client_mode=client_mode,
             tap=tap or _ignore,
+            detailed_tap=detailed_tap,
             zh=zh,
             level=level,
             provider=provider,
@@ -255,6 +274,7 @@ def build_trace(
         return TappedTraceBuilder(
             client_mode=client_mode,
             tap=tap,
+            detailed_tap=detailed_tap,
             zh=zh,
             level=level,
             provider=provider,

@@ -13,7 +13,13 @@ import pytest
 from proxy.access_log import AccessRecord
 from proxy.app import create_app
 from proxy.levels import TraceMode
-from proxy.observe import BRIEF_TYPES, AnswerKeepingTraceBuilder, TappedTraceBuilder, TraceEvents
+from proxy.observe import (
+    BRIEF_TYPES,
+    AnswerKeepingTraceBuilder,
+    TappedTraceBuilder,
+    TraceEvents,
+    tap_needs_detail,
+)
 from proxy.trace import TraceBuilder
 from tests.helpers import Recorder, make_settings
 
@@ -69,6 +75,35 @@ def test_tapped_builder_gives_the_client_its_own_mode_and_the_tap_everything(mod
         assert client == brief  # same events, same contiguous seq as a plain brief trace
         assert {e["type"] for e in client} <= BRIEF_TYPES
         assert [e["seq"] for e in client] == list(range(len(client)))
+
+
+@pytest.mark.parametrize("mode", [TraceMode.OFF, TraceMode.BRIEF, TraceMode.DETAILED])
+def test_a_tap_content_with_brief_events_gets_the_brief_trace_unless_the_client_wants_more(
+    mode: TraceMode,
+) -> None:
+    tapped: list[dict[str, Any]] = []
+    builder = TappedTraceBuilder(
+        client_mode=mode,
+        tap=tapped.extend,
+        detailed_tap=False,
+        zh=False,
+        level="deep",
+        provider="deepseek",
+        method="params",
+    )
+    client = run(builder)
+    want = TraceMode.DETAILED if mode is TraceMode.DETAILED else TraceMode.BRIEF
+    expected = run(TraceBuilder(mode=want, zh=False, level="deep", provider="deepseek", method="params"))
+    assert tapped == expected
+    assert client == ([] if mode is TraceMode.OFF else expected)
+
+
+def test_only_observers_content_with_brief_events_spare_the_detailed_trace() -> None:
+    brief, detailed, blind = Spy(), Spy(), Spy()
+    brief.brief_trace = True  # type: ignore[attr-defined]
+    blind.wants_trace = False
+    assert not tap_needs_detail([brief, blind])
+    assert tap_needs_detail([brief, detailed])
 
 
 class Spy:

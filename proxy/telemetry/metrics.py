@@ -214,6 +214,8 @@ class MetricsListener:
 
 class MetricsObserver:
     __slots__ = ("_done", "_m", "_reasoned", "_record", "_streaming", "wants_trace")
+    # Everything counted here is in the brief events (the `thinking` status, `done`).
+    brief_trace = True
 
     def __init__(self, metrics: Metrics, record: AccessRecord) -> None:
         self._m = metrics
@@ -232,7 +234,7 @@ class MetricsObserver:
             kind = event["type"]
             if kind == "done":
                 self._done = event
-            elif kind == "reasoning.start":
+            elif kind == "status" and event.get("stage") == "thinking":
                 self._reasoned = True
 
     def on_end(self, record: AccessRecord, duration_ms: float) -> None:
