@@ -106,6 +106,12 @@ class StreamPipeline:
     def feed(self, data: bytes, now_ms: float) -> bytes:
         if self.closed:
             return b""
+        template = self._template
+        if template is not None and not self._done_sent:
+            # A read of exactly one chunk of more of the same (a paced stream): no decoding either.
+            lone = self._decoder.lone_data(data)
+            if lone is not None and self._more_text(template, lone):
+                return data
         try:
             events = self._decoder.feed(data)
         except EventTooLarge as exc:
@@ -134,21 +140,9 @@ class StreamPipeline:
             if data is None:
                 append(event.raw)
                 continue
-            if template is not None:
-                # More of the same (proxy.chunk_template): the text is all that changed, and if no
-                # consumer needs to do anything with it, the chunk goes out as it came, unparsed.
-                text = template.text_of(data)
-                if text is not None:
-                    field, index = template.field, template.index
-                    if self._extractor.passes_text(field, index, text) and (
-                        trace is None or trace.text_only(index, field, text, template.reasoning)
-                    ):
-                        self._extractor.passed_text(field, index, text)
-                        if capture is not None and not template.reasoning:
-                            capture.chunk({"choices": [{"index": index, "delta": {"content": text}}]})
-                        self._template_misses = 0
-                        append(event.raw)
-                        continue
+            if template is not None and self._more_text(template, data):
+                append(event.raw)
+                continue
             if data == DONE:
                 append(self._closing_bytes(now_ms))
                 append(event.raw)
@@ -189,6 +183,24 @@ class StreamPipeline:
                     self._template_misses += 1
                     template = self._template = chunk_template.learn(data, chunk) or template
         return out[0] if len(out) == 1 else b"".join(out)
+
+    def _more_text(self, template: ChunkTemplate, data: bytes) -> bool:
+        """Handles `data` from its text alone when it is `template` with other text and no consumer
+        needs more (proxy.chunk_template); True: done, the chunk goes out as it came, unparsed."""
+        text = template.text_of(data)
+        if text is None:
+            return False
+        field, index = template.field, template.index
+        trace = self._trace
+        if not self._extractor.passes_text(field, index, text) or (
+            trace is not None and not trace.text_only(index, field, text, template.reasoning)
+        ):
+            return False
+        self._extractor.passed_text(field, index, text)
+        if self._capture is not None and not template.reasoning:
+            self._capture.chunk({"choices": [{"index": index, "delta": {"content": text}}]})
+        self._template_misses = 0
+        return True
 
     def _reencoded(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
         try:

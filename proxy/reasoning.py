@@ -15,6 +15,7 @@ next chunk decides it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,6 +82,12 @@ class _TagSet:
         self.longest = len(tags[0])
         # Every proper prefix of a tag: what a chunk may end with while the tag is still unfinished.
         self.prefixes = frozenset(tag[:i] for tag in tags for i in range(1, len(tag)))
+
+
+@functools.lru_cache(maxsize=64)
+def _tag_set(names: tuple[str, ...]) -> _TagSet:
+    """The tag set of `names`, built once (a regex and every tag prefix; never changed after)."""
+    return _TagSet(names)
 
 
 class _TextSplitter:
@@ -299,7 +306,7 @@ class StreamReasoningExtractor:
 
     def __init__(self, options: ReasoningOptions, sink: ReasoningSink | None = None) -> None:
         names = options.tags or (("think",) if options.implicit_open else ())
-        self._tags = _TagSet(names) if names else None
+        self._tags = _tag_set(names) if names else None
         self._implicit = options.implicit_open
         self._writer = _Writer(options)
         # The one output field and the other plain one, when reasoning can stay where it came.
@@ -449,7 +456,7 @@ def normalize_message(message: dict[str, Any], options: ReasoningOptions) -> boo
     of the same answer concatenate to.
     """
     names = options.tags or (("think",) if options.implicit_open else ())
-    splitter = _TextSplitter(_TagSet(names) if names else None, options.implicit_open)
+    splitter = _TextSplitter(_tag_set(names) if names else None, options.implicit_open)
     changed, _, _ = _normalize(message, splitter, _Writer(options), options.implicit_open, finishing=True)
     return changed
 

@@ -163,6 +163,16 @@ def test_templates_change_nothing_at_every_split(name: str) -> None:
         same_with_and_without(raw, [i], "tags", "answer", True)
 
 
+@pytest.mark.parametrize("name", [*FIXTURES, "synthetic"])
+@pytest.mark.parametrize("trace", TRACES)
+def test_templates_change_nothing_when_every_event_is_its_own_read(name: str, trace: str) -> None:
+    # A paced stream: each read is one whole event, which the pipeline takes without decoding.
+    raw = synthetic() if name == "synthetic" else (STREAMS / name).read_bytes()
+    ends = [i + 1 for i in range(len(raw) - 1) if raw[i : i + 2] == b"\n\n" and raw[i + 2 : i + 3] != b"\n"]
+    for options in ("show", "tags", "hide"):
+        same_with_and_without(raw, ends, options, trace, True)
+
+
 def test_the_fast_path_is_taken_for_more_of_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     # (Otherwise the equivalence tests above would pass with templates never used.)
     hits: list[str] = []

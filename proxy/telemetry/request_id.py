@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 
 from proxy.access_log import AccessRecord
 from proxy.errors import BadRequest
@@ -24,7 +24,9 @@ _USABLE = re.compile(rf"[\x21-\x7e]{{1,{MAX_CHARS}}}")
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    # 128 random bits as 32 hex digits, as uuid4().hex wrote them (minus the version nibbles),
+    # without building a UUID object per request.
+    return os.urandom(16).hex()
 
 
 def take_request_id(record: AccessRecord, sent: str | None) -> BadRequest | None:
