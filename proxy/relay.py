@@ -121,11 +121,10 @@ def check_response_head(response: UpstreamResponse) -> None:
     Protocols above all: the connection would stay in HTTP mode while a front proxy believed it
     upgraded) and anything outside 100–599 are not answers. A header name that is not a token or
     a value with control bytes would make the server drop the connection with no response."""
-    where = describe_upstream(response.url)
     status = response.status
     if not 200 <= status <= 599:
         raise BadUpstreamResponse(
-            f"Upstream {where} answered with status {status}; only final statuses 200-599 are "
+            f"Upstream {describe_upstream(response.url)} answered with status {status}; only final statuses 200-599 are "
             "relayed (a 1xx such as 101 Switching Protocols never is).",
             code="upstream_invalid_status",
         )
@@ -140,7 +139,7 @@ def check_response_head(response: UpstreamResponse) -> None:
     for name, value in response.headers:
         if not name or not _TOKEN_CHARS.fullmatch(name) or _BAD_VALUE_CHAR.search(value):
             raise BadUpstreamResponse(
-                f"Upstream {where} sent an invalid header {name[:60]!r} (a name that is not an HTTP "
+                f"Upstream {describe_upstream(response.url)} sent an invalid header {name[:60]!r} (a name that is not an HTTP "
                 "token, or a value with control characters); the response is not relayed.",
                 code="upstream_invalid_header",
             )
