@@ -7,6 +7,7 @@ modules; this module reads requests, calls the upstream client and writes respon
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -426,4 +427,11 @@ def create_served_app() -> Starlette:
     configured here, per process, not only in the parent."""
     settings = Settings()
     configure_logging(settings.log_level, settings.log_json)
-    return create_app(settings)
+    app = create_app(settings)
+    # Everything loaded so far (modules, the providers table, settings) lives as long as the
+    # process: moved out of the collector's sight, a full collection scans only what requests
+    # made. Without it each one scanned the whole heap, ~90 ms on this machine, stalling every
+    # request in flight.
+    gc.collect()
+    gc.freeze()
+    return app

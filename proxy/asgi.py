@@ -130,7 +130,7 @@ class ClientWatch:
         self._victim: asyncio.Task[Any] | None = None
         self._cancels = 0  # cancellations of the victim requested by the watch, not yet absorbed
         loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._watch(receive))
+        self._task: asyncio.Task[None] | None = loop.create_task(self._watch(receive))
         self.last_read = time.perf_counter()
         self._read_timeout = read_timeout
         self._write_timeout = write_timeout
@@ -240,7 +240,13 @@ class ClientWatch:
             self._victim = None
 
     def close(self) -> None:
-        self._task.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            # The cancelled task keeps its CancelledError, whose traceback holds the frame that
+            # holds this watch: without letting go of the task here, every request would leave a
+            # reference cycle (task, error, frames, watch, the server's request objects) for the
+            # cyclic collector, whose full passes then stalled every stream in flight.
+            self._task = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -300,5 +300,8 @@ def with_forward_headers(headers: list[tuple[str, str]], record: AccessRecord) -
 
 
 def notify_end(record: AccessRecord, duration_ms: float) -> None:
-    for observer in record.observers:
+    observers, record.observers = record.observers, []
+    # (Let go of them: an observer that keeps its record would otherwise leave a reference cycle
+    # per request for the cyclic collector.)
+    for observer in observers:
         observer.on_end(record, duration_ms)

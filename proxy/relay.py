@@ -124,8 +124,8 @@ def check_response_head(response: UpstreamResponse) -> None:
     status = response.status
     if not 200 <= status <= 599:
         raise BadUpstreamResponse(
-            f"Upstream {describe_upstream(response.url)} answered with status {status}; only final statuses 200-599 are "
-            "relayed (a 1xx such as 101 Switching Protocols never is).",
+            f"Upstream {describe_upstream(response.url)} answered with status {status}; only final "
+            "statuses 200-599 are relayed (a 1xx such as 101 Switching Protocols never is).",
             code="upstream_invalid_status",
         )
     names = "".join(name for name, _ in response.headers)
@@ -139,8 +139,9 @@ def check_response_head(response: UpstreamResponse) -> None:
     for name, value in response.headers:
         if not name or not _TOKEN_CHARS.fullmatch(name) or _BAD_VALUE_CHAR.search(value):
             raise BadUpstreamResponse(
-                f"Upstream {describe_upstream(response.url)} sent an invalid header {name[:60]!r} (a name that is not an HTTP "
-                "token, or a value with control characters); the response is not relayed.",
+                f"Upstream {describe_upstream(response.url)} sent an invalid header {name[:60]!r} (a "
+                "name that is not an HTTP token, or a value with control characters); the response is "
+                "not relayed.",
                 code="upstream_invalid_header",
             )
 
