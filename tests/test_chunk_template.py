@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy import chunk_template
 from proxy.capture import TurnCollector
@@ -171,6 +173,14 @@ def test_templates_change_nothing_when_every_event_is_its_own_read(name: str, tr
     ends = [i + 1 for i in range(len(raw) - 1) if raw[i : i + 2] == b"\n\n" and raw[i + 2 : i + 3] != b"\n"]
     for options in ("show", "tags", "hide"):
         same_with_and_without(raw, ends, options, trace, True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=20_000), max_size=8), trace=st.sampled_from(TRACES))
+def test_templates_change_nothing_however_reads_split_the_stream(cuts: list[int], trace: str) -> None:
+    raw = synthetic() + b"\n\n\n" + synthetic()  # (and a blank-line run between events)
+    pieces = sorted({c % len(raw) for c in cuts} - {0})
+    same_with_and_without(raw, pieces, "tags", trace, True)
 
 
 def test_the_fast_path_is_taken_for_more_of_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
