@@ -14,8 +14,10 @@ items without an index are kept as they came.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 _CONCATENATED = ("text", "summary")
 
@@ -33,9 +35,10 @@ class CapturedTurn:
 
     @property
     def first_call_id(self) -> str | None:
-        if not self.calls:
+        calls = self.calls
+        if not calls:
             return None
-        return self.calls.get(min(self.calls))
+        return calls[0] if 0 in calls else calls[min(calls)]
 
     @property
     def reasoning_text(self) -> str | None:
@@ -47,6 +50,8 @@ class CapturedTurn:
 
     @property
     def signatures(self) -> dict[str, Any]:
+        if not self.extra:
+            return {}
         return {self.calls[i]: extra for i, extra in self.extra.items() if i in self.calls}
 
 
@@ -55,23 +60,26 @@ class TurnCollector:
 
     Per streamed chunk the pipeline calls `chunk` once, after normalization (and `raw_details`
     before it only when reasoning is hidden from the client, since hiding takes the text out of
-    `reasoning_details`); the extractor calls `reasoning` with the text it found. Kept cheap: a
-    few dict lookups for a chunk that carries only text.
+    `reasoning_details`); the extractor calls `reasoning` with the text it found. Those two run for
+    every chunk of a tool loop's stream, so they are kept to a few dict lookups and one append for
+    the common chunk (one choice, the same as the chunk before, carrying text); anything else —
+    tool calls, details, another choice — takes the general path. What is kept is what the store
+    needs (text pieces, tool-call ids and extra_content, merged details), never a chunk.
     """
 
     __slots__ = ("_last", "_last_index", "_turns", "raw_details_first")
 
     def __init__(self, *, raw_details_first: bool = False) -> None:
         self._turns: dict[int, CapturedTurn] = {}
-        self._last: CapturedTurn | None = None
-        self._last_index = -1
+        # The turn the previous chunk went to, and its index object: a chunk whose index is that
+        # very object (small ints are shared) goes straight to it. A stand-in until the first one.
+        self._last = _NO_TURN
+        self._last_index: object = _NO_TURN
         # True: details are read by `raw_details` before normalization, not by `chunk` after it.
         self.raw_details_first = raw_details_first
 
     def _turn(self, index: Any) -> CapturedTurn:
         key = index if type(index) is int else 0
-        if key == self._last_index and self._last is not None:
-            return self._last
         turn = self._turns.get(key)
         if turn is None:
             turn = self._turns[key] = CapturedTurn(key)
@@ -91,22 +99,35 @@ class TurnCollector:
             if type(delta) is not dict:
                 continue
             content = delta.get("content")
-            calls = delta.get("tool_calls")
-            details = None if self.raw_details_first else delta.get("reasoning_details")
-            if content is None and not calls and not details:
+            if content is None:
+                # A reasoning-only chunk (most of a thinking model's stream) ends here.
+                calls = delta.get("tool_calls")
+                details = None if self.raw_details_first else delta.get("reasoning_details")
+                if not calls and not details:
+                    continue
+                index = choice.get("index", 0)
+                self._more(self._last if index is self._last_index else self._turn(index), calls, details)
                 continue
-            turn = self._turn(choice.get("index", 0))
+            index = choice.get("index", 0)
+            turn = self._last if index is self._last_index else self._turn(index)
             if type(content) is str:
                 turn.content_seen = True
                 if content:
                     turn.content.append(content)
-            if calls and type(calls) is list:
-                for position, call in enumerate(calls):
-                    if type(call) is dict:
-                        _add_call(turn, call, call.get("index", position))
-            if details and type(details) is list:
-                for item in details:
-                    _add_detail(turn, item)
+            calls = delta.get("tool_calls")
+            details = None if self.raw_details_first else delta.get("reasoning_details")
+            if calls or details:
+                self._more(turn, calls, details)
+
+    def _more(self, turn: CapturedTurn, calls: Any, details: Any) -> None:
+        """The rarer parts of a delta: tool calls and reasoning_details."""
+        if calls and type(calls) is list:
+            for position, call in enumerate(calls):
+                if type(call) is dict:
+                    _add_call(turn, call, call.get("index", position))
+        if details and type(details) is list:
+            for item in details:
+                _add_detail(turn, item)
 
     def raw_details(self, chunk: dict[str, Any]) -> None:
         """A chunk before normalization: its `reasoning_details` exactly as sent (hide mode)."""
@@ -124,7 +145,7 @@ class TurnCollector:
     def reasoning(self, index: int, text: str) -> None:
         """Reasoning text of one choice as the extractor normalized it (also when hidden)."""
         if text:
-            self._turn(index).reasoning.append(text)
+            (self._last if index is self._last_index else self._turn(index)).reasoning.append(text)
 
     # -- non-stream -----------------------------------------------------------------------------
     def message(self, index: Any, message: dict[str, Any]) -> None:
@@ -151,26 +172,29 @@ class TurnCollector:
     # -- result ---------------------------------------------------------------------------------
     def turns(self) -> list[Turn]:
         return [
-            Turn(
-                first_call_id=t.first_call_id,
-                reasoning=t.reasoning_text,
-                content=t.content_text,
-                details=t.details or None,
-                signatures=t.signatures,
-            )
+            _new_turn((t.first_call_id, t.reasoning_text, t.content_text, t.details or None, t.signatures))
             for t in self._turns.values()
         ]
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One finished assistant turn, as the store keeps it."""
+_NO_TURN = CapturedTurn(-1)  # TurnCollector's stand-in before its first turn (never in _turns)
+
+
+class Turn(NamedTuple):
+    """One finished assistant turn, as the store keeps it. (A NamedTuple: built at the end of
+    every collected response, so it must be cheap.)"""
 
     first_call_id: str | None
     reasoning: str | None
     content: str | None
     details: list[Any] | None
     signatures: dict[str, Any]
+
+
+# Builds a Turn from a tuple in C, without the generated __new__'s Python frame.
+_new_turn: Callable[[tuple[str | None, str | None, str | None, list[Any] | None, dict[str, Any]]], Turn] = (
+    partial(tuple.__new__, Turn)
+)
 
 
 def _add_call(turn: CapturedTurn, call: dict[str, Any], position: Any) -> None:

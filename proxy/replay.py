@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from typing import Any, NamedTuple, TypeGuard
 
 import orjson
@@ -57,8 +57,22 @@ def tenant_of(secret: bytes, client_key: str | None) -> str:
 
 
 def store_key(tenant: str, kind: str, ident: str) -> str:
+    if len(ident) <= _CACHED_IDENT_CHARS:
+        return _cached_store_key(tenant, kind, ident)
+    return _store_key(tenant, kind, ident)
+
+
+def _store_key(tenant: str, kind: str, ident: str) -> str:
     digest = hashlib.blake2b(f"{tenant}\0{kind}\0{ident}".encode(), digest_size=20).hexdigest()
     return KEY_PREFIX + digest
+
+
+# A tool loop sends its whole history on every turn, so the same keys are asked for again and
+# again: the last few thousand are remembered. Bounded in entries (least recently used evicted) and
+# in size (only ordinary ids: a client can send a 100 KB "id"); they hold tool-call ids, content
+# hashes and tenant hashes, never a client's key.
+_CACHED_IDENT_CHARS = 128
+_cached_store_key = lru_cache(maxsize=4096)(_store_key)
 
 
 def content_hash(content: str) -> str:
@@ -93,6 +107,10 @@ class Need(NamedTuple):
         return self.text or self.details
 
 
+# Builds a Need from a tuple in C, without the generated __new__'s Python frame (one per message).
+_need: Callable[[tuple[int, str, bool, bool, bool, bool, bool]], Need] = partial(tuple.__new__, Need)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayPlan:
     needs: tuple[Need, ...]
@@ -109,36 +127,90 @@ NOTHING = ReplayPlan((), ())
 def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan:
     """The lookups a history needs. Malformed messages (not objects, tool calls without an id,
     content that is not a string where a hash is needed) are left alone: nothing is planned for
-    them, so they travel as they came."""
-    if not isinstance(messages, list):
+    them, so they travel as they came.
+
+    Runs on every chat request with the store on, over the whole history: one backward pass to find
+    where the history's last user message and trailing tool results are, then one forward pass
+    that looks at assistant messages only, with the policy's questions answered once up front."""
+    if not isinstance(messages, list) or not messages:
         return NOTHING
-    last_user = _last_user_index(messages)
-    timing_index = _answered_turn_index(messages)
-    found: list[tuple[str, Need]] = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") != "assistant":
+    wants = policy.mode != "strip"
+    calls_only = policy.mode == "tool_calls"
+    wants_details = policy.field == "reasoning_details"
+    inline = policy.field == "inline_think"
+    # Backward: the trailing tool results (their assistant message's calls get a duration), then
+    # the last user message (only tool-call turns after it get their signatures back).
+    last = len(messages) - 1
+    index = last
+    while index >= 0:
+        message = messages[index]
+        if type(message) is not dict or message.get("role") != "tool":
+            break
+        index -= 1
+    timing_index = -1
+    if -1 < index < last:
+        message = messages[index]
+        if type(message) is dict and message.get("role") == "assistant":
+            timing_index = index
+    last_user = index
+    while last_user >= 0:
+        message = messages[last_user]
+        if type(message) is dict and message.get("role") == "user":
+            break
+        last_user -= 1
+    needs: list[Need] = []
+    seen: dict[str, bool] = {}  # key → named by more than one message
+    repeated = False
+    for position, message in enumerate(messages):
+        if type(message) is not dict or message.get("role") != "assistant":
             continue
         calls = message.get("tool_calls")
-        first_id = _first_call_id(calls)
-        text, details = _policy_wants(message, policy, has_calls=first_id is not None)
-        signatures = first_id is not None and index > last_user and _lacks_extra_content(calls)
-        timing = first_id is not None and index == timing_index
-        if not (text or details or signatures or timing):
-            continue
+        first_id = None
+        if type(calls) is list and calls:
+            first = calls[0]
+            if type(first) is dict:
+                call_id = first.get("id")
+                if type(call_id) is str and call_id:
+                    first_id = call_id
+        text = details = False
+        if wants and (first_id is not None or not calls_only):
+            if wants_details:
+                present = message.get("reasoning_details")
+                details = not (type(present) is list and present)
+            else:
+                present = message.get("reasoning_content")
+                if not (type(present) is str and present):
+                    present = message.get("reasoning")
+                    if not (type(present) is str and present):
+                        content = message.get("content")
+                        text = not (inline and type(content) is str and "<think>" in content)
         if first_id is not None:
+            signatures = position > last_user and _lacks_extra_content(calls)
+            timing = position == timing_index
+            if not (text or details or signatures or timing):
+                continue
             key = store_key(tenant, "t", first_id)
         else:
+            if not (text or details):
+                continue
             content = message.get("content")
             if calls or not _distinct(content):
                 continue  # tool calls without a usable id, or content that cannot name the turn
             key = store_key(tenant, "c", content_hash(content))
-        found.append((key, Need(index, key, text, details, signatures, timing)))
-    if not found:
+            signatures = timing = False
+        if key in seen:
+            seen[key] = repeated = True
+        else:
+            seen[key] = False
+        needs.append(_need((position, key, text, details, signatures, timing, False)))
+    if not needs:
         return NOTHING
-    repeats = Counter(key for key, _ in found)
-    needs = tuple(need if repeats[key] == 1 else need._replace(ambiguous=True) for key, need in found)
-    keys = tuple(dict.fromkeys(key for key, _ in found if repeats[key] == 1))
-    return ReplayPlan(needs, keys)
+    if not repeated:
+        return ReplayPlan(tuple(needs), tuple(seen))
+    return ReplayPlan(
+        tuple(need._replace(ambiguous=True) if seen[need.key] else need for need in needs),
+        tuple(key for key, twice in seen.items() if not twice),
+    )
 
 
 def _distinct(content: Any) -> TypeGuard[str]:
@@ -147,59 +219,13 @@ def _distinct(content: Any) -> TypeGuard[str]:
     return isinstance(content, str) and bool(content.strip())
 
 
-def _last_user_index(messages: list[Any]) -> int:
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, dict) and message.get("role") == "user":
-            return index
-    return -1
-
-
-def _answered_turn_index(messages: list[Any]) -> int:
-    """The assistant message whose tool results end the history (their durations are new)."""
-    index = len(messages) - 1
-    while index >= 0 and isinstance(messages[index], dict) and messages[index].get("role") == "tool":
-        index -= 1
-    if index == len(messages) - 1 or index < 0:
-        return -1
-    message = messages[index]
-    return index if isinstance(message, dict) and message.get("role") == "assistant" else -1
-
-
-def _first_call_id(calls: Any) -> str | None:
-    if not isinstance(calls, list) or not calls:
-        return None
-    first = calls[0]
-    if not isinstance(first, dict):
-        return None
-    call_id = first.get("id")
-    return call_id if isinstance(call_id, str) and call_id else None
-
-
 def _lacks_extra_content(calls: Any) -> bool:
-    return isinstance(calls, list) and any(
-        isinstance(c, dict) and c.get("extra_content") is None for c in calls
-    )
-
-
-def _policy_wants(message: dict[str, Any], policy: ReplayPolicy, *, has_calls: bool) -> tuple[bool, bool]:
-    """(wants text, wants details): the policy keeps reasoning on this message and it came without."""
-    if policy.mode == "strip" or (policy.mode == "tool_calls" and not has_calls):
-        return False, False
-    if policy.field == "reasoning_details":
-        details = message.get("reasoning_details")
-        return False, not (isinstance(details, list) and details)
-    if _has_text(message):
-        return False, False
-    if policy.field == "inline_think":
-        content = message.get("content")
-        if isinstance(content, str) and "<think>" in content:
-            return False, False
-    return True, False
-
-
-def _has_text(message: dict[str, Any]) -> bool:
-    return any(isinstance(message.get(k), str) and message[k] for k in _TEXT_FIELDS)
+    """Some of these tool calls (a list: only asked of one) came without their extra_content."""
+    # (A loop rather than any() over a generator: this runs for every tool-call turn of a history.)
+    for call in calls:  # noqa: SIM110
+        if type(call) is dict and call.get("extra_content") is None:
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -253,27 +279,84 @@ class Remembered(NamedTuple):
 
 
 def decode_record(raw: bytes | None) -> Remembered | None:
+    """A stored value read back; None for anything that is not a record this module wrote.
+    (Once per looked-up key of every request: plain type checks, one tuple built.)"""
     if raw is None:
         return None
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("p"), str):
+    if type(data) is not dict:
         return None
+    provider = data.get("p")
+    if type(provider) is not str:
+        return None
+    model = data.get("m")
     reasoning = data.get("r")
     details = data.get("d")
     signatures = data.get("x")
-    at = data.get("t")
-    model = data.get("m")
-    return Remembered(
-        provider=data["p"],
-        model=model if isinstance(model, str) else None,
-        reasoning=reasoning if isinstance(reasoning, str) else None,
-        details=details if isinstance(details, list) else None,
-        signatures=signatures if isinstance(signatures, dict) else {},
-        at_ms=float(at) if isinstance(at, int | float) else None,
+    at: Any = data.get("t")
+    return _remembered(
+        (
+            provider,
+            model if type(model) is str else None,
+            reasoning if type(reasoning) is str else None,
+            details if type(details) is list else None,
+            signatures if type(signatures) is dict else {},
+            float(at) if type(at) in _NUMBERS else None,
+        )
     )
+
+
+# What JSON numbers decode to (bool included: it always was, as a subclass of int).
+_NUMBERS = frozenset((int, float, bool))
+# Builds a Remembered from a tuple in C, without the generated __new__'s Python frame.
+_remembered: Callable[[tuple[Any, ...]], Remembered] = partial(tuple.__new__, Remembered)
+
+
+class RecordCache:
+    """`decode_record` with the last decoded records remembered by their stored bytes: a tool loop
+    reads the same turns back on every request, and decoding is most of a lookup's cost.
+
+    Only records without `reasoning_details` or signatures are kept (everything in them is
+    immutable, so handing one out to many requests is safe; the others are decoded each time),
+    only values up to `max_value_bytes`, at most `max_entries` of them (oldest dropped first): at
+    most about 2 × entries × value bytes in memory. With the memory store the bytes are the
+    store's own objects (their hash computed once); with Redis each read is new bytes, hashed once.
+    """
+
+    __slots__ = ("_data", "max_entries", "max_value_bytes")
+
+    def __init__(self, max_entries: int = 1024, max_value_bytes: int = 4096) -> None:
+        self.max_entries = max_entries
+        self.max_value_bytes = max_value_bytes
+        self._data: dict[bytes, Remembered] = {}
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def decode(self, raw: bytes | None) -> Remembered | None:
+        if raw is None:
+            return None
+        data = self._data
+        hit = data.get(raw)
+        if hit is not None:
+            return hit
+        record = decode_record(raw)
+        if (
+            record is not None
+            and record.details is None
+            and not record.signatures
+            and len(raw) <= self.max_value_bytes
+        ):
+            if len(data) >= self.max_entries:
+                del data[next(iter(data))]
+            data[raw] = record._replace(signatures=_NO_SIGNATURES)
+        return record
+
+
+_NO_SIGNATURES: dict[str, Any] = {}  # shared by cached records; nothing writes to it
 
 
 def apply_restore(
@@ -328,7 +411,6 @@ def _restored(
 ) -> dict[str, Any]:
     new = message
     restored = placeholder = missing = False
-    same_origin = remembered is not None and remembered.same_origin(provider, model)
     if need.text:
         text = remembered.reasoning if remembered is not None else None
         if text is not None and (text or policy.field != "inline_think"):
@@ -341,6 +423,10 @@ def _restored(
             placeholder = True
         else:
             missing = True
+    if need.details or need.signatures:  # signed data: only where it was made
+        same_origin = remembered is not None and remembered.same_origin(provider, model)
+    else:
+        same_origin = False  # reasoning text only (DeepSeek, Kimi): its origin is not asked
     if need.details:
         if same_origin and remembered is not None and remembered.details:
             new = {**new, "reasoning_details": remembered.details}
@@ -366,7 +452,10 @@ def _restored(
 def _with_text(message: dict[str, Any], text: str, field_name: str) -> dict[str, Any]:
     if field_name == "inline_think":
         return {**message, "content": with_think_block(message.get("content"), text)}
-    out = {k: v for k, v in message.items() if k not in _TEXT_FIELDS}
+    # (Copy and pop rather than a filtering comprehension: the same keys in the same order, faster.)
+    out = message.copy()
+    out.pop("reasoning_content", None)
+    out.pop("reasoning", None)
     out[field_name if field_name in _TEXT_FIELDS else "reasoning_content"] = text
     return out
 
@@ -393,6 +482,21 @@ def _with_signatures(calls: Any, signatures: Mapping[str, Any]) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
+def turn_keys(turns: Sequence[Turn], *, tenant: str, policy: ReplayPolicy) -> list[str | None]:
+    """The store key of each turn (None: not kept): a turn that ends in tool calls under its first
+    tool-call id; one without, only when the policy keeps reasoning on every message and the turn
+    had some, under the hash of its content."""
+    keys: list[str | None] = []
+    for turn in turns:
+        if turn.first_call_id is not None:
+            keys.append(store_key(tenant, "t", turn.first_call_id))
+        elif policy.mode == "keep" and (turn.reasoning or turn.details) and _distinct(turn.content):
+            keys.append(store_key(tenant, "c", content_hash(turn.content)))
+        else:
+            keys.append(None)
+    return keys
+
+
 def capture_records(
     turns: Sequence[Turn],
     *,
@@ -402,18 +506,14 @@ def capture_records(
     policy: ReplayPolicy,
     now_ms: float,
 ) -> list[tuple[str, bytes]]:
-    """Store entries for the turns of one response: every turn that ends in tool calls (its
-    reasoning, details and signatures, and when its calls were handed out), and — only when the
-    policy keeps reasoning on every message — a turn without tool calls that had reasoning."""
+    """Store entries for the turns of one response (those `turn_keys` names): its reasoning,
+    details and signatures, and when its calls were handed out."""
     items: list[tuple[str, bytes]] = []
-    for turn in turns:
-        if turn.first_call_id is not None:
-            key = store_key(tenant, "t", turn.first_call_id)
-        elif policy.mode == "keep" and (turn.reasoning or turn.details) and _distinct(turn.content):
-            key = store_key(tenant, "c", content_hash(turn.content))
-        else:
+    at = round(now_ms)
+    for turn, key in zip(turns, turn_keys(turns, tenant=tenant, policy=policy), strict=True):
+        if key is None:
             continue
-        record: dict[str, Any] = {"p": provider, "m": model, "r": turn.reasoning, "t": round(now_ms)}
+        record: dict[str, Any] = {"p": provider, "m": model, "r": turn.reasoning, "t": at}
         if turn.details:
             record["d"] = turn.details
         if turn.signatures:

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,14 +32,17 @@ from proxy.dialects import Dialect, ReplayPolicy
 from proxy.gateway import presented_key
 from proxy.observe import RequestObserver, TraceEvents
 from proxy.replay import (
+    ANONYMOUS,
     HEADER,
+    RecordCache,
+    Remembered,
     ReplayCounts,
     RestoreResult,
     apply_restore,
     capture_records,
-    decode_record,
     plan_lookups,
     tenant_of,
+    turn_keys,
 )
 from proxy.settings import Settings
 from proxy.state import MemoryStore, StateStore, StoreUnavailable, build_store
@@ -52,9 +55,12 @@ OUTCOME_NOTE = "replay.outcome"  # record.notes key of this request's counts (fo
 OUTAGE_LOG_INTERVAL = 60.0
 MAX_QUEUED_WRITES = 10_000  # captured turns waiting for the store; beyond, new ones are shed
 WRITE_WAIT_S = 0.5  # the longest a request waits for its own tenant's queued writes
+MAX_TENANTS_CACHED = 1024  # tenant hashes remembered per process (by a hash of the key, not the key)
+MAX_OPEN = 10_000  # responses being tracked until their end (see ReplayService._open)
+MAX_OPEN_LOOKED_AT = 64  # of one tenant, the most recent, when a lookup missed
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
     """What `prepare` did: the body to send, the capture to hand the response pipeline, and the
     restore's outcome (None when the history needed nothing)."""
@@ -75,13 +81,15 @@ class Prepared:
         trace.note_replay(counts.as_dict() if counts.any else None, self.result.durations)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # eq=False: hashed by identity (kept in a set of open responses)
 class ReplayNote:
     tenant: str
     provider: str
     model: str | None
     policy: ReplayPolicy
     capture: TurnCollector | None
+    # Set once this response's end was recorded (created only when a request waits for it).
+    ended: asyncio.Future[None] | None = None
 
 
 def may_be_replayed(body: dict[str, Any], policy: ReplayPolicy) -> bool:
@@ -110,6 +118,17 @@ class ReplayService:
     def __init__(self, store: StateStore, secret: bytes) -> None:
         self.store = store
         self._secret = secret
+        # Tenant hashes by the key presented, so the HMAC runs once per key, not once per request.
+        # Looked up by two hashes of the key (Python's own, and one salted per process), so the
+        # keys themselves are not kept; bounded (oldest dropped first).
+        self._tenants: dict[tuple[int, int], str] = {}
+        self._salt = secrets.token_hex(16)
+        self._records = RecordCache()
+        # Responses whose end has not been recorded yet, per tenant (a response's last byte can
+        # reach the client, and its next turn come back, before the proxy is done with it): a
+        # lookup that misses a turn one of them carries waits for its end. See `_await_open`.
+        self._open: dict[str, dict[ReplayNote, None]] = {}
+        self._open_count = 0
         # Captured turns waiting for the background writer (Redis), and whose they are: a
         # request waits only when its own tenant has writes queued or in flight.
         self._queue: list[tuple[str, bytes]] = []
@@ -132,6 +151,20 @@ class ReplayService:
         return self._observer  # stateless: what a request needs is in record.notes
 
     # -- restore --------------------------------------------------------------------------------
+    def tenant(self, client_key: str | None) -> str:
+        """`tenant_of` the key, from the cache when this key was seen lately."""
+        if not client_key:
+            return ANONYMOUS
+        ident = (hash(client_key), hash(self._salt + client_key))
+        tenant = self._tenants.get(ident)
+        if tenant is None:
+            tenant = tenant_of(self._secret, client_key)
+            tenants = self._tenants
+            if len(tenants) >= MAX_TENANTS_CACHED:
+                del tenants[next(iter(tenants))]
+            tenants[ident] = tenant
+        return tenant
+
     async def prepare(
         self,
         body: dict[str, Any],
@@ -143,29 +176,31 @@ class ReplayService:
         """The body with remembered reasoning put back, and the collector for this response's
         capture. Never raises for the store's sake."""
         arrived_ms = time.time() * 1000.0
-        tenant = tenant_of(self._secret, presented_key(headers))
+        tenant = self.tenant(presented_key(headers))
         policy = dialect.replay
         capture = TurnCollector() if may_be_replayed(body, policy) else None
-        record.notes[NOTE] = ReplayNote(tenant, dialect.name, model, policy, capture)
+        note = ReplayNote(tenant, dialect.name, model, policy, capture)
+        record.notes[NOTE] = note
         plan = plan_lookups(body.get("messages"), policy, tenant)
         if plan.empty:
+            if capture is not None:
+                self._opened(note)
             return Prepared(body, capture, None)
-        found: dict[str, Any] = {}
+        found: dict[str, Remembered | None] = {}
         available = True
         if plan.keys:
             try:
-                if self._writer is not None and (
-                    tenant in self._queued_tenants or tenant in self._writing_tenants
-                ):
-                    await self.drain()  # this process's own writes land before it reads
-                values = await self.store.get_many(plan.keys)
+                found = await self._lookup(tenant, plan.keys)
             except Exception as exc:
                 # StoreUnavailable, or anything else a backend let through: the store must never
                 # fail a request, whatever went wrong in it.
                 available = False
                 self._outage(exc)
             else:
-                found = {k: decode_record(v) for k, v in zip(plan.keys, values, strict=True)}
+                if tenant in self._open and None in found.values():
+                    await self._await_open(tenant, found)
+        if capture is not None:
+            self._opened(note)  # after the lookup: a request never waits for its own response
         result = apply_restore(
             body,
             plan,
@@ -179,10 +214,62 @@ class ReplayService:
         self._count(result.counts, record)
         return Prepared(result.body, capture, result)
 
-    def _count(self, counts: ReplayCounts, record: AccessRecord) -> None:
-        if not counts.any:
+    async def _lookup(self, tenant: str, keys: Sequence[str]) -> dict[str, Remembered | None]:
+        if self._writer is not None and (tenant in self._queued_tenants or tenant in self._writing_tenants):
+            await self.drain()  # this process's own writes land before it reads
+        values = await self.store.get_many(keys)
+        decode = self._records.decode
+        return {key: decode(value) for key, value in zip(keys, values, strict=True)}
+
+    async def _await_open(self, tenant: str, found: dict[str, Remembered | None]) -> None:
+        """A lookup missed, and responses of this tenant have not ended yet: if one of them carries
+        a missed turn (the client already has its answer and sent the next turn while the proxy was
+        still finishing it), wait (bounded) for its end, then read the missed keys again."""
+        missed = {key for key, value in found.items() if value is None}
+        waits: list[asyncio.Future[None]] = []
+        open_notes = list(self._open.get(tenant, ()))[-MAX_OPEN_LOOKED_AT:]
+        for note in open_notes:
+            if note.capture is None or missed.isdisjoint(
+                turn_keys(note.capture.turns(), tenant=tenant, policy=note.policy)
+            ):
+                continue
+            if note.ended is None:
+                note.ended = asyncio.get_running_loop().create_future()
+            waits.append(note.ended)
+        if not waits:
             return
-        self.totals.update(counts.as_dict())
+        await asyncio.wait(waits, timeout=WRITE_WAIT_S)
+        try:
+            found.update(await self._lookup(tenant, [key for key in found if key in missed]))
+        except Exception as exc:  # what the first lookup found stands; the rest stay misses
+            self._outage(exc)
+
+    def _opened(self, note: ReplayNote) -> None:
+        if self._open_count >= MAX_OPEN:
+            return  # (only ever reached if ends went unrecorded: the wait is then given up, not memory)
+        self._open.setdefault(note.tenant, {})[note] = None
+        self._open_count += 1
+
+    def _ended(self, note: ReplayNote) -> None:
+        notes = self._open.get(note.tenant)
+        if notes is not None and note in notes:
+            del notes[note]
+            self._open_count -= 1
+            if not notes:
+                del self._open[note.tenant]
+        if note.ended is not None and not note.ended.done():
+            note.ended.set_result(None)
+
+    def _count(self, counts: ReplayCounts, record: AccessRecord) -> None:
+        if not (counts.restored or counts.placeholder or counts.missing):
+            return
+        totals = self.totals
+        if counts.restored:
+            totals["restored"] += counts.restored
+        if counts.placeholder:
+            totals["placeholder"] += counts.placeholder
+        if counts.missing:
+            totals["missing"] += counts.missing
         record.notes[OUTCOME_NOTE] = counts.as_dict()
         record.response_headers.append((HEADER, counts.header_value()))
 
@@ -202,10 +289,16 @@ class ReplayService:
     # -- capture --------------------------------------------------------------------------------
     def capture(self, record: AccessRecord) -> None:
         note = record.notes.get(NOTE)
-        if not isinstance(note, ReplayNote) or not 200 <= record.status < 300 or record.error:
+        if not isinstance(note, ReplayNote) or note.capture is None:
             return
-        if note.capture is None:
-            return
+        try:
+            if 200 <= record.status < 300 and not record.error:
+                self._store(note)
+        finally:
+            self._ended(note)  # stored (or queued) first: whoever waits for it then reads it
+
+    def _store(self, note: ReplayNote) -> None:
+        assert note.capture is not None
         items = capture_records(
             note.capture.turns(),
             tenant=note.tenant,

@@ -132,3 +132,21 @@ def test_malformed_chunks_capture_nothing_and_never_raise() -> None:
         capture.chunk(chunk)
     capture.message("weird", {"tool_calls": "x", "reasoning_details": "y", "content": None})
     assert [t.first_call_id for t in capture.turns()] == [None]
+
+
+def test_any_choice_index_goes_to_its_own_turn_in_order() -> None:
+    """The collector's shortcut to the previous chunk's turn is taken only for that very index."""
+    capture = TurnCollector()
+    capture.reasoning(-1, "minus ")
+    capture.chunk({"choices": [{"index": 1, "delta": {"content": "one"}}]})
+    capture.chunk({"choices": [{"index": True, "delta": {"content": "bool"}}]})  # not an int: choice 0
+    capture.chunk({"choices": [{"index": 1000, "delta": {"content": "a"}}]})
+    capture.chunk({"choices": [{"index": 1000, "delta": {"content": "b"}}]})
+    capture.reasoning(-1, "one")
+    capture.chunk({"choices": [{"delta": {"content": "zero"}}]})
+    assert [(t.reasoning, t.content) for t in capture.turns()] == [
+        ("minus one", None),
+        (None, "one"),
+        (None, "boolzero"),
+        (None, "ab"),
+    ]

@@ -12,6 +12,7 @@ from proxy.capture import Turn
 from proxy.dialects import ReplayPolicy
 from proxy.replay import (
     ANONYMOUS,
+    RecordCache,
     Remembered,
     apply_restore,
     capture_records,
@@ -272,3 +273,30 @@ def test_decode_record_refuses_garbage() -> None:
     assert decode_record(b"not json") is None
     assert decode_record(orjson.dumps([1])) is None
     assert decode_record(orjson.dumps({"r": "x"})) is None
+
+
+def test_record_cache_decodes_like_decode_record_and_stays_bounded() -> None:
+    cache = RecordCache(max_entries=4, max_value_bytes=200)
+    plain = [orjson.dumps({"p": "deepseek", "m": "m", "r": f"thought {i}", "t": i}) for i in range(10)]
+    for raw in plain:
+        assert cache.decode(raw) == decode_record(raw)
+        assert cache.decode(raw) == decode_record(raw)  # the second from the cache
+        assert len(cache) <= 4
+    # Records whose parts are mutable (details, signatures) are handed out fresh, never shared.
+    signed = orjson.dumps({"p": "openrouter", "m": "m", "r": "x", "d": [{"type": "t"}], "x": {"c": {}}})
+    first, second = cache.decode(signed), cache.decode(signed)
+    assert first == second == decode_record(signed)
+    assert first is not None and second is not None and first.details is not second.details
+    big = orjson.dumps({"p": "deepseek", "r": "x" * 500})
+    assert cache.decode(big) == decode_record(big)
+    assert cache.decode(None) is None and cache.decode(b"not json") is None
+    assert len(cache) == 4 and big not in cache._data and signed not in cache._data
+
+
+def test_store_key_of_a_huge_id_is_not_cached() -> None:
+    from proxy.replay import _cached_store_key
+
+    before = _cached_store_key.cache_info().currsize
+    assert store_key(TENANT, "t", "x" * 100_000) == store_key(TENANT, "t", "x" * 100_000)
+    assert _cached_store_key.cache_info().currsize == before
+    assert _cached_store_key.cache_info().maxsize is not None

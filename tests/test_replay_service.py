@@ -3,9 +3,11 @@ upstream enforcing the providers' replay rules; memory and a real redis-server."
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -637,3 +639,196 @@ async def test_a_plain_chat_is_not_collected_and_a_tool_loop_is() -> None:
     assert service.totals["captured"] == 0
     looped = await service.prepare({"messages": [], "tools": TOOLS_F}, deepseek, "m", headers, record)
     assert looped.capture is not None
+
+
+# --- the end of a response and the client's next turn --------------------------------------------
+
+
+class _SlowCloseStream(httpx.AsyncByteStream):
+    """An upstream body whose close takes a while after the last byte (the proxy's work after a
+    response's last byte may wait like this: closing an httpx response awaits its pool's locks)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self.inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self.inner:
+            yield part
+
+    async def aclose(self) -> None:
+        await asyncio.sleep(0.3)
+        await self.inner.aclose()
+
+
+class _SlowClosingTransport(httpx.AsyncBaseTransport):
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_SlowCloseStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_next_turn_sent_the_moment_an_answer_ended_gets_its_reasoning(
+    mock: BackgroundServer, stream: bool
+) -> None:
+    """The client has the whole answer (and sends its next turn at once) before the proxy has
+    finished with the response that carried it: the turn must not be missed in between."""
+    settings = make_settings(
+        upstream_base_url=f"{mock.url}/deepseek/v1",
+        allowed_upstreams=[f"127.0.0.1:{mock.port}"],
+        http_transport="httpx",
+    )
+    app = create_app(settings, table=table_for(mock), transport=_SlowClosingTransport())
+    headers = {"Authorization": "Bearer sk-tenant-race", "X-Thinking-Level": "standard"}
+    first_body = {
+        "model": "deepseek-chat",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "tools": [WEATHER_TOOL],
+        "stream": stream,
+    }
+    with BackgroundServer(app) as proxy, httpx.Client(base_url=proxy.url, timeout=20) as client:
+        first = client.post("/v1/chat/completions", json=first_body, headers=headers)
+        assert first.status_code == 200
+        if stream:
+            events = [
+                orjson.loads(line[6:]) for line in first.text.splitlines() if line.startswith("data: {")
+            ]
+            call_id = next(
+                c["id"]
+                for e in events
+                for ch in e["choices"]
+                for c in ch["delta"].get("tool_calls") or []
+                if c.get("id")
+            )
+        else:
+            call_id = first.json()["choices"][0]["message"]["tool_calls"][0]["id"]
+        history = [
+            {"role": "user", "content": QUESTION},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": "rain"},
+        ]
+        second = client.post(
+            "/v1/chat/completions",
+            json={"model": "deepseek-chat", "messages": history, "tools": [WEATHER_TOOL]},
+            headers=headers,
+        )
+    assert second.status_code == 200
+    assert second.headers[REPLAY] == "restored=1, placeholder=0, missing=0"
+
+
+def _tool_chunk(call_id: str) -> dict[str, Any]:
+    call = {"index": 0, "id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    return {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+
+
+def _history_naming(call_id: str) -> dict[str, Any]:
+    call = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    return {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call_id, "content": "ok"},
+        ],
+        "tools": TOOLS_F,
+    }
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_lookup_waits_for_the_open_response_that_carries_the_turn(backend: str) -> None:
+    """The next turn arrives before the end of the response it answers was recorded: the lookup
+    waits for that end (only for a response that carries a missed turn) and reads again."""
+    import asyncio
+
+    from proxy.access_log import AccessRecord
+    from proxy.replay_service import WRITE_WAIT_S, ReplayService
+    from proxy.state import MemoryStore, RedisStore, StateStore
+
+    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-chat")
+    headers = [("authorization", "Bearer sk-tenant-a")]
+    with running_redis() if backend == "redis" else _no_redis() as redis:
+        store: StateStore = RedisStore(redis.url, ttl=60) if redis else MemoryStore(ttl=60)
+        service = ReplayService(store, b"secret")
+        try:
+            first = AccessRecord("POST", "/v1/chat/completions", status=200)
+            prepared = await service.prepare(
+                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-chat", headers, first
+            )
+            assert prepared.capture is not None
+            prepared.capture.chunk(_tool_chunk("call_open"))
+            prepared.capture.reasoning(0, "thought")
+            # Another open response of the tenant that carries nothing asked for: never waited on.
+            other = AccessRecord("POST", "/v1/chat/completions", status=200)
+            unrelated = await service.prepare(
+                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-chat", headers, other
+            )
+            assert unrelated.capture is not None
+            unrelated.capture.chunk(_tool_chunk("call_other"))
+
+            async def end_later() -> None:
+                await asyncio.sleep(0.05)
+                service.capture(first)
+
+            ending = asyncio.create_task(end_later())
+            started = time.monotonic()
+            second = AccessRecord("POST", "/v1/chat/completions", status=200)
+            restored = await service.prepare(_history_naming("call_open"), dialect, "m", headers, second)
+            waited = time.monotonic() - started
+            await ending
+            assert restored.result is not None
+            assert restored.result.counts.as_dict() == {"restored": 1, "placeholder": 0, "missing": 0}
+            assert restored.body["messages"][1]["reasoning_content"] == "thought"
+            assert 0.04 <= waited < WRITE_WAIT_S
+            # A turn no open response carries is a miss at once (the unrelated one is still open).
+            started = time.monotonic()
+            third = AccessRecord("POST", "/v1/chat/completions", status=200)
+            missed = await service.prepare(_history_naming("call_never"), dialect, "m", headers, third)
+            assert time.monotonic() - started < 0.04
+            assert missed.result is not None and missed.result.counts.placeholder == 1
+            for record in (other, second, third):
+                service.capture(record)
+            assert service._open == {} and service._open_count == 0  # every end recorded
+        finally:
+            await service.aclose()
+
+
+@contextlib.contextmanager
+def _no_redis() -> Iterator[None]:
+    yield None
+
+
+async def test_tenant_hashes_are_cached_bounded_and_never_by_the_key_itself() -> None:
+    from proxy.replay import ANONYMOUS, tenant_of
+    from proxy.replay_service import MAX_TENANTS_CACHED, ReplayService
+
+    service = ReplayService(MemoryStore(ttl=60), b"secret")
+    keys = [f"sk-live-{i:06d}" for i in range(MAX_TENANTS_CACHED * 3)]
+    for key in keys:
+        assert service.tenant(key) == tenant_of(b"secret", key)
+        assert len(service._tenants) <= MAX_TENANTS_CACHED
+    assert service.tenant(keys[-1]) == tenant_of(b"secret", keys[-1])  # from the cache
+    assert service.tenant(keys[0]) == tenant_of(b"secret", keys[0])  # evicted, computed again
+    assert service.tenant(None) == service.tenant("") == ANONYMOUS
+    held = {item for pair in service._tenants.items() for item in (*pair[0], pair[1])}
+    assert not any(isinstance(item, str) and item.startswith("sk-live-") for item in held)
+    assert all(isinstance(a, int) and isinstance(b, int) for a, b in service._tenants)
