@@ -142,6 +142,14 @@ class TurnCollector:
                 for item in details:
                     _add_detail(turn, item)
 
+    def content(self, index: int, text: str) -> None:
+        """What `chunk` keeps of a chunk whose delta carries only `text` as content (the stream
+        pipeline recognized it without parsing it: proxy.chunk_template)."""
+        turn = self._last if index is self._last_index else self._turn(index)
+        turn.content_seen = True
+        if text:
+            turn.content.append(text)
+
     def reasoning(self, index: int, text: str) -> None:
         """Reasoning text of one choice as the extractor normalized it (also when hidden)."""
         if text:

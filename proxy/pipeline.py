@@ -198,7 +198,7 @@ class StreamPipeline:
             return False
         self._extractor.passed_text(field, index, text)
         if self._capture is not None and not template.reasoning:
-            self._capture.chunk({"choices": [{"index": index, "delta": {"content": text}}]})
+            self._capture.content(index, text)
         self._template_misses = 0
         return True
 

@@ -32,7 +32,6 @@ from proxy.dialects import Dialect, ReplayPolicy
 from proxy.gateway import presented_key
 from proxy.observe import RequestObserver, TraceEvents
 from proxy.replay import (
-    ANONYMOUS,
     HEADER,
     RecordCache,
     Remembered,
@@ -55,7 +54,6 @@ OUTCOME_NOTE = "replay.outcome"  # record.notes key of this request's counts (fo
 OUTAGE_LOG_INTERVAL = 60.0
 MAX_QUEUED_WRITES = 10_000  # captured turns waiting for the store; beyond, new ones are shed
 WRITE_WAIT_S = 0.5  # the longest a request waits for its own tenant's queued writes
-MAX_TENANTS_CACHED = 1024  # tenant hashes remembered per process (by a hash of the key, not the key)
 MAX_OPEN = 10_000  # responses being tracked until their end (see ReplayService._open)
 MAX_OPEN_LOOKED_AT = 64  # of one tenant, the most recent, when a lookup missed
 
@@ -118,11 +116,6 @@ class ReplayService:
     def __init__(self, store: StateStore, secret: bytes) -> None:
         self.store = store
         self._secret = secret
-        # Tenant hashes by the key presented, so the HMAC runs once per key, not once per request.
-        # Looked up by two hashes of the key (Python's own, and one salted per process), so the
-        # keys themselves are not kept; bounded (oldest dropped first).
-        self._tenants: dict[tuple[int, int], str] = {}
-        self._salt = secrets.token_hex(16)
         self._records = RecordCache()
         # Responses whose end has not been recorded yet, per tenant (a response's last byte can
         # reach the client, and its next turn come back, before the proxy is done with it): a
@@ -151,20 +144,6 @@ class ReplayService:
         return self._observer  # stateless: what a request needs is in record.notes
 
     # -- restore --------------------------------------------------------------------------------
-    def tenant(self, client_key: str | None) -> str:
-        """`tenant_of` the key, from the cache when this key was seen lately."""
-        if not client_key:
-            return ANONYMOUS
-        ident = (hash(client_key), hash(self._salt + client_key))
-        tenant = self._tenants.get(ident)
-        if tenant is None:
-            tenant = tenant_of(self._secret, client_key)
-            tenants = self._tenants
-            if len(tenants) >= MAX_TENANTS_CACHED:
-                del tenants[next(iter(tenants))]
-            tenants[ident] = tenant
-        return tenant
-
     async def prepare(
         self,
         body: dict[str, Any],
@@ -176,7 +155,7 @@ class ReplayService:
         """The body with remembered reasoning put back, and the collector for this response's
         capture. Never raises for the store's sake."""
         arrived_ms = time.time() * 1000.0
-        tenant = self.tenant(presented_key(headers))
+        tenant = tenant_of(self._secret, presented_key(headers))
         policy = dialect.replay
         capture = TurnCollector() if may_be_replayed(body, policy) else None
         note = ReplayNote(tenant, dialect.name, model, policy, capture)
