@@ -10,7 +10,7 @@ A later event whose data is exactly `prefix + <one JSON string> + suffix` has th
 the learned chunk, with only that string changed: the prefix ends where a string token began and
 the suffix starts right after one ended, and orjson accepts the middle only as exactly one complete
 string. Its text is then all that is needed; whether it needs any processing is for each consumer
-to say (see StreamReasoningExtractor.passes_text, TraceBuilder.text_only).
+to say (see StreamReasoningExtractor.text_rule, TraceBuilder.text_rule).
 
 Pure.
 """

@@ -183,13 +183,13 @@ class AnswerKeepingTraceBuilder(TappedTraceBuilder):
                 self._keep(choice)
         return super().on_chunk(chunk, reasoning, now_ms)
 
-    def text_only(self, index: int, field: str, text: str, reasoning: bool) -> bool:
+    def text_rule(self, index: int, field: str, reasoning: bool) -> tuple[bool, Callable[[str], None] | None]:
         # The answer's text is kept even when the chunk needs nothing else.
-        if not super().text_only(index, field, text, reasoning):
-            return False
-        if index == 0 and field == "content":
-            self._kept_text.append(text)
-        return True
+        passes, tell = super().text_rule(index, field, reasoning)
+        if passes and index == 0 and field == "content":
+            assert tell is None  # (the base class tells nothing)
+            return True, self._kept_text.append
+        return passes, tell
 
     def _keep(self, choice: dict[str, Any]) -> None:
         delta = choice.get("delta")

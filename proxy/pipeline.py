@@ -7,6 +7,7 @@ upstream's original bytes; only changed chunks are re-serialized.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,6 +30,15 @@ MAX_TEMPLATE_MISSES = 8
 WITHHELD_COMMENT = (
     b": withheld an upstream event that could not be parsed to remove its reasoning (X-Reasoning: hide)\n\n"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _TemplateRule:
+    unless_lt: bool  # a text with `<` in it takes the ordinary path
+    tell: tuple[Callable[[str], None], ...]  # who hears each text
+
+
+_FULL_PATH = _TemplateRule(False, ())  # (compared by identity: every chunk takes the ordinary path)
 
 
 class UnreadableAnswer(ProxyError):
@@ -80,6 +90,9 @@ class StreamPipeline:
         # from without one match since (proxy.chunk_template).
         self._template: ChunkTemplate | None = None
         self._template_misses = 0
+        # What the consumers (extractor, trace, capture) decided of the template's chunks: asked
+        # once, valid until a chunk takes the ordinary path (only that changes their state).
+        self._rule: _TemplateRule | None = None
         # True once the client's stream is complete (ended or failed): stop reading upstream.
         self.closed = False
         # Why the stream ended with an error event, if it did.
@@ -143,6 +156,7 @@ class StreamPipeline:
             if template is not None and self._more_text(template, data):
                 append(event.raw)
                 continue
+            self._rule = None  # whatever happens next may change what the consumers decide
             if data == DONE:
                 append(self._closing_bytes(now_ms))
                 append(event.raw)
@@ -190,17 +204,32 @@ class StreamPipeline:
         text = template.text_of(data)
         if text is None:
             return False
-        field, index = template.field, template.index
-        trace = self._trace
-        if not self._extractor.passes_text(field, index, text) or (
-            trace is not None and not trace.text_only(index, field, text, template.reasoning)
-        ):
+        rule = self._rule
+        if rule is None:
+            rule = self._rule = self._text_rule(template)
+        if rule is _FULL_PATH or (rule.unless_lt and "<" in text):
             return False
-        self._extractor.passed_text(field, index, text)
-        if self._capture is not None and not template.reasoning:
-            self._capture.content(index, text)
+        for tell in rule.tell:
+            tell(text)
         self._template_misses = 0
         return True
+
+    def _text_rule(self, template: ChunkTemplate) -> _TemplateRule:
+        """What every consumer says of the template's chunks (see `_rule`)."""
+        field, index = template.field, template.index
+        extracting = self._extractor.text_rule(field, index)
+        if extracting is None:
+            return _FULL_PATH
+        tell = [extracting.tell] if extracting.tell is not None else []
+        if self._trace is not None:
+            passes, traced = self._trace.text_rule(index, field, template.reasoning)
+            if not passes:
+                return _FULL_PATH
+            if traced is not None:
+                tell.append(traced)
+        if self._capture is not None and not template.reasoning:
+            tell.append(functools.partial(self._capture.content, index))
+        return _TemplateRule(extracting.unless_lt, tuple(tell))
 
     def _reencoded(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
         try:

@@ -84,6 +84,14 @@ class _TagSet:
         self.prefixes = frozenset(tag[:i] for tag in tags for i in range(1, len(tag)))
 
 
+@dataclass(frozen=True, slots=True)
+class TextRule:
+    """See StreamReasoningExtractor.text_rule."""
+
+    unless_lt: bool  # a text with `<` in it needs the full path
+    tell: Callable[[str], None] | None
+
+
 @functools.lru_cache(maxsize=64)
 def _tag_set(names: tuple[str, ...]) -> _TagSet:
     """The tag set of `names`, built once (a regex and every tag prefix; never changed after)."""
@@ -408,22 +416,22 @@ class StreamReasoningExtractor:
             has_content = has_content or bool(content)
         return _UNCHANGED[has_reasoning, has_content]
 
-    def passes_text(self, field: str, index: int, text: str) -> bool:
-        """Whether a chunk of one choice (`index`) whose delta sets only `field` to `text` — no other
-        text field, no reasoning_details — needs nothing done: what `_fast` decides for that shape.
-        For callers that recognized the shape without parsing the chunk (proxy.chunk_template);
-        when this is true they call `passed_text` instead of `process_chunk`."""
+    def text_rule(self, field: str, index: int) -> TextRule | None:
+        """For chunks of one choice (`index`) whose delta sets only `field` to a non-empty string
+        (no other text field, no reasoning_details), recognized without being parsed
+        (proxy.chunk_template): None when they need `process_chunk`; else whether such a chunk
+        still needs it when its text contains `<` (a possible tag), and what to tell of its text
+        (the sink, for reasoning left where it was) — what `_fast` decides for that shape.
+        Valid until the next `process_chunk` or `flush`, the only calls that change the state
+        it depends on."""
         if not self._quiet or (self._implicit and index not in self._splitters):
-            return False
+            return None
         if field == "content":
-            return self._tags is None or "<" not in text
-        return self._in_place is not None and self._in_place[0] == field
-
-    def passed_text(self, field: str, index: int, text: str) -> None:
-        """What `process_chunk` would have done for a chunk `passes_text` accepted: tell the sink
-        the reasoning left where it was."""
-        if self._sink is not None and field != "content":
-            self._sink(index, text)
+            return TextRule(self._tags is not None, None)
+        if self._in_place is None or self._in_place[0] != field:
+            return None
+        sink = self._sink
+        return TextRule(False, None if sink is None else functools.partial(sink, index))
 
     def _sink_in_place(self, choices: list[Any]) -> None:
         """Tell the sink the reasoning the fast path left where it was (one field per delta)."""

@@ -8,7 +8,7 @@ in docs/trace-events.md and docs/trace-event.schema.json.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -278,15 +278,16 @@ class TraceBuilder:
                             return []
         return self._observe(chunk, choices, reasoning, now_ms)
 
-    def text_only(self, index: int, field: str, text: str, reasoning: bool) -> bool:
-        """A chunk known to be one choice whose delta carries only more text in `field` (`reasoning`:
-        a reasoning field), not parsed: True when it causes no event and changes nothing, as
-        `on_chunk`'s quiet path would decide; False when the caller must parse it and call
-        `on_chunk` (proxy.chunk_template)."""
+    def text_rule(self, index: int, field: str, reasoning: bool) -> tuple[bool, Callable[[str], None] | None]:
+        """For chunks of one choice whose delta carries only more text in `field` (`reasoning`:
+        a reasoning field), recognized without being parsed (proxy.chunk_template): (True, what
+        to tell of each text, if anything) when they cause no event and change nothing, as
+        `on_chunk`'s quiet path would decide; (False, None) when each must be parsed and given to
+        `on_chunk`. Valid until the next call of any other method."""
         if self._off or self._done:
-            return True
+            return True, None
         quiet = self._quiet
-        return quiet is not None and (quiet is Stage.THINKING) == reasoning
+        return quiet is not None and (quiet is Stage.THINKING) == reasoning, None
 
     def on_error(self, message: str, now_ms: float, code: str | None = None) -> list[dict[str, Any]]:
         """An `error` event for a failure after the stream started."""
