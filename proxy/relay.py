@@ -404,6 +404,20 @@ async def relay_raw(response: UpstreamResponse, record: AccessRecord, watch: Cli
         raise RelayAborted(translate_error(exc, response.url).code) from None
 
 
+FIRST_EVENT_APART_BYTES = 4096
+
+
+def first_event(piece: bytes) -> bytes:
+    """The first event of a stream's first read when that read is big (an upstream that sends
+    many events at once): it goes to the client before the rest is processed. Empty otherwise,
+    and when the read does not hold a whole LF-ended event followed by more (the pipeline is the
+    same whatever the split, so nothing else depends on where this cuts)."""
+    if len(piece) <= FIRST_EVENT_APART_BYTES:
+        return b""
+    end = piece.find(b"\n\n", 0, FIRST_EVENT_APART_BYTES)
+    return piece[: end + 2] if end >= 0 else b""
+
+
 async def relay_stream(
     response: UpstreamResponse,
     pipeline: StreamPipeline,
@@ -429,9 +443,24 @@ async def relay_stream(
             await send(body_piece(first))
         # (uvicorn's send does not raise when the client is gone, so what this catches is the
         # upstream's failure; the client leaving is the disconnect watch's business.)
+        first_read = True
         async for piece in response.reader(decoded=True):
             now = clock()  # the hot loop: runs for every upstream read
             watch.last_read = now
+            if first_read:
+                first_read = False
+                head = first_event(piece)
+                if head:  # the first token is not kept waiting while the rest of a big read is processed
+                    out = pipeline.feed(head, (now - started) * 1000.0)
+                    if gate is not None:
+                        out = gate.feed(out)
+                    if out:
+                        record.bytes_out += len(out)
+                        watch.writing = True
+                        await send(body_piece(out))
+                        watch.writing = False
+                    piece = piece[len(head) :]
+                    now = watch.last_read = clock()
             out = pipeline.feed(piece, (now - started) * 1000.0)
             if gate is not None:
                 out = gate.feed(out)

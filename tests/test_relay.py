@@ -4,6 +4,7 @@ back, and the time limits hold — on both HTTP clients."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import logging
 import socket
@@ -596,3 +597,67 @@ def test_served_requests_leave_no_reference_cycles(transport: str) -> None:
             gc.set_debug(0)
             gc.garbage.clear()
     assert left == []
+
+
+# --- the first token of a big first read --------------------------------------------------------
+
+
+async def test_the_first_event_of_a_big_first_read_is_written_before_the_rest_is_processed() -> None:
+    # An upstream that sends many events at once: the client's first token must not wait until
+    # the whole read went through the pipeline.
+    from typing import Any
+
+    from proxy.app import create_app
+
+    events = [sse_chunk("Hello")] + [sse_chunk(f" word {i}") for i in range(400)] + [b"data: [DONE]\n\n"]
+    body = b"".join(events)
+    assert len(body) > 16_000
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    app = create_app(make_settings(), transport=httpx.MockTransport(upstream))
+    request = orjson.dumps(STREAM)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(request)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+        "state": {},
+    }
+    arrived = False
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal arrived
+        if not arrived:
+            arrived = True
+            return {"type": "http.request", "body": request, "more_body": False}
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    pieces = [m["body"] for m in sent if m["type"] == "http.response.body" and m["body"]]
+    assert pieces[0] == events[0]  # alone: the rest of the read came after it
+    assert b"".join(pieces) == body
+
+
+def test_first_event_is_cut_only_from_a_big_read_with_more_after_it() -> None:
+    from proxy.relay import FIRST_EVENT_APART_BYTES, first_event
+
+    event = sse_chunk("Hello")
+    assert first_event(event * 2) == b""  # small: processed whole
+    big = event + b"x" * FIRST_EVENT_APART_BYTES
+    assert first_event(big) == event
+    assert first_event(b"data: " + b"y" * FIRST_EVENT_APART_BYTES + b"\n\n" + event) == b""  # no end in reach
