@@ -597,6 +597,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--check", action="store_true", help="only start the targets and check their answers")
     p.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout (e.g. `git worktree add /tmp/before <commit>`): its defaults are "
+        f"measured too, as target {servers.BEFORE}, for a before/after in one run",
+    )
+    p.add_argument(
         "--level",
         default="standard",
         help="THINKPROXY_DEFAULT_THINKING_LEVEL for thinkproxy ('none' = unset)",
@@ -617,7 +623,10 @@ def main() -> int:
     names = (
         ALL_TARGETS if args.targets == "all" else [n.strip() for n in args.targets.split(",") if n.strip()]
     )
-    unknown = set(names) - set(ALL_TARGETS)
+    if args.before is not None:
+        servers.before_tree = args.before.resolve()
+        names.insert(names.index("thinkproxy") if "thinkproxy" in names else len(names), servers.BEFORE)
+    unknown = set(names) - set(ALL_TARGETS) - {servers.BEFORE}
     if unknown:
         print(f"unknown targets: {', '.join(sorted(unknown))}")
         return 2

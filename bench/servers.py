@@ -68,6 +68,11 @@ def start_upstream(procs: Processes, core: int | None, slow_interval_ms: float =
     return port
 
 
+# `--before DIR` (run.py): the defaults of another checkout, measured side by side with this one.
+BEFORE = "thinkproxy-before"
+before_tree: Path | None = None
+
+
 def target_argv(
     name: str, port: int, upstream_port: int, level: str | None, proxy_cmd: list[str] | None
 ) -> tuple[list[str], dict[str, str]] | None:
@@ -78,6 +83,18 @@ def target_argv(
         argv += ["--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools"]
         argv += ["--no-access-log", "--log-level", "warning"]
         return argv, env
+    if name == BEFORE and before_tree is not None:
+        # Another checkout's code (an earlier commit, say), run with every default, from the same
+        # venv: `python -m proxy.cli serve` with that tree first on the path.
+        env.update(
+            PYTHONPATH=str(before_tree),
+            THINKPROXY_UPSTREAM_BASE_URL=f"http://127.0.0.1:{upstream_port}/v1",
+            THINKPROXY_HOST="127.0.0.1",
+            THINKPROXY_PORT=str(port),
+        )
+        if level is not None:
+            env["THINKPROXY_DEFAULT_THINKING_LEVEL"] = level
+        return [python(), "-m", "proxy.cli", "serve"], env
     if name in THINKPROXY_VARIANTS and proxy_cmd is not None:
         env.update(
             THINKPROXY_UPSTREAM_BASE_URL=f"http://127.0.0.1:{upstream_port}/v1",
