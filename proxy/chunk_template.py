@@ -37,17 +37,33 @@ class ChunkTemplate:
     field: str
     index: int  # the choice's index
     reasoning: bool  # field is a reasoning field
+    # The same around a whole SSE event: `data: ` before, the blank line after (None when the
+    # chunk's data holds a line end: it then came in more than one line).
+    event_prefix: bytes | None = None
+    event_suffix: bytes = b""
 
     def text_of(self, data: bytes) -> str | None:
         """The text when `data` is this template with a non-empty string in the field, else None."""
-        head, tail = len(self.prefix), len(self.suffix)
-        if len(data) <= head + tail or not data.startswith(self.prefix) or not data.endswith(self.suffix):
+        return _text_between(data, self.prefix, self.suffix)
+
+    def text_of_event(self, read: bytes) -> str | None:
+        """The text when `read` is exactly one SSE event, `data: ` + this template with a non-empty
+        string in the field + a blank line, else None. (The prefix and suffix hold no line end,
+        and a JSON string cannot hold a raw one: such a read is one event of one data line.)"""
+        if self.event_prefix is None:
             return None
-        try:
-            text = orjson.loads(data[head : len(data) - tail])
-        except orjson.JSONDecodeError:
-            return None
-        return text if type(text) is str and text else None
+        return _text_between(read, self.event_prefix, self.event_suffix)
+
+
+def _text_between(data: bytes, prefix: bytes, suffix: bytes) -> str | None:
+    head, tail = len(prefix), len(suffix)
+    if len(data) <= head + tail or not data.startswith(prefix) or not data.endswith(suffix):
+        return None
+    try:
+        text = orjson.loads(data[head : len(data) - tail])
+    except orjson.JSONDecodeError:
+        return None
+    return text if type(text) is str and text else None
 
 
 def learn(data: bytes, chunk: dict[str, Any]) -> ChunkTemplate | None:
@@ -85,13 +101,21 @@ def learn(data: bytes, chunk: dict[str, Any]) -> ChunkTemplate | None:
     except orjson.JSONDecodeError:
         return None
     index = choice.get("index", 0)
+    prefix, suffix = data[:start], data[end:]
     return ChunkTemplate(
-        prefix=data[:start],
-        suffix=data[end:],
+        prefix=prefix,
+        suffix=suffix,
         field=field,
         index=index if type(index) is int else 0,
         reasoning=field in REASONING_FIELDS,
+        # (Only when neither holds a line end, which would make the event more than one line.)
+        event_prefix=b"data: " + prefix if _one_line(prefix) and _one_line(suffix) else None,
+        event_suffix=suffix + b"\n\n",
     )
+
+
+def _one_line(part: bytes) -> bool:
+    return part.find(b"\n") < 0 and part.find(b"\r") < 0
 
 
 def _value_span(data: bytes, field: str) -> tuple[int, int] | None:

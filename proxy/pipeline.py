@@ -73,6 +73,7 @@ class StreamPipeline:
         capture: TurnCollector | None = None,
     ) -> None:
         self._decoder = SSEDecoder(max_event_bytes)
+        self._max_event_bytes = max_event_bytes
         # The replay capture, when the store is on: it sees each chunk already parsed, nothing more.
         self._capture = capture
         if capture is not None and reasoning.hide:
@@ -120,10 +121,10 @@ class StreamPipeline:
         if self.closed:
             return b""
         template = self._template
-        if template is not None and not self._done_sent:
+        if template is not None and not self._done_sent and self._decoder.idle:
             # A read of exactly one chunk of more of the same (a paced stream): no decoding either.
-            lone = self._decoder.lone_data(data)
-            if lone is not None and self._more_text(template, lone):
+            text = template.text_of_event(data)
+            if text is not None and len(data) <= self._max_event_bytes and self._take_text(template, text):
                 return data
         try:
             events = self._decoder.feed(data)
@@ -153,9 +154,11 @@ class StreamPipeline:
             if data is None:
                 append(event.raw)
                 continue
-            if template is not None and self._more_text(template, data):
-                append(event.raw)
-                continue
+            if template is not None:
+                text = template.text_of(data)
+                if text is not None and self._take_text(template, text):
+                    append(event.raw)
+                    continue
             self._rule = None  # whatever happens next may change what the consumers decide
             if data == DONE:
                 append(self._closing_bytes(now_ms))
@@ -198,12 +201,9 @@ class StreamPipeline:
                     template = self._template = chunk_template.learn(data, chunk) or template
         return out[0] if len(out) == 1 else b"".join(out)
 
-    def _more_text(self, template: ChunkTemplate, data: bytes) -> bool:
-        """Handles `data` from its text alone when it is `template` with other text and no consumer
+    def _take_text(self, template: ChunkTemplate, text: str) -> bool:
+        """Handles a chunk of `template` with `text` in place from its text alone, when no consumer
         needs more (proxy.chunk_template); True: done, the chunk goes out as it came, unparsed."""
-        text = template.text_of(data)
-        if text is None:
-            return False
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)

@@ -88,24 +88,11 @@ class SSEDecoder:
             return self._feed_after_pending(chunk)
         return self._feed_fast(chunk)
 
-    def lone_data(self, chunk: bytes) -> bytes | None:
-        """The data of `chunk` when nothing is pending and `chunk` is exactly one event of one
-        `data: ` line with LF line ends (what a paced stream's every read is), else None. Such a
-        chunk needs no decoding: `feed` would return the one event `SSEEvent(chunk, <that data>)`;
-        a caller that handles it so must not also feed it."""
-        last = len(chunk) - 2
-        if (
-            last < 6
-            or self._pending
-            or self._has_cr
-            or len(chunk) > self._max
-            or chunk.find(b"\n") != last
-            or chunk[last + 1] != 0x0A
-            or not chunk.startswith(b"data: ")
-            or chunk.find(b"\r") >= 0
-        ):
-            return None
-        return chunk[6:last]
+    @property
+    def idle(self) -> bool:
+        """Nothing pending and no CR held: a read that is one whole LF-ended event would come out
+        of `feed` as that one event, leaving the decoder as it was."""
+        return not self._pending and not self._has_cr
 
     def _feed_after_pending(self, chunk: bytes) -> list[SSEEvent]:
         """LF line ends with an event pending from earlier reads (the usual case when reads split

@@ -259,6 +259,29 @@ def test_text_of_accepts_exactly_one_non_empty_string(middle: bytes, text: str |
     assert template.text_of(template.prefix + middle + template.suffix) == text
 
 
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(min_size=1, max_size=20), tail=st.sampled_from([b"", b"\n", b"\r", b"data: x\n\n"]))
+def test_text_of_event_is_what_the_decoder_would_make_of_the_read(text: str, tail: bytes) -> None:
+    from proxy.sse import SSEDecoder, SSEEvent
+
+    template = template_of(chunk({"content": "seed"}))
+    assert template is not None
+    read = chunk({"content": text}) + tail
+    got = template.text_of_event(read)
+    if got is not None:
+        assert got == text
+        assert SSEDecoder().feed(read) == [SSEEvent(read, read[6:-2])]
+    else:
+        assert tail or "\n" in text or "\r" in text or text == ""
+
+
+def test_a_chunk_written_on_several_lines_gets_no_event_template() -> None:
+    data = b'{"choices":[{"index":0,\n"delta":{"content":"a"}}]}'
+    template = learn(data, orjson.loads(data))
+    assert template is not None and template.event_prefix is None
+    assert template.text_of_event(b"data: " + data + b"\n\n") is None
+
+
 def test_text_of_needs_the_exact_bytes_around() -> None:
     template = template_of(chunk({"content": "seed"}))
     assert template is not None

@@ -294,40 +294,11 @@ def test_frames() -> None:
     assert comment_frame(b'trace {"t":1}') == b': trace {"t":1}\n\n'
 
 
-@settings(max_examples=500, deadline=None)
-@given(first=any_bytes, data=st.one_of(any_bytes, sse_like.map(lambda b: b"data: " + b + b"\n\n")))
-def test_lone_data_is_what_feed_would_return_for_one_data_line(first: bytes, data: bytes) -> None:
-    # After any earlier read (something may be pending), lone_data either declines or gives
-    # exactly the one event feed would have returned for the same read.
-    taken, fed = SSEDecoder(), SSEDecoder()
-    taken.feed(first)
-    fed.feed(first)
-    lone = taken.lone_data(data)
-    events = fed.feed(data)
-    if lone is not None:
-        assert events == [SSEEvent(data, lone)]
-
-
 @pytest.mark.parametrize(
-    ("chunk", "data"),
-    [
-        (b'data: {"a":1}\n\n', b'{"a":1}'),
-        (b"data: x\n\n", b"x"),
-        (b"data:x\n\n", None),  # (no space: the general path decides)
-        (b"data: x\r\n\r\n", None),
-        (b"data: x\n\ndata: y\n\n", None),
-        (b"data: x\ndata: y\n\n", None),
-        (b"data: x\n", None),
-        (b"event: e\ndata: x\n\n", None),
-        (b": comment\n\n", None),
-    ],
+    ("fed", "idle"),
+    [(b"", True), (b"data: x\n\n", True), (b"data: unfinished", False), (b"data: x\r\n", False)],
 )
-def test_lone_data_takes_only_one_plain_data_line(chunk: bytes, data: bytes | None) -> None:
-    assert SSEDecoder().lone_data(chunk) == data
-
-
-def test_lone_data_declines_while_an_event_is_pending_or_too_large() -> None:
+def test_idle_only_with_nothing_pending(fed: bytes, idle: bool) -> None:
     decoder = SSEDecoder()
-    decoder.feed(b"data: unfinished")
-    assert decoder.lone_data(b"data: x\n\n") is None
-    assert SSEDecoder(max_event_bytes=8).lone_data(b"data: 123456\n\n") is None
+    decoder.feed(fed)
+    assert decoder.idle is idle
