@@ -354,7 +354,7 @@ def process_completion(
     # Normalize with reasoning visible first so the trace knows whether the model reasoned, then
     # hide it. The hide pass must not parse tags again: content is tag-free by then, and with
     # implicit_open a second parse would take the answer itself for reasoning.
-    changed = normalize_completion(parsed, replace(reasoning, hide=False))
+    changed = normalize_completion(parsed, replace(reasoning, hide=False) if reasoning.hide else reasoning)
     had_reasoning = _has_reasoning(parsed)
     if capture is not None:
         _capture_messages(parsed, capture)

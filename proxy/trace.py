@@ -618,9 +618,22 @@ def _first_choice(choices: Any) -> dict[str, Any] | None:
 
 def _writable_usage(usage: dict[str, Any]) -> dict[str, Any]:
     """The upstream's usage, minus entries nested deeper than any real usage (the encoder's limit)."""
-    if not deeper_than(usage, _MAX_USAGE_DEPTH):
+    if _two_levels(usage) or not deeper_than(usage, _MAX_USAGE_DEPTH):
         return usage
     return {k: v for k, v in usage.items() if not deeper_than(v, _MAX_USAGE_DEPTH - 1)}
+
+
+def _two_levels(usage: dict[str, Any]) -> bool:
+    """Whether `usage` nests no deeper than its details objects (every real usage): the quick
+    answer before the general walk."""
+    for value in usage.values():
+        if type(value) is dict:
+            for inner in value.values():
+                if type(inner) is dict or type(inner) is list:
+                    return False
+        elif type(value) is list:
+            return False
+    return True
 
 
 def _answered_tool_calls(messages: Any) -> list[tuple[str, str, Any]]:
