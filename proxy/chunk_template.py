@@ -41,6 +41,8 @@ class ChunkTemplate:
     # chunk's data holds a line end: it then came in more than one line).
     event_prefix: bytes | None = None
     event_suffix: bytes = b""
+    # The chunk's id, object, created and model (the same in every match), if it has an id.
+    last: dict[str, Any] | None = None
 
     def text_of(self, data: bytes) -> str | None:
         """The text when `data` is this template with a non-empty string in the field, else None."""
@@ -57,7 +59,15 @@ class ChunkTemplate:
 
 def _text_between(data: bytes, prefix: bytes, suffix: bytes) -> str | None:
     head, tail = len(prefix), len(suffix)
-    if len(data) <= head + tail or not data.startswith(prefix) or not data.endswith(suffix):
+    # The string token exactly, quotes included: JSON would allow blanks around it, and a line
+    # end among them would make a one-event read two events.
+    if (
+        len(data) < head + tail + 2
+        or data[head] != 0x22
+        or data[-tail - 1] != 0x22
+        or not data.startswith(prefix)
+        or not data.endswith(suffix)
+    ):
         return None
     try:
         text = orjson.loads(data[head : len(data) - tail])
@@ -101,17 +111,30 @@ def learn(data: bytes, chunk: dict[str, Any]) -> ChunkTemplate | None:
     except orjson.JSONDecodeError:
         return None
     index = choice.get("index", 0)
+    if type(index) is not int:
+        return None  # (consumers disagree on what a malformed index means: the ordinary path decides)
     prefix, suffix = data[:start], data[end:]
+    if b"\\u" in prefix or b"\\u" in suffix:
+        # A key spelled with escapes could be the text field again, unseen by the count above.
+        return None
     return ChunkTemplate(
         prefix=prefix,
         suffix=suffix,
         field=field,
-        index=index if type(index) is int else 0,
+        index=index,
         reasoning=field in REASONING_FIELDS,
         # (Only when neither holds a line end, which would make the event more than one line.)
         event_prefix=b"data: " + prefix if _one_line(prefix) and _one_line(suffix) else None,
         event_suffix=suffix + b"\n\n",
+        last=_meta(chunk),
     )
+
+
+def _meta(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    """What the reasoning extractor remembers of the last chunk with an id (for `flush`)."""
+    if "id" not in chunk:
+        return None
+    return {key: chunk[key] for key in ("id", "object", "created", "model") if key in chunk}
 
 
 def _one_line(part: bytes) -> bool:

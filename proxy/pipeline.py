@@ -217,16 +217,18 @@ class StreamPipeline:
     def _text_rule(self, template: ChunkTemplate) -> _TemplateRule:
         """What every consumer says of the template's chunks (see `_rule`)."""
         field, index = template.field, template.index
-        extracting = self._extractor.text_rule(field, index)
-        if extracting is None:
-            return _FULL_PATH
-        tell = [extracting.tell] if extracting.tell is not None else []
+        traced = None
         if self._trace is not None:
             passes, traced = self._trace.text_rule(index, field, template.reasoning)
             if not passes:
                 return _FULL_PATH
-            if traced is not None:
-                tell.append(traced)
+        # (Asked last: a rule the extractor gives stands for the chunks it covers.)
+        extracting = self._extractor.text_rule(field, index, template.last)
+        if extracting is None:
+            return _FULL_PATH
+        tell = [extracting.tell] if extracting.tell is not None else []
+        if traced is not None:
+            tell.append(traced)
         if self._capture is not None and not template.reasoning:
             tell.append(functools.partial(self._capture.content, index))
         return _TemplateRule(extracting.unless_lt, tuple(tell))

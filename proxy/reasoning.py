@@ -416,20 +416,23 @@ class StreamReasoningExtractor:
             has_content = has_content or bool(content)
         return _UNCHANGED[has_reasoning, has_content]
 
-    def text_rule(self, field: str, index: int) -> TextRule | None:
+    def text_rule(self, field: str, index: int, last: dict[str, Any] | None = None) -> TextRule | None:
         """For chunks of one choice (`index`) whose delta sets only `field` to a non-empty string
         (no other text field, no reasoning_details), recognized without being parsed
         (proxy.chunk_template): None when they need `process_chunk`; else whether such a chunk
         still needs it when its text contains `<` (a possible tag), and what to tell of its text
         (the sink, for reasoning left where it was) — what `_fast` decides for that shape.
         Valid until the next `process_chunk` or `flush`, the only calls that change the state
-        it depends on."""
+        it depends on. A rule given (not None) stands for the chunks it covers: `last` (their id,
+        object, created and model, when they have an id) is remembered as `process_chunk` would."""
         if not self._quiet or (self._implicit and index not in self._splitters):
             return None
+        if field != "content" and (self._in_place is None or self._in_place[0] != field):
+            return None
+        if last is not None:
+            self._last = last
         if field == "content":
             return TextRule(self._tags is not None, None)
-        if self._in_place is None or self._in_place[0] != field:
-            return None
         sink = self._sink
         return TextRule(False, None if sink is None else functools.partial(sink, index))
 

@@ -87,6 +87,33 @@ def synthetic() -> bytes:
     return b"".join(events) + b"data: [DONE]\n\n"
 
 
+def hostile() -> bytes:
+    """Streams that look like more of the same but are not (found in review): blanks and line
+    ends around the string, a key spelled again with escapes, a malformed choice index, and a
+    stream whose end flushes held text after chunks of another id."""
+    head = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":'
+    tail = b'},"finish_reason":null}]}\n\n'
+    blanks = [head + b'"a"' + tail, head + b'"b"\n\n' + tail, head + b'"c"\r' + tail, head + b' "d" ' + tail]
+    twice = (
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%s","cont\\u0065nt":"%s"},'
+        b'"finish_reason":null}]}\n\n'
+    )
+    escaped = [twice % (b"a", b"a"), twice % (b"x", b"<think>y</think>"), twice % (b"z", b"a")]
+    odd = b'data: {"id":"c","choices":[{"index":%s,"delta":{"content":"%s"},"finish_reason":null}]}\n\n'
+    odd_index = [odd % (b"0", b"a")] + [odd % (i, b"b") for i in (b"null", b'"0"', b"1.0", b"null")]
+    same = (
+        b'data: {"id":"A","model":"m1","choices":[{"index":0,"delta":{"content":"%s"},'
+        b'"finish_reason":null}]}\n\n'
+    )
+    other = (
+        b'data: {"id":"B","model":"m2","choices":[{"index":0,"delta":{"content":"x",'
+        b'"reasoning_content":"y"},"finish_reason":null}]}\n\n'
+    )
+    no_id = b'data: {"choices":[{"index":0,"delta":{"content":"<thi"},"finish_reason":null}]}\n\n'
+    flushed = [same % b"a", other, same % b"b", no_id]
+    return b"".join(blanks + escaped + odd_index + flushed)
+
+
 @contextmanager
 def templates(enabled: bool) -> Iterator[None]:
     if enabled:
@@ -149,27 +176,27 @@ def same_with_and_without(raw: bytes, pieces: list[int], options: str, trace: st
     assert got == expected
 
 
-@pytest.mark.parametrize("name", [*FIXTURES, "synthetic"])
+@pytest.mark.parametrize("name", [*FIXTURES, "synthetic", "hostile"])
 @pytest.mark.parametrize("options", list(OPTIONS))
 @pytest.mark.parametrize("trace", TRACES)
 def test_templates_change_nothing_for_any_consumer(name: str, options: str, trace: str) -> None:
-    raw = synthetic() if name == "synthetic" else (STREAMS / name).read_bytes()
+    raw = stream_named(name)
     for capture in (False, True):
         same_with_and_without(raw, [], options, trace, capture)
 
 
-@pytest.mark.parametrize("name", ["deepseek-reasoner.sse", "synthetic", "vllm-reasoning-n2.sse"])
+@pytest.mark.parametrize("name", ["deepseek-reasoner.sse", "synthetic", "hostile", "vllm-reasoning-n2.sse"])
 def test_templates_change_nothing_at_every_split(name: str) -> None:
-    raw = synthetic() if name == "synthetic" else (STREAMS / name).read_bytes()
+    raw = stream_named(name)
     for i in range(1, len(raw)):
         same_with_and_without(raw, [i], "tags", "answer", True)
 
 
-@pytest.mark.parametrize("name", [*FIXTURES, "synthetic"])
+@pytest.mark.parametrize("name", [*FIXTURES, "synthetic", "hostile"])
 @pytest.mark.parametrize("trace", TRACES)
 def test_templates_change_nothing_when_every_event_is_its_own_read(name: str, trace: str) -> None:
     # A paced stream: each read is one whole event, which the pipeline takes without decoding.
-    raw = synthetic() if name == "synthetic" else (STREAMS / name).read_bytes()
+    raw = stream_named(name)
     ends = [i + 1 for i in range(len(raw) - 1) if raw[i : i + 2] == b"\n\n" and raw[i + 2 : i + 3] != b"\n"]
     for options in ("show", "tags", "hide"):
         same_with_and_without(raw, ends, options, trace, True)
@@ -181,6 +208,14 @@ def test_templates_change_nothing_however_reads_split_the_stream(cuts: list[int]
     raw = synthetic() + b"\n\n\n" + synthetic()  # (and a blank-line run between events)
     pieces = sorted({c % len(raw) for c in cuts} - {0})
     same_with_and_without(raw, pieces, "tags", trace, True)
+
+
+def stream_named(name: str) -> bytes:
+    if name == "synthetic":
+        return synthetic()
+    if name == "hostile":
+        return hostile()
+    return (STREAMS / name).read_bytes()
 
 
 def test_the_fast_path_is_taken_for_more_of_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
