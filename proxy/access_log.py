@@ -59,7 +59,7 @@ def log_access(record: AccessRecord, started: float) -> None:
         return
     fields = access_fields(record, round((time.perf_counter() - started) * 1000.0, 1))
     direct = _direct
-    if direct is not None and direct.handler in _root.handlers and not logger.handlers:
+    if direct is not None and direct.in_charge():
         direct.write(fields)
     else:
         logger.info("access", extra={"access": fields})
@@ -160,19 +160,39 @@ class DirectAccessWriter:
 
     def __init__(self, handler: logging.StreamHandler[Any], json_lines: bool) -> None:
         self.handler = handler
+        self.formatter = handler.formatter
         self.json_lines = json_lines
-        self.pid = os.getpid()  # configure_logging runs in each worker process
         self._second = -1
         self._stamp = ""
+
+    def in_charge(self) -> bool:
+        """Whether logging would do exactly what `write` does: the one handler configure_logging
+        installed, as installed (its formatter, no level, no filter), nothing else on the way
+        (another handler, a filter, propagation to the root logger)."""
+        handler = self.handler
+        handlers = _root.handlers
+        return (
+            len(handlers) == 1
+            and handlers[0] is handler
+            and handler.formatter is self.formatter
+            and handler.level <= logging.INFO
+            and not handler.filters
+            and not logger.handlers
+            and not logger.filters
+            and logger.propagate
+            and not _root.filters
+            and not _root.propagate
+        )
 
     def write(self, fields: dict[str, Any]) -> None:
         now = time.time()
         if self.json_lines:
-            payload = {"ts": round(now, 3), "level": "info", "logger": logger.name, "pid": self.pid}
+            # (The pid is read per line: a server that forks after loading has one per worker.)
+            payload = {"ts": round(now, 3), "level": "info", "logger": logger.name, "pid": os.getpid()}
             payload.update(fields)
             line = orjson.dumps(payload).decode()
         else:
-            line = text_access_line(self._stamp_of(now), self.pid, fields)
+            line = text_access_line(self._stamp_of(now), os.getpid(), fields)
         stream = self.handler.stream
         try:
             stream.write(line + "\n")

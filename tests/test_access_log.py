@@ -153,3 +153,31 @@ def test_another_handler_gets_ordinary_records(
         logging.getLogger("thinkproxy.access").removeHandler(caplog.handler)
     [logged] = caplog.records
     assert logged.access["path"] == "/v1/models"  # type: ignore[attr-defined]
+
+
+def test_a_filter_a_level_or_another_handler_takes_the_ordinary_path(
+    capsys: pytest.CaptureFixture[str], configured_logging: None
+) -> None:
+    configure_logging("info", False)
+    root = logging.getLogger("thinkproxy")
+    [handler] = root.handlers
+
+    def log_one() -> str:
+        log_access(AccessRecord(method="GET", path="/v1/models", status=200), started=0.0)
+        return capsys.readouterr().err
+
+    assert "path=/v1/models" in log_one()  # (the direct path)
+    handler.addFilter(lambda record: False)
+    assert log_one() == ""  # the operator's filter drops it, as logging would
+    handler.filters.clear()
+    handler.setLevel(logging.WARNING)
+    assert log_one() == ""
+    handler.setLevel(logging.NOTSET)
+    seen: list[logging.LogRecord] = []
+    other = logging.Handler()
+    other.emit = seen.append  # type: ignore[method-assign]
+    root.addHandler(other)
+    try:
+        assert "path=/v1/models" in log_one() and len(seen) == 1  # both handlers get it
+    finally:
+        root.removeHandler(other)
