@@ -178,6 +178,11 @@ class TurnCollector:
             turn.details.extend(details)
 
     # -- result ---------------------------------------------------------------------------------
+    def first_call_ids(self) -> list[str]:
+        """Each turn's first tool-call id so far: what `turns()` would key them by, without
+        joining any text (asked while the response is still under way)."""
+        return [cid for t in self._turns.values() if (cid := t.first_call_id) is not None]
+
     def turns(self) -> list[Turn]:
         return [
             _new_turn((t.first_call_id, t.reasoning_text, t.content_text, t.details or None, t.signatures))

@@ -29,6 +29,7 @@ proxy's own error).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,6 +38,8 @@ from proxy.trace import TraceBuilder
 
 if TYPE_CHECKING:
     from proxy.access_log import AccessRecord
+
+logger = logging.getLogger("thinkproxy.observe")
 
 TraceEvents = Sequence[dict[str, Any]]
 Tap = Callable[[TraceEvents], None]
@@ -304,4 +307,7 @@ def notify_end(record: AccessRecord, duration_ms: float) -> None:
     # (Let go of them: an observer that keeps its record would otherwise leave a reference cycle
     # per request for the cyclic collector.)
     for observer in observers:
-        observer.on_end(record, duration_ms)
+        try:
+            observer.on_end(record, duration_ms)
+        except Exception:  # one capability's bug must not cost the others their end, nor the request
+            logger.exception("An observer failed at the end of a request (%s)", type(observer).__name__)

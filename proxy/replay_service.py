@@ -40,6 +40,7 @@ from proxy.replay import (
     apply_restore,
     capture_records,
     plan_lookups,
+    store_key,
     tenant_of,
     turn_keys,
 )
@@ -208,9 +209,14 @@ class ReplayService:
         waits: list[asyncio.Future[None]] = []
         open_notes = list(self._open.get(tenant, ()))[-MAX_OPEN_LOOKED_AT:]
         for note in open_notes:
-            if note.capture is None or missed.isdisjoint(
-                turn_keys(note.capture.turns(), tenant=tenant, policy=note.policy)
-            ):
+            capture = note.capture
+            if capture is None:
+                continue
+            if note.policy.mode == "keep":  # turns without calls are kept too, by their content
+                keys: Iterable[str | None] = turn_keys(capture.turns(), tenant=tenant, policy=note.policy)
+            else:  # only tool-call turns: their ids, without joining anyone's text
+                keys = (store_key(tenant, "t", call_id) for call_id in capture.first_call_ids())
+            if missed.isdisjoint(keys):
                 continue
             if note.ended is None:
                 note.ended = asyncio.get_running_loop().create_future()

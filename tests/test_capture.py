@@ -150,3 +150,12 @@ def test_any_choice_index_goes_to_its_own_turn_in_order() -> None:
         (None, "boolzero"),
         (None, "ab"),
     ]
+
+
+def test_first_call_ids_are_what_turns_key_by_while_the_answer_is_under_way() -> None:
+    collector = TurnCollector()
+    call = {"index": 0, "id": "call_a", "function": {"name": "f", "arguments": "{"}}
+    collector.chunk({"choices": [{"index": 0, "delta": {"content": "hi", "tool_calls": [call]}}]})
+    collector.chunk({"choices": [{"index": 1, "delta": {"content": "no call"}}]})
+    assert collector.first_call_ids() == ["call_a"]
+    assert [t.first_call_id for t in collector.turns() if t.first_call_id] == ["call_a"]

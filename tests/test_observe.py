@@ -300,3 +300,24 @@ def test_answer_keeping_builder_reads_a_whole_completion() -> None:
     assert kept == [
         [{"role": "assistant", "parts": [{"type": "text", "content": "hello"}], "finish_reason": "stop"}]
     ]
+
+
+def test_an_observer_that_fails_at_the_end_costs_the_others_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    from proxy.observe import notify_end
+
+    class Broken:
+        wants_trace = False
+
+        def on_trace(self, events: TraceEvents) -> None:
+            pass
+
+        def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+            raise RuntimeError("observer bug")
+
+    after = Spy()
+    record = AccessRecord(method="POST", path="/v1/chat/completions", status=200)
+    record.observers = [Broken(), after]
+    notify_end(record, 1.0)  # does not raise
+    assert after.ended == [record]
+    assert record.observers == []  # let go of (no cycle through an observer keeping its record)
+    assert "observer bug" in caplog.text
