@@ -444,32 +444,25 @@ async def relay_stream(
         # (uvicorn's send does not raise when the client is gone, so what this catches is the
         # upstream's failure; the client leaving is the disconnect watch's business.)
         first_read = True
-        async for piece in response.reader(decoded=True):
+        async for read in response.reader(decoded=True):
             now = clock()  # the hot loop: runs for every upstream read
             watch.last_read = now
+            pieces: tuple[bytes, ...] = (read,)
             if first_read:
                 first_read = False
-                head = first_event(piece)
+                head = first_event(read)
                 if head:  # the first token is not kept waiting while the rest of a big read is processed
-                    out = pipeline.feed(head, (now - started) * 1000.0)
-                    if gate is not None:
-                        out = gate.feed(out)
-                    if out:
-                        record.bytes_out += len(out)
-                        watch.writing = True
-                        await send(body_piece(out))
-                        watch.writing = False
-                    piece = piece[len(head) :]
+                    pieces = (head, read[len(head) :])
+            for piece in pieces:
+                out = pipeline.feed(piece, (now - started) * 1000.0)
+                if gate is not None:
+                    out = gate.feed(out)
+                if out:
+                    record.bytes_out += len(out)
+                    watch.writing = True
+                    await send(body_piece(out))
+                    watch.writing = False
                     now = watch.last_read = clock()
-            out = pipeline.feed(piece, (now - started) * 1000.0)
-            if gate is not None:
-                out = gate.feed(out)
-            if out:
-                record.bytes_out += len(out)
-                watch.writing = True
-                await send(body_piece(out))
-                watch.writing = False
-                watch.last_read = clock()
             if pipeline.closed:  # e.g. an oversized event ended the stream: stop reading
                 break
         tail = pipeline.finish(elapsed_ms())
