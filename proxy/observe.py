@@ -261,32 +261,26 @@ def build_trace(
     wants a trace, a tapped one when an observer does, one that also keeps the answer when an
     observer wants it (`output`). `titles`: tool display titles. `detailed_tap`: whether the tap
     needs the detailed events (tap_needs_detail)."""
-    if output is not None:
-        return AnswerKeepingTraceBuilder(
-            output=output,
-            client_mode=client_mode,
-            tap=tap or _ignore,
-            detailed_tap=detailed_tap,
-            zh=zh,
-            level=level,
-            provider=provider,
-            method=method,
-            titles=titles,
-        )
-    if tap is not None:
-        return TappedTraceBuilder(
-            client_mode=client_mode,
-            tap=tap,
-            detailed_tap=detailed_tap,
-            zh=zh,
-            level=level,
-            provider=provider,
-            method=method,
-            titles=titles,
-        )
+    common: dict[str, Any] = {
+        "zh": zh,
+        "level": level,
+        "provider": provider,
+        "method": method,
+        "titles": titles,
+    }
+    if output is not None or tap is not None:
+        tapped: dict[str, Any] = {
+            "client_mode": client_mode,
+            "tap": tap or _ignore,
+            "detailed_tap": detailed_tap,
+            **common,
+        }
+        if output is not None:
+            return AnswerKeepingTraceBuilder(output=output, **tapped)
+        return TappedTraceBuilder(**tapped)
     if client_mode is TraceMode.OFF:
         return None
-    return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method, titles=titles)
+    return TraceBuilder(mode=client_mode, **common)
 
 
 def _ignore(events: TraceEvents) -> None:

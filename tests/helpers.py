@@ -108,3 +108,23 @@ def simulated_providers_file(directory: Path, mock_port: int) -> Path:
     # Dumped as JSON (a YAML subset): no YAML 1.1 reading of `off` as a boolean on the way back.
     path.write_text(json.dumps(data, ensure_ascii=False))
     return path
+
+
+def chat_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """An ASGI scope of `POST /v1/chat/completions`, for calling the app directly (to see each
+    message it sends)."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8080),
+        "state": {},
+    }

@@ -233,7 +233,7 @@ async def test_upstream_header_allowed_by_pattern(proxy_client) -> None:
 
 async def test_client_gone_while_sending_its_body_forwards_nothing() -> None:
     from proxy.app import create_app
-    from tests.helpers import make_settings
+    from tests.helpers import chat_scope, make_settings
 
     rec = Recorder(ok_json)
     app = create_app(make_settings(), transport=httpx.MockTransport(rec))
@@ -249,19 +249,7 @@ async def test_client_gone_while_sending_its_body_forwards_nothing() -> None:
     async def send(message: dict[str, object]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 8080),
-    }
+    scope = chat_scope([(b"content-type", b"application/json")])
     await app(scope, receive, send)
     assert rec.requests == []
     assert sent[0]["status"] == 499

@@ -17,7 +17,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.serving import BackgroundServer
-from tests.helpers import make_settings
+from tests.helpers import chat_scope, make_settings
 from tests.raw_upstream import HOLD, RESET, RawUpstream, Received, Step, chunked, response
 
 TRANSPORTS = ["aiohttp", "httpx"]
@@ -618,21 +618,9 @@ async def test_the_first_event_of_a_big_first_read_is_written_before_the_rest_is
 
     app = create_app(make_settings(), transport=httpx.MockTransport(upstream))
     request = orjson.dumps(STREAM)
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(request)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-        "state": {},
-    }
+    scope = chat_scope(
+        [(b"content-type", b"application/json"), (b"content-length", str(len(request)).encode())]
+    )
     arrived = False
     sent: list[dict[str, Any]] = []
 
