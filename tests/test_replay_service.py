@@ -118,6 +118,17 @@ def plain_dict_loop_turn_one(
     return messages, first
 
 
+def one_call_history(call_id: str) -> list[dict[str, Any]]:
+    """The question, one assistant turn calling get_weather (as a client sends it back: without
+    its reasoning), and the tool's answer."""
+    call = {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    return [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": "rain"},
+    ]
+
+
 def expected_turn_one_reasoning(mock: BackgroundServer) -> str:
     """What the simulated model reasoned on turn 1 (deterministic from its request body)."""
     turn_one = next(
@@ -203,21 +214,7 @@ def test_openai_sdk_plain_dict_loop(mock: BackgroundServer, stream: bool) -> Non
                 getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices
             )
             calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or []) if tc.id]
-            messages = [
-                {"role": "user", "content": QUESTION},
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [
-                        {
-                            "id": calls[0].id,
-                            "type": "function",
-                            "function": {"name": "get_weather", "arguments": "{}"},
-                        }
-                    ],
-                },
-                {"role": "tool", "tool_call_id": calls[0].id, "content": "rain"},
-            ]
+            messages = one_call_history(calls[0].id)
         else:
             messages, first = plain_dict_loop_turn_one(client, "deepseek-chat")
             said = first.choices[0].message.model_extra["reasoning_content"]
@@ -265,21 +262,7 @@ def test_kimi_every_tool_call_turn_gets_its_reasoning_back(mock: BackgroundServe
 
 
 def test_kimi_turn_never_seen_gets_the_documented_placeholder(mock: BackgroundServer) -> None:
-    history = [
-        {"role": "user", "content": QUESTION},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": "call_elsewhere",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": "{}"},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_elsewhere", "content": "rain"},
-    ]
+    history = one_call_history("call_elsewhere")
     with proxy_for(mock, "kimi") as proxy:
         raw = sdk(proxy).chat.completions.with_raw_response.create(model="kimi-k2.5", messages=history)  # type: ignore[arg-type]
     assert raw.headers[REPLAY] == "restored=0, placeholder=1, missing=0"
@@ -318,21 +301,7 @@ def test_openrouter_streamed_details_come_back_as_one_message(mock: BackgroundSe
         call_id = next(
             tc.id for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or []) if tc.id
         )
-        messages = [
-            {"role": "user", "content": QUESTION},
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": "{}"},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": call_id, "content": "rain"},
-        ]
+        messages = one_call_history(call_id)
         client.chat.completions.create(model=model, messages=messages)  # type: ignore[arg-type]
     sent = last_upstream_body(mock)["messages"][1]["reasoning_details"]
     text = "".join(
@@ -713,21 +682,7 @@ def test_the_next_turn_sent_the_moment_an_answer_ended_gets_its_reasoning(
             )
         else:
             call_id = first.json()["choices"][0]["message"]["tool_calls"][0]["id"]
-        history = [
-            {"role": "user", "content": QUESTION},
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": "{}"},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": call_id, "content": "rain"},
-        ]
+        history = one_call_history(call_id)
         second = client.post(
             "/v1/chat/completions",
             json={"model": "deepseek-chat", "messages": history, "tools": [WEATHER_TOOL]},
