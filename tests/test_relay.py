@@ -571,12 +571,13 @@ def test_served_requests_leave_no_reference_cycles(transport: str) -> None:
     from proxy.asgi import ClientWatch
 
     events = sse_chunk("hi") + b"data: [DONE]\n\n"
-    stream = response(
-        "200 OK", [("Content-Type", "text/event-stream"), ("Content-Length", str(len(events)))], events
-    )
-    json_answer = response(
-        "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(COMPLETION)))], COMPLETION
-    )
+    # (Connection: close: RawUpstream serves one request per connection; a reused one could race
+    # its close.)
+    close = ("Connection", "close")
+    sse_head = [("Content-Type", "text/event-stream"), ("Content-Length", str(len(events))), close]
+    stream = response("200 OK", sse_head, events)
+    json_head = [("Content-Type", "application/json"), ("Content-Length", str(len(COMPLETION))), close]
+    json_answer = response("200 OK", json_head, COMPLETION)
 
     def script(received: Received) -> list[Step]:
         return [stream if b'"stream":true' in received.body else json_answer]

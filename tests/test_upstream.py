@@ -36,6 +36,9 @@ def answer_with_cookie(_: object) -> list[bytes | float | str]:
         ("Content-Type", "application/json"),
         ("Set-Cookie", "session=user-a-secret; Path=/"),
         ("Content-Length", str(len(COMPLETION))),
+        # RawUpstream answers one request per connection and then closes it: said so, the proxy
+        # never reuses it (else the next request could race the close and get a 502).
+        ("Connection", "close"),
     ]
     return [response("200 OK", headers, COMPLETION)]
 
