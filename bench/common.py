@@ -89,6 +89,19 @@ class Processes:
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
+    def stop(self, pid: int) -> None:
+        """End one child (TERM, then KILL after 5 s) before the others."""
+        for _, proc, _ in self.children:
+            if proc.pid == pid and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
     def close(self) -> None:
         for _, proc, _ in self.children:
             if proc.poll() is None:

@@ -39,7 +39,7 @@ def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
 
-def _argv(port: int, scenario: str, connections: int, seconds: int, core: int | None) -> list[str]:
+def argv(port: int, scenario: str, connections: int, seconds: int, core: int | None) -> list[str]:
     return pin_argv(
         core,
         [
@@ -58,7 +58,7 @@ def _argv(port: int, scenario: str, connections: int, seconds: int, core: int | 
 
 def run(port: int, scenario: str, connections: int, seconds: int, core: int | None) -> WrkResult:
     out = subprocess.run(
-        _argv(port, scenario, connections, seconds, core),
+        argv(port, scenario, connections, seconds, core),
         capture_output=True,
         text=True,
         timeout=seconds + 30,
@@ -70,7 +70,7 @@ def run(port: int, scenario: str, connections: int, seconds: int, core: int | No
 def warm(port: int, scenario: str, connections: int, seconds: float, core: int | None) -> None:
     """Load for `seconds` (fractions allowed: wrk is stopped with SIGINT); output discarded."""
     proc = subprocess.Popen(
-        _argv(port, scenario, connections, int(seconds) + 5, core),
+        argv(port, scenario, connections, int(seconds) + 5, core),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -74,8 +74,14 @@ before_tree: Path | None = None
 
 
 def target_argv(
-    name: str, port: int, upstream_port: int, level: str | None, proxy_cmd: list[str] | None
+    name: str,
+    port: int,
+    upstream_port: int,
+    level: str | None,
+    proxy_cmd: list[str] | None,
+    variants: dict[str, dict[str, str]] | None = None,
 ) -> tuple[list[str], dict[str, str]] | None:
+    variants = THINKPROXY_VARIANTS if variants is None else variants
     env = clean_env()
     if name.startswith("baseline-"):
         env["BENCH_UPSTREAM"] = f"http://127.0.0.1:{upstream_port}"
@@ -95,13 +101,13 @@ def target_argv(
         if level is not None:
             env["THINKPROXY_DEFAULT_THINKING_LEVEL"] = level
         return [python(), "-m", "proxy.cli", "serve"], env
-    if name in THINKPROXY_VARIANTS and proxy_cmd is not None:
+    if name in variants and proxy_cmd is not None:
         env.update(
             THINKPROXY_UPSTREAM_BASE_URL=f"http://127.0.0.1:{upstream_port}/v1",
             THINKPROXY_HOST="127.0.0.1",
             THINKPROXY_PORT=str(port),
         )
-        env.update(THINKPROXY_VARIANTS[name])
+        env.update(variants[name])
         if level is not None:
             env["THINKPROXY_DEFAULT_THINKING_LEVEL"] = level
         return list(proxy_cmd), env
@@ -109,16 +115,25 @@ def target_argv(
 
 
 def start_targets(
-    procs: Processes, names: list[str], upstream_port: int, core: int | None, level: str | None
+    procs: Processes,
+    names: list[str],
+    upstream_port: int,
+    core: int | None,
+    level: str | None,
+    variants: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, tuple[int, int]]:
-    """Start the named targets side by side; {name: (port, pid)} of those that came up."""
-    proxy_cmd = thinkproxy_command() if any(n in THINKPROXY_VARIANTS for n in names) else None
+    """Start the named targets side by side; {name: (port, pid)} of those that came up.
+
+    `variants`: thinkproxy builds by name (THINKPROXY_* settings on top of the defaults), instead
+    of THINKPROXY_VARIANTS."""
+    variants = THINKPROXY_VARIANTS if variants is None else variants
+    proxy_cmd = thinkproxy_command() if any(n in variants for n in names) else None
     workdir = BENCH_DIR / "results" / "cwd"  # an empty working directory: no stray .env gets picked up
     workdir.mkdir(parents=True, exist_ok=True)
     started: list[tuple[str, int, subprocess.Popen[bytes]]] = []
     for name in names:
         port = free_port()
-        spec = target_argv(name, port, upstream_port, level, proxy_cmd)
+        spec = target_argv(name, port, upstream_port, level, proxy_cmd, variants)
         if spec is not None:
             argv, env = spec
             started.append((name, port, procs.start(name, pin_argv(core, argv), env=env, cwd=workdir)))
