@@ -17,6 +17,7 @@ Pure.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +38,8 @@ class ChunkTemplate:
     field: str
     index: int  # the choice's index
     reasoning: bool  # field is a reasoning field
-    # The same around a whole SSE event: `data: ` before, the blank line after (None when the
-    # chunk's data holds a line end: it then came in more than one line).
+    # `data: ` + prefix: the start of the SSE event's one line (None when the chunk's data holds
+    # a line end: it then came in more than one line); suffix + the blank line after it.
     event_prefix: bytes | None = None
     event_suffix: bytes = b""
     # The chunk's id, object, created and model (the same in every match), if it has an id.
@@ -55,6 +56,51 @@ class ChunkTemplate:
         if self.event_prefix is None:
             return None
         return _text_between(read, self.event_prefix, self.event_suffix)
+
+    def take_run(
+        self,
+        data: bytes,
+        start: int,
+        max_event_bytes: int,
+        unless_lt: bool,
+        tell: tuple[Callable[[str], None], ...],
+    ) -> int:
+        """Where the run of events of this template starting at `start` ends: each `data: ` +
+        the template with a non-empty string in the field + a blank line, at most
+        `max_event_bytes`, its text without `<` when `unless_lt`. Each text goes to every `tell`.
+
+        Only for data where an event starts at `start` and whose line ends are LF (an idle SSE
+        decoder's view): a match is then one whole event, ended by the first "\\n\\n" after it,
+        since it holds no line end (the prefix and suffix hold none, and a JSON string cannot
+        hold a raw one). The same test as `text_of`, on the event in place: the hot loop of a
+        fast upstream's read, which holds hundreds of them."""
+        prefix, suffix = self.event_prefix, self.suffix
+        if prefix is None:
+            return start
+        head, tail = len(prefix), len(suffix)
+        find, startswith, endswith, loads = data.find, data.startswith, data.endswith, orjson.loads
+        pos = start
+        while (end := find(b"\n\n", pos)) >= 0:
+            first, last = pos + head, end - tail  # the string token, quotes included
+            if (
+                end + 2 - pos > max_event_bytes
+                or last - first < 2
+                or data[first] != 0x22
+                or data[last - 1] != 0x22
+                or not startswith(prefix, pos)
+                or not endswith(suffix, pos, end)
+            ):
+                break
+            try:
+                text = loads(data[first:last])
+            except orjson.JSONDecodeError:
+                break
+            if type(text) is not str or not text or (unless_lt and "<" in text):
+                break
+            for hear in tell:
+                hear(text)
+            pos = end + 2
+        return pos
 
 
 def _text_between(data: bytes, prefix: bytes, suffix: bytes) -> str | None:

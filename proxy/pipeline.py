@@ -126,6 +126,62 @@ class StreamPipeline:
             text = template.text_of_event(data)
             if text is not None and len(data) <= self._max_event_bytes and self._take_text(template, text):
                 return data
+        if self._done_sent or (template is None and self._template_misses >= MAX_TEMPLATE_MISSES):
+            return self._decode(data, now_ms)  # (nothing more of the same to expect)
+        return self._feed_by_runs(data, now_ms)
+
+    def _feed_by_runs(self, data: bytes, now_ms: float) -> bytes:
+        """A read of several events: each run of chunks of more of the same (a fast upstream's
+        read holds hundreds) is taken without decoding and goes out as one slice of the read;
+        the events between runs are decoded one at a time, so that a template learned from one
+        of them serves the rest of the same read."""
+        out: list[bytes] = []
+        pos, size = 0, len(data)
+        find = data.find
+        while pos < size:
+            template = self._template
+            if (
+                template is not None
+                and template.event_prefix is not None
+                and self._decoder.idle
+                and data.startswith(template.event_prefix, pos)
+            ):
+                taken = self._take_run(template, data, pos)
+                if taken:
+                    if taken == size:
+                        return data
+                    out.append(data[pos : pos + taken])
+                    pos += taken
+                    continue
+            # The next event the ordinary way: up to the end of its blank line, or all that is left.
+            # (The decoder gives the same events however its input is cut.)
+            end = find(b"\n\n", pos)
+            end = size if end < 0 else end + 2
+            if self._template is None and self._template_misses >= MAX_TEMPLATE_MISSES:
+                end = size  # this stream's chunks differ in more than their text: no runs to find
+            out.append(self._decode(data[pos:end], now_ms))
+            pos = end
+            if self.closed:
+                break  # (an event over the size limit ended the stream: the rest is not relayed)
+            if self._done_sent and pos < size:
+                out.append(self._decode(data[pos:], now_ms))  # (events after [DONE] are dropped)
+                break
+        return b"".join(out)
+
+    def _take_run(self, template: ChunkTemplate, data: bytes, start: int) -> int:
+        """How many bytes from `start` are whole events of `template` handled from their text
+        alone (ChunkTemplate.take_run), as _take_text would handle each."""
+        rule = self._rule
+        if rule is None:
+            rule = self._rule = self._text_rule(template)
+        if rule is _FULL_PATH:
+            return 0
+        end = template.take_run(data, start, self._max_event_bytes, rule.unless_lt, rule.tell)
+        if end > start:
+            self._template_misses = 0
+        return end - start
+
+    def _decode(self, data: bytes, now_ms: float) -> bytes:
         try:
             events = self._decoder.feed(data)
         except EventTooLarge as exc:

@@ -24,6 +24,7 @@ from proxy.levels import ReasoningField, TraceFormat, TraceMode
 from proxy.observe import AnswerKeepingTraceBuilder, TappedTraceBuilder
 from proxy.pipeline import StreamPipeline
 from proxy.reasoning import ReasoningOptions
+from proxy.sse import SSEDecoder, SSEEvent
 from proxy.trace import TraceBuilder
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
@@ -127,7 +128,9 @@ def templates(enabled: bool) -> Iterator[None]:
         chunk_template.learn = real
 
 
-def run(raw: bytes, pieces: list[int], options: str, trace_kind: str, capture: bool) -> dict[str, Any]:
+def run(
+    raw: bytes, pieces: list[int], options: str, trace_kind: str, capture: bool, max_event: int = 1 << 20
+) -> dict[str, Any]:
     """Everything the pipeline produces for `raw` cut at `pieces`: bytes, tapped events, capture,
     kept answer."""
     tapped: list[dict[str, Any]] = []
@@ -151,7 +154,7 @@ def run(raw: bytes, pieces: list[int], options: str, trace_kind: str, capture: b
         reasoning=OPTIONS[options],
         trace=trace,
         trace_format=TraceFormat.COMMENT,
-        max_event_bytes=1 << 20,
+        max_event_bytes=max_event,
         capture=collector,
     )
     out = pipeline.begin({"messages": []}, 0.0)
@@ -168,12 +171,52 @@ def run(raw: bytes, pieces: list[int], options: str, trace_kind: str, capture: b
     }
 
 
-def same_with_and_without(raw: bytes, pieces: list[int], options: str, trace: str, capture: bool) -> None:
+def same_with_and_without(
+    raw: bytes, pieces: list[int], options: str, trace: str, capture: bool, max_event: int = 1 << 20
+) -> None:
     with templates(False):
-        expected = run(raw, pieces, options, trace, capture)
+        expected = run(raw, pieces, options, trace, capture, max_event)
     with templates(True):
-        got = run(raw, pieces, options, trace, capture)
+        got = run(raw, pieces, options, trace, capture, max_event)
     assert got == expected
+
+
+def test_a_read_of_many_chunks_of_more_of_the_same_is_taken_in_one_run() -> None:
+    # A fast upstream's read holds hundreds of events: once a chunk taught the template, the run
+    # of matching ones goes out as one slice of the read, and the decoder sees only the rest.
+    words = [chunk({"content": f" word{i}"}) for i in range(200)]
+    end = chunk({}, finish="stop") + b"data: [DONE]\n\n"
+    pipeline = StreamPipeline(
+        reasoning=ReasoningOptions(), trace=None, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
+    )
+    decoded: list[bytes] = []
+
+    class Recording(SSEDecoder):
+        def feed(self, chunk: bytes) -> list[SSEEvent]:
+            decoded.append(chunk)
+            return super().feed(chunk)
+
+    pipeline._decoder = Recording(1 << 20)
+    first = chunk({"role": "assistant", "content": "Hi"})
+    out = pipeline.feed(first + words[0], 1.0)
+    out += pipeline.feed(b"".join(words[1:]) + end, 2.0)
+    out += pipeline.finish(3.0)
+    # (One event at a time: `first` teaches a template that `words[0]` (no role) does not
+    # match, so that one is decoded too and teaches the one the rest match.)
+    assert decoded == [first, words[0], chunk({}, finish="stop"), b"data: [DONE]\n\n"]
+    assert out.startswith(
+        chunk({"role": "assistant", "content": "Hi"}) + b"".join(words) + chunk({}, finish="stop")
+    )
+
+
+@pytest.mark.parametrize("name", ["synthetic", "hostile", "deepseek-reasoner.sse"])
+def test_templates_change_nothing_when_events_exceed_the_size_limit(name: str) -> None:
+    # Events larger than THINKPROXY_MAX_SSE_EVENT_BYTES end the stream the same way either way.
+    raw = stream_named(name)
+    sizes = sorted({len(e) + 2 for e in raw.split(b"\n\n") if e})
+    for limit in sizes[len(sizes) // 2 :: 3]:
+        same_with_and_without(raw, [], "tags", "answer", True, max_event=limit)
+        same_with_and_without(raw, [len(raw) // 2], "show", "brief", True, max_event=limit - 1)
 
 
 @pytest.mark.parametrize("name", [*FIXTURES, "synthetic", "hostile"])
@@ -221,16 +264,25 @@ def stream_named(name: str) -> bytes:
 def test_the_fast_path_is_taken_for_more_of_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     # (Otherwise the equivalence tests above would pass with templates never used.)
     hits: list[str] = []
-    real = ChunkTemplate.text_of
+    real_of, real_run = ChunkTemplate.text_of, ChunkTemplate.take_run
 
     def counting(self: ChunkTemplate, data: bytes) -> str | None:
-        text = real(self, data)
-        if text is not None:
-            hits.append(text)
+        text = real_of(self, data)
+        hits.extend([text] if text is not None else [])
         return text
 
+    def counting_runs(self: ChunkTemplate, data: bytes, start: int, *args: Any) -> int:
+        end = real_run(self, data, start, *args)
+        hits.extend(["run"] * data.count(b"\n\n", start, end))
+        return end
+
     monkeypatch.setattr(ChunkTemplate, "text_of", counting)
-    run((STREAMS / "deepseek-reasoner.sse").read_bytes(), [], "show", "brief", False)
+    monkeypatch.setattr(ChunkTemplate, "take_run", counting_runs)
+    raw = (STREAMS / "deepseek-reasoner.sse").read_bytes()
+    run(raw, [], "show", "brief", False)  # one read: runs within it
+    assert len(hits) > 10
+    hits.clear()
+    run(raw.replace(b"\n", b"\r\n"), [], "show", "brief", False)  # CRLF: the decoder, then text_of
     assert len(hits) > 10
 
 
@@ -295,26 +347,44 @@ def test_text_of_accepts_exactly_one_non_empty_string(middle: bytes, text: str |
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(min_size=1, max_size=20), tail=st.sampled_from([b"", b"\n", b"\r", b"data: x\n\n"]))
-def test_text_of_event_is_what_the_decoder_would_make_of_the_read(text: str, tail: bytes) -> None:
-    from proxy.sse import SSEDecoder, SSEEvent
-
+@given(text=st.text(min_size=1, max_size=20), tail=st.sampled_from([b"", b"\n", b"\r", b"\r\ndata: x", b" "]))
+def test_a_run_is_what_the_decoder_would_make_of_the_events(text: str, tail: bytes) -> None:
     template = template_of(chunk({"content": "seed"}))
     assert template is not None
-    read = chunk({"content": text}) + tail
-    got = template.text_of_event(read)
-    if got is not None:
-        assert got == text
-        assert SSEDecoder().feed(read) == [SSEEvent(read, read[6:-2])]
-    else:
-        assert tail or "\n" in text or "\r" in text or text == ""
+    event = chunk({"content": text})[:-2] + tail + b"\n\n"
+    read = event * 2 + b"data: [DONE]\n\n"
+    heard: list[str] = []
+    taken = template.take_run(b"xx" + read, 2, 1 << 20, False, (heard.append,)) - 2
+    # What was taken is whole events of the template, as the decoder sees them, and it leaves the
+    # decoder where the rest of the read finds it.
+    decoder = SSEDecoder()
+    events = decoder.feed(read[:taken])
+    assert decoder.idle
+    assert [orjson.loads(e.data or b"")["choices"][0]["delta"]["content"] for e in events] == heard
+    assert events + decoder.feed(read[taken:]) == SSEDecoder().feed(read)
+    assert heard == [text] * len(heard)
+    if not tail:
+        assert heard == [text, text]
+
+
+def test_a_run_stops_at_an_event_over_the_size_limit_or_a_text_with_a_tag_when_asked() -> None:
+    template = template_of(chunk({"content": "seed"}))
+    assert template is not None
+    short, tagged = chunk({"content": "ok"}), chunk({"content": "a<think>"})
+    data = short + tagged + short
+    assert template.take_run(data, 0, len(short), False, ()) == len(short)
+    assert template.take_run(data, 0, len(short) - 1, False, ()) == 0
+    assert template.take_run(data, 0, 1 << 20, False, ()) == len(data)
+    heard: list[str] = []
+    assert template.take_run(data, 0, 1 << 20, True, (heard.append,)) == len(short)
+    assert heard == ["ok"]
 
 
 def test_a_chunk_written_on_several_lines_gets_no_event_template() -> None:
     data = b'{"choices":[{"index":0,\n"delta":{"content":"a"}}]}'
     template = learn(data, orjson.loads(data))
     assert template is not None and template.event_prefix is None
-    assert template.text_of_event(b"data: " + data + b"\n\n") is None
+    assert template.take_run(b"data: " + data + b"\n\n", 0, 1 << 20, False, ()) == 0
 
 
 def test_text_of_needs_the_exact_bytes_around() -> None:
