@@ -22,7 +22,9 @@ round starts both builds afresh (see run_pair), and which one starts first alter
 
 The pair "nothing" (the same build twice) shows the method's own error: on this VM its median
 stays within ±1% and single rounds within about ±5%, where measuring one build after the other
-moved by ±20%.
+moved by ±20%. (Giving core 0 to one build at a time instead, in alternating one-second slices,
+was tried and dropped: this VM's speed moves by ±15% from one second to the next, so neighbouring
+slices disagreed as much as whole runs did. Only running at the same moment cancels it.)
 
 Features: each is "thinkproxy with every default" against the same with one thing changed (see
 PAIRS). The console is off by default, so its pair is the defaults with the console on against the

@@ -28,8 +28,8 @@ def load() -> ModuleType:
 pairs = load()
 
 
-def slice_(build: str, cpu_us: float | None, busy: float = 100.0) -> dict[str, object]:
-    return {"build": build, "cpu_us_per_request": cpu_us, "core0_busy_pct": busy}
+def side(requests: int, cpu_us: float | None, errors: int = 0) -> dict[str, object]:
+    return {"requests": requests, "errors": errors, "cpu_us_per_request": cpu_us}
 
 
 def test_a_pair_of_ones_own_is_settings_before_vs_against_those_after() -> None:
@@ -50,17 +50,8 @@ def test_a_malformed_pair_is_refused_with_what_was_expected(text: str) -> None:
         pairs.custom_pair(text)
 
 
-def test_each_slice_with_the_feature_is_compared_with_the_mean_of_its_neighbours() -> None:
-    # The machine slows down steadily: the neighbours' mean cancels that drift.
-    slices = [slice_("without", 1000.0), slice_("with", 1102.5), slice_("without", 1100.0)]
-    slices += [slice_("with", 1207.5), slice_("without", 1200.0)]
-    assert pairs.slice_costs(slices) == [pytest.approx(5.0), pytest.approx(5.0)]
-
-
-def test_a_slice_is_compared_only_when_it_and_its_neighbours_were_saturated_and_counted() -> None:
-    slices = [slice_("without", 1000.0), slice_("with", 1050.0), slice_("without", 1000.0, busy=60.0)]
-    assert pairs.slice_costs(slices) == []
-    slices = [slice_("without", None), slice_("with", 1050.0), slice_("without", 1000.0)]
-    assert pairs.slice_costs(slices) == []
-    # (The first and last slice have one neighbour only.)
-    assert pairs.slice_costs([slice_("with", 1.0), slice_("without", 1.0)]) == []
+def test_the_cost_is_the_ratio_of_cpu_per_request_and_none_when_a_side_had_errors() -> None:
+    round_ = {"with": side(900, 1100.0), "without": side(1000, 1000.0)}
+    assert pairs.cost_pct(round_) == pytest.approx(10.0)
+    assert pairs.cost_pct({**round_, "with": side(900, 1100.0, errors=3)}) is None
+    assert pairs.cost_pct({**round_, "without": side(0, None)}) is None
