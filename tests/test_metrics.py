@@ -24,7 +24,7 @@ from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.serving import BackgroundServer
 from proxy.telemetry.facts import note_replay
-from proxy.telemetry.metrics import GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS
+from proxy.telemetry.metrics import FLUSH_EVERY, GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS, Metrics
 from tests.helpers import free_port, make_settings, simulated_providers_file, start_serve, worker_pids
 from tests.test_observability_doc import dashboard_exprs, doc_promql
 
@@ -304,6 +304,34 @@ def test_model_label_is_bounded_the_rest_is_other(mock: BackgroundServer) -> Non
         got["gen_ai_request_model"]: v for n, got, v in samples(text) if n.endswith("duration_seconds_count")
     }
     assert seen == {"model-a": 2, "model-b": 1, "other": 2}
+
+
+def finished(metrics: Metrics, n: int, stream: bool = False) -> None:
+    """`n` chat requests ending, as the metrics listener sees them."""
+    done = {"type": "done", "ttft_ms": 120, "reasoning_ms": 80, "usage": {"prompt_tokens": 7}}
+    for _ in range(n):
+        record = AccessRecord("POST", "/v1/chat/completions", status=200, provider="deepseek")
+        record.route, record.level, record.model, record.stream = "chat", "deep", "deepseek-v4", stream
+        observer = metrics.listener().start(record, [])
+        observer.on_trace([{"type": "status", "stage": "thinking"}, done])
+        observer.on_end(record, 250.0)
+
+
+def test_a_scrape_sees_every_finished_request_though_they_are_applied_in_batches() -> None:
+    metrics = Metrics(max_models=10)
+    finished(metrics, 3, stream=True)
+    text = metrics.exposition().decode()
+    assert value(text, "thinkproxy_requests_total", provider="deepseek", level="deep", status="200") == 3
+    assert value(text, "thinkproxy_time_to_first_token_seconds_count", provider="deepseek") == 3
+    assert value(text, "thinkproxy_reasoning_seconds_sum", level="deep") == pytest.approx(0.24)
+    assert value(text, "gen_ai_client_token_usage_sum", gen_ai_token_type="input") == 21
+    assert value(text, "gen_ai_client_operation_duration_seconds_sum") == pytest.approx(0.75)
+    # What waits between scrapes is bounded: a full batch is applied without one.
+    finished(metrics, 2 * FLUSH_EVERY + 5)
+    assert len(metrics._pending) < FLUSH_EVERY
+    text = metrics.exposition().decode()
+    assert value(text, "thinkproxy_requests_total") == 2 * FLUSH_EVERY + 8
+    assert value(text, "thinkproxy_time_to_first_token_seconds_count") == 3  # (not streams)
 
 
 def test_metrics_off_serves_no_endpoint(mock: BackgroundServer) -> None:
