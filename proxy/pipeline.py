@@ -26,6 +26,9 @@ from proxy.trace import ChunkMeta, TraceBuilder, chunk_meta, comment_frames, eve
 DONE = b"[DONE]"
 # Chunks a stream may (re)learn its template from without a single match before it stops trying.
 MAX_TEMPLATE_MISSES = 8
+# Events of one read decoded one at a time, in a row, without a run of template chunks starting
+# after one of them: beyond this the rest of the read is decoded at once (see _feed_by_runs).
+MAX_STEPS = 8
 # What a hiding stream sends in place of an event it could not clean (SDKs skip comments).
 WITHHELD_COMMENT = (
     b": withheld an upstream event that could not be parsed to remove its reasoning (X-Reasoning: hide)\n\n"
@@ -134,10 +137,13 @@ class StreamPipeline:
         """A read of several events: each run of chunks of more of the same (a fast upstream's
         read holds hundreds) is taken without decoding and goes out as one slice of the read;
         the events between runs are decoded one at a time, so that a template learned from one
-        of them serves the rest of the same read."""
+        of them serves the rest of the same read. When runs are not to be had (the consumers
+        need every chunk parsed, or MAX_STEPS events in a row started none), the rest of the
+        read is decoded at once, as without runs."""
         out: list[bytes] = []
         pos, size = 0, len(data)
         find = data.find
+        steps = 0
         while pos < size:
             template = self._template
             if (
@@ -147,18 +153,20 @@ class StreamPipeline:
                 and data.startswith(template.event_prefix, pos)
             ):
                 taken = self._take_run(template, data, pos)
-                if taken:
+                if taken > 0:
                     if taken == size:
                         return data
                     out.append(data[pos : pos + taken])
                     pos += taken
+                    steps = 0
                     continue
-            # The next event the ordinary way: up to the end of its blank line, or all that is left.
-            # (The decoder gives the same events however its input is cut.)
-            end = find(b"\n\n", pos)
+                if taken < 0:
+                    steps = MAX_STEPS
+            # The next event the ordinary way: up to the end of its blank line, or all that is
+            # left (the decoder gives the same events however its input is cut).
+            end = find(b"\n\n", pos) if steps < MAX_STEPS else -1
             end = size if end < 0 else end + 2
-            if self._template is None and self._template_misses >= MAX_TEMPLATE_MISSES:
-                end = size  # this stream's chunks differ in more than their text: no runs to find
+            steps += 1
             out.append(self._decode(data[pos:end], now_ms))
             pos = end
             if self.closed:
@@ -170,12 +178,13 @@ class StreamPipeline:
 
     def _take_run(self, template: ChunkTemplate, data: bytes, start: int) -> int:
         """How many bytes from `start` are whole events of `template` handled from their text
-        alone (ChunkTemplate.take_run), as _take_text would handle each."""
+        alone (ChunkTemplate.take_run), as _take_text would handle each; -1 when the consumers
+        need this template's chunks parsed (none can be)."""
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
         if rule is _FULL_PATH:
-            return 0
+            return -1
         end = template.take_run(data, start, self._max_event_bytes, rule.unless_lt, rule.tell)
         if end > start:
             self._template_misses = 0

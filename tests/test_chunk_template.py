@@ -209,6 +209,32 @@ def test_a_read_of_many_chunks_of_more_of_the_same_is_taken_in_one_run() -> None
     )
 
 
+@pytest.mark.parametrize("options", ["reasoning-field", "both", "hide"])
+def test_a_read_whose_chunks_all_need_parsing_is_decoded_at_once_after_a_few_events(options: str) -> None:
+    # Chunks the pipeline must rewrite (a reasoning field renamed, reasoning hidden) never form
+    # runs: after MAX_STEPS events decoded one at a time, the rest of the read goes at once.
+    from proxy.pipeline import MAX_STEPS
+
+    events = [chunk({"role": "assistant", "reasoning_content": "Hmm"})]
+    events += [chunk({"reasoning_content": f" step {i}"}) for i in range(300)]
+    calls: list[bytes] = []
+
+    class Recording(SSEDecoder):
+        def feed(self, chunk: bytes) -> list[SSEEvent]:
+            calls.append(chunk)
+            return super().feed(chunk)
+
+    pipeline = StreamPipeline(
+        reasoning=OPTIONS[options], trace=None, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
+    )
+    pipeline._decoder = Recording(1 << 20)
+    for read in (b"".join(events[:150]), b"".join(events[150:])):
+        calls.clear()
+        pipeline.feed(read, 1.0)
+        assert len(calls) <= MAX_STEPS + 1
+        assert b"".join(calls) == read
+
+
 @pytest.mark.parametrize("name", ["synthetic", "hostile", "deepseek-reasoner.sse"])
 def test_templates_change_nothing_when_events_exceed_the_size_limit(name: str) -> None:
     # Events larger than THINKPROXY_MAX_SSE_EVENT_BYTES end the stream the same way either way.
