@@ -45,39 +45,41 @@ from typing import Any
 
 import loadgen
 import servers
-from common import BENCH_DIR, Processes, can_pin, core_times, cpu_seconds, exit_on_sigterm
+from common import (
+    BENCH_DIR,
+    SATURATED_PCT,
+    Processes,
+    can_pin,
+    core_times,
+    cpu_seconds,
+    exit_on_sigterm,
+    wait_idle,
+)
 from fake_upstream import EVENTS_PER_STREAM
 
 RESULTS_DIR = BENCH_DIR / "results"
 LIMIT_PCT = 5.0
-SATURATED_PCT = 90.0
 
 
 @dataclass(frozen=True)
 class Pair:
+    key: str  # its name on the command line
     feature: str
     with_env: dict[str, str]  # on top of every default
     without_env: dict[str, str]
 
 
 PAIRS = [
-    Pair("access log", {}, {"THINKPROXY_LOG_LEVEL": "warning"}),
-    Pair("metrics", {}, {"THINKPROXY_METRICS": "false"}),
-    Pair("replay store", {}, {"THINKPROXY_STATE": "off"}),
-    Pair("console (on, nobody watching)", {"THINKPROXY_UI": "true"}, {}),
-    Pair("brief trace", {}, {"THINKPROXY_TRACE": "off"}),
+    Pair("log", "access log", {}, {"THINKPROXY_LOG_LEVEL": "warning"}),
+    Pair("metrics", "metrics", {}, {"THINKPROXY_METRICS": "false"}),
+    Pair("state", "replay store", {}, {"THINKPROXY_STATE": "off"}),
+    Pair("console", "console (on, nobody watching)", {"THINKPROXY_UI": "true"}, {}),
+    Pair("trace", "brief trace", {}, {"THINKPROXY_TRACE": "off"}),
     # A/A: the same build twice. Its "cost" is the method's own bias and noise; a feature's figure
     # means something only well outside it.
-    Pair("nothing (the same build twice)", {}, {}),
+    Pair("same", "nothing (the same build twice)", {}, {}),
 ]
-PAIR_KEYS = {
-    "log": "access log",
-    "metrics": "metrics",
-    "state": "replay store",
-    "console": "console (on, nobody watching)",
-    "trace": "brief trace",
-    "same": "nothing (the same build twice)",
-}
+PAIR_KEYS = {pair.key: pair for pair in PAIRS}
 
 # (key, wrk script, connections per target, unit of one request)
 SCENARIOS = [("json_c32", "json", 32, "request"), ("burst_c32", "burst", 32, "stream")]
@@ -95,18 +97,6 @@ def start_pair(
     if len(up) != 2:
         raise RuntimeError(f"{pair.feature}: a build did not start (see bench/results/logs/)")
     return {"with": up["pair-with"], "without": up["pair-without"]}
-
-
-def settle(pids: list[int], limit: float = 10.0) -> None:
-    """Wait until neither build burns CPU (streams cut by the warm-up winding down)."""
-    before = sum(cpu_seconds(p) for p in pids)
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
-        now = sum(cpu_seconds(p) for p in pids)
-        if now - before <= 0.02:
-            return
-        before = now
 
 
 def measure_together(
@@ -171,7 +161,7 @@ def custom_pair(text: str) -> Pair:
         return out
 
     with_side, without_side = (side.strip() for side in text.split(" vs "))
-    return Pair(text, env(with_side), env(without_side))
+    return Pair("compare", text, env(with_side), env(without_side))
 
 
 def run_pair(
@@ -194,7 +184,7 @@ def run_pair(
             for key, script, conns, _ in scenarios:
                 for name in order:  # warm both: connection pools, caches, the first GC passes
                     loadgen.warm(builds[name][0], script, conns, args.warm, 1)
-                settle(pids)
+                wait_idle(pids, 10.0)  # (streams cut by the warm-up wind down)
                 m = measure_together(builds, script, conns, args.seconds, order)
                 m["cost_pct"] = cost_pct(m)
                 m["saturated"] = m["core0_busy_pct"] >= SATURATED_PCT
@@ -297,7 +287,7 @@ def main() -> int:
     except ValueError as exc:
         print(exc)
         return 2
-    pairs = [next(p for p in PAIRS if p.feature == PAIR_KEYS[k]) for k in features] + custom
+    pairs = [PAIR_KEYS[k] for k in features] + custom
     procs = Processes(RESULTS_DIR / "logs")
     results = []
     try:

@@ -35,6 +35,7 @@ import servers
 import ttft
 from common import (
     BENCH_DIR,
+    SATURATED_PCT,
     Processes,
     can_pin,
     core_times,
@@ -42,6 +43,7 @@ from common import (
     exit_on_sigterm,
     get_json_stats,
     post,
+    wait_idle,
 )
 from fake_upstream import EVENTS_PER_STREAM
 
@@ -178,10 +180,6 @@ def check_all(targets: list[Target]) -> tuple[list[Target], dict[str, Any]]:
 # A measurement during which other work took more than this share of the target's core is
 # "contended": the medians leave it out whenever the same target/scenario has a clean round.
 CONTENDED_PCT = 20.0
-# A throughput measurement whose target used less of its core than this was limited by something
-# else (the load generator, the upstream): it is no result.
-SATURATED_PCT = 90.0
-
 Window = tuple[float, float, list[tuple[float, float, float]]]
 
 
@@ -226,16 +224,7 @@ def wait_quiet(run: Run, limit: float = 15.0) -> float:
     30 req/s still owes ~4 s of work): without this, that tail lands on the next target's core
     during the next target's measurement.
     """
-    pids = [t.pid for t in run.targets if t.pid]
-    start = time.monotonic()
-    before = sum(cpu_seconds(p) for p in pids)
-    while time.monotonic() - start < limit:
-        time.sleep(0.2)
-        now = sum(cpu_seconds(p) for p in pids)
-        if now - before <= 0.02:  # ≤ 2 clock ticks in 200 ms: idle
-            break
-        before = now
-    return time.monotonic() - start
+    return wait_idle([t.pid for t in run.targets if t.pid], limit)
 
 
 def measure(run: Run, t: Target, sc: Scenario) -> dict[str, Any]:
