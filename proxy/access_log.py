@@ -13,6 +13,7 @@ import orjson
 
 if TYPE_CHECKING:
     from proxy.observe import RequestObserver
+    from proxy.trace import TraceOutcome
 
 logger = logging.getLogger("thinkproxy.access")
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -52,6 +53,8 @@ class AccessRecord:
     # The answer's `id` and `model` (chat completions, when a trace builder saw them).
     response_id: str | None = None
     response_model: str | None = None
+    # What the trace builder saw of a finished chat answer (usage, times), for listeners.
+    outcome: TraceOutcome | None = None
 
 
 def log_access(record: AccessRecord, started: float) -> None:

@@ -55,6 +55,7 @@ from proxy.models_listing import MISSING_HEADER, merged_models
 from proxy.observe import (
     Listener,
     build_trace,
+    needs_outcome,
     notify_end,
     output_sink,
     start_observers,
@@ -314,6 +315,7 @@ class Proxy:
             titles=s.tool_titles,
             output=output_sink(record.observers),
             detailed_tap=tap_needs_detail(record.observers),
+            outcome=needs_outcome(record.observers),
         )
         if prepared is not None:
             prepared.annotate(trace)

@@ -16,6 +16,12 @@ An observer that sets `brief_trace = True` (optional) needs only the events of `
 brief, not detailed, and a request whose client asked for brief pays nothing more for being
 watched.
 
+An observer that sets `wants_outcome = True` (optional) reads what the trace builder saw of the
+answer once, at the end, from `record.outcome` (usage and times: proxy.trace.TraceOutcome; None
+when the answer never finished) instead of watching events: a chat request it watches keeps a
+trace builder even with `X-Trace: off`. With `on_stream()` (optional), an observer hears when the
+relay starts sending a stream (proxy.relay), once per streamed response.
+
 An observer that also sets `wants_output = True` (optional; content, so only for an opted-in
 capture such as OpenTelemetry's) gets `on_output(messages)` once the answer is complete: choice 0's
 text and tool calls in the GenAI conventions' output-messages shape. Keeping the answer is work per
@@ -154,6 +160,19 @@ class TappedTraceBuilder(TraceBuilder):
     # events are already filtered.
 
 
+def needs_outcome(observers: Sequence[RequestObserver]) -> bool:
+    """Whether some observer reads the builder's outcome at the end (so one must exist)."""
+    return any(getattr(o, "wants_outcome", False) for o in observers)
+
+
+def notify_stream(record: AccessRecord) -> None:
+    """The relay starts sending a streamed answer: tell the observers that listen for it."""
+    for observer in record.observers:
+        on_stream = getattr(observer, "on_stream", None)
+        if on_stream is not None:
+            on_stream()
+
+
 def output_sink(observers: Sequence[RequestObserver]) -> OutputSink | None:
     """One callable giving the answer to every observer that asked for it, or None if none did."""
     wanting = [o for o in observers if getattr(o, "wants_output", False)]
@@ -256,11 +275,14 @@ def build_trace(
     titles: Mapping[str, Mapping[str, str]] | None = None,
     output: OutputSink | None = None,
     detailed_tap: bool = True,
+    outcome: bool = False,
 ) -> TraceBuilder | None:
     """The trace builder for one chat response: none when neither the client nor an observer
     wants a trace, a tapped one when an observer does, one that also keeps the answer when an
     observer wants it (`output`). `titles`: tool display titles. `detailed_tap`: whether the tap
-    needs the detailed events (tap_needs_detail)."""
+    needs the detailed events (tap_needs_detail). `outcome`: an observer reads the builder's
+    outcome at the end (needs_outcome), so there is one even when the client asked for no trace
+    (brief, shown to nobody)."""
     common: dict[str, Any] = {
         "zh": zh,
         "level": level,
@@ -268,7 +290,7 @@ def build_trace(
         "method": method,
         "titles": titles,
     }
-    if output is not None or tap is not None:
+    if output is not None or tap is not None or (outcome and client_mode is TraceMode.OFF):
         tapped: dict[str, Any] = {
             "client_mode": client_mode,
             "tap": tap or _ignore,

@@ -46,6 +46,7 @@ from proxy.asgi import (
 from proxy.capture import TurnCollector
 from proxy.errors import BadUpstreamResponse, ProxyError, error_payload
 from proxy.levels import TraceFormat
+from proxy.observe import notify_stream
 from proxy.pipeline import DONE, StreamFailure, StreamPipeline, process_completion
 from proxy.reasoning import ReasoningOptions
 from proxy.review.gate import StreamGate
@@ -101,10 +102,13 @@ class ChatContext:
 
 
 def note_response(record: AccessRecord, trace: TraceBuilder | None) -> None:
-    """The answer's id and model, for listeners (the trace builder saw them go by)."""
-    if trace is not None and trace.response is not None:
+    """The answer's id and model, usage and times, for listeners (the trace builder saw them go by)."""
+    if trace is None:
+        return
+    if trace.response is not None:
         record.response_id = trace.response.id
         record.response_model = trace.response.model
+    record.outcome = trace.outcome()
 
 
 def client_gone(record: AccessRecord, started: float, log: LogAccess) -> Response:
@@ -437,6 +441,7 @@ async def relay_stream(
     gate = chat.gate
     started = clock() - elapsed_ms() / 1000.0
     failure: ProxyError | None = None
+    notify_stream(record)
     try:
         first = pipeline.begin(chat.request_body, elapsed_ms())
         if first:

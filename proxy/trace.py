@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.jsonio import deeper_than, dumps
 from proxy.levels import TraceMode
@@ -144,6 +144,16 @@ class _ToolCall:
         return summarize_arguments(head, total_chars=self.total_chars)
 
 
+class TraceOutcome(NamedTuple):
+    """What a finished response showed, for telemetry (none of its content): the upstream's
+    usage as it came, and the times of the trace (ms): to the first token, and spent thinking
+    (None when the model did not reason)."""
+
+    usage: dict[str, Any] | None
+    ttft_ms: float | None
+    reasoning_ms: float | None
+
+
 class TraceBuilder:
     """Turns one response into trace events, at the moment each thing happens.
 
@@ -190,6 +200,7 @@ class TraceBuilder:
         self._stage: Stage | None = None
         self._reasoning_since: float | None = None
         self._reasoning_total = 0.0
+        self._reasoned = False
         self._ttft: float | None = None
         # Tool calls in order of appearance, and how later fragments find theirs: by the
         # upstream's `index`, else by `id`, else by position in the previous tool_calls delta.
@@ -326,6 +337,15 @@ class TraceBuilder:
         out.append(self._event("done", t, self._text(f"Done in {en}", f"完成，用时 {zh}"), **fields))
         return out
 
+    def outcome(self) -> TraceOutcome | None:
+        """The finished response's usage and times, the same as its `done` event's; None until
+        `finish` (and always with mode `off`, which observes nothing). Listeners read it at the
+        end instead of watching the events (proxy.observe: `wants_outcome`)."""
+        if not self._done:
+            return None
+        reasoning = self._reasoning_total if self._reasoned else None
+        return TraceOutcome(self._usage, self._ttft, reasoning)
+
     def on_completion(self, body: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
         """A whole non-stream `chat.completion`: the events its stream would have caused, then done."""
         if self._off or self._done:
@@ -357,6 +377,7 @@ class TraceBuilder:
             self._first_token(t)
             self._close_calls(t, out)
             self._set_stage(Stage.THINKING, t, out)
+            self._reasoned = True
             if self._reasoning_since is None:
                 self._reasoning_since = t
                 if self._detailed:

@@ -24,7 +24,8 @@ from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.serving import BackgroundServer
 from proxy.telemetry.facts import note_replay
-from proxy.telemetry.metrics import FLUSH_EVERY, GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS, Metrics
+from proxy.telemetry.metrics import GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS, Metrics
+from proxy.trace import TraceOutcome
 from tests.helpers import free_port, make_settings, simulated_providers_file, start_serve, worker_pids
 from tests.test_observability_doc import dashboard_exprs, doc_promql
 
@@ -250,6 +251,19 @@ def test_a_non_stream_answer_counts_tokens_but_no_time_to_first_token(mock: Back
     assert value(text, "thinkproxy_time_to_first_token_seconds_count") == 0
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_asking_for_no_trace_is_counted_all_the_same(mock: BackgroundServer, stream: bool) -> None:
+    # The metrics read what the trace builder saw: one is kept, shown to nobody, with X-Trace: off.
+    with proxy(mock) as p:
+        r = chat(p, STREAM if stream else ASK, **{"x-thinking-level": "deep", "x-trace": "off"})
+        assert r.status_code == 200 and "trace" not in r.text
+        text = scrape(p)
+    assert value(text, "gen_ai_client_token_usage_count", gen_ai_token_type="output") == 1
+    assert value(text, "thinkproxy_reasoning_tokens_count", provider="deepseek") == 1
+    assert value(text, "thinkproxy_reasoning_seconds_count", provider="deepseek", level="deep") == 1
+    assert value(text, "thinkproxy_time_to_first_token_seconds_count") == (1 if stream else 0)
+
+
 def test_replay_outcomes_noted_by_the_replay_store_are_counted(mock: BackgroundServer) -> None:
     with proxy(mock) as p:
         chat(p, ASK, **{"x-test-replay": "yes"})
@@ -308,29 +322,31 @@ def test_model_label_is_bounded_the_rest_is_other(mock: BackgroundServer) -> Non
 
 def finished(metrics: Metrics, n: int, stream: bool = False) -> None:
     """`n` chat requests ending, as the metrics listener sees them."""
-    done = {"type": "done", "ttft_ms": 120, "reasoning_ms": 80, "usage": {"prompt_tokens": 7}}
+    answer = TraceOutcome(usage={"prompt_tokens": 7}, ttft_ms=120.0, reasoning_ms=80.0)
     for _ in range(n):
         record = AccessRecord("POST", "/v1/chat/completions", status=200, provider="deepseek")
         record.route, record.level, record.model, record.stream = "chat", "deep", "deepseek-v4", stream
         observer = metrics.listener().start(record, [])
-        observer.on_trace([{"type": "status", "stage": "thinking"}, done])
+        if stream:
+            observer.on_stream()
+        record.outcome = answer
         observer.on_end(record, 250.0)
 
 
-def test_a_scrape_sees_every_finished_request_though_they_are_applied_in_batches() -> None:
+def test_a_finished_request_is_read_from_the_builders_outcome() -> None:
     metrics = Metrics(max_models=10)
     finished(metrics, 3, stream=True)
     text = metrics.exposition().decode()
     assert value(text, "thinkproxy_requests_total", provider="deepseek", level="deep", status="200") == 3
     assert value(text, "thinkproxy_time_to_first_token_seconds_count", provider="deepseek") == 3
+    assert value(text, "thinkproxy_time_to_first_token_seconds_sum") == pytest.approx(0.36)
     assert value(text, "thinkproxy_reasoning_seconds_sum", level="deep") == pytest.approx(0.24)
     assert value(text, "gen_ai_client_token_usage_sum", gen_ai_token_type="input") == 21
     assert value(text, "gen_ai_client_operation_duration_seconds_sum") == pytest.approx(0.75)
-    # What waits between scrapes is bounded: a full batch is applied without one.
-    finished(metrics, 2 * FLUSH_EVERY + 5)
-    assert len(metrics._pending) < FLUSH_EVERY
+    assert value(text, "thinkproxy_active_streams") == 0  # each stream counted while it lasted
+    finished(metrics, 2)
     text = metrics.exposition().decode()
-    assert value(text, "thinkproxy_requests_total") == 2 * FLUSH_EVERY + 8
+    assert value(text, "thinkproxy_requests_total") == 5
     assert value(text, "thinkproxy_time_to_first_token_seconds_count") == 3  # (not streams)
 
 

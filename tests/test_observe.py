@@ -321,3 +321,49 @@ def test_an_observer_that_fails_at_the_end_costs_the_others_nothing(caplog: pyte
     assert after.ended == [record]
     assert record.observers == []  # let go of (no cycle through an observer keeping its record)
     assert "observer bug" in caplog.text
+
+
+class OutcomeReader:
+    """Reads the builder's outcome at the end, watches no events, hears when a stream starts."""
+
+    wants_trace = False
+    wants_outcome = True
+
+    def __init__(self) -> None:
+        self.streams = 0
+
+    def on_trace(self, events: TraceEvents) -> None:
+        raise AssertionError("never asked: wants_trace is False")
+
+    def on_stream(self) -> None:
+        self.streams += 1
+
+    def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+        pass
+
+
+def test_an_outcome_reader_keeps_a_builder_the_client_does_not_see() -> None:
+    from proxy.observe import build_trace, needs_outcome, trace_tap
+
+    observers = [OutcomeReader()]
+    assert needs_outcome(observers) and trace_tap(observers) is None  # type: ignore[arg-type]
+    common: dict[str, Any] = {"zh": False, "level": "deep", "provider": "deepseek", "method": "params"}
+    assert build_trace(TraceMode.OFF, None, **common) is None  # nobody reads it
+    builder = build_trace(TraceMode.OFF, None, outcome=True, detailed_tap=False, **common)
+    assert builder is not None
+    assert run(builder) == []  # the client asked for no trace and gets none
+    outcome = builder.outcome()
+    assert outcome is not None and outcome.ttft_ms == 10 and outcome.reasoning_ms == 10
+    # A client that asked for a trace keeps its own plain builder: nothing is added for the reader.
+    brief = build_trace(TraceMode.BRIEF, None, outcome=True, detailed_tap=False, **common)
+    assert type(brief) is TraceBuilder
+
+
+def test_observers_hear_when_a_stream_starts() -> None:
+    from proxy.observe import notify_stream
+
+    reader = OutcomeReader()
+    record = AccessRecord(method="POST", path="/v1/chat/completions")
+    record.observers = [Spy(), reader]  # (Spy has no on_stream: it is not asked)
+    notify_stream(record)
+    assert reader.streams == 1

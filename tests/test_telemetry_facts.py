@@ -11,7 +11,6 @@ from proxy.telemetry.facts import (
     error_type,
     note_replay,
     replay_counts,
-    seconds,
     upstream_error_kind,
     usage_of,
 )
@@ -73,25 +72,13 @@ def test_error_kind_and_type(fields: dict[str, Any], kind: str | None, etype: st
 
 
 def test_usage_reads_openai_shape_and_ignores_junk() -> None:
-    done = {
-        "usage": {
-            "prompt_tokens": 12,
-            "completion_tokens": 40,
-            "completion_tokens_details": {"reasoning_tokens": 30},
-        }
-    }
-    usage = usage_of(done)
-    assert (usage.input, usage.output, usage.reasoning) == (12, 40, 30)
-    junk = usage_of(
-        {"usage": {"prompt_tokens": "12", "completion_tokens": True, "completion_tokens_details": 3}}
+    usage = usage_of(
+        {"prompt_tokens": 12, "completion_tokens": 40, "completion_tokens_details": {"reasoning_tokens": 30}}
     )
+    assert (usage.input, usage.output, usage.reasoning) == (12, 40, 30)
+    junk = usage_of({"prompt_tokens": "12", "completion_tokens": True, "completion_tokens_details": 3})
     assert (junk.input, junk.output, junk.reasoning) == (None, None, None)
-    assert usage_of(None).input is None and usage_of({}).output is None
-
-
-def test_seconds_from_trace_milliseconds() -> None:
-    assert seconds(1500) == 1.5 and seconds(0) == 0.0
-    assert seconds(None) is None and seconds(True) is None and seconds(-1) is None
+    assert usage_of(None).input is None and usage_of({}).output is None and usage_of([1]).input is None
 
 
 def test_replay_notes_add_up_and_reject_unknown_outcomes() -> None:

@@ -293,6 +293,37 @@ def test_durations_come_from_the_observing_calls() -> None:
     assert done["message"] == "Done in 1.7 s"
 
 
+@pytest.mark.parametrize("mode", [TraceMode.BRIEF, TraceMode.DETAILED])
+def test_the_outcome_is_what_the_done_event_says(mode: TraceMode) -> None:
+    b = TraceBuilder(mode=mode, zh=False, level="deep", provider="deepseek")
+    b.begin(None, 5.0)
+    b.on_chunk(*reasoning_steps(1)[0], 120.0)
+    b.on_chunk(chunk({"content": "Hi"}), False, 450.0)
+    assert b.outcome() is None  # not finished yet
+    b.on_chunk(usage_chunk(), False, 460.0)
+    done = b.finish(500.0)[-1]
+    outcome = b.outcome()
+    assert outcome is not None
+    assert outcome.usage == done["usage"] and outcome.usage["prompt_tokens"] == 310
+    assert (outcome.ttft_ms, outcome.reasoning_ms) == (done["ttft_ms"], done["reasoning_ms"]) == (120, 330)
+
+
+def test_the_outcome_tells_a_model_that_did_not_reason_from_one_that_reasoned_in_no_time() -> None:
+    plain = builder()
+    plain.on_completion({"id": "x", "choices": [{"message": {"content": "Hi"}}]}, False, 40.0)
+    assert plain.outcome() == (None, 40.0, None)
+    thought = builder()
+    body = {"id": "x", "choices": [{"message": {"content": "Hi", "reasoning_content": "hmm"}}]}
+    thought.on_completion(body, True, 40.0)
+    assert thought.outcome() == (None, 40.0, 0.0)  # a whole answer: its thinking took no time here
+
+
+def test_a_builder_that_is_off_has_no_outcome() -> None:
+    b = TraceBuilder(mode=TraceMode.OFF, zh=False, level="none", provider="openai")
+    b.on_completion({"id": "x", "choices": [{"message": {"content": "Hi"}}]}, False, 40.0)
+    assert b.finish(50.0) == [] and b.outcome() is None
+
+
 def test_time_is_relative_to_origin() -> None:
     b = TraceBuilder(mode=TraceMode.BRIEF, zh=False, level="none", provider="openai", origin_ms=10_000.0)
     assert b.begin(None, 10_003.0)[0]["t_ms"] == 3

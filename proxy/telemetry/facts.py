@@ -1,6 +1,6 @@
 """What one finished request tells telemetry, read the same way by metrics and traces.
 
-Pure: an `AccessRecord` and the trace's `done` event in, small values out. Nothing here reads
+Pure: an `AccessRecord` and an answer's usage in, small values out. Nothing here reads
 content: only statuses, error codes, names and token counts.
 
 Replay outcomes: the replay store tells telemetry what it did to a request's history through
@@ -105,10 +105,9 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def usage_of(done: dict[str, Any] | None) -> Usage:
-    """Token counts from the `done` event's usage (OpenAI's shape; reasoning tokens from
-    `completion_tokens_details.reasoning_tokens`)."""
-    usage = done.get("usage") if done is not None else None
+def usage_of(usage: Any) -> Usage:
+    """Token counts from an answer's `usage` (OpenAI's shape, as the upstream sent it, or the
+    `done` event's; reasoning tokens from `completion_tokens_details.reasoning_tokens`)."""
     if not isinstance(usage, dict):
         return Usage()
     details = usage.get("completion_tokens_details")
@@ -116,10 +115,3 @@ def usage_of(done: dict[str, Any] | None) -> Usage:
     return Usage(
         _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), _count(reasoning)
     )
-
-
-def seconds(ms: Any) -> float | None:
-    """A `*_ms` field of a trace event in seconds, or None when absent."""
-    if isinstance(ms, int | float) and not isinstance(ms, bool) and ms >= 0:
-        return ms / 1000.0
-    return None

@@ -237,7 +237,7 @@ def span_attributes(record: AccessRecord, done: dict[str, Any] | None) -> dict[s
     if done is not None:
         if isinstance(reason := done.get("finish_reason"), str):
             attributes["gen_ai.response.finish_reasons"] = [reason]
-        usage = usage_of(done)
+        usage = usage_of(done.get("usage"))
         for key, value in (
             ("gen_ai.usage.input_tokens", usage.input),
             ("gen_ai.usage.output_tokens", usage.output),
