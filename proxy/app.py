@@ -94,6 +94,15 @@ DROP_REQUEST_CHAT = DROP_REQUEST | {"accept-encoding"}
 
 logger = logging.getLogger("thinkproxy.app")
 
+# When the collector looks at the young generation: after this many more container objects made
+# than freed (CPython's default is 700). A serving process has ~1,000 objects in flight at any
+# time (coroutines, frames, headers of the requests under way); at 700 the collector ran every few
+# requests, each time only to find them still alive (scanning and promoting them: ~0.4 ms a
+# collection), which was 5.8% of the process's CPU time under non-stream load and 2.9% under
+# streaming (timed with gc.callbacks, pinned, 32 connections). At 10,000 it runs when something
+# really accumulates (cycles, caches filling), ~50x less often; a young collection then takes ~4 ms.
+YOUNG_COLLECTION_THRESHOLD = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class Services:
@@ -436,4 +445,6 @@ def create_served_app() -> Starlette:
     # request in flight.
     gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
     return app

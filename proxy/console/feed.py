@@ -133,7 +133,12 @@ class Feed:
 
 
 class FeedObserver:
-    """One request as the feed sees it (proxy.observe.RequestObserver)."""
+    """One request as the feed sees it (proxy.observe.RequestObserver).
+
+    Trace events are only kept as they come (a list extended, bounded); what the summary reads of
+    them (tool calls, the `done` figures) is found when a summary is made: once at the end, or
+    per trace call while someone watches. Only events beyond MAX_EVENTS, which are not kept, are
+    looked at as they come, so that their tool calls and `done` still count."""
 
     __slots__ = ("done", "dropped", "events", "feed", "record", "request_id", "started_at_ms", "tools")
     wants_trace = True
@@ -145,29 +150,46 @@ class FeedObserver:
         self.started_at_ms = int(time.time() * 1000)
         self.events: list[dict[str, Any]] = []
         self.dropped = 0
+        # Of the events not kept: their tool calls and `done`.
         self.tools: list[dict[str, Any]] = []
         self.done: dict[str, Any] | None = None
 
     def on_trace(self, events: TraceEvents) -> None:
-        room = MAX_EVENTS - len(self.events)
+        kept = self.events
+        room = MAX_EVENTS - len(kept)
         if room >= len(events):
-            self.events.extend(events)
+            kept.extend(events)
         else:
-            self.events.extend(events[: max(room, 0)])
-            self.dropped += len(events) - max(room, 0)
+            room = max(room, 0)
+            kept.extend(events[:room])
+            self.dropped += len(events) - room
+            self._note_unkept(events[room:])
+        if self.feed._subscribers:
+            self.feed.broadcast("progress", self.summary(None))
+
+    def _note_unkept(self, events: TraceEvents) -> None:
         for event in events:
             kind = event["type"]
             if kind == "tool_call.start" and len(self.tools) < MAX_TOOLS:
                 self.tools.append(tool_entry(event))
             elif kind == "done":
                 self.done = event
-        if self.feed.watched:
-            self.feed.broadcast("progress", self.summary(None))
 
     def on_end(self, record: AccessRecord, duration_ms: float) -> None:
         self.feed.finished(self.summary(duration_ms))
 
     def summary(self, duration_ms: float | None) -> dict[str, Any]:
+        tools: list[dict[str, Any]] = []
+        done = self.done
+        for event in self.events:
+            kind = event["type"]
+            if kind == "tool_call.start":
+                if len(tools) < MAX_TOOLS:
+                    tools.append(tool_entry(event))
+            elif kind == "done":
+                done = event
+        if self.tools:
+            tools = (tools + self.tools)[:MAX_TOOLS]
         return summarize(
             self.record,
             request_id=self.request_id,
@@ -175,7 +197,7 @@ class FeedObserver:
             started_at_ms=self.started_at_ms,
             events=self.events,
             events_dropped=self.dropped,
-            tools=self.tools,
-            done=self.done,
+            tools=tools,
+            done=done,
             duration_ms=duration_ms,
         )
