@@ -122,7 +122,21 @@ def test_nothing_is_pushed_or_serialized_while_nobody_watches(monkeypatch: Any) 
     observer.on_trace([{"type": "status", "seq": 0, "t_ms": 0, "message": "", "stage": "analyzing"}])
     assert calls == []  # a trace event with no watcher builds nothing
     observer.on_end(record(status=200), 1.0)
-    assert calls == ["summary"]  # one summary per request, at its end
+    assert calls == []  # nor its end: the ring keeps the facts, summarized when it is read
+    assert feed.local() == [{"id": "x"}] and feed.local() == [{"id": "x"}]
+    assert calls == ["summary"]  # once per request, however often the ring is read
+
+
+def test_a_finished_request_keeps_its_facts_not_its_record() -> None:
+    feed = Feed(history=3)
+    rec = record(model="m", status=200)
+    rec.request_messages = [{"role": "user", "content": "kept by nobody"}]
+    observer = feed.start(rec, [])
+    observer.on_end(rec, 4.0)
+    assert observer.record is None  # the request's messages are not held by the ring
+    rec.status = 500  # (what happens to the record afterwards changes nothing)
+    (entry,) = feed.local()
+    assert entry["model"] == "m" and entry["status"] == 200 and entry["total_ms"] == 4.0
 
 
 async def test_watchers_get_progress_then_the_finished_request() -> None:

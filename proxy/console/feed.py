@@ -2,9 +2,11 @@
 summaries and pushes them to whoever watches `/thinkproxy/events`.
 
 Cost per request: one observer object, the request's trace events appended to a bounded list
-(trace events are rare: a handful per response, none for the chunks in between), one summary at
-the end. Nothing happens per chunk, and nothing is serialized unless someone is subscribed —
-except the end-of-request publication to Redis when a shared feed is configured (once per request).
+(trace events are rare: a handful per response, none for the chunks in between), and at the end
+the record's facts kept in the ring with the events. The summary the console lists is made from
+them when the ring is read (and kept), or at once when someone watches or a shared feed publishes
+it. Nothing happens per chunk, and nothing is serialized unless someone is subscribed — except
+the end-of-request publication to Redis when a shared feed is configured (once per request).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from proxy.console.summary import MAX_EVENTS, MAX_TOOLS, summarize, tool_entry
+from proxy.console.summary import MAX_EVENTS, MAX_TOOLS, RecordFacts, summarize, tool_entry
 from proxy.observe import TraceEvents
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ class Feed:
         self.history = history
         self.replica = replica or os.urandom(4).hex()
         self.shared = shared
-        self._ring: deque[dict[str, Any]] = deque(maxlen=history)
+        self._ring: deque[FeedObserver] = deque(maxlen=history)  # finished requests
         self._subscribers: set[Subscriber] = set()
         self._counter = 0
 
@@ -72,11 +74,11 @@ class Feed:
     # -- reading ------------------------------------------------------------------------------------
 
     def local(self) -> list[dict[str, Any]]:
-        return list(self._ring)
+        return [finished.entry() for finished in self._ring]
 
     async def recent(self) -> tuple[list[dict[str, Any]], bool]:
         """The newest requests (every replica's when the shared feed answers) and whether they are."""
-        local = list(self._ring)
+        local = self.local()
         if self.shared is None:
             return local, False
         shared = await self.shared.recent(self.history)
@@ -125,11 +127,13 @@ class Feed:
 
     # -- from observers ------------------------------------------------------------------------------
 
-    def finished(self, entry: dict[str, Any]) -> None:
-        self._ring.appendleft(entry)
-        self.broadcast("request", entry)
-        if self.shared is not None:
-            self.shared.publish(entry)
+    def finished(self, request: FeedObserver) -> None:
+        self._ring.appendleft(request)
+        if self._subscribers or self.shared is not None:
+            entry = request.entry()
+            self.broadcast("request", entry)
+            if self.shared is not None:
+                self.shared.publish(entry)
 
 
 class FeedObserver:
@@ -140,12 +144,27 @@ class FeedObserver:
     per trace call while someone watches. Only events beyond MAX_EVENTS, which are not kept, are
     looked at as they come, so that their tool calls and `done` still count."""
 
-    __slots__ = ("done", "dropped", "events", "feed", "record", "request_id", "started_at_ms", "tools")
+    __slots__ = (
+        "_entry",
+        "done",
+        "dropped",
+        "duration_ms",
+        "events",
+        "facts",
+        "feed",
+        "record",
+        "request_id",
+        "started_at_ms",
+        "tools",
+    )
     wants_trace = True
 
     def __init__(self, feed: Feed, record: AccessRecord, request_id: str) -> None:
         self.feed = feed
-        self.record = record
+        self.record: AccessRecord | None = record  # until the end; then its facts
+        self.facts: RecordFacts | None = None
+        self.duration_ms: float | None = None
+        self._entry: dict[str, Any] | None = None
         self.request_id = request_id
         self.started_at_ms = int(time.time() * 1000)
         self.events: list[dict[str, Any]] = []
@@ -176,7 +195,16 @@ class FeedObserver:
                 self.done = event
 
     def on_end(self, record: AccessRecord, duration_ms: float) -> None:
-        self.feed.finished(self.summary(duration_ms))
+        self.facts = RecordFacts.of(record)
+        self.record = None
+        self.duration_ms = duration_ms
+        self.feed.finished(self)
+
+    def entry(self) -> dict[str, Any]:
+        """The finished request's summary (made once)."""
+        if self._entry is None:
+            self._entry = self.summary(self.duration_ms)
+        return self._entry
 
     def summary(self, duration_ms: float | None) -> dict[str, Any]:
         tools: list[dict[str, Any]] = []
@@ -190,8 +218,10 @@ class FeedObserver:
                 done = event
         if self.tools:
             tools = (tools + self.tools)[:MAX_TOOLS]
+        source = self.facts or self.record
+        assert source is not None
         return summarize(
-            self.record,
+            source,
             request_id=self.request_id,
             replica=self.feed.replica,
             started_at_ms=self.started_at_ms,

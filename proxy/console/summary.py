@@ -8,7 +8,7 @@ proxy.trace). Every list is bounded so one request cannot grow the console's mem
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from proxy.access_log import AccessRecord
@@ -18,6 +18,31 @@ MAX_TOOLS = 64  # tool calls listed per request
 MAX_TEXT = 128  # client-controlled text (the model name) is cut to this
 # Token counts worth showing from `usage`; anything else a provider adds there is left out.
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+class RecordFacts(NamedTuple):
+    """What a summary reads of a finished request's access record, kept instead of the record
+    (which also holds the request's messages, never kept by the console)."""
+
+    method: str
+    path: str
+    route: str
+    stream: bool
+    provider: str | None
+    model: str | None
+    level_requested: str | None
+    level: str | None
+    thinking_method: str | None
+    status: int
+    upstream_status: int | None
+    error: str | None
+
+    @classmethod
+    def of(cls, r: AccessRecord) -> RecordFacts:
+        return cls(
+            r.method, r.path, r.route, r.stream, r.provider, r.model, r.level_requested, r.level,
+            r.thinking_method, r.status, r.upstream_status, r.error,
+        )  # fmt: skip
 
 
 def clip(value: object) -> str | None:
@@ -42,7 +67,7 @@ def usage_of(done: Mapping[str, Any] | None) -> dict[str, int] | None:
 
 
 def summarize(
-    record: AccessRecord,
+    record: AccessRecord | RecordFacts,
     *,
     request_id: str,
     replica: str,
