@@ -105,8 +105,9 @@ class TappedTraceBuilder(TraceBuilder):
     stays 0, 1, 2…, or everything for `detailed`. The builder is detailed unless neither the tap
     (`detailed_tap`) nor the client needs more than brief.
 
-    Used only when some observer wants trace events, so a request nobody watches keeps the plain
-    builder (or none at all with `X-Trace: off`).
+    Used only when some observer wants trace events (or reads the outcome of a request whose client
+    asked for no trace), so a request nobody watches keeps the plain builder (or none at all with
+    `X-Trace: off`).
     """
 
     def __init__(self, *, client_mode: TraceMode, tap: Tap, detailed_tap: bool = True, **kwargs: Any) -> None:
@@ -119,9 +120,10 @@ class TappedTraceBuilder(TraceBuilder):
         )
         self._tap = tap
         self._client_seq = 0
+        self._whole = False  # inside on_completion: its events are viewed once, together
 
     def _client_view(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if not events:
+        if not events or self._whole:
             return events
         self._tap(events)
         if self._client_gets_all:
@@ -130,10 +132,13 @@ class TappedTraceBuilder(TraceBuilder):
         if mode is TraceMode.OFF:
             return []
         shown = []
+        seq = self._client_seq
         for event in events:
             if event["type"] in BRIEF_TYPES:
-                shown.append({**event, "seq": self._client_seq})
-                self._client_seq += 1
+                # (The events are shared with the tap: one whose number differs is copied.)
+                shown.append(event if event["seq"] == seq else {**event, "seq": seq})
+                seq += 1
+        self._client_seq = seq
         return shown
 
     def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
@@ -156,8 +161,17 @@ class TappedTraceBuilder(TraceBuilder):
         # The base class's own begin: its events are tapped and filtered with the rest of the call's.
         return [] if self._begun else TraceBuilder.begin(self, None, now_ms)
 
-    # on_chunk and on_completion are inherited: they reach _observe and finish above, so their
-    # events are already filtered.
+    def on_completion(self, body: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
+        # A whole answer goes through on_chunk once per chunk its stream would have had, then
+        # finish: its events reach the tap and the client's view in one call, not in four.
+        self._whole = True
+        try:
+            events = super().on_completion(body, reasoning, now_ms)
+        finally:
+            self._whole = False
+        return self._client_view(events)
+
+    # on_chunk is inherited: it reaches _observe above, so its events are already filtered.
 
 
 def needs_outcome(observers: Sequence[RequestObserver]) -> bool:
@@ -283,26 +297,32 @@ def build_trace(
     needs the detailed events (tap_needs_detail). `outcome`: an observer reads the builder's
     outcome at the end (needs_outcome), so there is one even when the client asked for no trace
     (brief, shown to nobody)."""
-    common: dict[str, Any] = {
-        "zh": zh,
-        "level": level,
-        "provider": provider,
-        "method": method,
-        "titles": titles,
-    }
-    if output is not None or tap is not None or (outcome and client_mode is TraceMode.OFF):
-        tapped: dict[str, Any] = {
-            "client_mode": client_mode,
-            "tap": tap or _ignore,
-            "detailed_tap": detailed_tap,
-            **common,
-        }
-        if output is not None:
-            return AnswerKeepingTraceBuilder(output=output, **tapped)
-        return TappedTraceBuilder(**tapped)
+    if output is not None:
+        return AnswerKeepingTraceBuilder(
+            output=output,
+            client_mode=client_mode,
+            tap=tap or _ignore,
+            detailed_tap=detailed_tap,
+            zh=zh,
+            level=level,
+            provider=provider,
+            method=method,
+            titles=titles,
+        )
+    if tap is not None or (outcome and client_mode is TraceMode.OFF):
+        return TappedTraceBuilder(
+            client_mode=client_mode,
+            tap=tap or _ignore,
+            detailed_tap=detailed_tap,
+            zh=zh,
+            level=level,
+            provider=provider,
+            method=method,
+            titles=titles,
+        )
     if client_mode is TraceMode.OFF:
         return None
-    return TraceBuilder(mode=client_mode, **common)
+    return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method, titles=titles)
 
 
 def _ignore(events: TraceEvents) -> None:

@@ -367,3 +367,21 @@ def test_observers_hear_when_a_stream_starts() -> None:
     record.observers = [Spy(), reader]  # (Spy has no on_stream: it is not asked)
     notify_stream(record)
     assert reader.streams == 1
+
+
+def test_a_whole_answer_reaches_the_tap_in_one_call_and_the_client_renumbered() -> None:
+    calls: list[list[str]] = []
+    builder = TappedTraceBuilder(
+        client_mode=TraceMode.BRIEF,
+        tap=lambda events: calls.append([e["type"] for e in events]),
+        zh=False,
+        level="deep",
+        provider="deepseek",
+    )
+    builder.begin(None, 0.0)
+    body = {"id": "c", "choices": [{"message": {"content": "Hi", "reasoning_content": "hmm"}}]}
+    shown = builder.on_completion(body, True, 5.0)
+    assert len(calls) == 2 and calls[1][:2] == ["status", "reasoning.start"] and calls[1][-1] == "done"
+    assert [e["type"] for e in shown] == ["status", "status", "done"]
+    assert [e["seq"] for e in shown] == [1, 2, 3]  # (0 was analyzing, at begin)
+    assert calls[1].count("status") == 2 and len(calls[1]) == 5  # the tap's own numbering is untouched

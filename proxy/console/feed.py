@@ -69,7 +69,7 @@ class Feed:
 
     def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> FeedObserver:
         self._counter += 1
-        return FeedObserver(self, record, f"{self.replica}-{self._counter}")
+        return FeedObserver(self, record, self._counter)
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -152,20 +152,20 @@ class FeedObserver:
         "events",
         "facts",
         "feed",
+        "number",
         "record",
-        "request_id",
         "started_at_ms",
         "tools",
     )
     wants_trace = True
 
-    def __init__(self, feed: Feed, record: AccessRecord, request_id: str) -> None:
+    def __init__(self, feed: Feed, record: AccessRecord, number: int) -> None:
         self.feed = feed
         self.record: AccessRecord | None = record  # until the end; then its facts
         self.facts: RecordFacts | None = None
         self.duration_ms: float | None = None
         self._entry: dict[str, Any] | None = None
-        self.request_id = request_id
+        self.number = number  # this replica's count of requests: the console's id is both
         self.started_at_ms = int(time.time() * 1000)
         self.events: list[dict[str, Any]] = []
         self.dropped = 0
@@ -222,7 +222,7 @@ class FeedObserver:
         assert source is not None
         return summarize(
             source,
-            request_id=self.request_id,
+            request_id=f"{self.feed.replica}-{self.number}",
             replica=self.feed.replica,
             started_at_ms=self.started_at_ms,
             events=self.events,
