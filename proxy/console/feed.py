@@ -183,7 +183,7 @@ class FeedObserver:
             kept.extend(events[:room])
             self.dropped += len(events) - room
             self._note_unkept(events[room:])
-        if self.feed._subscribers:
+        if self.feed.watched:
             self.feed.broadcast("progress", self.summary(None))
 
     def _note_unkept(self, events: TraceEvents) -> None:
