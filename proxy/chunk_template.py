@@ -53,8 +53,8 @@ class ChunkTemplate:
         """The text when `read` is exactly one SSE event, `data: ` + this template with a non-empty
         string in the field + a blank line, else None. (The prefix and suffix hold no line end,
         and a JSON string cannot hold a raw one: such a read is one event of one data line.)"""
-        if self.event_prefix is None:
-            return None
+        if self.event_prefix is None or read.find(b"\n") != len(read) - 2:
+            return None  # (several events, as a busy proxy finds them in one read: no decode tried)
         return _text_between(read, self.event_prefix, self.event_suffix)
 
     def take_run(

@@ -325,6 +325,22 @@ def test_learns_the_bytes_around_the_one_text_field() -> None:
     assert template.suffix.startswith(b'},"finish_reason":null')
 
 
+def test_a_read_of_two_events_is_not_decoded_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A busy proxy finds two paced events in one read: the first's prefix and the second's suffix
+    # frame them like one event. Decoding what lies between would fail with an exception (~3 µs);
+    # a line end inside says at once that it is not one event.
+    template = template_of(chunk({"content": "a"}))
+    assert template is not None and template.event_prefix is not None
+    one = template.event_prefix + b'"Hello"' + template.event_suffix
+    assert template.text_of_event(one) == "Hello"
+    decoded: list[bytes] = []
+    real_loads = orjson.loads
+    monkeypatch.setattr(chunk_template.orjson, "loads", lambda b: decoded.append(bytes(b)) or real_loads(b))
+    two = one + template.event_prefix + b'"world"' + template.event_suffix
+    assert template.text_of_event(two) is None
+    assert decoded == []
+
+
 @pytest.mark.parametrize(
     "delta",
     [
