@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.levels import TraceMode
@@ -297,20 +298,9 @@ def build_trace(
     needs the detailed events (tap_needs_detail). `outcome`: an observer reads the builder's
     outcome at the end (needs_outcome), so there is one even when the client asked for no trace
     (brief, shown to nobody)."""
-    if output is not None:
-        return AnswerKeepingTraceBuilder(
-            output=output,
-            client_mode=client_mode,
-            tap=tap or _ignore,
-            detailed_tap=detailed_tap,
-            zh=zh,
-            level=level,
-            provider=provider,
-            method=method,
-            titles=titles,
-        )
-    if tap is not None or (outcome and client_mode is TraceMode.OFF):
-        return TappedTraceBuilder(
+    if output is not None or tap is not None or (outcome and client_mode is TraceMode.OFF):
+        tapped = TappedTraceBuilder if output is None else partial(AnswerKeepingTraceBuilder, output=output)
+        return tapped(
             client_mode=client_mode,
             tap=tap or _ignore,
             detailed_tap=detailed_tap,
