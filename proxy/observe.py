@@ -108,29 +108,42 @@ class TappedTraceBuilder(TraceBuilder):
 
     Used only when some observer wants trace events (or reads the outcome of a request whose client
     asked for no trace), so a request nobody watches keeps the plain builder (or none at all with
-    `X-Trace: off`).
+    `X-Trace: off`). It overrides nothing but the view of each public call's events (TraceBuilder's
+    `_view`), so each call reaches the tap once, and the common chunk (more of the same) returns
+    from the base class's quiet path before reaching it: watching a stream adds nothing per chunk.
     """
 
-    def __init__(self, *, client_mode: TraceMode, tap: Tap, detailed_tap: bool = True, **kwargs: Any) -> None:
+    __slots__ = ("_client_gets_all", "_client_mode", "_client_seq", "_tap")
+
+    def __init__(
+        self,
+        *,
+        client_mode: TraceMode,
+        tap: Tap,
+        detailed_tap: bool = True,
+        zh: bool,
+        level: str,
+        provider: str,
+        method: str | None = None,
+        titles: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         detailed = detailed_tap or client_mode is TraceMode.DETAILED
-        super().__init__(mode=TraceMode.DETAILED if detailed else TraceMode.BRIEF, **kwargs)
+        mode = TraceMode.DETAILED if detailed else TraceMode.BRIEF
+        super().__init__(mode=mode, zh=zh, level=level, provider=provider, method=method, titles=titles)
+        self._viewed = True
         # What the client sees when it is not everything the builder makes.
         self._client_mode = client_mode
-        self._client_gets_all = client_mode is TraceMode.DETAILED or (
-            not detailed and client_mode is TraceMode.BRIEF
-        )
+        self._client_gets_all = client_mode is mode
         self._tap = tap
         self._client_seq = 0
-        self._whole = False  # inside on_completion: its events are viewed once, together
 
-    def _client_view(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if not events or self._whole:
+    def _view(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not events:
             return events
         self._tap(events)
         if self._client_gets_all:
             return events
-        mode = self._client_mode
-        if mode is TraceMode.OFF:
+        if self._client_mode is TraceMode.OFF:
             return []
         shown = []
         seq = self._client_seq
@@ -141,38 +154,6 @@ class TappedTraceBuilder(TraceBuilder):
                 seq += 1
         self._client_seq = seq
         return shown
-
-    def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
-        return self._client_view(super().begin(request_body, now_ms))
-
-    def _observe(
-        self, chunk: dict[str, Any], choices: Any, reasoning: bool, now_ms: float
-    ) -> list[dict[str, Any]]:
-        # Not on_chunk: the common chunk (more of the same) returns from the base class's quiet
-        # path before reaching here, so watching a stream adds nothing per chunk.
-        return self._client_view(super()._observe(chunk, choices, reasoning, now_ms))
-
-    def on_error(self, message: str, now_ms: float, code: str | None = None) -> list[dict[str, Any]]:
-        return self._client_view(super().on_error(message, now_ms, code))
-
-    def finish(self, now_ms: float) -> list[dict[str, Any]]:
-        return self._client_view(super().finish(now_ms))
-
-    def _ensure_begun(self, now_ms: float) -> list[dict[str, Any]]:
-        # The base class's own begin: its events are tapped and filtered with the rest of the call's.
-        return [] if self._begun else TraceBuilder.begin(self, None, now_ms)
-
-    def on_completion(self, body: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
-        # A whole answer goes through on_chunk once per chunk its stream would have had, then
-        # finish: its events reach the tap and the client's view in one call, not in four.
-        self._whole = True
-        try:
-            events = super().on_completion(body, reasoning, now_ms)
-        finally:
-            self._whole = False
-        return self._client_view(events)
-
-    # on_chunk is inherited: it reaches _observe above, so its events are already filtered.
 
 
 def needs_outcome(observers: Sequence[RequestObserver]) -> bool:
@@ -203,8 +184,10 @@ def output_sink(observers: Sequence[RequestObserver]) -> OutputSink | None:
 
 class AnswerKeepingTraceBuilder(TappedTraceBuilder):
     """A tapped builder that also keeps choice 0's answer (text, tool calls, finish reason) and
-    hands it to `output` when the response is done. A non-stream answer reaches `on_chunk` too,
-    as the chunks its stream would have carried (TraceBuilder.on_completion)."""
+    hands it to `output` when the response is done. A non-stream answer is kept from the chunks its
+    stream would have carried (TraceBuilder._completion_chunks)."""
+
+    __slots__ = ("_kept_calls", "_kept_finish", "_kept_text", "_output")
 
     def __init__(self, *, output: OutputSink, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -214,11 +197,20 @@ class AnswerKeepingTraceBuilder(TappedTraceBuilder):
         self._kept_finish: str | None = None
 
     def on_chunk(self, chunk: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
+        self._keep_chunk(chunk)
+        return super().on_chunk(chunk, reasoning, now_ms)
+
+    def _completion_chunks(self, body: dict[str, Any], reasoning: bool) -> list[tuple[dict[str, Any], bool]]:
+        chunks = super()._completion_chunks(body, reasoning)
+        for chunk, _ in chunks:
+            self._keep_chunk(chunk)
+        return chunks
+
+    def _keep_chunk(self, chunk: dict[str, Any]) -> None:
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else ():
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._keep(choice)
-        return super().on_chunk(chunk, reasoning, now_ms)
 
     def text_rule(self, index: int, field: str, reasoning: bool) -> tuple[bool, Callable[[str], None] | None]:
         # The answer's text is kept even when the chunk needs nothing else.
@@ -254,9 +246,10 @@ class AnswerKeepingTraceBuilder(TappedTraceBuilder):
         if isinstance(choice.get("finish_reason"), str):
             self._kept_finish = choice["finish_reason"]
 
-    def finish(self, now_ms: float) -> list[dict[str, Any]]:
+    def _finish(self, now_ms: float) -> list[dict[str, Any]]:
+        # (The private half: a whole answer's on_completion finishes through it too.)
         first_time = not self._done
-        events = super().finish(now_ms)
+        events = super()._finish(now_ms)
         if first_time:
             self._output([self.answer()])
         return events

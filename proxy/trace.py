@@ -170,6 +170,16 @@ class TraceBuilder:
     prompt text or a raw tool payload — only summaries (proxy.summaries).
     """
 
+    # Slots: a builder (with a subclass's few more) has more attributes than CPython 3.11 keeps
+    # in a shared-key instance dict (30); past that each instance got a dict of its own, slower
+    # to fill and to read on every call.
+    __slots__ = (
+        "_begun", "_by_id", "_by_index", "_calls", "_detailed", "_done", "_finish_reason", "_last_t",
+        "_level", "_method", "_off", "_open_calls", "_origin", "_positions", "_provider", "_quiet",
+        "_reasoned", "_reasoning_since", "_reasoning_total", "_replay", "_seq", "_stage", "_titles",
+        "_tool_durations", "_ttft", "_usage", "_viewed", "_zh", "response",
+    )  # fmt: skip
+
     def __init__(
         self,
         *,
@@ -216,6 +226,11 @@ class TraceBuilder:
         # What the replay store did for this request's history (see note_replay).
         self._replay: dict[str, int] | None = None
         self._tool_durations: Mapping[str, float] = {}
+        # Whether each public call's events go through `_view` (a subclass that shows the caller
+        # less than it builds, or tells someone else: proxy.observe.TappedTraceBuilder). A flag,
+        # not a stored callable: a bound method kept on the instance would make every builder a
+        # reference cycle, left for the cyclic collector.
+        self._viewed = False
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -227,6 +242,12 @@ class TraceBuilder:
 
     def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
         """`status: analyzing`, then (detailed) a `tool_result` per answered tool call in the request."""
+        out = self._begin(request_body, now_ms)
+        return self._view(out) if self._viewed else out
+
+    def _begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
+        # (The public methods call each other's private halves, so that a subclass's `_view`
+        # sees each public call's events once, together.)
         if self._off or self._begun:
             return []
         self._begun = True
@@ -287,7 +308,8 @@ class TraceBuilder:
                                 return []
                         elif not delta.get("content"):
                             return []
-        return self._observe(chunk, choices, reasoning, now_ms)
+        out = self._observe(chunk, choices, reasoning, now_ms)
+        return self._view(out) if self._viewed else out
 
     def text_rule(self, index: int, field: str, reasoning: bool) -> tuple[bool, Callable[[str], None] | None]:
         """For chunks of one choice whose delta carries only more text in `field` (`reasoning`:
@@ -310,10 +332,14 @@ class TraceBuilder:
         out.append(
             self._event("error", self._clock(now_ms), text if not self._zh else f"出错：{text}", **fields)
         )
-        return out
+        return self._view(out) if self._viewed else out
 
     def finish(self, now_ms: float) -> list[dict[str, Any]]:
         """Closes open reasoning and tool calls, then `done`. A second call returns []."""
+        out = self._finish(now_ms)
+        return self._view(out) if self._viewed else out
+
+    def _finish(self, now_ms: float) -> list[dict[str, Any]]:
         if self._off or self._done:
             return []
         out = self._ensure_begun(now_ms)
@@ -352,10 +378,19 @@ class TraceBuilder:
             return []
         self.response = chunk_meta(body)
         out: list[dict[str, Any]] = []
-        for chunk, carries_reasoning in _completion_as_chunks(body, reasoning):
-            out += self.on_chunk(chunk, carries_reasoning, now_ms)
-        out += self.finish(now_ms)
-        return out
+        for chunk, carries_reasoning in self._completion_chunks(body, reasoning):
+            # (Not on_chunk: its quiet path skips only chunks that would cause nothing here.)
+            out += self._observe(chunk, chunk["choices"], carries_reasoning, now_ms)
+        out += self._finish(now_ms)
+        return self._view(out) if self._viewed else out
+
+    def _completion_chunks(self, body: dict[str, Any], reasoning: bool) -> list[tuple[dict[str, Any], bool]]:
+        """The chunks a stream of this completion would have carried (a subclass may read them)."""
+        return _completion_as_chunks(body, reasoning)
+
+    def _view(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What the caller gets of one public call's events (when `_viewed`; see __init__)."""
+        return events
 
     # -- stream observation ----------------------------------------------------------------------
 
@@ -539,7 +574,7 @@ class TraceBuilder:
         return None
 
     def _ensure_begun(self, now_ms: float) -> list[dict[str, Any]]:
-        return [] if self._begun else self.begin(None, now_ms)
+        return [] if self._begun else self._begin(None, now_ms)
 
     def _clock(self, now_ms: float) -> float:
         t = max(now_ms - self._origin, self._last_t)
@@ -618,13 +653,20 @@ def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
 
 
 def _ms(value: float) -> int | float:
-    rounded = round(value, 1)
-    return int(rounded) if rounded.is_integer() else rounded
+    """Milliseconds to one decimal, a whole number as an int."""
+    try:
+        # (Not round(value, 1): with digits, CPython rounds through a decimal string, ~10x the
+        # work, and a response's trace rounds ten times.)
+        tenths = round(value * 10)
+    except (OverflowError, ValueError):  # not a finite number: nothing to round
+        return value
+    return tenths // 10 if tenths % 10 == 0 else tenths / 10
 
 
 def _duration_text(ms: float) -> tuple[str, str]:
     if ms < 1000:
-        return f"{ms:.0f} ms", f"{ms:.0f} 毫秒"
+        whole = round(ms)  # (the same digits as `:.0f`, without a float formatter)
+        return f"{whole} ms", f"{whole} 毫秒"
     return f"{ms / 1000:.1f} s", f"{ms / 1000:.1f} 秒"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.levels import TraceMode, prefers_chinese
 from proxy.summaries import summarize_arguments
-from proxy.trace import ChunkMeta, TraceBuilder, chunk_meta, comment_frames, event_frames
+from proxy.trace import ChunkMeta, TraceBuilder, _duration_text, _ms, chunk_meta, comment_frames, event_frames
 
 SCHEMA = orjson.loads((Path(__file__).parent.parent / "docs" / "trace-event.schema.json").read_bytes())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -1030,3 +1030,51 @@ def test_deep_usage_from_the_upstream_does_not_break_the_trace() -> None:
     events = b.on_chunk(body, False, 1.0) + b.finish(2.0)
     comment_frames(events)  # would raise if the usage could not be written
     assert of_type(events, "done")[0]["usage"]["prompt_tokens"] == 1
+
+
+# -- numbers in events -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(0.0, 0), (12.0, 12), (12.04, 12), (12.06, 12.1), (0.96, 1), (52.5, 52.5), (1999.96, 2000), (3.25, 3.2)],
+)
+def test_times_are_rounded_to_a_tenth_and_whole_ones_are_integers(value: float, expected: float) -> None:
+    shown = _ms(value)
+    assert shown == expected
+    assert isinstance(shown, int) == float(expected).is_integer()
+
+
+def test_rounding_agrees_with_rounding_to_one_decimal_everywhere() -> None:
+    for step in range(0, 200_000, 7):
+        value = step / 97
+        shown = _ms(value)
+        assert abs(shown - value) <= 0.05 + 1e-9
+        assert abs(shown - round(value, 1)) < 0.1 + 1e-9  # (a tie may fall either way)
+        assert len(repr(shown).partition(".")[2]) <= 1
+
+
+def test_a_time_that_is_not_finite_is_passed_through() -> None:
+    assert _ms(float("inf")) == float("inf")
+
+
+@pytest.mark.parametrize("ms", [0.0, 0.49, 0.5, 1.5, 2.5, 17.5, 374.6, 999.4, 999.5])
+def test_duration_text_shows_the_same_digits_as_a_float_format(ms: float) -> None:
+    assert _duration_text(ms) == (f"{ms:.0f} ms", f"{ms:.0f} 毫秒")
+
+
+def test_a_builder_keeps_no_instance_dict() -> None:
+    # Its attributes are slots (see TraceBuilder.__slots__): a subclass that forgets its own
+    # __slots__ brings the per-instance dict back.
+    from proxy.observe import AnswerKeepingTraceBuilder, TappedTraceBuilder
+
+    kwargs: dict[str, Any] = {"zh": False, "level": "deep", "provider": "deepseek"}
+    builders = [
+        TraceBuilder(mode=TraceMode.DETAILED, **kwargs),
+        TappedTraceBuilder(client_mode=TraceMode.BRIEF, tap=lambda events: None, **kwargs),
+        AnswerKeepingTraceBuilder(
+            output=lambda messages: None, client_mode=TraceMode.BRIEF, tap=lambda events: None, **kwargs
+        ),
+    ]
+    for builder in builders:
+        assert not hasattr(builder, "__dict__"), type(builder).__name__
