@@ -1,19 +1,21 @@
 """What one feature costs, counted in instructions: exact, where timing on this VM is not.
 
-  /work/venv/bin/python bench/instructions.py                       # every feature, ~30 min
+  /work/venv/bin/python bench/instructions.py                       # every feature, ~1 hour
   /work/venv/bin/python bench/instructions.py --features console --scenarios json
   /work/venv/bin/python bench/instructions.py --compare ' vs PYTHONPATH=/tmp/before'  # code A/B
 
-Each configuration runs the proxy's app in this process, under valgrind's callgrind (which counts
+Each configuration runs the proxy's app in one process, under valgrind's callgrind (which counts
 every instruction the process executes), for a number of chat requests: the fake upstream's
 answer (bench/fake_upstream.py: the non-stream JSON, or the 200-chunk burst stream) comes from an
 in-process httpx transport, and the request goes straight to the ASGI app. Each run warms up
 (WARM requests: the console's ring full, lazy imports done), collects garbage, then counts: once
 with no requests and once with COUNTED; the difference divided by COUNTED is the instructions one
 request takes in the steady state, with start-up and warm-up cancelled out. PYTHONHASHSEED is
-fixed, so a configuration counted twice gives the same figure to within ~0.1%. (A young-generation
-collection that falls inside one run and not the other would show as a jump; with the server's
-GC threshold a steady state makes almost none.)
+fixed, so a configuration counted twice gives the same figure to within ~0.1%. A run can still
+hold a one-off — once, the console of an older build counted +58% in one run, and +6.8% from
+a straight line through counts at 0, 100, 200 and 400 requests — so each configuration is also
+counted at half the requests, and a figure whose two halves differ per request by more than 1%
+says "unsteady".
 
 What it counts: the proxy's own work for a request — routing, body parse, rewrite, forwarding
 through the upstream client, the answer's normalization, trace, access log and every listener —
@@ -51,6 +53,7 @@ SCENARIOS = ("json", "burst")
 # Past the console's ring (THINKPROXY_UI_HISTORY, 200), so that the counted requests see it full.
 WARM = 220
 COUNTED = {"json": 400, "burst": 100}
+STEADY_PCT = 1.0  # how far the two halves of a count may differ per request
 BASE_ENV = {
     "THINKPROXY_UPSTREAM_BASE_URL": "https://api.deepseek.com/v1",
     "THINKPROXY_DEFAULT_THINKING_LEVEL": "standard",
@@ -157,10 +160,15 @@ def count(settings: dict[str, str], scenario: str, counted: int) -> int:
     return int(found.group(1))
 
 
-def per_request(settings: dict[str, str], scenario: str, counted: int) -> float:
-    with ThreadPoolExecutor(2) as pool:  # the two runs on the two cores
-        warm_only, both = pool.map(lambda n: count(settings, scenario, n), (0, counted))
-    return (both - warm_only) / counted
+def per_request(settings: dict[str, str], scenario: str, counted: int) -> tuple[float, bool]:
+    """Instructions per counted request, and whether the two halves of the count agreed (within
+    STEADY_PCT): a run can hold a one-off (a collection, a timer firing under valgrind's slowness)
+    that a straight difference would spread over every request."""
+    half = counted // 2
+    with ThreadPoolExecutor(2) as pool:  # the runs on the two cores
+        none, halfway, whole = pool.map(lambda n: count(settings, scenario, n), (0, half, counted))
+    first, second = (halfway - none) / half, (whole - halfway) / (counted - half)
+    return (whole - none) / counted, abs(first / second - 1) * 100 <= STEADY_PCT
 
 
 def measure(pairs: Iterable[Pair], scenarios: list[str], counted: dict[str, int]) -> list[dict[str, object]]:
@@ -169,9 +177,14 @@ def measure(pairs: Iterable[Pair], scenarios: list[str], counted: dict[str, int]
         row: dict[str, object] = {"feature": pair.feature, "with": pair.with_env, "without": pair.without_env}
         for scenario in scenarios:
             print(f"{pair.feature}: {scenario} …", file=sys.stderr, flush=True)
-            with_ = per_request(pair.with_env, scenario, counted[scenario])
-            without = per_request(pair.without_env, scenario, counted[scenario])
-            row[scenario] = {"with": with_, "without": without, "cost_pct": (with_ / without - 1) * 100}
+            with_, steady_with = per_request(pair.with_env, scenario, counted[scenario])
+            without, steady_without = per_request(pair.without_env, scenario, counted[scenario])
+            row[scenario] = {
+                "with": with_,
+                "without": without,
+                "cost_pct": (with_ / without - 1) * 100,
+                "steady": steady_with and steady_without,
+            }
         rows.append(row)
     return rows
 
@@ -187,7 +200,8 @@ def table(rows: list[dict[str, object]], scenarios: list[str]) -> str:
             figures = row[scenario]
             assert isinstance(figures, dict)
             cells.append(f"{figures['without']:,.0f} → {figures['with']:,.0f}")
-            cells.append(f"{figures['cost_pct']:+.1f}%")
+            steady = "" if figures["steady"] else " (unsteady: run again)"
+            cells.append(f"{figures['cost_pct']:+.1f}%{steady}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
