@@ -11,11 +11,14 @@ in-process httpx transport, and the request goes straight to the ASGI app. Each 
 (WARM requests: the console's ring full, lazy imports done), collects garbage, then counts: once
 with no requests and once with COUNTED; the difference divided by COUNTED is the instructions one
 request takes in the steady state, with start-up and warm-up cancelled out. PYTHONHASHSEED is
-fixed, so a configuration counted twice gives the same figure to within ~0.1%. A run can still
-hold a one-off — once, the console of an older build counted +58% in one run, and +6.8% from
-a straight line through counts at 0, 100, 200 and 400 requests — so each configuration is also
-counted at half the requests, and a figure whose two halves differ per request by more than 1%
-says "unsteady".
+fixed, so on an otherwise idle machine a configuration counted twice gives the same figure to
+within ~0.1%. Count on an idle machine: work driven by the clock (timers, timeouts, anything done
+once per second) follows wall time, which valgrind's slowness and other load stretch. Two runs
+made while the test suite ran alongside were far off: an older build's console counted +58%,
+where counts made alone at 0, 100, 200 and 400 requests lie on a straight line at +6.8%; and a
+compiled build −82%, where alone it counted −5.6%. So each configuration is also counted at half
+the requests, and a figure whose two halves differ per request by more than 1% says "unsteady"
+(the second of those runs did; the first came before this check).
 
 What it counts: the proxy's own work for a request — routing, body parse, rewrite, forwarding
 through the upstream client, the answer's normalization, trace, access log and every listener —
