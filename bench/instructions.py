@@ -8,12 +8,14 @@ Each configuration runs the proxy's app in one process, under valgrind's callgri
 every instruction the process executes), for a number of chat requests: the fake upstream's
 answer (bench/fake_upstream.py: the non-stream JSON, or the 200-chunk burst stream) comes from an
 in-process httpx transport, and the request goes straight to the ASGI app. Each run warms up
-(WARM requests: the console's ring full, lazy imports done), collects garbage, then counts: once
-with no requests and once with COUNTED; the difference divided by COUNTED is the instructions one
-request takes in the steady state, with start-up and warm-up cancelled out. PYTHONHASHSEED is
-fixed, so on an otherwise idle machine a configuration counted twice gives the same figure to
-within ~0.1%. Count on an idle machine: work driven by the clock (timers, timeouts, anything done
-once per second) follows wall time, which valgrind's slowness and other load stretch. Two runs
+(WARM requests: the console's ring full, lazy imports done), collects garbage, then counts: with
+no requests, with half of COUNTED and with COUNTED; the difference divided by COUNTED is the
+instructions one request takes in the steady state, with start-up and warm-up cancelled out.
+PYTHONHASHSEED is fixed, so on an otherwise idle machine a configuration counted again usually
+gives the same figure per request to within ~0.3% (the defaults, JSON, five counts: 1,436k to
+1,444k), but not always (a sixth: 1,500k; with the count at 200 requests, its halves were 9%
+apart). Count on an idle machine: work driven by the clock (timers, timeouts, anything done once
+per second) follows wall time, which valgrind's slowness and other load stretch. Two runs
 made while the test suite ran alongside were far off: an older build's console counted +58%,
 where counts made alone at 0, 100, 200 and 400 requests lie on a straight line at +6.8%; and a
 compiled build −82%, where alone it counted −5.6%. So each configuration is also counted at half
@@ -75,9 +77,7 @@ def run_child(scenario: str, warm: int, counted: int) -> None:
     import httpx
     from fake_upstream import json_body, sse_events
 
-    from proxy.access_log import configure_logging
-    from proxy.app import YOUNG_COLLECTION_THRESHOLD, create_app
-    from proxy.settings import Settings
+    from proxy.app import create_served_app
 
     stream = scenario == "burst"
     answer = json_body()
@@ -92,10 +92,9 @@ def run_child(scenario: str, warm: int, counted: int) -> None:
             return httpx.Response(200, content=chunks(), headers={"content-type": "text/event-stream"})
         return httpx.Response(200, content=answer, headers={"content-type": "application/json"})
 
-    # As `thinkproxy serve` builds it (proxy.app.create_served_app), with the upstream in-process.
-    settings = Settings()
-    configure_logging(settings.log_level, settings.log_json)
-    app = create_app(settings, transport=httpx.MockTransport(upstream))
+    # The app `thinkproxy serve` runs (logging, the frozen start-up heap, the GC threshold), with
+    # the upstream in-process.
+    app = create_served_app(transport=httpx.MockTransport(upstream))
     body = payload(stream)
     headers = [
         (b"host", b"127.0.0.1:8000"),
@@ -138,10 +137,6 @@ def run_child(scenario: str, warm: int, counted: int) -> None:
         for _ in range(counted):
             await one()
 
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
     asyncio.run(main())
 
 

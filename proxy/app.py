@@ -433,12 +433,13 @@ def create_app(
     return app
 
 
-def create_served_app() -> Starlette:
+def create_served_app(transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
     """The factory `thinkproxy serve` gives uvicorn: it runs in every worker process, so logging is
-    configured here, per process, not only in the parent."""
+    configured here, per process, not only in the parent. (`transport`: an in-process upstream,
+    for bench/instructions.py, which counts the served app's work.)"""
     settings = Settings()
     configure_logging(settings.log_level, settings.log_json)
-    app = create_app(settings)
+    app = create_app(settings, transport=transport)
     # Everything loaded so far (modules, the providers table, settings) lives as long as the
     # process: moved out of the collector's sight, a full collection scans only what requests
     # made. Without it each one scanned the whole heap, ~90 ms on this machine, stalling every
