@@ -5,10 +5,16 @@ ARG BASE_IMAGE=python:3.12-slim
 
 FROM ${BASE_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# A C compiler for this stage only: the wheel compiles the core with mypyc (hatch_build.py), which
+# runs the same requests with ~28% fewer instructions. THINKPROXY_COMPILE=require fails the build
+# rather than ship the pure-Python fallback unnoticed; the runtime image needs no compiler.
+RUN apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md providers.yaml ./
+COPY pyproject.toml README.md providers.yaml hatch_build.py ./
 COPY proxy ./proxy
-RUN pip wheel --wheel-dir /wheels .
+RUN THINKPROXY_COMPILE=require pip wheel --wheel-dir /wheels .
 
 FROM ${BASE_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \

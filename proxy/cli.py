@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from proxy import __version__
+from proxy.build_info import build_label
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         target = f"{len(routes.routes)} route(s) from {settings.routes_file}"
     print(
         f"thinkproxy {__version__}: http://{settings.host}:{settings.port}/v1 -> {target} "
-        f"[{settings.workers} worker(s), transport {settings.http_transport}]",
+        f"[{settings.workers} worker(s), transport {settings.http_transport}, {build_label()}]",
         file=sys.stderr,
     )
     if settings.ui:
@@ -234,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="thinkproxy",
         description="OpenAI-compatible proxy: one header picks the thinking level on any provider.",
     )
-    parser.add_argument("--version", action="version", version=f"thinkproxy {__version__}")
+    parser.add_argument("--version", action="version", version=f"thinkproxy {__version__} ({build_label()})")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the proxy (settings from THINKPROXY_* variables)")

@@ -92,6 +92,18 @@ class BadUpstreamResponse(ProxyError):
     code = "upstream_bad_response"
 
 
+# Also the code of a stream's trace error when an event's reasoning cannot be removed.
+UNREADABLE_ANSWER_CODE = "reasoning_not_removable"
+
+
+class UnreadableAnswer(ProxyError):
+    """A non-stream answer whose reasoning cannot be removed: withheld, never forwarded as is."""
+
+    status = 502
+    type = "upstream_error"
+    code = UNREADABLE_ANSWER_CODE
+
+
 class ServiceUnavailable(ProxyError):
     """The proxy itself is at a limit it set (e.g. the console's live views)."""
 

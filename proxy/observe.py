@@ -189,8 +189,31 @@ class AnswerKeepingTraceBuilder(TappedTraceBuilder):
 
     __slots__ = ("_kept_calls", "_kept_finish", "_kept_text", "_output")
 
-    def __init__(self, *, output: OutputSink, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    # (Every parameter spelled out, not forwarded as **kwargs: compiled by mypyc, keyword
+    # arguments forwarded that way reach the wrong parameters.)
+    def __init__(
+        self,
+        *,
+        output: OutputSink,
+        client_mode: TraceMode,
+        tap: Tap,
+        detailed_tap: bool = True,
+        zh: bool,
+        level: str,
+        provider: str,
+        method: str | None = None,
+        titles: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        super().__init__(
+            client_mode=client_mode,
+            tap=tap,
+            detailed_tap=detailed_tap,
+            zh=zh,
+            level=level,
+            provider=provider,
+            method=method,
+            titles=titles,
+        )
         self._output = output
         self._kept_text: list[str] = []
         self._kept_calls: dict[int, dict[str, str]] = {}

@@ -17,7 +17,7 @@ import orjson
 from proxy import chunk_template, jsonio
 from proxy.capture import TurnCollector
 from proxy.chunk_template import ChunkTemplate
-from proxy.errors import ProxyError, error_payload
+from proxy.errors import UNREADABLE_ANSWER_CODE, UnreadableAnswer, error_payload
 from proxy.levels import TraceFormat
 from proxy.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
 from proxy.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
@@ -42,14 +42,6 @@ class _TemplateRule:
 
 
 _FULL_PATH = _TemplateRule(False, ())  # (compared by identity: every chunk takes the ordinary path)
-
-
-class UnreadableAnswer(ProxyError):
-    """A non-stream answer whose reasoning cannot be removed: withheld, never forwarded as is."""
-
-    status = 502
-    type = "upstream_error"
-    code = "reasoning_not_removable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +311,7 @@ class StreamPipeline:
         if self._trace is None:
             return WITHHELD_COMMENT
         message = "An upstream event could not be parsed to remove its reasoning; it was withheld."
-        events = self._trace.on_error(message, now_ms, UnreadableAnswer.code)
+        events = self._trace.on_error(message, now_ms, UNREADABLE_ANSWER_CODE)
         return self._trace_bytes(events) + WITHHELD_COMMENT
 
     def _start_meta(self, chunk: dict[str, Any], append: Callable[[bytes], None]) -> None:

@@ -310,9 +310,21 @@ class StreamReasoningExtractor:
     A chunk with nothing to do costs a few dict lookups and is reported `changed=False`.
     """
 
-    __slots__ = ("_implicit", "_in_place", "_last", "_quiet", "_sink", "_splitters", "_tags", "_writer")
+    __slots__ = (
+        "_fast_path",
+        "_implicit",
+        "_in_place",
+        "_last",
+        "_quiet",
+        "_sink",
+        "_splitters",
+        "_tags",
+        "_writer",
+    )
 
-    def __init__(self, options: ReasoningOptions, sink: ReasoningSink | None = None) -> None:
+    def __init__(
+        self, options: ReasoningOptions, sink: ReasoningSink | None = None, *, fast_path: bool = True
+    ) -> None:
         names = options.tags or (("think",) if options.implicit_open else ())
         self._tags = _tag_set(names) if names else None
         self._implicit = options.implicit_open
@@ -324,7 +336,9 @@ class StreamReasoningExtractor:
             self._in_place = (field, "reasoning" if field == "reasoning_content" else "reasoning_content")
         self._splitters: dict[Any, _TextSplitter] = {}
         # True while no choice is inside reasoning or holding text back: the fast path is exact.
-        self._quiet = not options.implicit_open
+        # `fast_path=False` only for the tests: the full path is the reference the fast one must match.
+        self._fast_path = fast_path
+        self._quiet = fast_path and not options.implicit_open
         self._last: dict[str, Any] | None = None
         # Told each choice's reasoning text as normalized (even when hidden): the replay capture.
         self._sink = sink
@@ -360,7 +374,7 @@ class StreamReasoningExtractor:
                 if self._sink is not None:
                     self._sink(_choice_index(choice), r)
             has_content |= a
-        self._quiet = not any(s.inside or s.held for s in self._splitters.values())
+        self._quiet = self._fast_path and not any(s.inside or s.held for s in self._splitters.values())
         return ChunkOutcome(changed, has_reasoning, has_content)
 
     def flush(self) -> list[dict[str, Any]]:

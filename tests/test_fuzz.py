@@ -46,7 +46,7 @@ from hypothesis.errors import InvalidArgument
 import proxy
 from proxy.capture import TurnCollector
 from proxy.dialects import Dialect, ProvidersTable, ReplayPolicy
-from proxy.errors import BadRequest, ConfigError, Forbidden, ProxyError
+from proxy.errors import BadRequest, ConfigError, Forbidden, ProxyError, UnreadableAnswer
 from proxy.levels import (
     Level,
     ReasoningField,
@@ -58,7 +58,7 @@ from proxy.levels import (
     parse_trace_format,
     parse_trace_mode,
 )
-from proxy.pipeline import WITHHELD_COMMENT, StreamPipeline, UnreadableAnswer, process_completion
+from proxy.pipeline import WITHHELD_COMMENT, StreamPipeline, process_completion
 from proxy.reasoning import (
     ReasoningOptions,
     StreamReasoningExtractor,

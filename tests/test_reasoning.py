@@ -601,18 +601,10 @@ def test_any_tagged_text_split_anywhere(
     assert (message.get("reasoning_content") or "", message["content"]) == (reasoning, content)
 
 
-class FullPathOnly(StreamReasoningExtractor):
-    """The extractor with its fast path turned off: the reference the fast path must agree with."""
-
-    def _fast(self, choices: list[Any]) -> None:
-        return None
-
-
-def run_chunks(
-    chunks: list[dict[str, Any]], options: ReasoningOptions, kind: type[StreamReasoningExtractor]
-) -> list[Any]:
+def run_chunks(chunks: list[dict[str, Any]], options: ReasoningOptions, *, fast_path: bool) -> list[Any]:
+    """With `fast_path=False` the extractor is the reference the fast path must agree with."""
     chunks = copy.deepcopy(chunks)
-    extractor = kind(options)
+    extractor = StreamReasoningExtractor(options, fast_path=fast_path)
     outcomes = [extractor.process_chunk(c) for c in chunks]
     return [chunks, outcomes, extractor.flush()]
 
@@ -630,8 +622,8 @@ OPTION_SETS = [
 def test_fast_path_agrees_with_full_path_on_fixtures(name: str) -> None:
     chunks = chunks_of(fixture(name))
     for options in OPTION_SETS:
-        fast = run_chunks(chunks, options, StreamReasoningExtractor)
-        assert fast == run_chunks(chunks, options, FullPathOnly), options
+        fast = run_chunks(chunks, options, fast_path=True)
+        assert fast == run_chunks(chunks, options, fast_path=False), options
 
 
 maybe_text = st.one_of(st.none(), st.sampled_from(["", "a", "<", "x<think>y", "</think>z", "<thi"]))
@@ -660,5 +652,5 @@ def test_fast_path_agrees_with_full_path_on_random_deltas(
     deltas: list[tuple[int, dict[str, Any], str | None]], options: ReasoningOptions
 ) -> None:
     chunks = [{"id": "x", "choices": [{"index": i, "delta": d, "finish_reason": f}]} for i, d, f in deltas]
-    fast = run_chunks(chunks, options, StreamReasoningExtractor)
-    assert fast == run_chunks(chunks, options, FullPathOnly)
+    fast = run_chunks(chunks, options, fast_path=True)
+    assert fast == run_chunks(chunks, options, fast_path=False)

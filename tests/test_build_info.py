@@ -1,0 +1,135 @@
+"""Which build the suite runs on. CI runs the suite twice, on the pure build and on the compiled
+one, and says which it expects in THINKPROXY_EXPECT_BUILD: a compiled run that silently imported
+the sources (or the reverse) would test the wrong thing and still pass."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy import build_info
+from proxy.build_info import COMPILED_CORE, build_label, compiled_modules, is_compiled
+from proxy.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_build_is_the_one_ci_expects() -> None:
+    expected = os.environ.get("THINKPROXY_EXPECT_BUILD")
+    if expected is None:
+        pytest.skip("THINKPROXY_EXPECT_BUILD not set (CI sets it: pure or compiled)")
+    assert expected in {"pure", "compiled"}, f"THINKPROXY_EXPECT_BUILD={expected!r}: pure or compiled"
+    assert compiled_modules() == (list(COMPILED_CORE) if expected == "compiled" else [])
+
+
+def test_every_core_module_exists_and_is_named_once() -> None:
+    assert len(set(COMPILED_CORE)) == len(COMPILED_CORE)
+    for name in COMPILED_CORE:
+        assert importlib.util.find_spec(name) is not None, name
+
+
+def test_a_module_loaded_from_source_is_not_compiled() -> None:
+    assert not is_compiled("proxy.build_info")  # never compiled: it reads the others
+    assert build_info.__file__ is not None and build_info.__file__.endswith(".py")
+
+
+def test_the_label_says_which_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build_info, "compiled_modules", lambda: [])
+    assert build_label() == "pure Python"
+    monkeypatch.setattr(build_info, "compiled_modules", lambda: list(COMPILED_CORE))
+    assert build_label() == "mypyc-compiled core"
+    monkeypatch.setattr(build_info, "compiled_modules", lambda: ["proxy.sse"])
+    assert build_label() == "partly compiled: proxy.sse"
+
+
+def test_version_names_the_build(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--version"])
+    assert f"({build_label()})" in capsys.readouterr().out
+
+
+def test_the_build_hook_compiles_the_list_build_info_names() -> None:
+    # hatch_build.py reads COMPILED_CORE from the file, without importing the package.
+    _hook()
+    assert sys.modules["hatch_build"]._core_modules(ROOT) == COMPILED_CORE
+
+
+def _hook(root: Path = ROOT) -> Any:
+    sys.path.insert(0, str(ROOT))
+    try:
+        hatch_build = pytest.importorskip("hatch_build", reason="hatchling is not installed here")
+    finally:
+        sys.path.remove(str(ROOT))
+    # BuildHookInterface(root, config, build_config, metadata, directory, target_name, app)
+    return hatch_build.CompileCoreHook(str(root), {}, None, None, "", "wheel", None)
+
+
+def _empty_build_data() -> dict[str, Any]:
+    return {"pure_python": True, "infer_tag": False, "force_include": {}}
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_without_a_toolchain_the_wheel_is_pure(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    hook = _hook()
+    monkeypatch.setattr(sys.modules["hatch_build"], "_missing_toolchain", lambda: "no C compiler")
+    monkeypatch.setenv("THINKPROXY_COMPILE", mode)
+    data = _empty_build_data()
+    hook.initialize("standard", data)
+    assert data == _empty_build_data()
+
+
+def test_require_fails_the_build_without_a_toolchain(monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = _hook()
+    monkeypatch.setattr(sys.modules["hatch_build"], "_missing_toolchain", lambda: "no C compiler")
+    monkeypatch.setenv("THINKPROXY_COMPILE", "require")
+    with pytest.raises(RuntimeError, match="no C compiler"):
+        hook.initialize("standard", _empty_build_data())
+
+
+def test_an_editable_install_stays_pure_whatever_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = _hook()
+    monkeypatch.setattr(sys.modules["hatch_build"], "_compile", lambda *a: pytest.fail("compiled"))
+    monkeypatch.setenv("THINKPROXY_COMPILE", "require")
+    data = _empty_build_data()
+    hook.initialize("editable", data)
+    assert data == _empty_build_data()
+
+
+def test_an_unknown_mode_is_refused_with_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("THINKPROXY_COMPILE", "yes")
+    with pytest.raises(ValueError, match="auto, require, off"):
+        _hook().initialize("standard", _empty_build_data())
+
+
+def test_a_failed_compile_falls_back_unless_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any) -> dict[Path, str]:
+        raise RuntimeError("mypyc exited 1")
+
+    hook = _hook()
+    module = sys.modules["hatch_build"]
+    monkeypatch.setattr(module, "_missing_toolchain", lambda: None)
+    monkeypatch.setattr(module, "_compile", broken)
+    monkeypatch.setenv("THINKPROXY_COMPILE", "auto")
+    data = _empty_build_data()
+    hook.initialize("standard", data)
+    hook.finalize("standard", data, "")
+    assert data == _empty_build_data()
+    monkeypatch.setenv("THINKPROXY_COMPILE", "require")
+    with pytest.raises(RuntimeError, match="mypyc exited 1"):
+        hook.initialize("standard", _empty_build_data())
+
+
+def test_the_toolchain_check_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _hook()
+    module = sys.modules["hatch_build"]
+    if module._missing_toolchain() is not None:
+        pytest.skip(f"this machine cannot compile: {module._missing_toolchain()}")
+    monkeypatch.setattr(module.shutil, "which", lambda name: None)
+    assert "no C compiler" in module._missing_toolchain()
+    monkeypatch.setattr(module.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    assert "no Python headers" in module._missing_toolchain()
