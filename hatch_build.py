@@ -30,18 +30,29 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 MODES = ("auto", "require", "off")
 # The shared library's name (default: a hash of the module names): one group for the whole core.
 GROUP = "thinkproxy_core"
+# What compiling needs in the build environment. mypy is pinned: the C it generates is what both
+# builds of the suite were run against. Asked for only when this machine can compile (see
+# `dependencies`): mypy needs compiled dependencies of its own that have no wheel on some
+# platforms, and a build that will not compile must not fail for want of them.
+COMPILE_REQUIRES = ["mypy==2.4.1", "setuptools>=70", "orjson>=3.10"]
+# Far more than a compile takes (~1 min on one core), so a stuck compiler fails the build instead
+# of hanging it.
+COMPILE_TIMEOUT_S = 1800
 
 
 class CompileCoreHook(BuildHookInterface):  # type: ignore[type-arg]
     PLUGIN_NAME = "custom"
 
+    def dependencies(self) -> list[str]:
+        if _mode() == "off" or _missing_toolchain(check_mypyc=False) is not None:
+            return []
+        return list(COMPILE_REQUIRES)
+
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         self._build_dir: str | None = None
         if self.target_name != "wheel" or version == "editable":
             return
-        mode = os.environ.get("THINKPROXY_COMPILE", "auto").strip().lower() or "auto"
-        if mode not in MODES:
-            raise ValueError(f"THINKPROXY_COMPILE={mode!r}: expected one of {', '.join(MODES)}")
+        mode = _mode()
         if mode == "off":
             _say("THINKPROXY_COMPILE=off: building the pure-Python wheel")
             return
@@ -55,6 +66,8 @@ class CompileCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         try:
             built = _compile(Path(self.root), Path(self._build_dir))
         except Exception as exc:
+            shutil.rmtree(self._build_dir, ignore_errors=True)
+            self._build_dir = None
             if mode == "require":
                 raise
             _say(f"mypyc failed, building the pure-Python wheel instead: {exc}")
@@ -73,16 +86,28 @@ def _say(message: str) -> None:
     print(f"thinkproxy build: {message}", file=sys.stderr)
 
 
-def _missing_toolchain() -> str | None:
+def _mode() -> str:
+    mode = os.environ.get("THINKPROXY_COMPILE", "auto").strip().lower() or "auto"
+    if mode not in MODES:
+        raise ValueError(f"THINKPROXY_COMPILE={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+def _missing_toolchain(check_mypyc: bool = True) -> str | None:
     """Why this machine cannot compile the core, or None when it can."""
-    if importlib.util.find_spec("mypyc") is None:
-        return "mypyc is not installed in the build environment"
+    if sys.implementation.name != "cpython":
+        return f"mypyc compiles for CPython only, not {sys.implementation.name}"
     include = Path(sysconfig.get_paths()["include"])
     if not (include / "Python.h").exists():
         return f"no Python headers ({include}/Python.h; on Debian: apt-get install python3-dev)"
-    compiler = (sysconfig.get_config_var("CC") or "").split()
-    if compiler and shutil.which(compiler[0]) is None:
-        return f"no C compiler ({compiler[0]!r} not found; on Debian: apt-get install gcc)"
+    # The compiler setuptools will call: $CC when set, else the one Python was built with; its
+    # first word that is not a wrapper such as ccache.
+    words = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "").split()
+    compiler = next((word for word in words if word not in {"ccache", "sccache"}), None)
+    if compiler is not None and shutil.which(compiler) is None:
+        return f"no C compiler ({compiler!r} not found; on Debian: apt-get install gcc)"
+    if check_mypyc and importlib.util.find_spec("mypyc") is None:
+        return "mypyc is not installed in the build environment"
     return None
 
 
@@ -112,6 +137,7 @@ def _compile(root: Path, build: Path) -> dict[Path, str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        timeout=COMPILE_TIMEOUT_S,
     )
     if result.returncode:
         raise RuntimeError(f"mypyc exited {result.returncode}:\n{result.stdout[-4000:]}")

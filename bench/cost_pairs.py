@@ -40,7 +40,8 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import loadgen
@@ -253,6 +254,12 @@ def parse_args() -> argparse.Namespace:
         "--features", default=None, help="comma list of " + ", ".join(PAIR_KEYS) + " (default: all)"
     )
     p.add_argument(
+        "--tree",
+        type=Path,
+        help="run both builds of every pair from this checkout (PYTHONPATH), e.g. a compiled copy "
+        "from bench/compiled_tree.py: the venv's editable install is pure Python",
+    )
+    p.add_argument(
         "--compare",
         action="append",
         default=[],
@@ -295,13 +302,20 @@ def main() -> int:
         print(exc)
         return 2
     pairs = [PAIR_KEYS[k] for k in features] + custom
+    if args.tree is not None:  # both sides from that checkout, unless a side names its own
+        tree = {"PYTHONPATH": str(args.tree.resolve())}
+        pairs = [replace(p, with_env=tree | p.with_env, without_env=tree | p.without_env) for p in pairs]
     procs = Processes(RESULTS_DIR / "logs")
     results = []
     try:
         upstream_port = servers.start_upstream(procs, 1)
         for pair in pairs:
-            print(f"{pair.feature} …", flush=True)
-            results.append(run_pair(pair, args, scenarios, upstream_port, procs))
+            builds = {
+                "with": servers.probe_build(servers.clean_env() | pair.with_env),
+                "without": servers.probe_build(servers.clean_env() | pair.without_env),
+            }
+            print(f"{pair.feature} … (with: {builds['with']}; without: {builds['without']})", flush=True)
+            results.append(run_pair(pair, args, scenarios, upstream_port, procs) | {"builds": builds})
     finally:
         procs.close()
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")

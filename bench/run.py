@@ -586,6 +586,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--check", action="store_true", help="only start the targets and check their answers")
     p.add_argument(
+        "--tree",
+        type=Path,
+        help="run the thinkproxy targets (defaults and variants) from this checkout instead of the "
+        "venv's install, e.g. a compiled copy from bench/compiled_tree.py (the venv's is pure)",
+    )
+    p.add_argument(
         "--before",
         type=Path,
         help="another checkout (e.g. `git worktree add /tmp/before <commit>`): its defaults are "
@@ -612,6 +618,8 @@ def main() -> int:
     names = (
         ALL_TARGETS if args.targets == "all" else [n.strip() for n in args.targets.split(",") if n.strip()]
     )
+    if args.tree is not None:
+        servers.tree = args.tree.resolve()
     if args.before is not None:
         servers.before_tree = args.before.resolve()
         names.insert(names.index("thinkproxy") if "thinkproxy" in names else len(names), servers.BEFORE)
@@ -644,6 +652,8 @@ def main() -> int:
             print(f"  not measured: {', '.join(missing)}")
         if args.check:
             return 0 if not missing else 1
+        builds = {t.name: b for t in targets if (b := servers.build_of(t.name)) is not None}
+        print("builds: " + ", ".join(f"{n} = {b}" for n, b in builds.items()))
         run = Run(plan, upstream_port, targets, 0 if pinned else None, 1 if pinned else None, procs)
         run_rounds(run)
         summary = summarize(run)
@@ -654,6 +664,7 @@ def main() -> int:
             note += "\nTargets that died during the run: " + ", ".join(
                 f"{n} ({h})" for n, h in run.dead.items()
             )
+        note += "\nBuilds: " + ", ".join(f"{n} = {b}" for n, b in builds.items())
         print("\n" + text + "\n\n" + note)
         RESULTS_DIR.mkdir(exist_ok=True)
         out = RESULTS_DIR / f"run-{stamp}.json"
@@ -671,6 +682,7 @@ def main() -> int:
                     },
                     "plan": plan.__dict__,
                     "thinkproxy_level": level,
+                    "builds": builds,
                     "checks": checks,
                     "not_measured": missing,
                     "died": run.dead,

@@ -71,6 +71,48 @@ def start_upstream(procs: Processes, core: int | None, slow_interval_ms: float =
 # `--before DIR` (run.py): the defaults of another checkout, measured side by side with this one.
 BEFORE = "thinkproxy-before"
 before_tree: Path | None = None
+# `--tree DIR` (run.py): the checkout the other thinkproxy targets run (default: the venv's install).
+tree: Path | None = None
+
+
+def build_of(name: str, variants: dict[str, dict[str, str]] | None = None) -> str | None:
+    """Which build a thinkproxy target runs (proxy.build_info: `mypyc-compiled core` or `pure
+    Python`), asked of the same Python with the same path the target starts with; None for the
+    baselines. An editable install is pure: to measure the compiled build, use a tree made by
+    `bench/compiled_tree.py` (with `--before`, or `PYTHONPATH=` in cost_pairs.py)."""
+    variants = THINKPROXY_VARIANTS if variants is None else variants
+    if name not in variants and name != BEFORE:
+        return None
+    env = clean_env()
+    if name == BEFORE and before_tree is not None:
+        env["PYTHONPATH"] = str(before_tree)
+    else:
+        env.update(variants.get(name, {}))
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
+    return probe_build(env)
+
+
+def probe_build(env: dict[str, str]) -> str:
+    workdir = BENCH_DIR / "results" / "cwd"  # as the targets: nothing on the path from the cwd
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        probe = subprocess.run(
+            [python(), "-c", "from proxy.build_info import build_label; print(build_label())"],
+            env=env,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return "unknown (the probe timed out)"
+    if probe.returncode == 0:
+        return probe.stdout.strip()
+    if "No module named 'proxy.build_info'" in probe.stderr:
+        return "pure Python (older code: no proxy.build_info)"
+    return "unknown (" + (probe.stderr.strip().splitlines() or ["the probe failed"])[-1] + ")"
 
 
 def target_argv(
@@ -108,6 +150,8 @@ def target_argv(
             THINKPROXY_PORT=str(port),
         )
         env.update(variants[name])
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
         if level is not None:
             env["THINKPROXY_DEFAULT_THINKING_LEVEL"] = level
         return list(proxy_cmd), env

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -230,12 +230,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """`--version`, with the build (proxy.build_info), found only when asked: finding it imports
+    the whole core, which other commands may not need."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and build, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"thinkproxy {__version__} ({build_label()})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="thinkproxy",
         description="OpenAI-compatible proxy: one header picks the thinking level on any provider.",
     )
-    parser.add_argument("--version", action="version", version=f"thinkproxy {__version__} ({build_label()})")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the proxy (settings from THINKPROXY_* variables)")

@@ -66,6 +66,7 @@ class StreamPipeline:
         trace_format: TraceFormat,
         max_event_bytes: int,
         capture: TurnCollector | None = None,
+        templates: bool = True,
     ) -> None:
         self._decoder = SSEDecoder(max_event_bytes)
         self._max_event_bytes = max_event_bytes
@@ -85,7 +86,9 @@ class StreamPipeline:
         # The shape of the last chunk of more-of-the-same, and how many chunks it was (re)learned
         # from without one match since (proxy.chunk_template).
         self._template: ChunkTemplate | None = None
-        self._template_misses = 0
+        # `templates=False` (the tests' reference: every event decoded) starts as a stream that
+        # stopped trying: no template is ever learned, so nothing resets the count.
+        self._template_misses = 0 if templates else MAX_TEMPLATE_MISSES
         # What the consumers (extractor, trace, capture) decided of the template's chunks: asked
         # once, valid until a chunk takes the ordinary path (only that changes their state).
         self._rule: _TemplateRule | None = None

@@ -8,6 +8,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -106,12 +107,15 @@ def test_an_unknown_mode_is_refused_with_the_choices(monkeypatch: pytest.MonkeyP
         _hook().initialize("standard", _empty_build_data())
 
 
-def test_a_failed_compile_falls_back_unless_required(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(*args: Any) -> dict[Path, str]:
+def test_a_failed_compile_falls_back_unless_required(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def broken(root: Path, build: Path) -> dict[Path, str]:
+        (build / "half-built").write_text("")
         raise RuntimeError("mypyc exited 1")
 
     hook = _hook()
     module = sys.modules["hatch_build"]
+    monkeypatch.setattr(module.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "build"))
+    (tmp_path / "build").mkdir()
     monkeypatch.setattr(module, "_missing_toolchain", lambda: None)
     monkeypatch.setattr(module, "_compile", broken)
     monkeypatch.setenv("THINKPROXY_COMPILE", "auto")
@@ -119,9 +123,12 @@ def test_a_failed_compile_falls_back_unless_required(monkeypatch: pytest.MonkeyP
     hook.initialize("standard", data)
     hook.finalize("standard", data, "")
     assert data == _empty_build_data()
+    assert not (tmp_path / "build").exists()
+    (tmp_path / "build").mkdir()
     monkeypatch.setenv("THINKPROXY_COMPILE", "require")
     with pytest.raises(RuntimeError, match="mypyc exited 1"):
         hook.initialize("standard", _empty_build_data())
+    assert not (tmp_path / "build").exists()  # finalize never runs after a failed build
 
 
 def test_the_toolchain_check_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -129,7 +136,30 @@ def test_the_toolchain_check_names_what_is_missing(monkeypatch: pytest.MonkeyPat
     module = sys.modules["hatch_build"]
     if module._missing_toolchain() is not None:
         pytest.skip(f"this machine cannot compile: {module._missing_toolchain()}")
+    monkeypatch.setenv("CC", "ccache no-such-cc -O2")  # setuptools calls $CC when it is set
+    assert "'no-such-cc' not found" in module._missing_toolchain()
+    monkeypatch.delenv("CC")
     monkeypatch.setattr(module.shutil, "which", lambda name: None)
     assert "no C compiler" in module._missing_toolchain()
     monkeypatch.setattr(module.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
     assert "no Python headers" in module._missing_toolchain()
+    monkeypatch.setattr(module.sys, "implementation", SimpleNamespace(name="pypy"))
+    assert "CPython only" in module._missing_toolchain()
+
+
+def test_the_compile_requirements_are_asked_for_only_where_it_can_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # mypy needs compiled dependencies without wheels on some platforms: a build that will not
+    # compile must not fail to install them first.
+    hook = _hook()
+    module = sys.modules["hatch_build"]
+    monkeypatch.setattr(module, "_missing_toolchain", lambda check_mypyc=True: None)
+    monkeypatch.setenv("THINKPROXY_COMPILE", "auto")
+    assert hook.dependencies() == module.COMPILE_REQUIRES
+    assert any(requirement.startswith("mypy==") for requirement in hook.dependencies())
+    monkeypatch.setenv("THINKPROXY_COMPILE", "off")
+    assert hook.dependencies() == []
+    monkeypatch.setenv("THINKPROXY_COMPILE", "require")
+    monkeypatch.setattr(module, "_missing_toolchain", lambda check_mypyc=True: "no C compiler")
+    assert hook.dependencies() == []  # (initialize then fails, saying why)

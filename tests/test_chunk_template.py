@@ -7,8 +7,6 @@ OpenTelemetry), the pipeline with templates gives exactly what it gives without 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -125,24 +123,17 @@ def hostile() -> bytes:
     return b"".join(blanks + escaped + odd_index + flushed)
 
 
-@contextmanager
-def templates(enabled: bool) -> Iterator[None]:
-    if enabled:
-        yield
-        return
-    real = chunk_template.learn
-    chunk_template.learn = lambda data, chunk: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        chunk_template.learn = real
-
-
 def run(
-    raw: bytes, pieces: list[int], options: str, trace_kind: str, capture: bool, max_event: int = 1 << 20
+    raw: bytes,
+    pieces: list[int],
+    options: str,
+    trace_kind: str,
+    capture: bool,
+    max_event: int = 1 << 20,
+    templates: bool = True,
 ) -> dict[str, Any]:
     """Everything the pipeline produces for `raw` cut at `pieces`: bytes, tapped events, capture,
-    kept answer."""
+    kept answer; and whether a template was in use at the end."""
     tapped: list[dict[str, Any]] = []
     outputs: list[Any] = []
     kwargs: dict[str, Any] = {"zh": False, "level": "standard", "provider": "p"}
@@ -166,6 +157,7 @@ def run(
         trace_format=TraceFormat.COMMENT,
         max_event_bytes=max_event,
         capture=collector,
+        templates=templates,
     )
     out = pipeline.begin({"messages": []}, 0.0)
     start = 0
@@ -178,17 +170,26 @@ def run(
         "tapped": tapped,
         "answer": outputs,
         "turns": collector.turns() if collector is not None else None,
+        "template": pipeline._template is not None,
     }
 
 
 def same_with_and_without(
     raw: bytes, pieces: list[int], options: str, trace: str, capture: bool, max_event: int = 1 << 20
 ) -> None:
-    with templates(False):
-        expected = run(raw, pieces, options, trace, capture, max_event)
-    with templates(True):
-        got = run(raw, pieces, options, trace, capture, max_event)
+    expected = run(raw, pieces, options, trace, capture, max_event, templates=False)
+    got = run(raw, pieces, options, trace, capture, max_event)
+    assert not expected.pop("template")
+    got.pop("template")
     assert got == expected
+
+
+@pytest.mark.parametrize("options", ["show", "tags"])
+def test_a_stream_of_more_of_the_same_learns_a_template_unless_told_not_to(options: str) -> None:
+    # (On both builds: otherwise the equivalence tests could compare the ordinary path with itself.)
+    raw = (STREAMS / "deepseek-reasoner.sse").read_bytes()
+    assert run(raw, [], options, "brief", False)["template"]
+    assert not run(raw, [], options, "brief", False, templates=False)["template"]
 
 
 @watches_from_inside
