@@ -321,7 +321,7 @@ def main() -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / f"cost_pairs-{stamp}.json"
-    out.write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    out.write_text(json.dumps({"args": vars(args), "results": results}, indent=1, default=str))
     print()
     print(table(results, scenarios))
     raw = out.relative_to(BENCH_DIR.parent)
