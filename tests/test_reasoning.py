@@ -654,3 +654,14 @@ def test_fast_path_agrees_with_full_path_on_random_deltas(
     chunks = [{"id": "x", "choices": [{"index": i, "delta": d, "finish_reason": f}]} for i, d, f in deltas]
     fast = run_chunks(chunks, options, fast_path=True)
     assert fast == run_chunks(chunks, options, fast_path=False)
+
+
+def test_the_reference_extractor_never_takes_the_fast_path() -> None:
+    # (Otherwise the agreement tests above would compare the fast path with itself.)
+    chunk = {"id": "x", "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
+    fast = StreamReasoningExtractor(ReasoningOptions())
+    reference = StreamReasoningExtractor(ReasoningOptions(), fast_path=False)
+    for extractor in (fast, reference):
+        extractor.process_chunk(copy.deepcopy(chunk))
+    assert fast.text_rule("content", 0) is not None
+    assert reference.text_rule("content", 0) is None
