@@ -77,20 +77,13 @@ tree: Path | None = None
 
 def build_of(name: str, variants: dict[str, dict[str, str]] | None = None) -> str | None:
     """Which build a thinkproxy target runs (proxy.build_info: `mypyc-compiled core` or `pure
-    Python`), asked of the same Python with the same path the target starts with; None for the
-    baselines. An editable install is pure: to measure the compiled build, use a tree made by
-    `bench/compiled_tree.py` (with `--before`, or `PYTHONPATH=` in cost_pairs.py)."""
-    variants = THINKPROXY_VARIANTS if variants is None else variants
-    if name not in variants and name != BEFORE:
+    Python`), asked of the same Python with the environment `target_argv` starts it with; None for
+    the baselines. An editable install is pure: to measure the compiled build, use a tree made by
+    `bench/compiled_tree.py` (`--tree`/`--before` in run.py, `PYTHONPATH=` in cost_pairs.py)."""
+    if name.startswith("baseline-"):
         return None
-    env = clean_env()
-    if name == BEFORE and before_tree is not None:
-        env["PYTHONPATH"] = str(before_tree)
-    else:
-        env.update(variants.get(name, {}))
-        if tree is not None:
-            env["PYTHONPATH"] = str(tree)
-    return probe_build(env)
+    spec = target_argv(name, 0, 0, None, ["thinkproxy", "serve"], variants)  # only its env is used
+    return None if spec is None else probe_build(spec[1])
 
 
 def probe_build(env: dict[str, str]) -> str:
