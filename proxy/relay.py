@@ -247,6 +247,8 @@ class Relay:
 
         if not is_sse:
             return await self._completion(watch, response, record, started, extra_headers, chat, elapsed_ms)
+        if chat.gate is not None and chat.trace is not None:
+            chat.trace.hold_done()  # the gate may hold a call: `done` must include the hold
         pipeline = StreamPipeline(
             reasoning=chat.reasoning,
             trace=chat.trace,
@@ -297,6 +299,9 @@ class Relay:
             await response.aclose()
         if raw is None:
             return client_gone(record, started, self.log)
+        holds = self.review is not None and self.review.would_hold(raw)
+        if holds and chat.trace is not None:
+            chat.trace.hold_done()  # a call will be held: `done` must include the hold
         out = process_completion(
             raw,
             reasoning=chat.reasoning,
@@ -311,8 +316,12 @@ class Relay:
         held = (
             self.review.held_in_completion(out, review_context(record)) if self.review is not None else None
         )
+        if held is None and holds:
+            held = (orjson.loads(out), [])  # (the trace's `done` is held back: it must be released)
         if held is not None and self.review is not None:
-            return self._reviewed_completion(self.review, held, watch, record, started, headers, chat)
+            return self._reviewed_completion(
+                self.review, held, watch, record, started, headers, chat, elapsed_ms
+            )
         headers.append(("content-length", str(len(out))))
         record.bytes_out = len(out)
 
@@ -337,13 +346,20 @@ class Relay:
         started: float,
         headers: list[tuple[str, str]],
         chat: ChatContext,
+        elapsed_ms: ElapsedMs,
     ) -> Response:
         """A non-stream answer holding a call: headers now, the body once every call is decided."""
         parsed, calls = held
 
         async def write(send: Send) -> None:
             decided = await review.settle_completion(
-                parsed, calls, chat.zh, _client_writer(record, watch, send), watch.touch
+                parsed,
+                calls,
+                chat.zh,
+                _client_writer(record, watch, send),
+                watch.touch,
+                chat.trace,
+                elapsed_ms,
             )
             audit_undecided(decided)
 
@@ -499,15 +515,25 @@ async def relay_stream(
             await send(body_piece(tail))
             watch.writing = False
         if gate is not None and gate.holding and review is not None:
-            await settle_held_calls(gate, review, record, watch, send, total_timeout)
-        elif gate is not None and (rest := gate.flush()):
-            await send(body_piece(rest))  # held while a call's name was unsettled; none was covered
+            await settle_held_calls(gate, review, record, watch, send, total_timeout, chat.trace, elapsed_ms)
+        elif gate is not None:
+            # What was held while a call's name was unsettled (none was covered), the trace's
+            # `done` (held back for the gate) and [DONE].
+            closing = chat.trace.release_done(elapsed_ms()) if chat.trace is not None else []
+            if rest := gate.flush(closing):
+                await send(body_piece(rest))
         return
+    frames = failure_frames(pipeline, failure, elapsed_ms())
     if gate is not None:
         gate.discard()  # a call nobody reviewed never reaches the client
+        if chat.trace is not None:
+            chat.trace.release_done(elapsed_ms())  # (for the listeners: the client gets the error)
+        if not frames:  # the pipeline had passed [DONE] on, and the gate held it: end the stream
+            payload = error_payload(failure.message, failure.type, failure.code)
+            frames = data_frame(orjson.dumps(payload)) + data_frame(DONE)
     record.error = failure.code
     watch.writing = True
-    await send(body_piece(failure_frames(pipeline, failure, elapsed_ms())))
+    await send(body_piece(frames))
 
 
 async def settle_held_calls(
@@ -517,11 +543,13 @@ async def settle_held_calls(
     watch: ClientWatch,
     send: Send,
     total_timeout: float,
+    trace: TraceBuilder | None,
+    elapsed_ms: ElapsedMs,
 ) -> None:
     """The upstream is done and the gate holds calls: wait for the reviewers, then release."""
     try:
         decided = await review.settle_stream(
-            gate, _client_writer(record, watch, send), watch.touch, review_context(record)
+            gate, _client_writer(record, watch, send), watch.touch, review_context(record), trace, elapsed_ms
         )
     except asyncio.CancelledError:
         fired = watch.take_cancel()
@@ -532,6 +560,8 @@ async def settle_held_calls(
             raise ClientTooSlow from None  # it reads nothing: no error event can reach it
         # The total timeout ran out while a reviewer was awaited: the held call is not released.
         gate.discard()
+        if trace is not None:
+            trace.release_done(elapsed_ms())  # (for the listeners: the client gets the error)
         record.error = "review_incomplete"
         message = (
             f"The exchange reached the total timeout of {total_timeout:g} s (THINKPROXY_TOTAL_TIMEOUT) "

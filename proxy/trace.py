@@ -174,8 +174,9 @@ class TraceBuilder:
     # in a shared-key instance dict (30); past that each instance got a dict of its own, slower
     # to fill and to read on every call.
     __slots__ = (
-        "_begun", "_by_id", "_by_index", "_calls", "_detailed", "_done", "_finish_reason", "_last_t",
-        "_level", "_method", "_off", "_open_calls", "_origin", "_positions", "_provider", "_quiet",
+        "_begun", "_by_id", "_by_index", "_calls", "_detailed", "_done", "_finish_reason", "_held_done",
+        "_hold_done", "_last_t", "_level", "_method", "_off", "_open_calls", "_origin", "_positions",
+        "_provider", "_quiet",
         "_reasoned", "_reasoning_since", "_reasoning_total", "_replay", "_seq", "_stage", "_titles",
         "_tool_durations", "_ttft", "_usage", "_viewed", "_zh", "response",
     )  # fmt: skip
@@ -226,6 +227,9 @@ class TraceBuilder:
         # What the replay store did for this request's history (see note_replay).
         self._replay: dict[str, int] | None = None
         self._tool_durations: Mapping[str, float] = {}
+        # Set while a review gate may hold the response (proxy.review): `done` waits for the hold.
+        self._hold_done = False
+        self._held_done: dict[str, Any] | None = None
         # Whether each public call's events go through `_view` (a subclass that shows the caller
         # less than it builds, or tells someone else: proxy.observe.TappedTraceBuilder). A flag,
         # not a stored callable: a bound method kept on the instance would make every builder a
@@ -359,9 +363,42 @@ class TraceBuilder:
             provider=self._provider,
             method=self._method,
         )
+        if self._hold_done:
+            self._held_done = fields  # the exchange is not over: `release_done` ends it
+            return out
         en, zh = _duration_text(total)
         out.append(self._event("done", t, self._text(f"Done in {en}", f"完成，用时 {zh}"), **fields))
         return out
+
+    def hold_done(self) -> None:
+        """Before `finish`: a review gate may hold the answer back (proxy.review), so `finish`
+        closes what is open but keeps `done` until `release_done`, whose time includes the hold."""
+        self._hold_done = True
+
+    def note(self, event: dict[str, Any], now_ms: float) -> list[dict[str, Any]]:
+        """An event of the review gate (`review.request`, `review.decision`) while `done` is held:
+        numbered and timed with the builder's own, for the listeners; returns the caller's view."""
+        if self._off or not self._hold_done:
+            return []
+        fields = {k: v for k, v in event.items() if k not in ("type", "seq", "t_ms", "message")}
+        message = event.get("message")
+        out = [self._event(str(event["type"]), self._clock(now_ms), str(message or ""), **fields)]
+        return self._view(out) if self._viewed else out
+
+    def release_done(self, now_ms: float, finish_reason: str | None = None) -> list[dict[str, Any]]:
+        """The `done` that `finish` kept back, at `now_ms` (its total includes the hold), with the
+        finish reason the client was given when the gate changed it; [] when none is held."""
+        fields = self._held_done
+        if self._off or fields is None:
+            return []
+        self._held_done = None
+        t = self._clock(now_ms)
+        fields = {**fields, "total_ms": _ms(t)}
+        if finish_reason is not None:
+            fields["finish_reason"] = finish_reason
+        en, zh = _duration_text(t)
+        out = [self._event("done", t, self._text(f"Done in {en}", f"完成，用时 {zh}"), **fields)]
+        return self._view(out) if self._viewed else out
 
     def outcome(self) -> TraceOutcome | None:
         """The finished response's usage and times, the same as its `done` event's; None until

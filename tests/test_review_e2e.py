@@ -190,7 +190,7 @@ def test_reject_ends_with_text_and_stop(proxy: BackgroundServer, stream: bool) -
         == 200
     )
     result = call.join()
-    expected = "The call to send_email was not made: not to the whole team."
+    expected = "The call to send_email was rejected by a reviewer: not to the whole team."
     if stream:
         content, calls, finish = streamed(result)
         assert calls == {} and finish == "stop" and content.endswith(expected)
@@ -309,9 +309,9 @@ def test_a_decision_on_one_replica_releases_the_stream_held_by_another(
             result = call.join()
     if stream:
         content, calls, finish = streamed(result)
-        assert calls == {} and finish == "stop" and content.endswith("not made: via b.")
+        assert calls == {} and finish == "stop" and content.endswith("rejected by a reviewer: via b.")
     else:
-        assert result.choices[0].message.content.endswith("not made: via b.")
+        assert result.choices[0].message.content.endswith("rejected by a reviewer: via b.")
 
 
 def test_redis_down_fails_closed(mock: BackgroundServer) -> None:

@@ -82,10 +82,10 @@ def run(
     pieces = [data] if split is None else [data[:split], data[split:]]
     passed = b"".join(g.feed(p) for p in pieces)
     if not g.holding:
-        return passed, b"", g
+        return passed + g.flush(), b"", g
     calls = g.held_calls(now=100.0, timeout=30.0)
-    later = g.request_frames() + g.release(
-        decide if decide is not None else {c.review_id: Decision(Verdict.APPROVE) for c in calls}
+    later = g.request_frames(9.0) + g.release(
+        decide if decide is not None else {c.review_id: Decision(Verdict.APPROVE) for c in calls}, 20.0
     )
     return passed, later, g
 
@@ -172,8 +172,13 @@ def test_reject_or_timeout_removes_the_call_and_ends_with_text_and_stop(verdict:
     body = passed + later
     content, calls, finish = assemble(body)
     assert calls == {} and finish == "stop"
-    why = "not today" if verdict is Verdict.REJECT else "the review timed out"
-    assert content == f"Let me check.The call to delete_repo was not made: {why}."
+    # Who decided is said: a reviewer's comment alone would read like the model's own reason.
+    said = (
+        "was rejected by a reviewer: not today"
+        if verdict is Verdict.REJECT
+        else "was not made: the review timed out"
+    )
+    assert content == f"Let me check.The call to delete_repo {said}."
     assert traces(body)[-1]["type"] == "done" and traces(body)[-1]["finish_reason"] == "stop"
     assert body.endswith(b"data: [DONE]\n\n") and body.count(b"[DONE]") == 1
 
@@ -191,14 +196,14 @@ def test_parallel_calls_each_reviewed_and_the_rest_renumbered() -> None:
     held = g.held_calls(now=0.0, timeout=1.0)
     assert [(c.tool, c.index) for c in held] == [("send_email", 1), ("delete_file", 2)]
     later = g.release(
-        {held[0].review_id: Decision(Verdict.REJECT), held[1].review_id: Decision(Verdict.APPROVE)}
+        {held[0].review_id: Decision(Verdict.REJECT), held[1].review_id: Decision(Verdict.APPROVE)}, 20.0
     )
     content, calls, finish = assemble(passed + later)
     assert [(i, c["name"], c["id"]) for i, c in sorted(calls.items())] == [
         (0, "kb_search", "call_a"),
         (1, "delete_file", "call_c"),
     ]
-    assert finish == "tool_calls" and "send_email was not made" in content
+    assert finish == "tool_calls" and "send_email was rejected by a reviewer." in content
 
 
 def test_without_a_client_trace_the_gate_adds_no_trace_frames() -> None:
@@ -206,7 +211,7 @@ def test_without_a_client_trace_the_gate_adds_no_trace_frames() -> None:
     g = gate(trace=None)
     body = g.feed(b"".join(events))
     calls = g.held_calls(now=0.0, timeout=1.0)
-    body += g.request_frames() + g.release({calls[0].review_id: Decision(Verdict.APPROVE)})
+    body += g.request_frames(9.0) + g.release({calls[0].review_id: Decision(Verdict.APPROVE)}, 20.0)
     assert body == b"".join(events)
 
 
@@ -258,14 +263,15 @@ def test_completion_reject_and_modify() -> None:
         ("a", '{"to":"2"}'),
         ("b", "{}"),
     ]
-    assert message["content"] == "The call to delete_x was not made: rejected by a reviewer."
+    assert message["content"] == "The call to delete_x was rejected by a reviewer."
     assert out["choices"][0]["finish_reason"] == "tool_calls"
+    # `done` stays last: the exchange ends when the decisions are in (t_ms includes the hold).
     assert [e["type"] for e in out["trace"]] == [
+        "review.request",
+        "review.request",
+        "review.decision",
+        "review.decision",
         "done",
-        "review.request",
-        "review.request",
-        "review.decision",
-        "review.decision",
     ]
     assert (
         body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == '{"to":"1"}'

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
@@ -25,7 +25,13 @@ from proxy.review.policy import TIMED_OUT, Decision, HeldCall, Verdict
 
 log = logging.getLogger("thinkproxy.review")
 
-UNAVAILABLE = Decision(Verdict.REJECT, comment="the review service is unavailable")
+UNAVAILABLE = Decision(Verdict.REFUSED, comment="the review service is unavailable")
+# A stored decision this version cannot read: the call is not released on a guess.
+UNREADABLE = Decision(Verdict.REFUSED, comment="its review could not be read")
+
+
+class StoreUnavailable(Exception):
+    """The review store could not be reached or answered too slowly (the reviewers' API: a 503)."""
 
 
 class Posted(Enum):
@@ -115,6 +121,34 @@ class MemoryReviewHub:
 
     async def aclose(self) -> None:
         return None
+
+
+@contextlib.asynccontextmanager
+async def _store_faults() -> AsyncIterator[None]:
+    """Whatever Redis raises (refused, reset, timed out, an error reply) as StoreUnavailable."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.warning("review hub: Redis unavailable for the reviewers' API (%s)", type(exc).__name__)
+        raise StoreUnavailable(type(exc).__name__) from exc
+
+
+def _held_call(review_id: str, value: bytes) -> HeldCall | None:
+    try:
+        return HeldCall.from_json(orjson.loads(value))
+    except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        log.warning("review hub: stored review %r is unreadable and left out (%s)", review_id, exc)
+        return None
+
+
+def _decision(review_id: str, value: bytes) -> Decision:
+    try:
+        return Decision.from_json(orjson.loads(value))
+    except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        log.warning("review hub: the decision on %r is unreadable; the call is refused (%s)", review_id, exc)
+        return UNREADABLE
 
 
 class RedisReviewHub:
@@ -239,9 +273,7 @@ class RedisReviewHub:
         if not ids:
             return {}
         values = await self._redis.mget([self._key(i, ":decision") for i in ids])
-        return {
-            i: Decision.from_json(orjson.loads(v)) for i, v in zip(ids, values, strict=True) if v is not None
-        }
+        return {i: _decision(i, v) for i, v in zip(ids, values, strict=True) if v is not None}
 
     async def _time_out(self, review_id: str) -> Decision:
         """Nobody decided in time: record the timeout unless a decision just won the race."""
@@ -249,7 +281,7 @@ class RedisReviewHub:
         if await self._redis.set(key, orjson.dumps(TIMED_OUT.to_json()), nx=True, ex=self.GRACE_S):
             return TIMED_OUT
         value = await self._redis.get(key)
-        return Decision.from_json(orjson.loads(value)) if value is not None else TIMED_OUT
+        return _decision(review_id, value) if value is not None else TIMED_OUT
 
     async def _withdraw(self, ids: list[str]) -> None:
         if ids:
@@ -257,33 +289,38 @@ class RedisReviewHub:
             await self._redis.zrem(self._key("pending"), *ids)
 
     async def pending(self) -> list[HeldCall]:
-        ids = await self._redis.zrangebyscore(self._key("pending"), time.time(), "+inf")
-        if not ids:
-            return []
-        names = [i.decode() for i in ids]
-        calls = await self._redis.mget([self._key(i) for i in names])
-        decided = await self._redis.mget([self._key(i, ":decision") for i in names])
-        return [
-            HeldCall.from_json(orjson.loads(c))
-            for c, d in zip(calls, decided, strict=True)
-            if c is not None and d is None
-        ]
+        """The reviews awaiting a decision; one this version cannot read is left out (and logged),
+        so one bad entry never hides the others."""
+        async with _store_faults():
+            ids = await self._redis.zrangebyscore(self._key("pending"), time.time(), "+inf")
+            if not ids:
+                return []
+            names = [i.decode(errors="replace") for i in ids]
+            calls = await self._redis.mget([self._key(i) for i in names])
+            decided = await self._redis.mget([self._key(i, ":decision") for i in names])
+        out = []
+        for name, c, d in zip(names, calls, decided, strict=True):
+            if c is not None and d is None and (call := _held_call(name, c)) is not None:
+                out.append(call)
+        return out
 
     async def get(self, review_id: str) -> HeldCall | None:
-        value = await self._redis.get(self._key(review_id))
-        if value is None or await self._redis.exists(self._key(review_id, ":decision")):
-            return None
-        return HeldCall.from_json(orjson.loads(value))
+        async with _store_faults():
+            value = await self._redis.get(self._key(review_id))
+            if value is None or await self._redis.exists(self._key(review_id, ":decision")):
+                return None
+        return _held_call(review_id, value)
 
     async def decide(self, review_id: str, decision: Decision) -> Posted:
-        if not await self._redis.exists(self._key(review_id)):
-            return Posted.UNKNOWN
-        stored = await self._redis.set(
-            self._key(review_id, ":decision"), orjson.dumps(decision.to_json()), nx=True, ex=self.GRACE_S
-        )
-        if not stored:
-            return Posted.ALREADY_DECIDED
-        await self._redis.publish(self.CHANNEL, review_id)
+        async with _store_faults():
+            if not await self._redis.exists(self._key(review_id)):
+                return Posted.UNKNOWN
+            stored = await self._redis.set(
+                self._key(review_id, ":decision"), orjson.dumps(decision.to_json()), nx=True, ex=self.GRACE_S
+            )
+            if not stored:
+                return Posted.ALREADY_DECIDED
+            await self._redis.publish(self.CHANNEL, review_id)
         return Posted.OK
 
     async def aclose(self) -> None:

@@ -2,8 +2,9 @@
 
 A policy is a list of case-sensitive globs on tool names (`send_email,delete_*`). A decision is
 `approve`, `modify` (with the arguments the call goes out with instead) or `reject` (with an
-optional comment); a review that nobody decides in time ends as `timeout`, which the client sees
-exactly like a rejection.
+optional comment); a review that nobody decides in time ends as `timeout`, and a call the proxy
+could not put before a reviewer (the review store is down, the call came in a shape the gate
+cannot attribute) as `refused`. The client sees each like a rejection, told who decided.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Verdict(StrEnum):
     MODIFY = "modify"
     REJECT = "reject"
     TIMEOUT = "timeout"  # never posted: what a review becomes when nobody decides in time
+    REFUSED = "refused"  # never posted: the proxy refused the call without a review (comment: why)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,13 @@ class Decision:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Decision:
-        return cls(Verdict(data["verdict"]), data.get("arguments"), data.get("comment"), data.get("reviewer"))
+        """A stored decision; fields a newer replica adds are ignored, a malformed one is a ValueError."""
+        if not isinstance(data, dict):
+            raise ValueError("a stored decision is not a JSON object")
+        optional = [data.get(k) for k in ("arguments", "comment", "reviewer")]
+        if not all(v is None or isinstance(v, str) for v in optional):
+            raise ValueError("a stored decision has a field of the wrong type")
+        return cls(Verdict(str(data.get("verdict"))), *optional)
 
 
 TIMED_OUT = Decision(Verdict.TIMEOUT)
@@ -101,8 +109,31 @@ class HeldCall:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HeldCall:
-        return cls(**data)
+    def from_json(cls, data: Any) -> HeldCall:
+        """A stored review. Fields this version does not know (a newer replica's, in a rolling
+        upgrade) are ignored; a missing or mistyped field is a ValueError naming it."""
+        if not isinstance(data, dict):
+            raise ValueError("a stored review is not a JSON object")
+        for name in ("review_id", "call_id", "tool", "arguments"):
+            if not isinstance(data.get(name), str):
+                raise ValueError(f"a stored review has no string {name!r}")
+        numbers = {k: data.get(k, 0) for k in ("index", "created", "expires")}
+        for name, value in numbers.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"a stored review has no number {name!r}")
+        extra = data.get("extra", {})
+        if not isinstance(extra, dict):
+            raise ValueError("a stored review's 'extra' is not an object")
+        return cls(
+            review_id=data["review_id"],
+            index=int(numbers["index"]),
+            call_id=data["call_id"],
+            tool=data["tool"],
+            arguments=data["arguments"],
+            created=float(numbers["created"]),
+            expires=float(numbers["expires"]),
+            extra=extra,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,17 +184,27 @@ def parse_decision(body: bytes, reviewer: str | None) -> Decision:
 
 
 def rejection_text(calls: list[tuple[HeldCall, Decision]], zh: bool) -> str:
-    """The assistant text a client gets in place of the calls it may not run."""
+    """The assistant text a client gets in place of the calls it may not run. It says who decided:
+    a reviewer's comment on its own would read like the model's own reason."""
     lines = []
     for call, decision in calls:
+        tool = call.tool or ("（名称未知）" if zh else "(unnamed)")
+        if decision.verdict is Verdict.REJECT:
+            if zh:
+                said = f"：{decision.comment}" if decision.comment else ""
+                lines.append(f"工具调用 {tool} 被审核人拒绝{said}。")
+            else:
+                said = f": {decision.comment}" if decision.comment else ""
+                lines.append(f"The call to {tool} was rejected by a reviewer{said}.")
+            continue
         if decision.verdict is Verdict.TIMEOUT:
             why = "审核超时" if zh else "the review timed out"
         else:
-            why = decision.comment or ("审核人拒绝" if zh else "rejected by a reviewer")
+            why = decision.comment or ("代理拒绝了它" if zh else "the proxy refused it")
         if zh:
-            lines.append(f"工具调用 {call.tool} 未被执行：{why}。")
+            lines.append(f"工具调用 {tool} 未被执行：{why}。")
         else:
-            lines.append(f"The call to {call.tool} was not made: {why}.")
+            lines.append(f"The call to {tool} was not made: {why}.")
     return "\n".join(lines)
 
 

@@ -22,14 +22,23 @@ import orjson
 from proxy.errors import BadRequest, ConfigError
 from proxy.gateway import ClientKey, parse_client_keys
 from proxy.levels import TraceFormat
-from proxy.review.gate import StreamGate, completion_held_calls, release_completion
+from proxy.review.gate import (
+    StreamGate,
+    completion_finish,
+    completion_held_calls,
+    completion_removes,
+    release_completion,
+    review_event,
+)
 from proxy.review.hub import MemoryReviewHub, RedisReviewHub, ReviewHub
 from proxy.review.policy import Decision, HeldCall, ReviewPolicy
 from proxy.settings import Settings
+from proxy.trace import TraceBuilder
 
 access = logging.getLogger("thinkproxy.access")
 
 Send = Callable[[bytes], Awaitable[None]]
+Clock = Callable[[], float]  # ms since the request arrived, the trace's clock
 KEEPALIVE = b": keep-alive\n\n"
 
 
@@ -119,17 +128,40 @@ class ReviewService:
                 await asyncio.gather(waiting, return_exceptions=True)
 
     async def settle_stream(
-        self, gate: StreamGate, send: Send, alive: Callable[[], None], extra: dict[str, Any]
+        self,
+        gate: StreamGate,
+        send: Send,
+        alive: Callable[[], None],
+        extra: dict[str, Any],
+        trace: TraceBuilder | None,
+        now_ms: Clock,
     ) -> list[tuple[HeldCall, Decision]]:
+        """Reviews what the gate holds, then sends what it releases; the trace's `done` (held back
+        by the builder, see TraceBuilder.hold_done) ends the stream at the time of the decisions."""
         calls = gate.held_calls(now=time.time(), timeout=self.timeout, extra=extra)
-        decisions = await self._decide_all(calls, send, alive, gate.request_frames())
-        await send(gate.release(decisions))
+        asked = now_ms()
+        if trace is not None:
+            for event in gate.review_events(asked):
+                trace.note(event, asked)
+        decisions = await self._decide_all(calls, send, alive, gate.request_frames(asked)) if calls else {}
+        decided = now_ms()
+        closing: list[dict[str, Any]] = []
+        if trace is not None:
+            for event in gate.decision_events(decisions):
+                trace.note(event, decided)
+            closing = trace.release_done(decided, gate.finish_after(decisions))
+        await send(gate.release(decisions, decided, closing))
         return [(c, decisions[c.review_id]) for c in calls]
 
+    def would_hold(self, body: bytes) -> bool:
+        """Whether a non-stream answer (the upstream's bytes) has a call to hold or to remove."""
+        return self.held_in_completion(body, {}, new_id=lambda: "") is not None
+
     def held_in_completion(
-        self, body: bytes, extra: dict[str, Any]
+        self, body: bytes, extra: dict[str, Any], new_id: Callable[[], str] | None = None
     ) -> tuple[dict[str, Any], list[HeldCall]] | None:
-        """A non-stream answer's calls to hold, or None when it has none (or is not JSON)."""
+        """A non-stream answer's calls to hold, or None when it has none to hold and none the gate
+        must remove (or is not JSON)."""
         try:
             parsed = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -137,18 +169,41 @@ class ReviewService:
         if not isinstance(parsed, dict):
             return None
         calls = completion_held_calls(
-            parsed, self.policy, new_id=self.new_id, now=time.time(), timeout=self.timeout, extra=extra
+            parsed,
+            self.policy,
+            new_id=new_id or self.new_id,
+            now=time.time(),
+            timeout=self.timeout,
+            extra=extra,
         )
-        return (parsed, calls) if calls else None
+        return (parsed, calls) if calls or completion_removes(parsed) else None
 
     async def settle_completion(
-        self, parsed: dict[str, Any], calls: list[HeldCall], zh: bool, send: Send, alive: Callable[[], None]
+        self,
+        parsed: dict[str, Any],
+        calls: list[HeldCall],
+        zh: bool,
+        send: Send,
+        alive: Callable[[], None],
+        trace: TraceBuilder | None,
+        now_ms: Clock,
     ) -> list[tuple[HeldCall, Decision]]:
         async def spaces(_: bytes) -> None:
             await send(b" ")  # JSON may start with whitespace: keeps the connection alive
 
-        decisions = await self._decide_all(calls, spaces, alive)
-        await send(orjson.dumps(release_completion(parsed, calls, decisions, zh)))
+        asked = now_ms()
+        if trace is not None:
+            for call in calls:
+                trace.note(review_event("review.request", call, zh), asked)
+        decisions = await self._decide_all(calls, spaces, alive) if calls else {}
+        decided = now_ms()
+        closing: list[dict[str, Any]] = []
+        if trace is not None:
+            for call in calls:
+                trace.note(review_event("review.decision", call, zh, decisions[call.review_id]), decided)
+            closing = trace.release_done(decided, completion_finish(parsed, calls, decisions))
+        released = release_completion(parsed, calls, decisions, zh, now_ms=decided, closing=closing)
+        await send(orjson.dumps(released))
         return [(c, decisions[c.review_id]) for c in calls]
 
 
