@@ -373,7 +373,9 @@ def apply_restore(
     placeholders: bool = True,
 ) -> RestoreResult:
     """Put back what `found` holds for each planned message; a miss follows `policy.missing`
-    (`placeholders` False — the store did not answer — makes every miss a plain `missing`).
+    (`placeholders` False makes every miss a plain `missing`). A store that did not answer is a
+    miss like any other: the edge leaves `placeholders` on, since a provider that requires the
+    field refuses the request without it (a store outage would otherwise break tool loops).
 
     The caller's body is never mutated: a changed message list and changed messages are copies.
     `now_ms` is the wall clock (ms since the epoch) when the request arrived, for durations.

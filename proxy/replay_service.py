@@ -5,9 +5,11 @@ the I/O around them, keeps the outcome counters and reports store outages.
 Per request (chat completions only):
 
 - `restore(...)` — tenant from the presented key, `plan_lookups` (pure), one `get_many` (one round
-  trip), `apply_restore` (pure). A store that is down or slow is reported once per interval and
-  counts every needed message as `missing`; the request goes on as it came. Leaves a
-  `ReplayNote` in `record.notes` so that the capture knows whom and what the response belongs to.
+  trip), `apply_restore` (pure). A store that is down or slow is a miss: the provider's miss
+  policy applies (DeepSeek and Kimi get the empty placeholder they accept: without it they answer
+  400, which made an outage worse than an empty store). The fault is logged once per interval and
+  counted (`record.notes["state.errors"]`, read by metrics); `/healthz` asks `reachable()`. Leaves
+  a `ReplayNote` in `record.notes` so that the capture knows whom and what the response belongs to.
 - capture — a `Listener` (proxy.observe) whose observer, at the end of a successful response,
   turns the note's `TurnCollector` into store entries and writes them in the background.
 
@@ -52,6 +54,10 @@ logger = logging.getLogger("thinkproxy.replay")
 
 NOTE = "replay"  # record.notes key of the ReplayNote
 OUTCOME_NOTE = "replay.outcome"  # record.notes key of this request's counts (for metrics)
+# record.notes key of the store faults to count with this request, by operation (for metrics):
+# `read`, its own lookup's; `write`, background writes that failed since the last chat request
+# (they end after their response, so they are counted with the next one).
+ERRORS_NOTE = "state.errors"
 OUTAGE_LOG_INTERVAL = 60.0
 MAX_QUEUED_WRITES = 10_000  # captured turns waiting for the store; beyond, new ones are shed
 WRITE_WAIT_S = 0.5  # the longest a request waits for its own tenant's queued writes
@@ -130,6 +136,7 @@ class ReplayService:
         self._writing_tenants: set[str] = set()
         self._writer: asyncio.Task[None] | None = None
         self._last_outage_log = float("-inf")
+        self._unreported_writes = 0  # failed background writes not yet on a request's record
         # Totals since start, for the metrics capability: restored / placeholder / missing per
         # message, captured per stored turn, unavailable per request the store did not answer.
         self.totals: Counter[str] = Counter()
@@ -165,33 +172,28 @@ class ReplayService:
         if plan.empty:
             if capture is not None:
                 self._opened(note)
+            self._note_faults(record, reads=0)
             return Prepared(body, capture, None)
         found: dict[str, Remembered | None] = {}
-        available = True
+        reads_failed = 0
         if plan.keys:
             try:
                 found = await self._lookup(tenant, plan.keys)
             except Exception as exc:
                 # StoreUnavailable, or anything else a backend let through: the store must never
-                # fail a request, whatever went wrong in it.
-                available = False
+                # fail a request, whatever went wrong in it. What it did not answer is a miss.
+                reads_failed = 1
                 self._outage(exc)
             else:
                 if tenant in self._open and None in found.values():
-                    await self._await_open(tenant, found)
+                    reads_failed = await self._await_open(tenant, found)
         if capture is not None:
             self._opened(note)  # after the lookup: a request never waits for its own response
         result = apply_restore(
-            body,
-            plan,
-            found,
-            policy=policy,
-            provider=dialect.name,
-            model=model,
-            now_ms=arrived_ms,
-            placeholders=available,
+            body, plan, found, policy=policy, provider=dialect.name, model=model, now_ms=arrived_ms
         )
         self._count(result.counts, record)
+        self._note_faults(record, reads=reads_failed)
         return Prepared(result.body, capture, result)
 
     async def _lookup(self, tenant: str, keys: Sequence[str]) -> dict[str, Remembered | None]:
@@ -201,10 +203,11 @@ class ReplayService:
         decode = self._records.decode
         return {key: decode(value) for key, value in zip(keys, values, strict=True)}
 
-    async def _await_open(self, tenant: str, found: dict[str, Remembered | None]) -> None:
+    async def _await_open(self, tenant: str, found: dict[str, Remembered | None]) -> int:
         """A lookup missed, and responses of this tenant have not ended yet: if one of them carries
         a missed turn (the client already has its answer and sent the next turn while the proxy was
-        still finishing it), wait (bounded) for its end, then read the missed keys again."""
+        still finishing it), wait (bounded) for its end, then read the missed keys again. Returns
+        the number of failed reads (0 or 1)."""
         missed = {key for key, value in found.items() if value is None}
         waits: list[asyncio.Future[None]] = []
         open_notes = list(self._open.get(tenant, ()))[-MAX_OPEN_LOOKED_AT:]
@@ -222,12 +225,14 @@ class ReplayService:
                 note.ended = asyncio.get_running_loop().create_future()
             waits.append(note.ended)
         if not waits:
-            return
+            return 0
         await asyncio.wait(waits, timeout=WRITE_WAIT_S)
         try:
             found.update(await self._lookup(tenant, [key for key in found if key in missed]))
         except Exception as exc:  # what the first lookup found stands; the rest stay misses
             self._outage(exc)
+            return 1
+        return 0
 
     def _opened(self, note: ReplayNote) -> None:
         if self._open_count >= MAX_OPEN:
@@ -258,13 +263,31 @@ class ReplayService:
         record.notes[OUTCOME_NOTE] = counts.as_dict()
         record.response_headers.append((HEADER, counts.header_value()))
 
-    def _outage(self, exc: BaseException) -> None:
-        self.totals["unavailable"] += 1
+    def _note_faults(self, record: AccessRecord, *, reads: int) -> None:
+        writes, self._unreported_writes = self._unreported_writes, 0
+        if reads or writes:
+            faults = {"read": reads, "write": writes}
+            record.notes[ERRORS_NOTE] = {op: n for op, n in faults.items() if n}
+
+    async def reachable(self) -> bool:
+        """Whether the store answers now (for /healthz). Bounded like every store call, and free
+        while a store already known to be down waits to be tried again."""
+        try:
+            await self.store.ping()
+        except Exception as exc:
+            self._outage(exc, counted=False)  # a probe, not a request's fault
+            return False
+        return True
+
+    def _outage(self, exc: BaseException, *, counted: bool = True) -> None:
+        if counted:
+            self.totals["unavailable"] += 1
         now = time.monotonic()
         if now - self._last_outage_log >= OUTAGE_LOG_INTERVAL:
             self._last_outage_log = now
             logger.warning(
-                "replay store (%s) unavailable (%s): requests go on without restored reasoning; "
+                "replay store (%s) unavailable (%s): its lookups count as misses (the provider's "
+                "miss policy applies: a placeholder where the provider requires the field); "
                 "this is logged once a minute while it lasts",
                 self.store.name,
                 # Our own message names only the error class; anything else: its class alone.
@@ -316,6 +339,7 @@ class ReplayService:
                 try:
                     await self.store.put_many(items)
                 except Exception as exc:  # a background write: nobody else would hear of it
+                    self._unreported_writes += 1
                     self._outage(exc)
         finally:
             self._writing_tenants = set()

@@ -1,11 +1,19 @@
 """Running ASGI apps under uvicorn: in the foreground (`serve`) or on a background thread
 (the demo, and tests that need a real socket on 127.0.0.1). Both serve HTTP/1.1 through
-proxy.edge, which bounds what one client connection may cost (proxy.limits)."""
+proxy.edge, which bounds what one client connection may cost (proxy.limits).
+
+`exit_with_parent` makes a `serve --workers N` worker stop when the parent that supervises it
+dies, however it died."""
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
+import os
 import resource
+import signal
 import socket
+import sys
 import threading
 import time
 from types import TracebackType
@@ -40,6 +48,45 @@ def raise_fd_limit(needed: int) -> str | None:
                 "raise `ulimit -n` or lower those settings"
             )
     return None
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT_POLL_S = 1.0  # the watchdog's period where the kernel cannot signal a parent's death
+
+
+def exit_with_parent() -> None:
+    """In a worker process of `serve --workers N`: shut down (SIGTERM, uvicorn's graceful shutdown)
+    when the parent process dies. The parent stops its workers when it is told to stop; killed
+    (SIGKILL, the OOM killer) it cannot, and they went on serving the shared socket with nobody
+    to restart or stop them, and its metrics directory stayed behind. A no-op in a process no
+    parent supervises (one worker: uvicorn serves in the `serve` process itself)."""
+    parent = multiprocessing.parent_process()  # uvicorn starts its workers with multiprocessing
+    if parent is None or parent.pid is None:
+        return
+    if not _signal_on_parent_death(signal.SIGTERM):
+        threading.Thread(target=watch_parent, args=(parent.pid,), name="parent-watch", daemon=True).start()
+    if os.getppid() != parent.pid:  # it died before the kernel was asked to tell
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _signal_on_parent_death(sig: int) -> bool:
+    """Linux: the kernel sends `sig` to this process when its parent dies. (Strictly, when the
+    parent's thread that started it ends: uvicorn starts and restarts workers from its main
+    thread, whose end is the process's.) False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def watch_parent(parent: int, interval: float = PARENT_POLL_S) -> None:
+    """Elsewhere: poll. An orphan is adopted by another process, so its parent pid changes."""
+    while os.getppid() == parent:
+        time.sleep(interval)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def limits_of(app: ASGIApp) -> EdgeLimits:

@@ -180,7 +180,7 @@ def test_a_miss_gets_a_placeholder_or_is_forwarded_per_policy() -> None:
     assert forwarded.counts.as_dict() == {"restored": 0, "placeholder": 0, "missing": 1}
 
 
-def test_store_outage_counts_missing_without_placeholders() -> None:
+def test_placeholders_off_makes_every_miss_missing() -> None:
     body = {"messages": history(assistant(call("call_b")))}
     _, result = restore(body, TOOL_CALLS, {}, placeholders=False)
     assert result.body is body

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -465,15 +466,29 @@ def test_two_replicas_share_one_redis(mock: BackgroundServer, redis_server: Redi
     )
 
 
-def test_redis_outage_serves_requests_reports_missing_and_logs_once(
+def healthz(proxy: BackgroundServer) -> tuple[int, dict[str, Any]]:
+    response = httpx.get(f"{proxy.url}/healthz", timeout=20)
+    return response.status_code, response.json()
+
+
+def metric_value(proxy: BackgroundServer, series: str) -> float:
+    for line in httpx.get(f"{proxy.url}/metrics", timeout=20).text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_redis_outage_is_a_miss_the_tool_loop_goes_on_and_is_reported(
     mock: BackgroundServer, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="thinkproxy.replay")
     with proxy_for(mock, state_url=redis_server.url) as proxy:
         client = sdk(proxy)
         messages, _ = plain_dict_loop_turn_one(client, "deepseek-chat")
+        assert healthz(proxy) == (200, {"status": "ok"})
         redis_server.stop()
-        # Turn 2 goes upstream as it came: DeepSeek's own 400 comes back unchanged, no 500.
+        # Turn 2: the store's fault is a miss, and DeepSeek's miss policy sends the placeholder it
+        # accepts, so the loop goes on (the simulated DeepSeek answers 400 without it).
         statuses, headers = [], []
         for _ in range(3):
             response = httpx.post(
@@ -484,8 +499,12 @@ def test_redis_outage_serves_requests_reports_missing_and_logs_once(
             )
             statuses.append(response.status_code)
             headers.append(response.headers.get(REPLAY))
-        assert statuses == [400, 400, 400]
-        assert headers == ["restored=0, placeholder=0, missing=1"] * 3
+        assert statuses == [200, 200, 200]
+        assert headers == ["restored=0, placeholder=1, missing=0"] * 3
+        assert last_upstream_body(mock)["messages"][1]["reasoning_content"] == ""
+        assert metric_value(proxy, 'thinkproxy_state_errors_total{operation="read"}') == 3
+        # Degraded, not down: a load balancer keeps an instance that still serves.
+        assert healthz(proxy) == (200, {"status": "degraded", "state": "unreachable"})
         # A request that needs nothing is served normally, and its capture fails quietly.
         fine = client.chat.completions.create(
             model="deepseek-chat",
@@ -493,10 +512,36 @@ def test_redis_outage_serves_requests_reports_missing_and_logs_once(
             tools=[WEATHER_TOOL],  # type: ignore[list-item]
         )
         assert fine.choices[0].message.tool_calls
+        redis_server.start()  # back (empty): health follows
+        deadline = time.monotonic() + 15
+        while healthz(proxy) != (200, {"status": "ok"}):
+            assert time.monotonic() < deadline, "health never came back after Redis did"
+            time.sleep(0.1)
     outage_lines = [r for r in caplog.records if r.name == "thinkproxy.replay"]
-    assert len(outage_lines) == 1
+    assert len(outage_lines) == 1  # once per interval, however many requests met the fault
     assert "redis" in outage_lines[0].getMessage()
     assert "I have a tool" not in caplog.text  # reasoning is never logged
+
+
+def test_redis_never_reachable_serves_the_tool_loop_and_counts_every_fault(mock: BackgroundServer) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
+    with proxy_for(mock, "kimi", state_url=url) as proxy:
+        messages, _ = plain_dict_loop_turn_one(sdk(proxy), "kimi-k2.5")
+        assert healthz(proxy) == (200, {"status": "degraded", "state": "unreachable"})
+        response = httpx.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={"model": "kimi-k2.5", "messages": messages},
+            headers={"Authorization": "Bearer sk-tenant-a", "X-Thinking-Level": "standard"},
+            timeout=20,
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers[REPLAY] == "restored=0, placeholder=1, missing=0"
+        # Turn 1's capture failed in the background (counted with the next request), turn 2's
+        # lookup in the request itself.
+        assert metric_value(proxy, 'thinkproxy_state_errors_total{operation="write"}') == 1
+        assert metric_value(proxy, 'thinkproxy_state_errors_total{operation="read"}') == 1
 
 
 # --- cost: one round trip whatever the history ------------------------------------------------

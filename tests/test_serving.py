@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import pytest
 
 from proxy.app import create_app
 from proxy.limits import EdgeLimits
-from proxy.serving import limits_of, raise_fd_limit
-from tests.helpers import make_settings
+from proxy.mock import MockOptions, create_mock_app
+from proxy.serving import BackgroundServer, limits_of, raise_fd_limit
+from tests.helpers import make_settings, start_serve, worker_pids
 
 
 @pytest.fixture
@@ -47,3 +57,94 @@ def test_background_servers_take_the_edge_limits_from_the_apps_settings() -> Non
         drain_bytes=2000,
     )
     assert limits_of(object()) == EdgeLimits()  # type: ignore[arg-type]
+
+
+# --- a worker outlives no parent ----------------------------------------------------------------
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc")
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie has exited: it only waits for whoever adopted it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_until_gone(pids: Iterable[int], within_s: float = 30.0) -> list[int]:
+    """Polls (bounded) until none of `pids` runs; returns those still running at the deadline."""
+    deadline = time.monotonic() + within_s
+    while (alive := [pid for pid in pids if running(pid)]) and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    return alive
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """This test's own processes, should a failed assertion leave them behind."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@linux_only
+def test_workers_exit_when_serve_is_killed_and_the_next_start_removes_its_metrics_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    env = {"TMPDIR": str(tmp_path), "THINKPROXY_LOG_LEVEL": "warning"}  # its metrics directory: here
+    with BackgroundServer(create_mock_app(MockOptions(default_dialect="deepseek"))) as mock:
+        serve, _ = start_serve(mock, "--workers", "2", **env)
+        workers = worker_pids(serve.pid, 2)
+        try:
+            assert len(workers) == 2
+            (left,) = tmp_path.glob("thinkproxy-metrics-*")
+            serve.kill()  # SIGKILL: the parent gets no chance to stop its workers
+            serve.wait(timeout=30)
+            assert wait_until_gone(workers) == []
+            assert left.is_dir()  # nobody could remove it
+            again, _ = start_serve(mock, "--workers", "2", **env)
+            try:
+                assert not left.exists()
+                assert len(list(tmp_path.glob("thinkproxy-metrics-*"))) == 1  # the new run's own
+            finally:
+                again.terminate()
+                again.communicate(timeout=30)
+        finally:
+            kill_all(workers)
+            if serve.stdout is not None:
+                serve.stdout.close()
+
+
+_ORPHANED = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    watch = (
+        "import sys; from proxy.serving import watch_parent; print('watching', flush=True); "
+        "watch_parent(int(sys.argv[1]), 0.05)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", watch, str(os.getpid())])
+    print(child.pid, flush=True)
+    child.wait()
+    """
+)
+
+
+@linux_only
+def test_where_the_kernel_cannot_tell_a_watchdog_notices_the_parent_died() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHANED], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    # Two lines in either order: the parent's (the child's pid) and the child's, on the pipe it
+    # inherited, once it watches.
+    lines = {parent.stdout.readline().strip(), parent.stdout.readline().strip()}
+    parent.stdout.close()
+    assert "watching" in lines, lines
+    (child,) = (int(line) for line in lines if line.isdigit())
+    try:
+        assert running(child)
+        parent.kill()
+        parent.wait(timeout=30)
+        assert wait_until_gone([child]) == []
+    finally:
+        kill_all([child])

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
 
@@ -62,6 +66,60 @@ async def test_memory_rewrite_of_a_key_replaces_it() -> None:
     await store.put_many([("a", b"22")])
     assert await store.get_many(["a"]) == [b"22"]
     assert len(store) == 1
+
+
+# What a flood does to the process: run in a fresh interpreter so that its RSS is the store's and
+# nothing else's. The values are what the proxy stores (orjson.dumps of a captured turn), whose
+# buffers orjson over-allocates (~4 KiB behind a ~130-byte value): counted by their length, 100,000
+# turns were 28.5 MiB "against the cap" and 420 MiB of RSS.
+_FLOOD = textwrap.dedent(
+    """
+    import asyncio, gc, sys
+    import orjson
+    from proxy.state.memory import MemoryStore
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096  # resident pages (4 KiB pages on Linux)
+
+    CAP = int(sys.argv[1])
+    TURNS = int(sys.argv[2])
+    store = MemoryStore(ttl=3600, max_entries=10_000_000, max_bytes=CAP)
+    gc.collect()
+    before = rss()
+    for batch in range(TURNS // 100):
+        items = []
+        for i in range(100):
+            n = batch * 100 + i
+            record = {"p": "deepseek", "m": "deepseek-reasoner", "r": f"A tool: {n}.", "t": 1.7e12 + n}
+            items.append((f"thinkproxy:replay:{n:040x}", orjson.dumps(record)))
+        store.put_now(items)
+    gc.collect()
+    print(rss() - before, store.bytes, len(store))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads RSS from /proc")
+def test_memory_cap_bounds_what_the_process_really_holds() -> None:
+    cap = 16 * 1024 * 1024
+    turns = 200_000  # several times what fits: the cap, not the flood, decides what is held
+    env = {**os.environ, "PYTHONMALLOC": "pymalloc"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FLOOD, str(cap), str(turns)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    )
+    grown, counted, kept = (int(x) for x in done.stdout.split())
+    assert counted <= cap and 0 < kept < turns
+    # Slack for the dict's spare slots and the allocator's rounding; the old count let RSS grow
+    # 8-30 times the cap.
+    assert grown <= cap * 1.5, (
+        f"RSS grew {grown / 2**20:.1f} MiB for {kept} turns under a {cap / 2**20:.0f} MiB cap"
+    )
 
 
 def test_build_store_follows_the_settings() -> None:
