@@ -45,7 +45,7 @@ def traffic(proxy: str, mock: str) -> None:
         headers = {"x-thinking-level": level, "x-upstream-base-url": f"{mock}/{provider}/v1"}
         return httpx.post(f"{proxy}/v1/chat/completions", json=body, headers=headers, timeout=60)
 
-    chat("deepseek", "deepseek-chat", "off", "Summarise this paragraph in one line.")
+    chat("deepseek", "deepseek-v4-pro", "off", "Summarise this paragraph in one line.")
     chat("qwen", "qwen-plus", "standard", "Translate 'good morning' into French.")
     chat("prompted", "gpt-4o-mini", "standard", "Plan a 3-day trip to Kyoto.")
     first = chat("minimax", "MiniMax-M2", "deep", "What is our refund policy for EU orders?", tools=[KB_TOOL])
@@ -95,7 +95,7 @@ def held_email(proxy: str) -> threading.Thread:
 
     def run() -> None:
         body = {
-            "model": "deepseek-chat",
+            "model": "deepseek-v4-pro",
             "messages": [{"role": "user", "content": "Email the Q3 numbers to the whole company"}],
             "tools": [EMAIL_TOOL],
         }

@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -27,6 +28,7 @@ from starlette.routing import Route
 from proxy import jsonio, paths
 from proxy.access_log import AccessRecord, configure_logging, log_access
 from proxy.asgi import BODY_LEFT_UNREAD, read_body
+from proxy.browser_guard import BrowserGuard, HostRule
 from proxy.console import Console
 from proxy.console.cors import CORSMiddleware
 from proxy.dialects import Dialect, ProvidersTable
@@ -36,22 +38,16 @@ from proxy.gateway import GatewayAuth, parse_client_keys
 from proxy.jsonio import parse_chat_body
 from proxy.levels import (
     CONTROL_HEADERS,
-    LEVEL_HEADER,
-    REASONING_HEADER,
-    TRACE_FORMAT_HEADER,
-    TRACE_HEADER,
     UPSTREAM_HEADER,
+    Controls,
     Level,
     ReasoningVisibility,
     TraceMode,
-    parse_level,
-    parse_reasoning_visibility,
-    parse_trace_format,
-    parse_trace_mode,
+    parse_controls,
     prefers_chinese,
     reject_repeated_controls,
 )
-from proxy.models_listing import MISSING_HEADER, merged_models
+from proxy.models_listing import MISSING_HEADER, ModelsListing
 from proxy.observe import (
     Listener,
     build_trace,
@@ -80,6 +76,7 @@ from proxy.routes import (
 )
 from proxy.settings import Settings
 from proxy.telemetry import build_telemetry
+from proxy.telemetry.facts import configured_models
 from proxy.telemetry.request_id import REQUEST_ID_HEADER, take_request_id
 from proxy.tool_titles import NO_TITLES, ToolTitles, load_tool_titles
 from proxy.upstream import build_upstream, filter_headers
@@ -138,6 +135,20 @@ def upstream_url(base_url: str, request: Request, model: str | None = None) -> s
     return paths.upstream_url(base_url, raw_path, scope.get("query_string", b""))
 
 
+def read_controls(headers: Headers, settings: Settings) -> Controls:
+    """The control headers, checked on every route: a bad one is the same 400 on a pass-through
+    path as on chat completions, never silently dropped."""
+    reject_repeated_controls(headers.items())
+    refuse_control_header_look_alikes(headers.keys())
+    return parse_controls(
+        headers,
+        settings.default_thinking_level,
+        settings.trace,
+        settings.trace_format,
+        settings.reasoning_visibility,
+    )
+
+
 def thinking_headers(dialect: Dialect, level: Level | None, method: str | None) -> list[tuple[str, str]]:
     headers = [
         ("x-thinking-level-applied", level.value if level is not None else "none"),
@@ -155,6 +166,12 @@ class Proxy:
         self.s = services
         self.log = self._log_and_notify
         self.relay = Relay(services.settings, services.upstream, self._log_and_notify, services.review)
+        routes = services.routes
+        self.listing = (
+            None
+            if routes is None
+            else ModelsListing.from_settings(services.settings, routes, services.upstream, services.gateway)
+        )
 
     def _log_and_notify(self, record: AccessRecord, started: float) -> None:
         """Every request ends here exactly once: its access line, then its observers."""
@@ -163,6 +180,11 @@ class Proxy:
             notify_end(record, (time.perf_counter() - started) * 1000.0)
 
     async def healthz(self, request: Request) -> Response:
+        replay = self.s.replay
+        if replay is not None and not await replay.reachable():
+            # Still 200: without its store the proxy serves (a fault is a miss), so a load balancer
+            # should keep it; the body tells monitoring what is wrong.
+            return Response(b'{"status":"degraded","state":"unreachable"}', media_type="application/json")
         return Response(b'{"status":"ok"}', media_type="application/json")
 
     async def chat_completions(self, request: Request) -> Response:
@@ -174,7 +196,7 @@ class Proxy:
     async def models(self, request: Request) -> Response:
         """With a routes file, the models of every route merged; else the upstream's list as is."""
         s = self.s
-        if s.routes is None or UPSTREAM_HEADER in request.headers:
+        if self.listing is None or UPSTREAM_HEADER in request.headers:
             return await self._handle(request, chat=False)
         started = time.perf_counter()
         record = AccessRecord(method=request.method, path=request.url.path)
@@ -185,22 +207,16 @@ class Proxy:
             if bad_request_id is not None:
                 raise bad_request_id
             record.client = s.gateway.authorize(request.headers.items())
-            payload, missing = await merged_models(
-                s.routes,
-                s.upstream,
-                s.gateway,
-                request.headers.items(),
-                timeout=s.settings.read_timeout,
-                max_bytes=s.settings.max_body_bytes,
-            )
+            read_controls(request.headers, s.settings)
+            merged = await self.listing.get(request.headers.items())
         except ProxyError as exc:
             record.status, record.error = exc.status, exc.code
             self.log(record, started)
             return json_error(exc, record.response_headers)
         headers = dict(record.response_headers)
-        if missing:
-            headers[MISSING_HEADER] = ", ".join(missing)
-        out = orjson.dumps(payload)
+        if merged.missing:
+            headers[MISSING_HEADER] = ", ".join(merged.missing)
+        out = merged.body
         record.status, record.bytes_out = 200, len(out)
         self.log(record, started)
         return Response(out, media_type="application/json", headers=headers)
@@ -236,8 +252,7 @@ class Proxy:
         s = self.s
         headers = request.headers
         record.client = s.gateway.authorize(headers.items())
-        reject_repeated_controls(headers.items())
-        refuse_control_header_look_alikes(headers.keys())
+        controls = read_controls(headers, s.settings)
         chosen = headers.get(UPSTREAM_HEADER)
         destination: Destination | None = None
         if chosen is not None:
@@ -272,12 +287,8 @@ class Proxy:
                 request.receive, req, record, started, extra_headers=record.response_headers, chat=None
             )
 
-        level = parse_level(headers.get(LEVEL_HEADER), s.settings.default_thinking_level)
-        trace_mode = parse_trace_mode(headers.get(TRACE_HEADER), s.settings.trace)
-        trace_format = parse_trace_format(headers.get(TRACE_FORMAT_HEADER), s.settings.trace_format)
-        visibility = parse_reasoning_visibility(
-            headers.get(REASONING_HEADER), s.settings.reasoning_visibility
-        )
+        level, trace_mode, trace_format = controls.level, controls.trace, controls.trace_format
+        visibility = controls.visibility
         assert parsed is not None
         model = parsed.get("model")
         record.model = model if isinstance(model, str) else None
@@ -349,7 +360,7 @@ def load_routes(
         return None, {}
     table = RouteTable.load(settings.routes_file, settings.upstream_base_url)
     environ = key_environment(os.environ) if environ is None else environ
-    return table, resolve_route_keys(table, environ, gateway=bool(settings.client_keys))
+    return table, resolve_route_keys(table, environ, gateway=settings.gateway_mode)
 
 
 def create_app(
@@ -379,7 +390,7 @@ def create_app(
     replay = ReplayService.from_settings(settings)
     if replay is not None:
         listeners = (*listeners, replay)
-    telemetry = build_telemetry(settings, environ)
+    telemetry = build_telemetry(settings, environ, configured_models(table, route_table))
     services = Services(
         settings,
         table,
@@ -426,8 +437,11 @@ def create_app(
             (k.get_secret_value() for k in settings.admin_keys), "THINKPROXY_ADMIN_KEYS"
         )
         routes += ReviewAPI(review, [*gateway.client_keys, *admin]).routes()
-    cors = [Middleware(CORSMiddleware, origins=settings.cors_origins)] if settings.cors_origins else []
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=cors)
+    hosts = HostRule.for_binding(settings.host, settings.allowed_hosts)
+    middleware = [Middleware(BrowserGuard, hosts=hosts, cors_origins=settings.cors_origins)]
+    if settings.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, origins=settings.cors_origins))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     app.state.console = console
     return app
@@ -437,6 +451,9 @@ def create_served_app(transport: httpx.AsyncBaseTransport | None = None) -> Star
     """The factory `thinkproxy serve` gives uvicorn: it runs in every worker process, so logging is
     configured here, per process, not only in the parent. (`transport`: an in-process upstream,
     for bench/instructions.py, which counts the served app's work.)"""
+    from proxy.serving import exit_with_parent
+
+    exit_with_parent()  # a worker of `serve --workers N` stops when its parent dies, even by SIGKILL
     settings = Settings()
     configure_logging(settings.log_level, settings.log_json)
     app = create_app(settings, transport=transport)

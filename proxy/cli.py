@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dotenv import dotenv_values
 from pydantic import ValidationError
 
 from proxy import __version__
@@ -23,8 +25,20 @@ def _settings_error(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"])
-        lines.append(f"  THINKPROXY_{field.upper()}: {err['msg']}")
+        # A validator's own message reads best without pydantic's "Value error, " in front.
+        message = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  THINKPROXY_{field.upper()}: {message}")
     return "invalid settings:\n" + "\n".join(lines)
+
+
+@contextmanager
+def _naming(variable: str) -> Iterator[None]:
+    """A ConfigError about a file a setting names, said with the setting's name in front."""
+    try:
+        yield
+    except ConfigError as exc:
+        text = str(exc)
+        raise ConfigError(text if variable in text else f"{variable}: {text}") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -34,7 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.dialects import ProvidersTable
     from proxy.gateway import GatewayAuth
     from proxy.serving import raise_fd_limit
-    from proxy.settings import Settings
+    from proxy.settings import Settings, unknown_variables
     from proxy.tool_titles import load_tool_titles
     from proxy.upstream_policy import UpstreamPolicy
 
@@ -51,6 +65,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None:
             os.environ[f"THINKPROXY_{env}"] = str(value)
+    for unknown in unknown_variables([*os.environ, *dotenv_values(".env")]):
+        print(f"thinkproxy: warning: {unknown}", file=sys.stderr)
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -64,12 +80,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        ProvidersTable.load(settings.providers_file)  # fail before binding the port, not per request
-        routes, keys = load_routes(settings)
-        GatewayAuth.from_settings(settings, keys)
+    try:  # fail before binding the port, not per request
+        with _naming("THINKPROXY_PROVIDERS_FILE"):
+            ProvidersTable.load(settings.providers_file)
+        with _naming("THINKPROXY_ROUTES_FILE"):
+            routes, keys = load_routes(settings)
+        GatewayAuth.from_settings(settings, keys)  # (its messages name their variables)
         UpstreamPolicy.from_settings(settings)
-        load_tool_titles(settings.tool_titles_file)
+        with _naming("THINKPROXY_TOOL_TITLES_FILE"):
+            load_tool_titles(settings.tool_titles_file)
         if settings.ui:
             AdminAccess.from_settings(settings)
     except ConfigError as exc:

@@ -258,7 +258,7 @@ def keep_serving(proxy_url: str, mock_url: str) -> None:
 def demo_levels(client: ChatClient, p: Printer, base: str, mock_url: str, proxy_url: str) -> None:
     p.title("1. One header, three levels — simulated DeepSeek (entry 'deepseek')")
     body = {
-        "model": "deepseek-chat",
+        "model": "deepseek-v4-pro",
         "messages": [{"role": "user", "content": "Is 1,000,003 a prime number?"}],
     }
     for level in ("off", "standard", "deep"):

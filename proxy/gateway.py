@@ -22,7 +22,19 @@ from proxy.errors import ConfigError, Forbidden, Unauthorized
 from proxy.routes import Destination
 from proxy.settings import Settings
 
-AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
+# Every request header that carries a client's credential, in any provider's or browser's form.
+# In gateway mode none of them reaches an upstream (chat, pass-through and model listings alike):
+# the operator's key is the only credential sent. Proxy-Authorization is for a hop, never an end.
+CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "api-key",  # Azure OpenAI
+        "x-api-key",  # Anthropic and others
+        "x-goog-api-key",  # Gemini
+        "cookie",
+    }
+)
 # `name:key`; a key that itself contains ':' must therefore be given a name.
 _NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):(.*)$", re.DOTALL)
 
@@ -62,6 +74,34 @@ def parse_client_keys(items: Iterable[str], setting: str = "THINKPROXY_CLIENT_KE
     return tuple(keys)
 
 
+KEY_ROLES = (
+    ("client_keys", "THINKPROXY_CLIENT_KEYS"),
+    ("reviewer_keys", "THINKPROXY_REVIEWER_KEYS"),
+    ("admin_keys", "THINKPROXY_ADMIN_KEYS"),
+)
+
+
+def check_key_roles(settings: Settings) -> None:
+    """ConfigError when one key is given two roles: a client key that is also a reviewer key could
+    approve its own held tool calls, one that is also an admin key could read every tenant's
+    requests. The keys are compared, never printed; the variables are named."""
+    holders: dict[bytes, str] = {}
+    clashes: list[str] = []
+    for attribute, variable in KEY_ROLES:
+        values = getattr(settings, attribute)
+        for key in parse_client_keys((k.get_secret_value() for k in values), variable):
+            other = holders.setdefault(key.key, variable)
+            if other != variable:
+                shown = f"the key named {key.name!r}" if key.name else "a key"
+                clashes.append(f"{shown} is in both {other} and {variable}")
+    if clashes:
+        raise ConfigError(
+            "one key in two roles: "
+            + "; ".join(sorted(set(clashes)))
+            + ". A client could then act as a reviewer or an admin; give each role its own keys."
+        )
+
+
 def find_key(key: str | None, keys: Iterable[ClientKey]) -> ClientKey | None:
     """The configured key `key` is, if any."""
     if key is None:
@@ -85,6 +125,7 @@ class GatewayAuth:
     def from_settings(cls, settings: Settings, route_keys: Mapping[int, str] | None = None) -> GatewayAuth:
         key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
         clients = parse_client_keys(k.get_secret_value() for k in settings.client_keys)
+        check_key_roles(settings)
         if key and not clients:
             raise ConfigError(
                 "THINKPROXY_UPSTREAM_API_KEY is set but THINKPROXY_CLIENT_KEYS is empty: the proxy would "
@@ -139,7 +180,7 @@ class GatewayAuth:
         pairs = list(headers)
         if not self.enabled:
             return pairs  # BYOK: the client's Authorization goes upstream untouched
-        kept = [(n, v) for n, v in pairs if n.lower() not in AUTH_HEADERS]
+        kept = [(n, v) for n, v in pairs if n.lower() not in CREDENTIAL_HEADERS]
         key = self.key_for(destination)
         if key is None:
             return kept

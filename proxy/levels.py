@@ -7,6 +7,7 @@ not accepted is a 400 naming the header and the accepted values — never a sile
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
@@ -100,6 +101,33 @@ def parse_trace_format(raw: str | None, default: TraceFormat) -> TraceFormat:
 
 def parse_reasoning_visibility(raw: str | None, default: ReasoningVisibility) -> ReasoningVisibility:
     return parse_choice(REASONING_HEADER, raw, ReasoningVisibility, default) or default
+
+
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """The control headers of one request, read and checked. Every route reads them, so a bad value
+    is the same 400 everywhere (a pass-through route then has no use for them)."""
+
+    level: Level | None
+    trace: TraceMode
+    trace_format: TraceFormat
+    visibility: ReasoningVisibility
+
+
+def parse_controls(
+    headers: Mapping[str, str],
+    level: Level | None,
+    trace: TraceMode,
+    trace_format: TraceFormat,
+    visibility: ReasoningVisibility,
+) -> Controls:
+    """`headers` (a case-insensitive mapping) over the defaults given; BadRequest naming the header."""
+    return Controls(
+        parse_level(headers.get(LEVEL_HEADER), level),
+        parse_trace_mode(headers.get(TRACE_HEADER), trace),
+        parse_trace_format(headers.get(TRACE_FORMAT_HEADER), trace_format),
+        parse_reasoning_visibility(headers.get(REASONING_HEADER), visibility),
+    )
 
 
 def reject_repeated_controls(headers: Iterable[tuple[str, str]]) -> None:

@@ -84,6 +84,17 @@ class _RouteSpec(BaseModel):
             raise ValueError(f"{name!r}: names use letters, digits, '_', '.', ':', '-' (at most 64)")
         return name
 
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models_as_list(cls, value: object) -> object:
+        # `models: deepseek-*` is the most natural slip in YAML; say what to write instead.
+        if isinstance(value, str):
+            raise ValueError(
+                f"must be a list of model globs, not the single string {value[:100]!r}: write "
+                f"models: [{value[:100]!r}] (or one '- glob' line per glob)"
+            )
+        return value
+
     @field_validator("models")
     @classmethod
     def _check_globs(cls, globs: tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -243,7 +254,13 @@ class RouteTable:
         try:
             parsed = _RoutesFile.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError("\n".join(_describe(source, data, err) for err in exc.errors())) from None
+            errors = exc.errors()
+            # pydantic counts only the routes that validated: a bad route also reads as "no routes".
+            if len(errors) > 1:
+                errors = [
+                    e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) == ("routes",))
+                ]
+            raise ConfigError("\n".join(_describe(source, data, err) for err in errors)) from None
         seen: dict[str, int] = {}
         for i, spec in enumerate(parsed.routes):
             if spec.name is not None and spec.name in seen:
@@ -450,10 +467,22 @@ def merge_models(
 # --------------------------------------------------------------------------------------------------
 
 
+# pydantic's error types in the words of someone editing the YAML file.
+_PLAIN_WORDS = {
+    "missing": "is required",
+    "string_type": "must be a text value",
+    "tuple_type": "must be a list (one '- item' line per item, or [a, b])",
+    "list_type": "must be a list (one '- item' line per item, or [a, b])",
+    "dict_type": "must be a mapping (key: value lines)",
+    "model_type": "must be a mapping (key: value lines)",
+}
+
+
 def _describe(source: str, data: Mapping[str, Any], err: Mapping[str, Any]) -> str:
     loc = tuple(err["loc"])
     message = str(err["msg"]).removeprefix("Value error, ")
     message = message[:1].lower() + message[1:]
+    message = _PLAIN_WORDS.get(str(err["type"]), message)
     if err["type"] == "extra_forbidden":
         message = (
             f"unknown key {loc[-1]!r} (a route has name, models, prefix, upstream, api_key_env)"

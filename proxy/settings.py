@@ -6,6 +6,10 @@ Built in the app factory / CLI and passed down; nothing reads the environment af
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -19,10 +23,13 @@ from proxy.sse import DEFAULT_MAX_EVENT_BYTES
 from proxy.url_patterns import canonical_host
 
 CommaList = Annotated[list[str], NoDecode]
+PREFIX = "THINKPROXY_"
+# THINKPROXY_* variables that are read elsewhere, not settings: the wheel build and the test suite.
+NOT_SETTINGS = frozenset({"THINKPROXY_COMPILE", "THINKPROXY_EXPECT_BUILD", "THINKPROXY_FUZZ_SCALE"})
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="THINKPROXY_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_file=".env", extra="ignore")
 
     upstream_base_url: str | None = Field(
         default=None, description="Base URL of the upstream API, e.g. https://api.deepseek.com/v1"
@@ -113,6 +120,11 @@ class Settings(BaseSettings):
     cors_origins: CommaList = Field(
         default_factory=list, description="browser origins allowed to call the API"
     )
+    allowed_hosts: CommaList = Field(
+        default_factory=list,
+        description="Host names the console answers to (exact, *.domain or *); unset = loopback names "
+        "when bound to loopback, any otherwise (proxy.browser_guard)",
+    )
     ui_history: int = Field(
         default=200, ge=1, le=10_000, description="recent requests the console's live view keeps"
     )
@@ -137,6 +149,7 @@ class Settings(BaseSettings):
         "client_keys",
         "admin_keys",
         "cors_origins",
+        "allowed_hosts",
         "review_tools",
         "reviewer_keys",
         mode="before",
@@ -160,6 +173,59 @@ class Settings(BaseSettings):
     trust_env: bool = Field(
         default=False, description="Take the egress proxy from HTTPS_PROXY / HTTP_PROXY / NO_PROXY instead"
     )
+
+    @field_validator("host")
+    @classmethod
+    def _check_host(cls, host: str) -> str:
+        if not _is_listen_address(host):
+            raise ValueError(
+                f"{host[:100]!r} is not an address to listen on: give an IP address or host name "
+                "(127.0.0.1, 0.0.0.0, ::)"
+            )
+        return host
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_allowed_hosts(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            name = host.removeprefix("*.")
+            if host != "*" and not _is_listen_address(name):
+                raise ValueError(
+                    f"{host[:100]!r} is not a host name: give names only (proxy.example.com, "
+                    "*.example.com or *), no scheme, port or path"
+                )
+        return hosts
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_cors_origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            parts = urlsplit(origin)
+            if origin != "*" and (
+                parts.scheme not in ("http", "https") or not parts.netloc or parts.path.strip("/")
+            ):
+                raise ValueError(
+                    f"{origin[:100]!r} is not an origin: write scheme://host[:port] as a browser sends it "
+                    "(https://app.example.com), or *"
+                )
+        return origins
+
+    @property
+    def gateway_mode(self) -> bool:
+        """Gateway mode, the one definition every part of the proxy uses: clients present the keys
+        of THINKPROXY_CLIENT_KEYS and the proxy sends its own upstream (proxy.gateway)."""
+        return bool(self.client_keys)
+
+    @field_validator("state_url")
+    @classmethod
+    def _check_state_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        text = value.get_secret_value().strip()
+        problem = redis_url_problem(text)
+        if problem is not None:
+            raise ValueError(problem)
+        return SecretStr(text)
 
     @field_validator("upstream_base_url")
     @classmethod
@@ -210,3 +276,51 @@ def normalized_base_url(value: str) -> str:
     host = canonical_host(parts.hostname)
     netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port is not None else "")
     return f"{parts.scheme.lower()}://{netloc}{escape(parts.path).rstrip('/')}"
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def _is_listen_address(host: str) -> bool:
+    """An IP address literal or a DNS name (letters, digits, inner hyphens per label)."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return True
+    except ValueError:
+        labels = host.removesuffix(".").split(".")
+        return len(host) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What is wrong with a Redis URL, in redis-py's own terms (the client that will use it), or
+    None. The URL is never quoted: it may hold a password."""
+    from redis.asyncio.connection import parse_url  # imported only when a URL is set
+
+    try:
+        parse_url(url)
+    except (ValueError, TypeError) as exc:
+        reason = str(exc)
+        if any(secret and secret in reason for secret in (urlsplit(url).password, urlsplit(url).username)):
+            reason = "it does not parse"
+        return (
+            f"is not a Redis URL ({reason.rstrip('.')}); use redis://[:password@]host[:port][/db], "
+            "rediss://… for TLS, or unix:///path/to/socket (value not shown: it may hold a password)"
+        )
+    return None
+
+
+def unknown_variables(names: Iterable[str]) -> list[str]:
+    """A warning for each THINKPROXY_* name among `names` (the environment's, the .env file's) that
+    is not a setting (a misspelling is otherwise silently ignored), naming the closest setting
+    when one is close."""
+    known = [name.upper() for name in Settings.model_fields]
+    warnings = []
+    for name in sorted(set(names)):
+        upper = name.upper()
+        if not upper.startswith(PREFIX) or upper[len(PREFIX) :] in known or upper in NOT_SETTINGS:
+            continue
+        # Compared without the shared prefix, which would make every name look close.
+        close = difflib.get_close_matches(upper[len(PREFIX) :], known, n=1, cutoff=0.8)
+        hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
+        warnings.append(f"{name} is not a setting and is ignored{hint}")
+    return warnings

@@ -473,3 +473,31 @@ async def test_an_upstream_error_never_quotes_a_query_or_credentials(proxy_clien
     message = r.json()["error"]["message"]
     assert "sk-client-secret" not in message and "user:pw" not in message
     assert "https://api.deepseek.com" in message
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/completions", "/v1/models"])
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("x-thinking-level", "bogus"),
+        ("x-trace", "verbose"),
+        ("x-trace-format", "json"),
+        ("x-reasoning", "no"),
+    ],
+)
+async def test_control_headers_are_checked_on_every_route(
+    proxy_client, path: str, header: str, value: str
+) -> None:
+    """The same 400 as on chat completions: a bad control header is never silently dropped."""
+    rec = Recorder(ok_json)
+    client = proxy_client(rec)
+    method = "GET" if path == "/v1/models" else "POST"
+    body = None if method == "GET" else b'{"model": "m", "input": "x"}'
+    r = await client.request(method, path, content=body, headers={header: value})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and value in err["message"]
+    assert err["param"].lower() == header
+    assert rec.requests == []
+    twice = await client.request(method, path, content=body, headers=[(header, "off"), (header, "off")])
+    assert twice.status_code == 400 and rec.requests == []

@@ -89,3 +89,14 @@ async def test_wildcard_origin() -> None:
     async with app_with(cors_origins=["*"]) as client:
         r = await client.options("/v1/models", headers=preflight("http://localhost:5173", "authorization"))
     assert r.status_code == 204 and r.headers["access-control-allow-origin"] == "http://localhost:5173"
+
+
+async def test_preflight_allows_the_documented_request_id_and_trace_context() -> None:
+    async with app_with(cors_origins=["https://app.example"]) as client:
+        r = await client.options(
+            "/v1/chat/completions",
+            headers=preflight("https://app.example", f"{CONTROL}, x-request-id, traceparent, tracestate"),
+        )
+    assert r.status_code == 204, r.text
+    allowed = {h.strip() for h in r.headers["access-control-allow-headers"].split(",")}
+    assert {"x-request-id", "traceparent", "tracestate"} <= allowed

@@ -3,13 +3,22 @@ events per request, summaries without reasoning text or keys, and nothing serial
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 from proxy.access_log import AccessRecord
-from proxy.console.feed import Feed, FeedObserver, sse_frame
-from proxy.console.summary import MAX_EVENTS, MAX_TEXT, summarize
+from proxy.console.feed import (
+    SUBSCRIBER_BYTES,
+    SUBSCRIBER_GAP,
+    SUBSCRIBER_QUEUE,
+    Feed,
+    FeedObserver,
+    sse_frame,
+)
+from proxy.console.summary import MAX_EVENTS, MAX_SUMMARY, MAX_TEXT, summarize
 
 
 def record(**fields: Any) -> AccessRecord:
@@ -153,14 +162,135 @@ async def test_watchers_get_progress_then_the_finished_request() -> None:
     assert not feed.watched
 
 
-async def test_a_watcher_that_falls_behind_is_dropped_not_buffered_without_end() -> None:
+async def test_a_slow_watcher_holds_at_most_its_byte_bound_and_is_told_of_the_gap() -> None:
     feed = Feed(history=3)
     watcher = feed.subscribe()
     assert watcher is not None
-    for _ in range(300):
+    # ~90 KB a frame (a long agent turn, every event kept): two frames a request (progress, end).
+    events = [
+        {"type": "status", "seq": i, "t_ms": i, "message": "m" * 400, "stage": "thinking"}
+        for i in range(MAX_EVENTS)
+    ]
+    for _ in range(100):
+        finish(feed, record(), events)
+    assert 0 < watcher.queue.nbytes <= SUBSCRIBER_BYTES
+    assert feed.watched and not watcher.overflowed  # behind, not gone
+    frames = []
+    while watcher.queue.qsize():
+        frames.append(watcher.queue.get_nowait())
+    assert all(not f.startswith(b"event: gap") for f in frames[:-1])
+    assert frames[-1].startswith(b"event: gap\ndata: ")
+    gap = orjson.loads(frames[-1].split(b"data: ", 1)[1])
+    assert gap["dropped"] == 200 - (len(frames) - 1) > 0
+    # Caught up: what comes next arrives again, after the marker.
+    finish(feed, record(model="after"))
+    latest = watcher.queue.get_nowait()
+    assert latest.startswith(b"event: request") and b'"model":"after"' in latest
+
+
+async def test_the_gap_marker_keeps_its_place_between_the_frames() -> None:
+    feed = Feed(history=3)
+    watcher = feed.subscribe()
+    assert watcher is not None
+    for i in range(SUBSCRIBER_QUEUE + 5):  # small frames: the count bound is reached first
+        finish(feed, record(model=f"m{i}"))
+    assert watcher.queue.qsize() == SUBSCRIBER_QUEUE + 1  # the frames kept and one marker
+    first = watcher.queue.get_nowait()
+    assert b'"model":"m0"' in first
+    finish(feed, record(model="late"))  # queued after the marker
+    rest = []
+    while watcher.queue.qsize():
+        rest.append(watcher.queue.get_nowait())
+    assert rest[-2].startswith(b"event: gap") and orjson.loads(rest[-2].split(b"data: ", 1)[1]) == {
+        "dropped": 5
+    }
+    assert b'"model":"late"' in rest[-1]
+
+
+async def test_a_watcher_that_never_reads_is_let_go_and_its_frames_freed() -> None:
+    feed = Feed(history=3)
+    watcher = feed.subscribe()
+    assert watcher is not None
+    for _ in range(SUBSCRIBER_QUEUE + SUBSCRIBER_GAP + 1):
         finish(feed, record())
-    assert watcher.overflowed and not feed.watched
-    assert watcher.queue.qsize() <= 256
+    assert watcher.overflowed and not feed.watched  # its place is free for another watcher
+    assert watcher.queue.qsize() == 0 and watcher.queue.nbytes == 0
+
+
+async def test_a_reader_waiting_for_frames_gets_them_and_can_be_cancelled() -> None:
+    import asyncio
+
+    feed = Feed(history=3)
+    watcher = feed.subscribe()
+    assert watcher is not None
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(watcher.queue.get(), 0.01)  # (a keep-alive tick cancels the wait)
+    waiting = asyncio.ensure_future(watcher.queue.get())
+    await asyncio.sleep(0)
+    finish(feed, record(model="m"))
+    frame = await waiting
+    assert b'"model":"m"' in frame and watcher.queue.nbytes == 0
+
+
+FAT = "x" * 500_000
+
+
+def fat_events() -> list[dict[str, Any]]:
+    """What an upstream can make the trace carry: ids, names, finish reasons, usage, errors."""
+    return [
+        {"type": "tool_call.start", "seq": 0, "t_ms": 1, "message": FAT, "id": FAT, "name": FAT, "index": 0},
+        {"type": "tool_call.end", "seq": 1, "t_ms": 2, "message": FAT, "id": FAT, "name": FAT,
+         "input_summary": FAT},
+        {"type": "error", "seq": 2, "t_ms": 3, "message": FAT, "code": FAT},
+        {"type": "done", "seq": 3, "t_ms": 4, "message": "Done", "finish_reason": FAT, "ttft_ms": 1,
+         "reasoning_ms": 2, "usage": {"prompt_tokens": 5, FAT: FAT, "details": {FAT: [FAT] * 100}}},
+    ]  # fmt: skip
+
+
+def strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+
+
+def test_every_upstream_string_the_console_keeps_is_cut() -> None:
+    feed = Feed(history=20)
+    client_events = fat_events()
+    for _ in range(20):
+        finish(feed, record(model=FAT, path="/v1/" + FAT, error=FAT), client_events)
+    listing = orjson.dumps(feed.local())
+    assert len(listing) < 20 * 16 * 1024  # 20 such answers were 40 MB
+    entry = feed.local()[0]
+    assert max(len(s) for s in strings(entry)) <= MAX_SUMMARY + 1
+    assert entry["finish_reason"] == FAT[:MAX_TEXT] + "…"
+    assert entry["tool_calls"] == [{"name": FAT[:MAX_TEXT] + "…"}]
+    assert entry["error"] == FAT[:MAX_TEXT] + "…" and entry["path"] == ("/v1/" + FAT)[:MAX_TEXT] + "…"
+    assert entry["usage"] == {"prompt_tokens": 5}
+    start = entry["events"][0]
+    assert start["id"] == FAT[:MAX_TEXT] + "…" and start["index"] == 0 and start["seq"] == 0
+    # The events the client's own stream carries are not touched.
+    assert client_events == fat_events()
+
+
+def test_strings_of_events_beyond_the_kept_ones_are_cut_too() -> None:
+    feed = Feed(history=3)
+    observer = feed.start(record(), [])
+    observer.on_trace(
+        [{"type": "status", "seq": i, "t_ms": i, "message": "", "stage": "x"} for i in range(MAX_EVENTS)]
+    )
+    observer.on_trace(fat_events())
+    observer.on_end(record(status=200), 5.0)
+    (entry,) = feed.local()
+    assert entry["events_dropped"] == 4
+    assert entry["tool_calls"] == [{"name": FAT[:MAX_TEXT] + "…"}]
+    assert entry["finish_reason"] == FAT[:MAX_TEXT] + "…"
+    assert len(orjson.dumps(entry)) < 64 * 1024
 
 
 def test_sse_frame_is_one_event() -> None:

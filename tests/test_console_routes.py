@@ -47,7 +47,8 @@ def console_app(mock: BackgroundServer, **overrides: Any) -> Any:
 
 
 def client_for(app: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy.test")
+    # A loopback name: a proxy bound to loopback answers to no other on its console (browser_guard).
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
 
 
 async def test_console_is_off_unless_enabled(mock: BackgroundServer) -> None:
@@ -187,3 +188,26 @@ async def test_too_many_live_views_are_refused_not_buffered(mock: BackgroundServ
     async with client_for(app) as client:
         r = await client.get("/thinkproxy/events")
     assert r.status_code == 503 and r.json()["error"]["code"] == "too_many_watchers"
+
+
+def test_gateway_mode_is_client_keys_for_the_console_too(mock: BackgroundServer, tmp_path: Any) -> None:
+    """A routes file with per-route keys (no THINKPROXY_UPSTREAM_API_KEY) is gateway mode as much
+    as an upstream key is: the console's data needs an admin key, and without one the proxy does
+    not start."""
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        f'routes:\n  - {{name: ds, models: ["*"], upstream: "{mock.url}/deepseek/v1", api_key_env: DS_KEY}}\n'
+    )
+    settings = {"upstream_base_url": None, "routes_file": routes, "client_keys": ["alice:ck-1"], "ui": True}
+    with pytest.raises(ConfigError, match="THINKPROXY_ADMIN_KEYS"):
+        create_app(make_settings(**settings), table=simulated_table(mock.port), environ={"DS_KEY": "sk-ds"})
+    app = create_app(
+        make_settings(**settings, admin_keys=["ops:ak-1"]),
+        table=simulated_table(mock.port),
+        environ={"DS_KEY": "sk-ds"},
+    )
+    with BackgroundServer(app) as proxy, httpx.Client(base_url=proxy.url, timeout=10) as http:
+        for path in ("/thinkproxy/requests", "/thinkproxy/events"):
+            for headers in ({}, {"authorization": "Bearer ck-1"}):
+                assert http.get(path, headers=headers).status_code == 401, (path, headers)
+        assert http.get("/thinkproxy/requests", headers={"authorization": "Bearer ak-1"}).status_code == 200

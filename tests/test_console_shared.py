@@ -96,3 +96,14 @@ def test_redis_down_leaves_each_replica_its_own_view(mock: BackgroundServer) -> 
             "the local listing",
         )
         assert listing["shared"] is False and [e["model"] for e in listing["data"]] == ["local"]
+
+
+def test_an_oversized_entry_from_the_stream_is_skipped() -> None:
+    """Whatever wrote it (an older replica, anyone with access to Redis), a summary larger than
+    this version ever makes is not kept, listed or sent to watchers."""
+    from proxy.console.shared import MAX_ENTRY_BYTES, _decode
+
+    small = orjson.dumps({"id": "a-1", "model": "m"})
+    fat = orjson.dumps({"id": "a-2", "model": "x" * MAX_ENTRY_BYTES})
+    assert _decode({b"e": small}) == {"id": "a-1", "model": "m"}
+    assert _decode({b"e": fat}) is None

@@ -327,7 +327,8 @@ def test_review_cards_decide_a_held_call(mock: BackgroundServer, page: Any, deci
     choice = response.json()["choices"][0]
     if decision == "reject":
         assert choice["finish_reason"] == "stop"
-        assert choice["message"]["content"].endswith("The call to get_weather was not made: not now.")
+        said = "The call to get_weather was rejected by a reviewer: not now."
+        assert choice["message"]["content"].endswith(said)
     else:
         assert choice["finish_reason"] == "tool_calls"
         arguments = choice["message"]["tool_calls"][0]["function"]["arguments"]

@@ -143,3 +143,111 @@ def test_each_route_sends_its_own_key_and_the_default_the_upstream_key() -> None
     assert key("grok-4") == [("authorization", "Bearer sk-default")]  # the implicit last route
     chosen = Destination("https://api.deepseek.com/v1", client_chosen=True)
     assert auth.key_for(chosen) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        (
+            {"client_keys": "alice:k1", "reviewer_keys": "k1", "review_tools": "send_*"},
+            ("CLIENT", "REVIEWER"),
+        ),
+        ({"client_keys": "k1", "admin_keys": "ops:k1"}, ("CLIENT", "ADMIN")),
+        ({"reviewer_keys": "k2", "admin_keys": "k2", "review_tools": "x"}, ("REVIEWER", "ADMIN")),
+        (
+            {"client_keys": "a:k1,b:k2", "reviewer_keys": "r:k3,s:k2", "review_tools": "x"},
+            ("CLIENT", "REVIEWER"),
+        ),
+    ],
+)
+def test_one_key_in_two_roles_refuses_to_start_naming_the_variables(
+    settings: dict[str, str], named: tuple[str, str]
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        GatewayAuth.from_settings(make_settings(**settings))
+    message = str(info.value)
+    for role in named:
+        assert f"THINKPROXY_{role}_KEYS" in message
+    assert "k1" not in message.replace("THINKPROXY", "") and "k2" not in message  # keys never printed
+
+
+def test_distinct_keys_per_role_start() -> None:
+    GatewayAuth.from_settings(
+        make_settings(client_keys="a:c1", reviewer_keys="r:r1", admin_keys="o:a1", review_tools="x")
+    )
+
+
+async def test_serve_refuses_a_client_key_that_is_a_reviewer_key() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "THINKPROXY_UPSTREAM_BASE_URL": "https://api.deepseek.com/v1",
+        "THINKPROXY_UPSTREAM_API_KEY": "sk-upstream",
+        "THINKPROXY_CLIENT_KEYS": "alice:same-key",
+        "THINKPROXY_REVIEWER_KEYS": "bob:same-key",
+        "THINKPROXY_REVIEW_TOOLS": "send_email",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "serve"], env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert b"THINKPROXY_CLIENT_KEYS" in done.stderr and b"THINKPROXY_REVIEWER_KEYS" in done.stderr
+    assert b"same-key" not in done.stderr and b"Traceback" not in done.stderr
+
+
+CREDENTIALS = [
+    ("authorization", "Bearer ck-1"),
+    ("cookie", "session=secret-cookie"),
+    ("x-goog-api-key", "secret-goog"),
+    ("x-api-key", "secret-x"),
+    ("api-key", "secret-azure"),
+    ("proxy-authorization", "Basic c2VjcmV0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/models", None),
+        ("POST", "/v1/chat/completions", b'{"model": "m", "messages": []}'),
+        ("POST", "/v1/embeddings", b'{"model": "m", "input": "x"}'),
+    ],
+)
+async def test_gateway_mode_forwards_no_client_credential_of_any_kind(
+    proxy_client,
+    method: str,
+    path: str,
+    body: bytes | None,  # type: ignore[no-untyped-def]
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"object": "list", "data": [], "choices": []})
+
+    client = proxy_client(upstream, upstream_api_key="sk-upstream", client_keys="ck-1")
+    async with client:
+        r = await client.request(method, path, content=body, headers=CREDENTIALS)
+    assert r.status_code == 200
+    (sent,) = seen
+    assert sent.headers["authorization"] == "Bearer sk-upstream"
+    for name, value in CREDENTIALS:
+        if name != "authorization":
+            assert name not in sent.headers, name
+        assert value.split()[-1] not in str(sent.headers.raw), name
+
+
+async def test_byok_still_forwards_the_clients_own_headers(proxy_client) -> None:  # type: ignore[no-untyped-def]
+    seen: list[httpx.Request] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"object": "list", "data": []})
+
+    async with proxy_client(upstream) as client:
+        await client.get("/v1/models", headers=CREDENTIALS[:3])
+    assert seen[0].headers["cookie"] == "session=secret-cookie"
+    assert seen[0].headers["x-goog-api-key"] == "secret-goog"

@@ -526,3 +526,69 @@ def paused(pids: list[int]) -> Iterator[None]:
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
+
+
+def ended(metrics: Metrics, model: str, upstream_status: int | None = 200) -> None:
+    """One chat request for `model` ending; `upstream_status` None: refused before any upstream."""
+    record = AccessRecord("POST", "/v1/chat/completions", status=upstream_status or 404, provider="deepseek")
+    record.route, record.model, record.upstream_status = "chat", model, upstream_status
+    metrics.listener().start(record, []).on_end(record, 10.0)
+
+
+def model_counts(metrics: Metrics) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for n, got, v in samples(metrics.exposition().decode()):
+        if n == "gen_ai_client_operation_duration_seconds_count":  # (one series per error type)
+            counts[got["gen_ai_request_model"]] = counts.get(got["gen_ai_request_model"], 0) + v
+    return counts
+
+
+def test_junk_model_names_never_take_the_labels_of_real_models() -> None:
+    metrics = Metrics(max_models=3, known_models=["deepseek-v4"])
+    for i in range(100):
+        ended(metrics, f"junk-{i}", upstream_status=404)  # the upstream has no such model
+        ended(metrics, f"junk-{i}-x", upstream_status=None)  # no route takes it
+    ended(metrics, "deepseek-v4")
+    ended(metrics, "DeepSeek-V4", upstream_status=429)  # a configured name: its label from the start
+    ended(metrics, "qwen3-max")  # served: it takes a free label
+    ended(metrics, "qwen3-max", upstream_status=500)  # and keeps it for its failures
+    assert model_counts(metrics) == {"other": 200, "deepseek-v4": 2, "qwen3-max": 2}
+
+
+def test_configured_models_keep_their_label_when_every_other_one_is_taken() -> None:
+    metrics = Metrics(max_models=2, known_models=["m-known"])
+    for model in ("a", "b", "c", "m-known"):
+        ended(metrics, model)
+    assert model_counts(metrics) == {"a": 1, "b": 1, "other": 1, "m-known": 1}
+    labels = {got.get("gen_ai_request_model") for _, got, _ in samples(metrics.exposition().decode())}
+    assert len(labels - {None}) <= 2 + 1 + 1  # /metrics stays bounded: the slots, configured, other
+
+
+def test_known_models_are_the_names_written_in_routes_and_providers_yaml(tmp_path: Path) -> None:
+    from proxy.dialects import ProvidersTable
+    from proxy.routes import RouteTable
+    from proxy.telemetry.facts import configured_models
+
+    routes = RouteTable.from_text(
+        'routes:\n  - {models: ["deepseek-v4", "deepseek-r*"], upstream: "https://api.deepseek.com/v1"}\n'
+        '  - {prefix: "or/", upstream: "https://openrouter.ai/api/v1"}\n',
+        default_upstream="https://example.test/v1",
+    )
+    table = ProvidersTable.load()
+    names = configured_models(table, routes)
+    assert {"deepseek-v4", "mistral-small-latest"} <= names  # (the one literal override in providers.yaml)
+    assert not any(c in name for name in names for c in "*?[")
+    assert configured_models(table, None) == names - {"deepseek-v4"}
+
+
+def test_the_app_labels_the_models_its_configuration_names(mock: BackgroundServer, tmp_path: Path) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(f'routes:\n  - {{models: ["named-model", "*"], upstream: "{mock.url}/deepseek/v1"}}\n')
+    with proxy(mock, metrics_max_models=1, routes_file=path) as p:
+        for model in ("first-one", "second-one", "named-model"):
+            assert chat(p, {**ASK, "model": model}).status_code == 200
+        text = scrape(p)
+    seen = {
+        got["gen_ai_request_model"]: v for n, got, v in samples(text) if n.endswith("duration_seconds_count")
+    }
+    assert seen == {"first-one": 1, "other": 1, "named-model": 1}

@@ -353,3 +353,19 @@ def test_a_key_written_twice_in_a_route_is_an_error_not_the_last_one_silently() 
     )
     with pytest.raises(ConfigError, match=r"routes\.yaml: not valid YAML: .*duplicate key 'upstream'"):
         table(text)
+
+
+def test_models_given_as_a_string_explains_itself_in_the_files_terms() -> None:
+    text = 'routes:\n  - {name: ds, models: "deepseek-*", upstream: "https://api.deepseek.com/v1"}\n'
+    with pytest.raises(ConfigError) as info:
+        RouteTable.from_text(text, "routes.yaml")
+    message = str(info.value)
+    assert message.splitlines() == [
+        "routes.yaml: routes[0] (ds), field 'models': must be a list of model globs, not the single "
+        "string 'deepseek-*': write models: ['deepseek-*'] (or one '- glob' line per glob)"
+    ]
+    wrong_types = "routes:\n  - {name: ds, models: [1], upstream: 5}\n"
+    with pytest.raises(ConfigError) as info:
+        RouteTable.from_text(wrong_types, "routes.yaml")
+    assert "must be a text value" in str(info.value)
+    assert "tuple" not in str(info.value) and "at least 1 item" not in str(info.value)

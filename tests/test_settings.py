@@ -63,3 +63,71 @@ def test_serve_refuses_a_base_url_with_credentials_and_prints_no_secret(
     assert code == 2
     assert "THINKPROXY_UPSTREAM_BASE_URL" in err and "credentials" in err
     assert "hunter2" not in err and "hunter3" not in err
+
+
+# Settings that take any text (keys, tool-name globs, a secret): nothing to check beyond the rules
+# their consumers apply. Every other setting refuses a value that makes no sense for it.
+TAKES_ANY_TEXT = {"client_keys", "admin_keys", "reviewer_keys", "state_secret", "review_tools"}
+
+
+def _serve_with(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], env: dict[str, str]
+) -> tuple[int, str]:
+    import proxy.cli
+    from proxy.settings import Settings
+
+    monkeypatch.chdir("/")  # (no .env file from the working directory)
+    monkeypatch.setattr(proxy.cli, "_run_uvicorn", lambda settings: None)  # (cli is not compiled)
+    for name in Settings.model_fields:
+        monkeypatch.delenv(f"THINKPROXY_{name.upper()}", raising=False)
+    for name, value in {"THINKPROXY_UPSTREAM_BASE_URL": "https://api.deepseek.com/v1", **env}.items():
+        monkeypatch.setenv(name, value)
+    code = proxy.cli.main(["serve", "--port", "0"])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("junk", ["not a value!", "-5"])
+def test_every_bad_setting_is_one_line_naming_its_variable(
+    junk: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.settings import Settings
+
+    for name in Settings.model_fields:
+        variable = f"THINKPROXY_{name.upper()}"
+        if name == "port":
+            continue  # (the flag above sets it)
+        code, err = _serve_with(monkeypatch, capsys, {variable: junk})
+        assert "Traceback" not in err, (variable, err)
+        if name in TAKES_ANY_TEXT:
+            continue
+        assert code == 2, (variable, err)
+        named = [line for line in err.splitlines() if variable in line]
+        assert named, (variable, err)
+
+
+def test_a_redis_url_that_is_not_one_is_refused_without_quoting_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for url in ("notaurl", "redis://:hunter2@host:notaport/0", "http://redis:6379"):
+        code, err = _serve_with(monkeypatch, capsys, {"THINKPROXY_STATE_URL": url})
+        assert code == 2 and "THINKPROXY_STATE_URL: is not a Redis URL" in err, err
+        assert "hunter2" not in err and "Traceback" not in err
+        assert len([line for line in err.splitlines() if "STATE_URL" in line]) == 1
+
+
+def test_a_misspelled_variable_is_a_warning_naming_the_closest_setting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.settings import unknown_variables
+
+    code, err = _serve_with(
+        monkeypatch, capsys, {"THINKPROXY_ADMIN_KEY": "x", "THINKPROXY_UPSTREAM_BASEURL": "y"}
+    )
+    assert code == 0
+    assert (
+        "warning: THINKPROXY_ADMIN_KEY is not a setting and is ignored (did you mean THINKPROXY_ADMIN_KEYS?)"
+        in err
+    )
+    assert "(did you mean THINKPROXY_UPSTREAM_BASE_URL?)" in err
+    assert unknown_variables(["THINKPROXY_PORT", "thinkproxy_trace", "THINKPROXY_COMPILE", "PATH"]) == []
+    assert unknown_variables(["THINKPROXY_ZZZ"]) == ["THINKPROXY_ZZZ is not a setting and is ignored"]

@@ -6,7 +6,8 @@ its `Access-Control-*` headers added to the start message and nothing else is to
 stream's chunks are forwarded as they are.
 
 Preflight: the control headers (X-Thinking-Level, X-Trace, X-Trace-Format, X-Reasoning,
-X-Upstream-Base-URL), Authorization, Content-Type and the OpenAI SDKs' own headers are allowed;
+X-Upstream-Base-URL), Authorization, Content-Type, X-Request-Id, the W3C trace context
+(traceparent, tracestate) and the OpenAI SDKs' own headers are allowed;
 the proxy's response headers (X-Thinking-*, X-Request-Id) are exposed to the page.
 """
 
@@ -29,6 +30,10 @@ ALLOWED_HEADERS = CONTROL_HEADERS | {
     "openai-organization",
     "openai-project",
     "openai-beta",
+    # Documented request headers of the proxy's own: a request id, and W3C trace context.
+    "x-request-id",
+    "traceparent",
+    "tracestate",
 }
 ALLOWED_HEADER_PREFIXES = ("x-stainless-",)  # the OpenAI SDKs' telemetry headers
 ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"

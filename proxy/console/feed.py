@@ -16,12 +16,12 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from proxy.console.summary import MAX_EVENTS, MAX_TOOLS, RecordFacts, summarize, tool_entry
+from proxy.console.summary import MAX_EVENTS, MAX_TOOLS, RecordFacts, bounded_event, summarize, tool_entry
 from proxy.observe import TraceEvents
 
 if TYPE_CHECKING:
@@ -30,24 +30,93 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("thinkproxy.console")
 
-SUBSCRIBER_QUEUE = 256  # frames a slow watcher may fall behind before it is dropped (it reconnects)
+# What one watcher may fall behind by: frames are dropped beyond either bound (a `gap` event
+# then says how many), and a watcher that missed SUBSCRIBER_GAP in a row, reading nothing, is let
+# go (the page reconnects and starts from a fresh snapshot). A stuck watcher holds at most
+# SUBSCRIBER_BYTES here, whatever the traffic.
+SUBSCRIBER_QUEUE = 256  # frames
+SUBSCRIBER_BYTES = 1 << 20
+SUBSCRIBER_GAP = 1024  # frames missed in a row
 MAX_SUBSCRIBERS = 64  # live views open at once on one process; more are refused (503)
 
 
+class _Gap:
+    """Frames dropped in a row, where they would have been."""
+
+    __slots__ = ("dropped",)
+
+    def __init__(self) -> None:
+        self.dropped = 1
+
+
+class FrameQueue:
+    """One watcher's frames, bounded in count and bytes; what did not fit is one `gap` frame in
+    its place (`event: gap`, `data: {"dropped": n}`), so the reader knows to re-read the listing."""
+
+    __slots__ = ("_frames", "_items", "_ready", "nbytes")
+
+    def __init__(self) -> None:
+        self._items: deque[bytes | _Gap] = deque()
+        self._frames = 0
+        self.nbytes = 0
+        self._ready = asyncio.Event()
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def put(self, frame: bytes) -> int:
+        """Queues `frame`, or drops it; returns 0, or how many frames in a row are dropped now."""
+        items = self._items
+        if self._frames < SUBSCRIBER_QUEUE and self.nbytes + len(frame) <= SUBSCRIBER_BYTES:
+            items.append(frame)
+            self._frames += 1
+            self.nbytes += len(frame)
+            self._ready.set()
+            return 0
+        last = items[-1] if items else None
+        if isinstance(last, _Gap):
+            last.dropped += 1
+            return last.dropped
+        items.append(_Gap())
+        self._ready.set()
+        return 1
+
+    def get_nowait(self) -> bytes:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        item = self._items.popleft()
+        if isinstance(item, _Gap):
+            return sse_frame("gap", {"dropped": item.dropped})
+        self._frames -= 1
+        self.nbytes -= len(item)
+        return item
+
+    async def get(self) -> bytes:
+        # Cancelled while waiting (the reader's keep-alive timeout), nothing is lost.
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self.get_nowait()
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._frames = 0
+        self.nbytes = 0
+
+
 class Subscriber:
-    """One watcher of the feed: a bounded queue of SSE frames; `overflowed` once it fell too far behind."""
+    """One watcher of the feed: its frames; `overflowed` once it was let go for not reading."""
 
     __slots__ = ("overflowed", "queue")
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[bytes] = asyncio.Queue(SUBSCRIBER_QUEUE)
+        self.queue = FrameQueue()
         self.overflowed = False
 
     def push(self, frame: bytes) -> None:
-        try:
-            self.queue.put_nowait(frame)
-        except asyncio.QueueFull:
-            self.overflowed = True  # the reader, busy with a full queue, sees it and ends
+        if self.queue.put(frame) >= SUBSCRIBER_GAP:
+            self.overflowed = True  # the reader, when it wakes, sees it and ends
+            self.queue.clear()
 
 
 def sse_frame(event: str, data: Any) -> bytes:
@@ -167,20 +236,20 @@ class FeedObserver:
         self._entry: dict[str, Any] | None = None
         self.number = number  # this replica's count of requests: the console's id is both
         self.started_at_ms = int(time.time() * 1000)
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Mapping[str, Any]] = []  # each cut to the console's bounds
         self.dropped = 0
         # Of the events not kept: their tool calls and `done`.
         self.tools: list[dict[str, Any]] = []
-        self.done: dict[str, Any] | None = None
+        self.done: Mapping[str, Any] | None = None
 
     def on_trace(self, events: TraceEvents) -> None:
         kept = self.events
         room = MAX_EVENTS - len(kept)
         if room >= len(events):
-            kept.extend(events)
+            kept.extend(map(bounded_event, events))
         else:
             room = max(room, 0)
-            kept.extend(events[:room])
+            kept.extend(map(bounded_event, events[:room]))
             self.dropped += len(events) - room
             self._note_unkept(events[room:])
         if self.feed.watched:
@@ -192,7 +261,7 @@ class FeedObserver:
             if kind == "tool_call.start" and len(self.tools) < MAX_TOOLS:
                 self.tools.append(tool_entry(event))
             elif kind == "done":
-                self.done = event
+                self.done = bounded_event(event)
 
     def on_end(self, record: AccessRecord, duration_ms: float) -> None:
         self.facts = RecordFacts.of(record)

@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 
 from proxy.console.feed import MAX_SUBSCRIBERS, Feed, sse_frame
 from proxy.errors import ConfigError, ServiceUnavailable, Unauthorized
+from proxy.gateway import parse_client_keys
 from proxy.settings import Settings
 from proxy.tool_titles import ToolTitles
 
@@ -41,23 +42,28 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 @dataclass(frozen=True, slots=True)
 class AdminAccess:
     """Who may read the live data: anyone on a bring-your-own-key proxy without admin keys; in
-    gateway mode (or whenever admin keys are set) only a Bearer token among THINKPROXY_ADMIN_KEYS.
-    Client keys are not admin keys."""
+    gateway mode (Settings.gateway_mode: client keys are set, however the upstreams get theirs) or
+    whenever admin keys are set, only a Bearer token among THINKPROXY_ADMIN_KEYS (named `ops:ak-…`
+    like the client keys). Client keys are not admin keys."""
 
     keys: tuple[bytes, ...]
     required: bool
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AdminAccess:
-        keys = tuple(k.get_secret_value().encode() for k in settings.admin_keys)
-        gateway = settings.upstream_api_key is not None
-        if gateway and settings.ui and not keys:
+        keys = tuple(
+            key.key
+            for key in parse_client_keys(
+                (k.get_secret_value() for k in settings.admin_keys), "THINKPROXY_ADMIN_KEYS"
+            )
+        )
+        if settings.gateway_mode and settings.ui and not keys:
             raise ConfigError(
-                "THINKPROXY_UI is on in gateway mode (THINKPROXY_UPSTREAM_API_KEY is set) but "
+                "THINKPROXY_UI is on in gateway mode (THINKPROXY_CLIENT_KEYS is set) but "
                 "THINKPROXY_ADMIN_KEYS is empty: the live view would show every client's requests to "
                 "anyone. Set THINKPROXY_ADMIN_KEYS (comma-separated)."
             )
-        return cls(keys, gateway or bool(keys))
+        return cls(keys, settings.gateway_mode or bool(keys))
 
     def check(self, headers: Iterable[tuple[str, str]]) -> None:
         if not self.required:

@@ -32,6 +32,11 @@ BLOCK_MS = 1000  # how long one XREAD waits for news (the follower re-checks for
 RETRY_AFTER_S = 5.0  # after a failure, Redis is not asked again for this long (the local view is used)
 PENDING = 1000  # summaries waiting to be written; beyond that they are dropped (the local ring keeps them)
 WARN_EVERY_S = 60.0
+# A summary read back larger than this version ever writes (its strings and lists are bounded:
+# proxy.console.summary) is skipped: an older replica, or anyone who can write to Redis, could
+# otherwise make every listing and every watcher carry it.
+# (The largest this version makes, every string at its cap in 4-byte characters, is ~1.5 MB.)
+MAX_ENTRY_BYTES = 2 << 20
 
 
 class SharedFeed:
@@ -162,7 +167,7 @@ class SharedFeed:
 
 def _decode(fields: Any) -> dict[str, Any] | None:
     raw = fields.get(b"e") if isinstance(fields, dict) else None
-    if raw is None:
+    if raw is None or len(raw) > MAX_ENTRY_BYTES:
         return None
     try:
         entry = orjson.loads(raw)

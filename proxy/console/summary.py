@@ -2,7 +2,9 @@
 
 Pure: values in, a JSON-ready dict out. Only what the access log and the trace already carry —
 never reasoning text, prompts, tool payloads or keys (trace events are summaries themselves; see
-proxy.trace). Every list is bounded so one request cannot grow the console's memory.
+proxy.trace). Every list is bounded so one request cannot grow the console's memory, and so is
+every string: an upstream chooses tool-call ids, names, finish reasons, usage and error text, and
+a client the model and path, at any length (docs/console.md, "Memory").
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ if TYPE_CHECKING:
 
 MAX_EVENTS = 200  # trace events kept per request (a long agent turn is cut, and says so)
 MAX_TOOLS = 64  # tool calls listed per request
-MAX_TEXT = 128  # client-controlled text (the model name) is cut to this
+MAX_TEXT = 128  # every string a client or upstream chose (model, path, ids, names, finish reason, error)
+MAX_SUMMARY = 512  # text the proxy wrote itself, already short (an event's message, its summaries)
+MAX_ITEMS = 16  # entries kept of an object or list an upstream nested in an event (usage details)
+MAX_DEPTH = 3  # levels of such nesting kept; deeper values are left out
+_PROSE = frozenset({"message", "input_summary", "output_summary"})
 # Token counts worth showing from `usage`; anything else a provider adds there is left out.
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
@@ -39,22 +45,64 @@ class RecordFacts(NamedTuple):
 
     @classmethod
     def of(cls, r: AccessRecord) -> RecordFacts:
+        # Cut here, not only when summarized: the ring keeps these for as long as it keeps the request.
         return cls(
-            r.method, r.path, r.route, r.stream, r.provider, r.model, r.level_requested, r.level,
-            r.thinking_method, r.status, r.upstream_status, r.error,
+            r.method, clip(r.path) or "", r.route, r.stream, r.provider, clip(r.model), r.level_requested,
+            r.level, r.thinking_method, r.status, r.upstream_status, clip(r.error),
         )  # fmt: skip
 
 
-def clip(value: object) -> str | None:
+def clip(value: object, limit: int = MAX_TEXT) -> str | None:
     if not isinstance(value, str):
         return None
-    return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + "…"
+    return value if len(value) <= limit else value[:limit] + "…"
+
+
+def bounded_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The trace event as the console keeps it: the event itself when every value is within the
+    bounds (the usual case, no copy), else a copy with long strings cut and nested values bounded.
+    Never changed in place: the same event object goes to the client's own stream."""
+    changed: dict[str, Any] | None = None
+    for key, value in event.items():
+        fixed = _bounded(value, MAX_SUMMARY if key in _PROSE else MAX_TEXT, MAX_DEPTH)
+        if fixed is not value:
+            if changed is None:
+                changed = {}
+            changed[key] = fixed
+    return event if changed is None else {**event, **changed}
+
+
+def _bounded(value: Any, limit: int, depth: int) -> Any:
+    kind = type(value)
+    if kind is str:
+        return value if len(value) <= limit else value[:limit] + "…"
+    if kind is int or kind is float or kind is bool or value is None:
+        return value
+    if depth <= 0:
+        return None
+    if kind is dict:
+        out: dict[str, Any] = {}
+        same = len(value) <= MAX_ITEMS
+        for i, (key, item) in enumerate(value.items()):
+            if i == MAX_ITEMS:
+                break
+            short = _bounded(key, MAX_TEXT, 1) if type(key) is str else str(key)[:MAX_TEXT]
+            fixed = _bounded(item, MAX_TEXT, depth - 1)
+            same = same and short is key and fixed is item
+            out[short] = fixed
+        return value if same else out
+    if kind is list or kind is tuple:
+        items = [_bounded(item, MAX_TEXT, depth - 1) for item in value[:MAX_ITEMS]]
+        same = kind is list and len(value) <= MAX_ITEMS
+        same = same and all(a is b for a, b in zip(items, value, strict=True))
+        return value if same else items
+    return None  # not JSON: never produced by the trace builder, not kept if it were
 
 
 def tool_entry(event: Mapping[str, Any]) -> dict[str, Any]:
-    tool: dict[str, Any] = {"name": event.get("name", "")}
+    tool: dict[str, Any] = {"name": clip(event.get("name")) or ""}
     if "title" in event:
-        tool["title"] = event["title"]
+        tool["title"] = clip(event["title"], MAX_SUMMARY)
     return tool
 
 
@@ -85,7 +133,7 @@ def summarize(
         "started_at": started_at_ms,
         "in_flight": duration_ms is None,
         "method": record.method,
-        "path": record.path,
+        "path": clip(record.path),
         "route": record.route,
         "stream": record.stream,
         "provider": record.provider,
@@ -95,11 +143,11 @@ def summarize(
         "thinking_method": record.thinking_method,
         "status": record.status if duration_ms is not None else None,
         "upstream_status": record.upstream_status,
-        "error": record.error,
+        "error": clip(record.error),
         "ttft_ms": done.get("ttft_ms") if done else None,
         "reasoning_ms": done.get("reasoning_ms") if done else None,
         "total_ms": round(duration_ms, 1) if duration_ms is not None else None,
-        "finish_reason": done.get("finish_reason") if done else None,
+        "finish_reason": clip(done.get("finish_reason")) if done else None,
         "usage": usage_of(done),
         "tool_calls": list(tools),
         "events": list(events),

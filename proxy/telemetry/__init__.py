@@ -8,7 +8,7 @@ listeners, routes and what to close at shutdown. What is off is not built at all
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from starlette.routing import Route
@@ -29,14 +29,20 @@ class Telemetry:
             close()
 
 
-def build_telemetry(settings: Settings, environ: Mapping[str, str] | None = None) -> Telemetry:
+def build_telemetry(
+    settings: Settings, environ: Mapping[str, str] | None = None, known_models: Iterable[str] = ()
+) -> Telemetry:
+    """`known_models`: the model names the configuration writes out (facts.configured_models),
+    always their own metrics label."""
     environ = os.environ if environ is None else environ
     telemetry = Telemetry()
     if settings.metrics:
         from proxy.telemetry.metrics import Metrics
 
         metrics = Metrics(
-            max_models=settings.metrics_max_models, multiprocess_dir=environ.get(MULTIPROC_ENV) or None
+            max_models=settings.metrics_max_models,
+            multiprocess_dir=environ.get(MULTIPROC_ENV) or None,
+            known_models=known_models,
         )
         telemetry.listeners.append(metrics.listener())
         telemetry.routes.append(Route("/metrics", metrics.endpoint, methods=["GET"]))

@@ -13,12 +13,19 @@ had nothing but the provider requires the field, `missing`: nothing found and no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.access_log import AccessRecord
 
+if TYPE_CHECKING:
+    from proxy.dialects import ProvidersTable
+    from proxy.routes import RouteTable
+
 REPLAY_NOTE = "replay.outcome"  # the replay store keeps its own ReplayNote under "replay"
 REPLAY_OUTCOMES = ("restored", "placeholder", "missing")
+# Replay store faults to count with a request: operation → number (proxy.replay_service).
+STATE_ERRORS_NOTE = "state.errors"
+STATE_OPERATIONS = ("read", "write")
 
 # Proxy error codes that mean the upstream connection broke (before or after the headers).
 _BROKEN = frozenset(
@@ -59,6 +66,17 @@ def replay_counts(record: AccessRecord) -> list[tuple[str, int]]:
         (outcome, n)
         for outcome in REPLAY_OUTCOMES
         if isinstance(n := counts.get(outcome), int) and not isinstance(n, bool) and n > 0
+    ]
+
+
+def state_errors(record: AccessRecord) -> list[tuple[str, int]]:
+    counts = record.notes.get(STATE_ERRORS_NOTE)
+    if not isinstance(counts, dict):
+        return []
+    return [
+        (operation, n)
+        for operation in STATE_OPERATIONS
+        if isinstance(n := counts.get(operation), int) and not isinstance(n, bool) and n > 0
     ]
 
 
@@ -115,3 +133,20 @@ def usage_of(usage: Any) -> Usage:
     return Usage(
         _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), _count(reasoning)
     )
+
+
+_GLOB = frozenset("*?[")
+
+
+def configured_models(table: ProvidersTable, routes: RouteTable | None) -> frozenset[str]:
+    """The model names the configuration writes out: a route's `models` entries and the
+    providers.yaml model overrides' `match` entries that are names, not globs. A glob cannot be a
+    label value (a client can make up any number of names inside `deepseek-*`), so models that
+    match only a glob are labelled like any other (proxy.telemetry.metrics.ModelLabels)."""
+    patterns: list[str] = []
+    for entry in table.summaries():
+        for dialect in entry.overrides:
+            patterns += dialect.model_override or ()
+    for route in routes.routes if routes is not None else ():
+        patterns += route.globs
+    return frozenset(p.strip() for p in patterns if p.strip() and not _GLOB & set(p))

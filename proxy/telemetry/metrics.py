@@ -19,14 +19,17 @@ Names and labels are part of the interface (docs/observability.md):
 | `thinkproxy_active_streams` | — |
 | `thinkproxy_upstream_errors_total` | provider, kind |
 | `thinkproxy_replay_total` | outcome |
+| `thinkproxy_state_errors_total` | operation |
 | `gen_ai_client_operation_duration_seconds` | gen_ai_operation_name, gen_ai_provider_name, |
 |   | gen_ai_request_model, error_type |
 | `gen_ai_client_token_usage` | the same but error_type, plus gen_ai_token_type |
 
 Label values are names the proxy chose (routes, providers.yaml entries, levels, error kinds) or
-the request's model, which is bounded: the first `THINKPROXY_METRICS_MAX_MODELS` distinct models
-a process sees keep their name, later ones are counted as `other`. Nothing else from a request
-(no key, no header, no content) becomes a label.
+the request's model, which is bounded (ModelLabels): a model the configuration names (routes file,
+providers.yaml) is always its own label; any other keeps its name only once an upstream served it
+(a 2xx), while fewer than `THINKPROXY_METRICS_MAX_MODELS` such names are kept, and is `other`
+otherwise, from its first request. Nothing else from a request (no key, no header, no content)
+becomes a label.
 
 Several worker processes (`--workers N`): prometheus-client's multiprocess mode, enabled when
 `PROMETHEUS_MULTIPROC_DIR` is set before the workers start (`thinkproxy serve` prepares and
@@ -52,7 +55,7 @@ from starlette.responses import Response
 
 from proxy.access_log import AccessRecord
 from proxy.observe import TraceEvents
-from proxy.telemetry.facts import error_type, replay_counts, upstream_error_kind, usage_of
+from proxy.telemetry.facts import error_type, replay_counts, state_errors, upstream_error_kind, usage_of
 from proxy.telemetry.instruments import Instruments
 
 # The GenAI semantic conventions' boundaries (gen_ai.client.operation.duration, in seconds, and
@@ -70,18 +73,28 @@ OTHER_MODEL = "other"
 
 
 class ModelLabels:
-    """The model label: the first `limit` distinct models keep their name, the rest are `other`."""
+    """The model label. A model named in the configuration (`known`, any case) is its own label,
+    always. Any other name is client-chosen: it takes one of `limit` labels only once an upstream
+    served it, so made-up names (which no upstream serves) cannot take the labels real models
+    need; until then, and once they are all taken, it is `other`."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, known: Iterable[str] = ()) -> None:
         self._limit = limit
-        self._seen: set[str] = set()
+        self._known = {name.lower(): name[:MAX_MODEL_CHARS] for name in known}
+        self._seen: dict[str, str] = {label: label for label in self._known.values()}
+        self._taken = 0
 
-    def __call__(self, model: str) -> str:
+    def __call__(self, model: str, served: bool) -> str:
         model = model[:MAX_MODEL_CHARS]
-        if model in self._seen:
-            return model
-        if len(self._seen) < self._limit:
-            self._seen.add(model)
+        label = self._seen.get(model)
+        if label is not None:
+            return label
+        label = self._known.get(model.lower())
+        if label is not None:
+            return label
+        if served and self._taken < self._limit:
+            self._taken += 1
+            self._seen[model] = model
             return model
         return OTHER_MODEL
 
@@ -135,14 +148,16 @@ class Metrics:
 
     Everything a request adds is added when it ends (`count`), from the event loop's thread."""
 
-    def __init__(self, *, max_models: int, multiprocess_dir: str | None = None) -> None:
+    def __init__(
+        self, *, max_models: int, multiprocess_dir: str | None = None, known_models: Iterable[str] = ()
+    ) -> None:
         self.multiprocess_dir = multiprocess_dir
         store = Instruments() if multiprocess_dir is None else None
         self.registry: CollectorRegistry | None = None
         if store is not None:
             self.registry = CollectorRegistry()
             self.registry.register(store)
-        self.model_label = ModelLabels(max_models)
+        self.model_label = ModelLabels(max_models, known_models)
         make = _Factory(store)
         # Each `*_of(label values…)` is the child to update.
         self.requests_of = make.counter(
@@ -183,6 +198,12 @@ class Metrics:
             "placeholder, missing.",
             ["outcome"],
         )
+        self.state_errors_of = make.counter(
+            "thinkproxy_state_errors",
+            "Replay store operations that failed (store down, slow or refusing), by operation: "
+            "read (a request's lookup, then a miss) or write (a captured turn not stored).",
+            ["operation"],
+        )
         self.operation_duration_of = make.histogram(
             "gen_ai_client_operation_duration_seconds",
             "GenAI operation duration (OpenTelemetry gen_ai.client.operation.duration).",
@@ -210,9 +231,12 @@ class Metrics:
         if record.notes:
             for outcome, n in replay_counts(record):
                 self.replay_of(outcome).inc(n)
+            for operation, n in state_errors(record):
+                self.state_errors_of(operation).inc(n)
         if record.route != "chat" or record.provider is None:
             return  # no GenAI operation took place: refused before an upstream was chosen
-        model = self.model_label(record.model or "")
+        served = record.upstream_status is not None and 200 <= record.upstream_status < 300
+        model = self.model_label(record.model or "", served)
         self.operation_duration_of("chat", provider, model, error_type(record) or "").observe(
             duration_ms / 1000.0
         )

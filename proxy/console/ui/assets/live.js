@@ -17,12 +17,34 @@ const state = {
   mode: "detailed",
   adminKey: null, // in this page's memory only
   controller: null,
+  skipped: 0, // updates the proxy dropped for this page while it was behind (`gap` events)
+  resync: null, // the listing being re-read after a gap
 };
 
-function setConnection(name) {
+function setConnection(name, ...args) {
   const el = role("connection");
   el.dataset.state = name;
-  el.textContent = t(`conn.${name}`);
+  el.textContent = t(`conn.${name}`, ...(args.length ? args : [state.skipped]));
+}
+
+// The proxy drops updates for a page that reads too slowly and says so with a `gap` event: the
+// page shows it and re-reads the whole listing (at most one re-read at a time).
+function onGap(data) {
+  const dropped = Number.isInteger(data.dropped) ? data.dropped : 0;
+  state.skipped += dropped;
+  setConnection("gap", state.skipped);
+  if (state.resync) return;
+  const headers = { Accept: "application/json" };
+  if (state.adminKey) headers.Authorization = `Bearer ${state.adminKey}`;
+  state.resync = fetch("/thinkproxy/requests", { headers, cache: "no-store" })
+    .then((response) => (response.ok ? response.json() : null))
+    .then((listing) => {
+      if (listing) apply("snapshot", listing);
+    })
+    .catch(() => {})
+    .finally(() => {
+      state.resync = null;
+    });
 }
 
 function upsert(entry) {
@@ -172,6 +194,8 @@ function apply(event, data) {
     for (const entry of [...(data.data || [])].reverse()) upsert(entry);
   } else if (event === "request" || event === "progress") {
     upsert(data);
+  } else if (event === "gap") {
+    onGap(data);
   }
   scheduleRender();
 }

@@ -5,7 +5,27 @@
 import { h } from "./dom.js";
 import { ms, t } from "./i18n.js";
 
-export const BRIEF_TYPES = new Set(["status", "tool_call.start", "error", "done"]);
+// The review gate's events are shown in both modes, as the client gets them in both.
+export const BRIEF_TYPES = new Set(["status", "tool_call.start", "error", "done", "review.request", "review.decision"]);
+
+// A call held for a reviewer: the hold opens at `review.request` and closes at `review.decision`
+// (its `t_ms` minus the request's is the wait; both times are on the timeline).
+const HOLD_TEXT = {
+  en: { request: "Held for a reviewer", approve: "approved", modify: "modified", reject: "rejected", timeout: "review timed out", refused: "refused without review" },
+  zh: { request: "等待人工审核", approve: "已批准", modify: "已修改", reject: "已拒绝", timeout: "审核超时", refused: "未审核，已拒绝" },
+};
+
+function holdItem(event, language) {
+  const text = HOLD_TEXT[language] || HOLD_TEXT.en;
+  const tool = h("code", { class: "tool-name" }, String(event.tool ?? ""));
+  if (event.type === "review.request") {
+    return h("div", { class: "hold hold-open" }, h("span", {}, `${text.request} `), tool,
+      event.input_summary ? h("div", { class: "muted" }, String(event.input_summary)) : null);
+  }
+  const verdict = String(event.decision ?? "");
+  return h("div", { class: `hold hold-closed hold-${verdict}` }, tool, h("span", {}, ` ${text[verdict] ?? verdict}`),
+    event.comment ? h("span", { class: "muted" }, ` · ${String(event.comment)}`) : null);
+}
 
 // The display title of a tool: the event's own (from the proxy's tool titles file, in the
 // request's language), else the console's copy of the map in the page's language, else the name.
@@ -62,6 +82,10 @@ export function traceItem(event, { titles = {}, language = "en" } = {}) {
       break;
     case "error":
       body = h("span", { class: "error" }, `${t("ev.error")}: ${String(event.message ?? "")}`);
+      break;
+    case "review.request":
+    case "review.decision":
+      body = holdItem(event, language);
       break;
     case "done": {
       const bits = [];

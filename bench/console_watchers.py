@@ -1,0 +1,184 @@
+"""RSS of a `thinkproxy serve` process with the console on, watchers that never read, and fat answers.
+
+An upstream on 127.0.0.1 answers every chat completion with tool calls whose ids, and a finish
+reason, are `--fat-kb` KB each (what a hostile or broken upstream can send). `--watchers`
+clients open `GET /thinkproxy/events` with a small receive buffer and never read a byte; then
+`--answers` such requests go through the proxy, one after the other. The proxy's RSS
+(/proc/<pid>/statm) is sampled every 100 ms throughout; the run stops early, and says so, when it
+passes `--rss-limit-mb` (so that the old code cannot take the machine down). At the end: the
+RSS before the watchers, the peak, and the size of one `GET /thinkproxy/requests` answer.
+`--pythonpath DIR` runs the proxy from another checkout (`git worktree add /tmp/before HEAD`).
+Bounded: at most `--answers` requests, each with a 60 s timeout. Linux only. Not part of the
+test suite.
+
+    /work/venv/bin/python bench/console_watchers.py [--pythonpath DIR] [--watchers 64] [--answers 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+MB = 1024 * 1024
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class FatUpstream(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    body = b""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            self.wfile.write(self.body)
+
+
+def fat_answer(kb: int) -> bytes:
+    fat = "x" * (kb * 1024)
+    calls = [
+        {"id": f"{i}{fat}", "type": "function", "function": {"name": "lookup", "arguments": '{"q":"a"}'}}
+        for i in range(2)
+    ]
+    message = {"role": "assistant", "content": None, "tool_calls": calls}
+    choice = {"index": 0, "message": message, "finish_reason": f"tool_calls{fat}"}
+    usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]}
+    return json.dumps({**answer, "usage": usage}).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / MB
+
+
+class Sampler(threading.Thread):
+    def __init__(self, pid: int, limit_mb: float) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.limit_mb = pid, limit_mb
+        self.peak = 0.0
+        self.over = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            with contextlib.suppress(OSError):
+                self.peak = max(self.peak, rss_mb(self.pid))
+            if self.peak > self.limit_mb:
+                self.over.set()
+                return
+            time.sleep(0.1)
+
+
+def stuck_watcher(port: int) -> socket.socket:
+    """A live view that subscribes and never reads (a 4 KB receive buffer fills at once)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET /thinkproxy/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    return sock
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pythonpath", default=str(Path(__file__).resolve().parent.parent))
+    parser.add_argument("--watchers", type=int, default=64)
+    parser.add_argument("--answers", type=int, default=20)
+    parser.add_argument("--fat-kb", type=int, default=500)
+    parser.add_argument("--rss-limit-mb", type=float, default=3000.0)
+    args = parser.parse_args()
+
+    FatUpstream.body = fat_answer(args.fat_kb)
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FatUpstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("THINKPROXY_")},
+        "PYTHONPATH": args.pythonpath,
+        "THINKPROXY_UPSTREAM_BASE_URL": f"http://127.0.0.1:{upstream.server_address[1]}/v1",
+        "THINKPROXY_HOST": "127.0.0.1",
+        "THINKPROXY_PORT": str(port),
+        "THINKPROXY_UI": "true",
+        "THINKPROXY_STATE": "off",  # the replay store's memory is measured elsewhere (memory.py)
+        "THINKPROXY_LOG_LEVEL": "warning",
+    }
+    # (cwd too: `python -m` puts the working directory first on sys.path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "serve"],
+        env=env,
+        cwd=args.pythonpath,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    watchers: list[socket.socket] = []
+    sampler = Sampler(proc.pid, args.rss_limit_mb)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            with contextlib.suppress(httpx.TransportError):
+                httpx.get(f"{base}/healthz", timeout=0.5)
+                break
+            time.sleep(0.05)
+        ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        httpx.post(f"{base}/v1/models/warm", timeout=10)  # (any request: imports done, pools made)
+        idle = rss_mb(proc.pid)
+        watchers = [stuck_watcher(port) for _ in range(args.watchers)]
+        time.sleep(1.0)
+        sampler.start()
+        sent = 0
+        for _ in range(args.answers):
+            if sampler.over.is_set():
+                break
+            r = httpx.post(f"{base}/v1/chat/completions", json=ask, timeout=60)
+            assert r.status_code == 200, r.text[:300]
+            sent += 1
+        time.sleep(2.0)  # what the watchers were sent settles in the process
+        listing = b""
+        if not sampler.over.is_set():
+            listing = httpx.get(f"{base}/thinkproxy/requests", timeout=60).content
+        sampler.done.set()
+        sampler.join()
+        over = f"  STOPPED: RSS passed {args.rss_limit_mb:.0f} MB" if sampler.over.is_set() else ""
+        print(
+            f"{args.watchers} stuck watchers, {sent}/{args.answers} answers with {args.fat_kb} KB ids and "
+            f"finish reasons: RSS idle {idle:.0f} MB, peak {sampler.peak:.0f} MB; "
+            f"/thinkproxy/requests {len(listing) / MB:.2f} MB{over}"
+        )
+    finally:
+        for sock in watchers:
+            sock.close()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        upstream.shutdown()
+
+
+if __name__ == "__main__":
+    main()
