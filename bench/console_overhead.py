@@ -15,12 +15,12 @@ from typing import Any
 
 import orjson
 
-from proxy.access_log import AccessRecord
 from proxy.console.feed import Feed
-from proxy.levels import TraceFormat, TraceMode
-from proxy.observe import build_trace, trace_tap
-from proxy.pipeline import StreamPipeline
-from proxy.reasoning import ReasoningOptions
+from proxy.core.controls import TraceFormat, TraceMode
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.reasoning import ReasoningOptions
+from proxy.core.stream.taps import build_trace, trace_tap
+from proxy.server.access_log import AccessRecord
 
 REASONING_CHUNKS = 400
 ANSWER_CHUNKS = 1600

@@ -62,26 +62,26 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
     import atheris
 
     with atheris.instrument_imports(include=["proxy"]):
-        import proxy.levels
-        import proxy.pipeline
-        import proxy.reasoning
-        import proxy.rewrite
-        import proxy.sse
-        import proxy.summaries
-        import proxy.trace
-        import proxy.upstream_policy
+        import proxy.core.controls
+        import proxy.core.rewrite
+        import proxy.core.stream.pipeline
+        import proxy.core.stream.reasoning
+        import proxy.core.stream.sse
+        import proxy.core.stream.summaries
+        import proxy.core.stream.trace
+        import proxy.server.upstream.policy
     import copy
 
     import orjson
 
-    from proxy.errors import BadRequest, ProxyError
-    from proxy.levels import Level, ReasoningField, TraceFormat, TraceMode
-    from proxy.pipeline import StreamPipeline
-    from proxy.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
-    from proxy.rewrite import rewrite_body
-    from proxy.sse import SSEDecoder
-    from proxy.trace import TraceBuilder, comment_frames
-    from proxy.upstream_policy import UpstreamPolicy, host_is_sensitive, parse_allowed
+    from proxy.core.controls import Level, ReasoningField, TraceFormat, TraceMode
+    from proxy.core.errors import BadRequest, ProxyError
+    from proxy.core.rewrite import rewrite_body
+    from proxy.core.stream.pipeline import StreamPipeline
+    from proxy.core.stream.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
+    from proxy.core.stream.sse import SSEDecoder
+    from proxy.core.stream.trace import TraceBuilder, comment_frames
+    from proxy.server.upstream.policy import UpstreamPolicy, host_is_sensitive, parse_allowed
     from tests import test_fuzz as tf
 
     seen: Counter[str] = Counter()
@@ -129,7 +129,7 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
                 for piece in split:
                     decoder.feed(piece)
                 decoder.flush()
-            except proxy.sse.EventTooLarge:
+            except proxy.core.stream.sse.EventTooLarge:
                 raised = True
             assert raised == any(len(e.raw) > limit for e in events)
 

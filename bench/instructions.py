@@ -77,7 +77,7 @@ def run_child(scenario: str, warm: int, counted: int) -> None:
     import httpx
     from fake_upstream import json_body, sse_events
 
-    from proxy.app import create_served_app
+    from proxy.server.app import create_served_app
 
     stream = scenario == "burst"
     answer = json_body()

@@ -25,11 +25,11 @@ import orjson
 if importlib.util.find_spec("proxy") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.levels import TraceFormat, TraceMode
-from proxy.pipeline import StreamPipeline
-from proxy.reasoning import ReasoningOptions
-from proxy.sse import SSEDecoder
-from proxy.trace import TraceBuilder
+from proxy.core.controls import TraceFormat, TraceMode
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.reasoning import ReasoningOptions
+from proxy.core.stream.sse import SSEDecoder
+from proxy.core.stream.trace import TraceBuilder
 
 READ = 64 * 1024
 

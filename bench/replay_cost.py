@@ -29,13 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
-from proxy.access_log import AccessRecord
-from proxy.capture import TurnCollector
-from proxy.dialects import ProvidersTable
-from proxy.levels import TraceFormat
-from proxy.pipeline import StreamPipeline
-from proxy.reasoning import ReasoningOptions
-from proxy.replay_service import ReplayService
+from proxy.core.controls import TraceFormat
+from proxy.core.providers import ProvidersTable
+from proxy.core.stream.capture import TurnCollector
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.reasoning import ReasoningOptions
+from proxy.server.access_log import AccessRecord
+from proxy.server.replay_service import ReplayService
 from proxy.state import MemoryStore, RedisStore, StateStore
 
 HEADERS = [("authorization", "Bearer sk-bench-tenant-0123456789")]

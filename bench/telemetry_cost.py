@@ -31,15 +31,15 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.access_log import AccessRecord
-from proxy.app import create_app
-from proxy.levels import TraceFormat, TraceMode
-from proxy.observe import build_trace
-from proxy.pipeline import StreamPipeline
-from proxy.reasoning import ReasoningOptions
+from proxy.core.controls import TraceFormat, TraceMode
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.reasoning import ReasoningOptions
+from proxy.core.stream.taps import build_trace
+from proxy.core.stream.trace import TraceOutcome
+from proxy.server.access_log import AccessRecord
+from proxy.server.app import create_app
 from proxy.settings import Settings
 from proxy.telemetry.metrics import Metrics
-from proxy.trace import TraceOutcome
 
 COMPLETION = {
     "id": "chatcmpl-bench",

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 from playwright.sync_api import sync_playwright
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
-from proxy.serving import BackgroundServer
+from proxy.server.serving import BackgroundServer
 from proxy.settings import Settings
 
 DOCS = Path(__file__).parent

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from proxy import __version__
 from proxy.build_info import build_label
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from proxy.settings import Settings
@@ -42,15 +42,15 @@ def _naming(variable: str) -> Iterator[None]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from proxy.access_log import configure_logging
-    from proxy.app import load_routes
     from proxy.console import AdminAccess
-    from proxy.dialects import ProvidersTable
-    from proxy.gateway import GatewayAuth
-    from proxy.serving import raise_fd_limit
+    from proxy.core.gateway import GatewayAuth
+    from proxy.core.providers import ProvidersTable
+    from proxy.core.tool_titles import load_tool_titles
+    from proxy.server.access_log import configure_logging
+    from proxy.server.app import load_routes
+    from proxy.server.serving import raise_fd_limit
+    from proxy.server.upstream.policy import UpstreamPolicy
     from proxy.settings import Settings, unknown_variables
-    from proxy.tool_titles import load_tool_titles
-    from proxy.upstream_policy import UpstreamPolicy
 
     # Flags become environment so every worker process builds the same Settings.
     for flag, env in (
@@ -128,11 +128,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _run_uvicorn(settings: Settings) -> None:
     import uvicorn
 
-    from proxy.edge import EdgeProtocol
-    from proxy.limits import EdgeLimits
+    from proxy.server.edge import EdgeProtocol
+    from proxy.server.limits import EdgeLimits
 
     uvicorn.run(
-        "proxy.app:create_served_app",
+        "proxy.server.app:create_served_app",
         factory=True,
         host=settings.host,
         port=settings.port,
@@ -176,11 +176,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     import orjson
 
-    from proxy.dialects import ProvidersTable
-    from proxy.errors import ProxyError
+    from proxy.core.controls import Level
+    from proxy.core.errors import ProxyError
+    from proxy.core.providers import ProvidersTable
+    from proxy.core.routing import RouteTable
     from proxy.explain import explain, explain_routed
-    from proxy.levels import Level
-    from proxy.routes import RouteTable
 
     try:
         level = Level(args.level.strip().lower())
@@ -221,8 +221,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from proxy.dialects import ProvidersTable, default_providers_path
-    from proxy.routes import RouteTable, key_environment, resolve_route_keys
+    from proxy.core.providers import ProvidersTable, default_providers_path
+    from proxy.core.routing import RouteTable, key_environment, resolve_route_keys
 
     path = Path(args.file) if args.file else default_providers_path()
     try:

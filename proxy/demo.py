@@ -13,12 +13,12 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from proxy.app import create_app
-from proxy.dialects import ProvidersTable
+from proxy.core.providers import ProvidersTable
+from proxy.core.stream.sse import SSEDecoder
 from proxy.mock import MockOptions, create_mock_app
-from proxy.serving import BackgroundServer
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
 from proxy.settings import Settings
-from proxy.sse import SSEDecoder
 
 # Path prefixes of the simulated upstream → the providers.yaml entry whose dialect it speaks.
 SIMULATED_ROUTES = {

@@ -13,10 +13,10 @@ from typing import Any
 
 import orjson
 
-from proxy.dialects import Dialect, EntrySummary, LevelRule, ProvidersTable, default_providers_path
-from proxy.levels import Level
-from proxy.rewrite import rewrite_body
-from proxy.routes import RouteTable
+from proxy.core.controls import Level
+from proxy.core.providers import Dialect, EntrySummary, LevelRule, ProvidersTable, default_providers_path
+from proxy.core.rewrite import rewrite_body
+from proxy.core.routing import RouteTable
 
 DEFAULT_QUESTION = "What is 17 × 23? Answer with the number."
 

@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from proxy.levels import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
-from proxy.paths import escape, has_dot_segment
-from proxy.sse import DEFAULT_MAX_EVENT_BYTES
-from proxy.url_patterns import canonical_host
+from proxy.core.controls import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
+from proxy.core.paths import escape, has_dot_segment
+from proxy.core.stream.sse import DEFAULT_MAX_EVENT_BYTES
+from proxy.core.url_patterns import canonical_host
 
 CommaList = Annotated[list[str], NoDecode]
 PREFIX = "THINKPROXY_"
@@ -123,7 +123,7 @@ class Settings(BaseSettings):
     allowed_hosts: CommaList = Field(
         default_factory=list,
         description="Host names the console answers to (exact, *.domain or *); unset = loopback names "
-        "when bound to loopback, any otherwise (proxy.browser_guard)",
+        "when bound to loopback, any otherwise (proxy.server.browser_guard)",
     )
     ui_history: int = Field(
         default=200, ge=1, le=10_000, description="recent requests the console's live view keeps"
@@ -164,8 +164,8 @@ class Settings(BaseSettings):
     # -- upstream URLs and egress ---------------------------------------------------------------
     # The configured base URL is checked once here: no credentials or query (they would be printed
     # in the start-up line and in errors, and a query breaks every URL built on it), no
-    # dot-segments; its path is escaped the way proxy.paths escapes forwarded paths.
-    # EGRESS_PROXY / TRUST_ENV: how upstream connections leave the host (proxy.egress).
+    # dot-segments; its path is escaped the way proxy.core.paths escapes forwarded paths.
+    # EGRESS_PROXY / TRUST_ENV: how upstream connections leave the host (proxy.server.egress).
     egress_proxy: SecretStr | None = Field(
         default=None,
         description="HTTP proxy for every upstream request (CONNECT for https), e.g. http://proxy.corp:3128",
@@ -213,7 +213,7 @@ class Settings(BaseSettings):
     @property
     def gateway_mode(self) -> bool:
         """Gateway mode, the one definition every part of the proxy uses: clients present the keys
-        of THINKPROXY_CLIENT_KEYS and the proxy sends its own upstream (proxy.gateway)."""
+        of THINKPROXY_CLIENT_KEYS and the proxy sends its own upstream (proxy.core.gateway)."""
         return bool(self.client_keys)
 
     @field_validator("state_url")

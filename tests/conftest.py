@@ -12,7 +12,7 @@ from tests.helpers import make_settings
 @pytest.fixture
 def proxy_client() -> Iterator[Callable[..., httpx.AsyncClient]]:
     """Factory: an httpx client talking to the proxy app in-process, upstream answered by `handler`."""
-    from proxy.app import create_app
+    from proxy.server.app import create_app
 
     def factory(handler: Callable[[httpx.Request], httpx.Response], **overrides: Any) -> httpx.AsyncClient:
         app = create_app(make_settings(**overrides), transport=httpx.MockTransport(handler))

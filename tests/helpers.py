@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.core.providers import default_providers_path
+from proxy.core.yamlfile import load_config
 from proxy.demo import SIMULATED_ROUTES
-from proxy.dialects import default_providers_path
-from proxy.serving import BackgroundServer, bind_loopback
+from proxy.server.serving import BackgroundServer, bind_loopback
 from proxy.settings import Settings
-from proxy.yamlfile import load_config
 
 
 def make_settings(**overrides: Any) -> Settings:

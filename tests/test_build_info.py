@@ -44,8 +44,8 @@ def test_the_label_says_which_build(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build_label() == "pure Python"
     monkeypatch.setattr(build_info, "compiled_modules", lambda: list(COMPILED_CORE))
     assert build_label() == "mypyc-compiled core"
-    monkeypatch.setattr(build_info, "compiled_modules", lambda: ["proxy.sse"])
-    assert build_label() == "partly compiled: proxy.sse"
+    monkeypatch.setattr(build_info, "compiled_modules", lambda: ["proxy.core.stream.sse"])
+    assert build_label() == "partly compiled: proxy.core.stream.sse"
 
 
 def test_version_names_the_build(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from proxy.app import create_app
 from proxy.mock import MockOptions, create_mock_app
-from proxy.serving import BackgroundServer
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings
 
 MESSAGES = [{"role": "user", "content": "Why is the sky blue?"}]
@@ -172,7 +172,7 @@ def test_client_disconnect_closes_the_upstream_stream(transport: str) -> None:
 
 @pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
 def test_unreachable_upstream_gives_502(transport: str) -> None:
-    from proxy.serving import bind_loopback
+    from proxy.server.serving import bind_loopback
 
     sock = bind_loopback()
     port = sock.getsockname()[1]

@@ -14,11 +14,11 @@ import openai
 import orjson
 import pytest
 
-from proxy.app import create_app
+from proxy.core.providers import ProvidersTable
 from proxy.demo import simulated_table
-from proxy.dialects import ProvidersTable
 from proxy.mock import MockOptions, create_mock_app
-from proxy.serving import BackgroundServer
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings
 
 SCHEMA = orjson.loads((Path(__file__).parent.parent / "docs" / "trace-event.schema.json").read_bytes())

@@ -5,12 +5,12 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.dialects import ProvidersTable
-from proxy.errors import NotFound
+from proxy.core.controls import Level
+from proxy.core.errors import NotFound
+from proxy.core.providers import ProvidersTable
+from proxy.core.rewrite import rewrite_body
+from proxy.core.routing import RouteTable
 from proxy.explain import default_body, explain, explain_routed
-from proxy.levels import Level
-from proxy.rewrite import rewrite_body
-from proxy.routes import RouteTable
 
 TABLE = ProvidersTable.load()
 

@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.app import create_app
 from proxy.mock import MockOptions, create_mock_app
-from proxy.serving import BackgroundServer
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings, start_serve, worker_pids
 
 ASK = {"model": "deepseek-v4", "messages": [{"role": "user", "content": "Tell me about tides."}]}

@@ -44,10 +44,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import proxy
-from proxy.capture import TurnCollector
-from proxy.dialects import Dialect, ProvidersTable, ReplayPolicy
-from proxy.errors import BadRequest, ConfigError, Forbidden, ProxyError, UnreadableAnswer
-from proxy.levels import (
+from proxy.core.controls import (
     Level,
     ReasoningField,
     ReasoningVisibility,
@@ -58,19 +55,22 @@ from proxy.levels import (
     parse_trace_format,
     parse_trace_mode,
 )
-from proxy.pipeline import WITHHELD_COMMENT, StreamPipeline, process_completion
-from proxy.reasoning import (
+from proxy.core.errors import BadRequest, ConfigError, Forbidden, ProxyError, UnreadableAnswer
+from proxy.core.providers import Dialect, ProvidersTable, ReplayPolicy
+from proxy.core.replay import Remembered, apply_restore, capture_records, decode_record, plan_lookups
+from proxy.core.rewrite import rewrite_body
+from proxy.core.stream.capture import TurnCollector
+from proxy.core.stream.pipeline import WITHHELD_COMMENT, StreamPipeline, process_completion
+from proxy.core.stream.reasoning import (
     ReasoningOptions,
     StreamReasoningExtractor,
     normalize_completion,
     normalize_message,
 )
-from proxy.replay import Remembered, apply_restore, capture_records, decode_record, plan_lookups
-from proxy.rewrite import rewrite_body
-from proxy.sse import EventTooLarge, SSEDecoder, SSEEvent
-from proxy.trace import ChunkMeta, TraceBuilder, comment_frames, event_frames
-from proxy.upstream_policy import UpstreamPolicy, host_is_sensitive, parse_allowed
-from tests.test_sse import canonical
+from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent
+from proxy.core.stream.trace import ChunkMeta, TraceBuilder, comment_frames, event_frames
+from proxy.server.upstream.policy import UpstreamPolicy, host_is_sensitive, parse_allowed
+from tests.core.stream.test_sse import canonical
 
 T = TypeVar("T")
 

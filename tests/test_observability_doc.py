@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 from starlette.testclient import TestClient
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.helpers import make_settings
 
 DOCS = Path(__file__).parent.parent / "docs"

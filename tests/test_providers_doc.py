@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.dialects import ProvidersTable
+from proxy.core.providers import ProvidersTable
 from proxy.explain import BEGIN_MARK, END_MARK, main, render_levels_table, update_generated_section
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "providers.md"

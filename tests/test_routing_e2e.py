@@ -14,12 +14,12 @@ import httpx
 import orjson
 import pytest
 
-from proxy.app import create_app
 from proxy.cli import main
-from proxy.dialects import ProvidersTable
+from proxy.core.providers import ProvidersTable
 from proxy.mock import MockOptions, create_mock_app
 from proxy.mock.dialects import REGISTRY
-from proxy.serving import BackgroundServer
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings
 
 ASK = [{"role": "user", "content": "Why do tides happen twice a day?"}]

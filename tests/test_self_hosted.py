@@ -11,13 +11,13 @@ import httpx
 import orjson
 import pytest
 
-from proxy.app import create_app
-from proxy.dialects import ProvidersTable
-from proxy.levels import Level, TraceFormat
+from proxy.core.controls import Level, TraceFormat
+from proxy.core.providers import ProvidersTable
+from proxy.core.stream.pipeline import StreamPipeline, process_completion
+from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.mock import MockOptions, create_mock_app
-from proxy.pipeline import StreamPipeline, process_completion
-from proxy.reasoning import ReasoningOptions
-from proxy.serving import BackgroundServer
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings
 
 ASK = [{"role": "user", "content": "Is a tomato a fruit or a vegetable?"}]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from proxy.mock import MockOptions, create_mock_app
-from proxy.serving import BackgroundServer
+from proxy.server.serving import BackgroundServer
 
 SOAK_PATH = Path(__file__).resolve().parent.parent / "bench" / "soak.py"
 

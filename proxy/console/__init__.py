@@ -1,7 +1,7 @@
 """The web console: a live view of the requests through this proxy, and a playground.
 
 `Console.from_settings` builds it when `THINKPROXY_UI` is on: its `feed` is a listener
-(proxy.observe) and `routes()` are mounted by the app. See docs/console.md.
+(proxy.core.stream.taps) and `routes()` are mounted by the app. See docs/console.md.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from starlette.routing import BaseRoute
 
 from proxy.console.feed import Feed
 from proxy.console.routes import AdminAccess, ConsoleRoutes
+from proxy.core.tool_titles import ToolTitles
 from proxy.settings import Settings
-from proxy.tool_titles import ToolTitles
 
 __all__ = ["AdminAccess", "Console", "Feed"]
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import error_body
-from proxy.levels import CONTROL_HEADERS
+from proxy.core.controls import CONTROL_HEADERS
+from proxy.core.errors import error_body
 
 ALLOWED_HEADERS = CONTROL_HEADERS | {
     "authorization",

@@ -1,4 +1,4 @@
-"""The console's live feed: a `Listener` (proxy.observe) that keeps a bounded ring of request
+"""The console's live feed: a `Listener` (proxy.core.stream.taps) that keeps a bounded ring of request
 summaries and pushes them to whoever watches `/thinkproxy/events`.
 
 Cost per request: one observer object, the request's trace events appended to a bounded list
@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from proxy.console.summary import MAX_EVENTS, MAX_TOOLS, RecordFacts, bounded_event, summarize, tool_entry
-from proxy.observe import TraceEvents
+from proxy.core.stream.taps import TraceEvents
 
 if TYPE_CHECKING:
-    from proxy.access_log import AccessRecord
     from proxy.console.shared import SharedFeed
+    from proxy.server.access_log import AccessRecord
 
 logger = logging.getLogger("thinkproxy.console")
 
@@ -206,7 +206,7 @@ class Feed:
 
 
 class FeedObserver:
-    """One request as the feed sees it (proxy.observe.RequestObserver).
+    """One request as the feed sees it (proxy.core.stream.taps.RequestObserver).
 
     Trace events are only kept as they come (a list extended, bounded); what the summary reads of
     them (tool calls, the `done` figures) is found when a summary is made: once at the end, or

@@ -17,10 +17,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from proxy.console.feed import MAX_SUBSCRIBERS, Feed, sse_frame
-from proxy.errors import ConfigError, ServiceUnavailable, Unauthorized
-from proxy.gateway import parse_client_keys
+from proxy.core.errors import ConfigError, ServiceUnavailable, Unauthorized
+from proxy.core.gateway import parse_client_keys
+from proxy.core.tool_titles import ToolTitles
 from proxy.settings import Settings
-from proxy.tool_titles import ToolTitles
 
 UI_DIR = Path(__file__).with_name("ui")
 KEEPALIVE_S = 15.0

@@ -2,7 +2,7 @@
 
 Pure: values in, a JSON-ready dict out. Only what the access log and the trace already carry —
 never reasoning text, prompts, tool payloads or keys (trace events are summaries themselves; see
-proxy.trace). Every list is bounded so one request cannot grow the console's memory, and so is
+proxy.core.stream.trace). Every list is bounded so one request cannot grow the console's memory, and so is
 every string: an upstream chooses tool-call ids, names, finish reasons, usage and error text, and
 a client the model and path, at any length (docs/console.md, "Memory").
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from proxy.access_log import AccessRecord
+    from proxy.server.access_log import AccessRecord
 
 MAX_EVENTS = 200  # trace events kept per request (a long agent turn is cut, and says so)
 MAX_TOOLS = 64  # tool calls listed per request

@@ -33,7 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy.errors import error_body
+from proxy.core.errors import error_body
 from proxy.mock import faults
 from proxy.mock.dialects import (
     DIALECTS,

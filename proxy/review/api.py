@@ -18,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.errors import ProxyError, Unauthorized
-from proxy.gateway import ClientKey, find_key, presented_key
+from proxy.core.errors import ProxyError, Unauthorized
+from proxy.core.gateway import ClientKey, find_key, presented_key
+from proxy.core.review_rules import parse_decision
 from proxy.review.hub import Posted, StoreUnavailable
-from proxy.review.policy import parse_decision
 from proxy.review.service import ReviewService, audit
 
 

@@ -19,10 +19,11 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import BadRequest, ConfigError
-from proxy.gateway import ClientKey, parse_client_keys
-from proxy.levels import TraceFormat
-from proxy.review.gate import (
+from proxy.core.controls import TraceFormat
+from proxy.core.errors import BadRequest, ConfigError
+from proxy.core.gateway import ClientKey, parse_client_keys
+from proxy.core.review_rules import Decision, HeldCall, ReviewPolicy
+from proxy.core.stream.gate import (
     StreamGate,
     completion_finish,
     completion_held_calls,
@@ -30,10 +31,9 @@ from proxy.review.gate import (
     release_completion,
     review_event,
 )
+from proxy.core.stream.trace import TraceBuilder
 from proxy.review.hub import MemoryReviewHub, RedisReviewHub, ReviewHub
-from proxy.review.policy import Decision, HeldCall, ReviewPolicy
 from proxy.settings import Settings
-from proxy.trace import TraceBuilder
 
 access = logging.getLogger("thinkproxy.access")
 

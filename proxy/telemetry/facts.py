@@ -15,15 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from proxy.access_log import AccessRecord
+from proxy.server.access_log import AccessRecord
 
 if TYPE_CHECKING:
-    from proxy.dialects import ProvidersTable
-    from proxy.routes import RouteTable
+    from proxy.core.providers import ProvidersTable
+    from proxy.core.routing import RouteTable
 
 REPLAY_NOTE = "replay.outcome"  # the replay store keeps its own ReplayNote under "replay"
 REPLAY_OUTCOMES = ("restored", "placeholder", "missing")
-# Replay store faults to count with a request: operation → number (proxy.replay_service).
+# Replay store faults to count with a request: operation → number (proxy.server.replay_service).
 STATE_ERRORS_NOTE = "state.errors"
 STATE_OPERATIONS = ("read", "write")
 
@@ -37,7 +37,7 @@ _BROKEN = frozenset(
         "upstream_event_too_large",
     }
 )
-# The upstream answered with something the proxy may not relay (proxy.errors.BadUpstreamResponse).
+# The upstream answered with something the proxy may not relay (proxy.core.errors.BadUpstreamResponse).
 _INVALID = frozenset(
     {
         "upstream_invalid_status",

@@ -1,8 +1,8 @@
 """Prometheus metrics: `GET /metrics`, on unless `THINKPROXY_METRICS=false`.
 
-A listener (proxy.observe) that watches no trace events: it records everything once, when the
+A listener (proxy.core.stream.taps) that watches no trace events: it records everything once, when the
 request ends, reading the answer's usage and timings from what the trace builder saw
-(`record.outcome`, proxy.trace.TraceOutcome). Nothing runs per streamed chunk; the only other
+(`record.outcome`, proxy.core.stream.trace.TraceOutcome). Nothing runs per streamed chunk; the only other
 moment is the start of a stream's relay (`on_stream`), which counts the stream as active until
 the request ends. In one process the instruments are the proxy's own (proxy.telemetry.instruments:
 a float or a list of bucket counts per label set, a fraction of prometheus-client's cost per
@@ -53,8 +53,8 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.access_log import AccessRecord
-from proxy.observe import TraceEvents
+from proxy.core.stream.taps import TraceEvents
+from proxy.server.access_log import AccessRecord
 from proxy.telemetry.facts import error_type, replay_counts, state_errors, upstream_error_kind, usage_of
 from proxy.telemetry.instruments import Instruments
 
@@ -219,7 +219,7 @@ class Metrics:
 
     def count(self, record: AccessRecord, duration_ms: float) -> None:
         """Adds a finished request. Chat answers are read from `record.outcome` (what the trace
-        builder saw: proxy.trace.TraceOutcome), never from the answer itself."""
+        builder saw: proxy.core.stream.trace.TraceOutcome), never from the answer itself."""
         provider = record.provider or "none"
         level = record.level or "none"
         self.requests_of(
@@ -285,7 +285,7 @@ class MetricsListener:
 
 class MetricsObserver:
     """Watches no trace events: what it counts of an answer is the builder's outcome, read once
-    at the end (proxy.observe: `wants_outcome`), and the start of a stream (`on_stream`)."""
+    at the end (proxy.core.stream.taps: `wants_outcome`), and the start of a stream (`on_stream`)."""
 
     __slots__ = ("_m", "_streaming")
     wants_trace = False

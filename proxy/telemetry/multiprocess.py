@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 PREFIX = "thinkproxy-metrics-"

@@ -5,7 +5,7 @@ and none of the SDK's tracing, exporters or propagation is even imported.
 
 One CLIENT span per chat completion, named `chat {model}` after the GenAI semantic conventions,
 with `gen_ai.*` attributes, the proxy's own `thinkproxy.*` ones, and one span event per trace
-event (proxy.trace) at the moment it happened. An incoming W3C `traceparent` is continued, and the
+event (proxy.core.stream.trace) at the moment it happened. An incoming W3C `traceparent` is continued, and the
 upstream request carries the span's own `traceparent` (`OTEL_PROPAGATORS` is honoured).
 
 No message content is recorded unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is
@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from proxy.access_log import AccessRecord
-from proxy.observe import TraceEvents
+from proxy.core.stream.taps import TraceEvents
+from proxy.server.access_log import AccessRecord
 from proxy.telemetry.facts import error_type, usage_of
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class OtelObserver:
         self._done: dict[str, Any] | None = None
         self._output: list[dict[str, Any]] | None = None
         self.wants_trace = True
-        self.wants_output = capture  # the answer (proxy.observe), only when content is captured
+        self.wants_output = capture  # the answer (proxy.core.stream.taps), only when content is captured
 
     def on_output(self, messages: list[dict[str, Any]]) -> None:
         self._output = messages

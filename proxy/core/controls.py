@@ -1,0 +1,171 @@
+"""Control headers → typed values.
+
+Pure: a header's raw value (or None) plus the configured default in, an enum out. A value that is
+not accepted is a 400 naming the header and the accepted values — never a silent default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
+
+from proxy.core.errors import BadRequest
+
+
+class Level(StrEnum):
+    OFF = "off"
+    STANDARD = "standard"
+    DEEP = "deep"
+
+
+class TraceMode(StrEnum):
+    OFF = "off"
+    BRIEF = "brief"
+    DETAILED = "detailed"
+
+
+class TraceFormat(StrEnum):
+    COMMENT = "comment"
+    EVENT = "event"
+
+
+class ReasoningVisibility(StrEnum):
+    SHOW = "show"
+    HIDE = "hide"
+
+
+class ReasoningField(StrEnum):
+    REASONING_CONTENT = "reasoning_content"
+    REASONING = "reasoning"
+    BOTH = "both"
+
+
+LEVEL_HEADER = "x-thinking-level"
+TRACE_HEADER = "x-trace"
+TRACE_FORMAT_HEADER = "x-trace-format"
+REASONING_HEADER = "x-reasoning"
+UPSTREAM_HEADER = "x-upstream-base-url"
+
+# Every request header the proxy consumes; none of them is forwarded upstream.
+CONTROL_HEADERS = frozenset(
+    {LEVEL_HEADER, TRACE_HEADER, TRACE_FORMAT_HEADER, REASONING_HEADER, UPSTREAM_HEADER}
+)
+
+# What HTTP allows around a field value (RFC 9110 OWS). Header values arrive as latin-1 text, so
+# str.strip() would also eat bytes such as NBSP (0xA0) and NEL (0x85) that are part of the value.
+_OWS = " \t"
+
+TRACE_ALIASES: Mapping[str, TraceMode] = {"auto": TraceMode.BRIEF, "pro": TraceMode.DETAILED}
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def parse_choice(
+    header: str,
+    raw: str | None,
+    enum: type[E],
+    default: E | None,
+    aliases: Mapping[str, E] | None = None,
+) -> E | None:
+    """The enum member a header value names (case-insensitive, spaces and tabs trimmed), or the
+    default if absent."""
+    if raw is None:
+        return default
+    value = raw.strip(_OWS).lower()
+    if aliases and value in aliases:
+        return aliases[value]
+    try:
+        return enum(value)
+    except ValueError:
+        accepted = [m.value for m in enum] + list(aliases or ())
+        raise BadRequest(
+            f"Invalid {_display(header)} header value {raw!r}: accepted values are {', '.join(accepted)}.",
+            code="invalid_header_value",
+            param=_display(header),
+        ) from None
+
+
+def parse_level(raw: str | None, default: Level | None) -> Level | None:
+    return parse_choice(LEVEL_HEADER, raw, Level, default)
+
+
+def parse_trace_mode(raw: str | None, default: TraceMode) -> TraceMode:
+    return parse_choice(TRACE_HEADER, raw, TraceMode, default, TRACE_ALIASES) or default
+
+
+def parse_trace_format(raw: str | None, default: TraceFormat) -> TraceFormat:
+    return parse_choice(TRACE_FORMAT_HEADER, raw, TraceFormat, default) or default
+
+
+def parse_reasoning_visibility(raw: str | None, default: ReasoningVisibility) -> ReasoningVisibility:
+    return parse_choice(REASONING_HEADER, raw, ReasoningVisibility, default) or default
+
+
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """The control headers of one request, read and checked. Every route reads them, so a bad value
+    is the same 400 everywhere (a pass-through route then has no use for them)."""
+
+    level: Level | None
+    trace: TraceMode
+    trace_format: TraceFormat
+    visibility: ReasoningVisibility
+
+
+def parse_controls(
+    headers: Mapping[str, str],
+    level: Level | None,
+    trace: TraceMode,
+    trace_format: TraceFormat,
+    visibility: ReasoningVisibility,
+) -> Controls:
+    """`headers` (a case-insensitive mapping) over the defaults given; BadRequest naming the header."""
+    return Controls(
+        parse_level(headers.get(LEVEL_HEADER), level),
+        parse_trace_mode(headers.get(TRACE_HEADER), trace),
+        parse_trace_format(headers.get(TRACE_FORMAT_HEADER), trace_format),
+        parse_reasoning_visibility(headers.get(REASONING_HEADER), visibility),
+    )
+
+
+def reject_repeated_controls(headers: Iterable[tuple[str, str]]) -> None:
+    """A 400 naming the first control header sent more than once (names lowercase, as received).
+
+    Each control header takes one value; two of them (say `X-Thinking-Level: off` and `deep`)
+    are a client mistake, not something to settle by picking one.
+    """
+    seen: set[str] = set()
+    for name, _ in headers:
+        if name in CONTROL_HEADERS:
+            if name in seen:
+                raise BadRequest(
+                    f"The {_display(name)} header was sent more than once; send it once, with one value.",
+                    code="invalid_header_value",
+                    param=_display(name),
+                )
+            seen.add(name)
+
+
+def prefers_chinese(accept_language: str | None) -> bool:
+    """True when the highest-weighted language in Accept-Language is Chinese."""
+    if not accept_language:
+        return False
+    best_lang, best_q = "", -1.0
+    for part in accept_language.split(","):
+        lang, _, params = part.strip().partition(";")
+        q = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                q = float(params[2:])
+            except ValueError:
+                q = 0.0
+        if q > best_q:
+            best_lang, best_q = lang.strip().lower(), q
+    return best_lang == "zh" or best_lang.startswith("zh-")
+
+
+def _display(header: str) -> str:
+    return "-".join(p.capitalize() for p in header.split("-")).replace("Url", "URL")

@@ -1,0 +1,481 @@
+"""One response's processing: SSE decoding → reasoning extraction → trace → encoding.
+
+Pure and incremental: `feed(bytes, now_ms) -> bytes` per upstream read, so everything one read
+produced goes to the client in one write. Events that need no change are forwarded as the
+upstream's original bytes; only changed chunks are re-serialized.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from proxy.core.controls import TraceFormat
+from proxy.core.errors import UNREADABLE_ANSWER_CODE, UnreadableAnswer, error_payload
+from proxy.core.stream import chunk_template, jsonio
+from proxy.core.stream.capture import TurnCollector
+from proxy.core.stream.chunk_template import ChunkTemplate
+from proxy.core.stream.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
+from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
+from proxy.core.stream.trace import ChunkMeta, TraceBuilder, chunk_meta, comment_frames, event_frames
+
+DONE = b"[DONE]"
+# Chunks a stream may (re)learn its template from without a single match before it stops trying.
+MAX_TEMPLATE_MISSES = 8
+# Events of one read decoded one at a time, in a row, without a run of template chunks starting
+# after one of them: beyond this the rest of the read is decoded at once (see _feed_by_runs).
+MAX_STEPS = 8
+# What a hiding stream sends in place of an event it could not clean (SDKs skip comments).
+WITHHELD_COMMENT = (
+    b": withheld an upstream event that could not be parsed to remove its reasoning (X-Reasoning: hide)\n\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _TemplateRule:
+    unless_lt: bool  # a text with `<` in it takes the ordinary path
+    tell: tuple[Callable[[str], None], ...]  # who hears each text
+
+
+_FULL_PATH = _TemplateRule(False, ())  # (compared by identity: every chunk takes the ordinary path)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailure:
+    message: str
+    type: str = "upstream_error"
+    code: str = "upstream_stream_error"
+
+
+class StreamPipeline:
+    """Turns one upstream SSE body into the client's SSE body, incrementally.
+
+    Contract: call `feed` for every upstream read, then exactly one of `finish` (upstream ended)
+    or `fail` (the exchange broke). The output always ends with `data: [DONE]`, once.
+    """
+
+    def __init__(
+        self,
+        *,
+        reasoning: ReasoningOptions,
+        trace: TraceBuilder | None,
+        trace_format: TraceFormat,
+        max_event_bytes: int,
+        capture: TurnCollector | None = None,
+        templates: bool = True,
+    ) -> None:
+        self._decoder = SSEDecoder(max_event_bytes)
+        self._max_event_bytes = max_event_bytes
+        # The replay capture, when the store is on: it sees each chunk already parsed, nothing more.
+        self._capture = capture
+        if capture is not None and reasoning.hide:
+            capture.raw_details_first = True  # hiding takes the text out of reasoning_details
+        self._extractor = StreamReasoningExtractor(
+            reasoning, capture.reasoning if capture is not None else None
+        )
+        self._hide = reasoning.hide
+        self._trace = trace
+        self._event_format = trace_format is TraceFormat.EVENT
+        self._meta: ChunkMeta | None = None
+        self._pending_trace: list[dict[str, Any]] = []
+        self._done_sent = False
+        # The shape of the last chunk of more-of-the-same, and how many chunks it was (re)learned
+        # from without one match since (proxy.core.stream.chunk_template).
+        self._template: ChunkTemplate | None = None
+        # `templates=False` (the tests' reference: every event decoded) starts as a stream that
+        # stopped trying: no template is ever learned, so nothing resets the count.
+        self._template_misses = 0 if templates else MAX_TEMPLATE_MISSES
+        # What the consumers (extractor, trace, capture) decided of the template's chunks: asked
+        # once, valid until a chunk takes the ordinary path (only that changes their state).
+        self._rule: _TemplateRule | None = None
+        # True once the client's stream is complete (ended or failed): stop reading upstream.
+        self.closed = False
+        # Why the stream ended with an error event, if it did.
+        self.failure: StreamFailure | None = None
+
+    # -- trace delivery -------------------------------------------------------------------
+    def _trace_bytes(self, events: list[dict[str, Any]]) -> bytes:
+        if not events:
+            return b""
+        if not self._event_format:
+            return comment_frames(events)
+        if self._meta is None:
+            # Event frames carry the stream's id/model/created: hold them until the first chunk.
+            self._pending_trace.extend(events)
+            return b""
+        return event_frames(events, self._meta)
+
+    def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> bytes:
+        if self._trace is None:
+            return b""
+        return self._trace_bytes(self._trace.begin(request_body, now_ms))
+
+    # -- stream -------------------------------------------------------------------------
+    def feed(self, data: bytes, now_ms: float) -> bytes:
+        if self.closed:
+            return b""
+        template = self._template
+        if template is not None and not self._done_sent and self._decoder.idle:
+            # A read of exactly one chunk of more of the same (a paced stream): no decoding either.
+            text = template.text_of_event(data)
+            if text is not None and len(data) <= self._max_event_bytes and self._take_text(template, text):
+                return data
+        if self._done_sent or (template is None and self._template_misses >= MAX_TEMPLATE_MISSES):
+            return self._decode(data, now_ms)  # (nothing more of the same to expect)
+        return self._feed_by_runs(data, now_ms)
+
+    def _feed_by_runs(self, data: bytes, now_ms: float) -> bytes:
+        """A read of several events: each run of chunks of more of the same (a fast upstream's
+        read holds hundreds) is taken without decoding and goes out as one slice of the read;
+        the events between runs are decoded one at a time, so that a template learned from one
+        of them serves the rest of the same read. When runs are not to be had (the consumers
+        need every chunk parsed, or MAX_STEPS events in a row started none), the rest of the
+        read is decoded at once, as without runs."""
+        out: list[bytes] = []
+        pos, size = 0, len(data)
+        find = data.find
+        steps = 0
+        while pos < size:
+            template = self._template
+            if (
+                template is not None
+                and template.event_prefix is not None
+                and self._decoder.idle
+                and data.startswith(template.event_prefix, pos)
+            ):
+                taken = self._take_run(template, data, pos)
+                if taken > 0:
+                    if taken == size:
+                        return data
+                    out.append(data[pos : pos + taken])
+                    pos += taken
+                    steps = 0
+                    continue
+                if taken < 0:
+                    steps = MAX_STEPS
+            # The next event the ordinary way: up to the end of its blank line, or all that is
+            # left (the decoder gives the same events however its input is cut).
+            end = find(b"\n\n", pos) if steps < MAX_STEPS else -1
+            end = size if end < 0 else end + 2
+            steps += 1
+            out.append(self._decode(data[pos:end], now_ms))
+            pos = end
+            if self.closed:
+                break  # (an event over the size limit ended the stream: the rest is not relayed)
+            if self._done_sent and pos < size:
+                out.append(self._decode(data[pos:], now_ms))  # (events after [DONE] are dropped)
+                break
+        return b"".join(out)
+
+    def _take_run(self, template: ChunkTemplate, data: bytes, start: int) -> int:
+        """How many bytes from `start` are whole events of `template` handled from their text
+        alone (ChunkTemplate.take_run), as _take_text would handle each; -1 when the consumers
+        need this template's chunks parsed (none can be)."""
+        rule = self._rule
+        if rule is None:
+            rule = self._rule = self._text_rule(template)
+        if rule is _FULL_PATH:
+            return -1
+        end = template.take_run(data, start, self._max_event_bytes, rule.unless_lt, rule.tell)
+        if end > start:
+            self._template_misses = 0
+        return end - start
+
+    def _decode(self, data: bytes, now_ms: float) -> bytes:
+        try:
+            events = self._decoder.feed(data)
+        except EventTooLarge as exc:
+            return self._process(exc.events, now_ms) + self._too_large(exc, now_ms)
+        return self._process(events, now_ms)
+
+    def _too_large(self, exc: EventTooLarge, now_ms: float) -> bytes:
+        message = (
+            f"The upstream sent an event larger than {exc.limit} bytes (THINKPROXY_MAX_SSE_EVENT_BYTES); "
+            "the stream was ended."
+        )
+        return self.fail(StreamFailure(message, code="upstream_event_too_large"), now_ms)
+
+    def _process(self, events: list[SSEEvent], now_ms: float) -> bytes:
+        # The per-event hot path: kept flat (no per-event helper calls) on purpose.
+        out: list[bytes] = []
+        append = out.append
+        extract = self._extractor.process_chunk
+        trace = self._trace
+        capture = self._capture
+        template = self._template
+        for event in events:
+            data = event.data
+            if self._done_sent:
+                continue  # the stream ends with its one [DONE]; nothing may follow it
+            if data is None:
+                append(event.raw)
+                continue
+            if template is not None:
+                text = template.text_of(data)
+                if text is not None and self._take_text(template, text):
+                    append(event.raw)
+                    continue
+            self._rule = None  # whatever happens next may change what the consumers decide
+            if data == DONE:
+                append(self._closing_bytes(now_ms))
+                append(event.raw)
+                self._done_sent = True
+                continue
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                # Not ours to understand: forwarded unchanged, unless reasoning must be hidden.
+                chunk = jsonio.loads_lenient(data) if self._hide else None
+                if chunk is None:
+                    append(self._withheld(now_ms) if self._hide else event.raw)
+                    continue
+            if type(chunk) is not dict or "error" in chunk:
+                append(self._hidden_odd(event, chunk, now_ms) if self._hide else event.raw)
+                continue
+            if capture is not None:
+                if capture.raw_details_first:
+                    capture.raw_details(chunk)
+                outcome = extract(chunk)
+                capture.chunk(chunk)
+            else:
+                outcome = extract(chunk)
+            if trace is not None:
+                if self._meta is None:
+                    self._start_meta(chunk, append)
+                # A trace event describes the chunk that caused it; it precedes it in the same write.
+                caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
+                if caused:
+                    append(self._trace_bytes(caused))
+            if outcome.changed:
+                append(self._reencoded(event, chunk, now_ms))
+            else:
+                append(event.raw)
+                if self._template_misses < MAX_TEMPLATE_MISSES:
+                    # Learn (again) from a chunk that went out as it came. A stream whose every
+                    # chunk differs elsewhere too (a random field per chunk) stops trying.
+                    self._template_misses += 1
+                    template = self._template = chunk_template.learn(data, chunk) or template
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _take_text(self, template: ChunkTemplate, text: str) -> bool:
+        """Handles a chunk of `template` with `text` in place from its text alone, when no consumer
+        needs more (proxy.core.stream.chunk_template); True: done, the chunk goes out as it came, unparsed."""
+        rule = self._rule
+        if rule is None:
+            rule = self._rule = self._text_rule(template)
+        if rule is _FULL_PATH or (rule.unless_lt and "<" in text):
+            return False
+        for tell in rule.tell:
+            tell(text)
+        self._template_misses = 0
+        return True
+
+    def _text_rule(self, template: ChunkTemplate) -> _TemplateRule:
+        """What every consumer says of the template's chunks (see `_rule`)."""
+        field, index = template.field, template.index
+        traced = None
+        if self._trace is not None:
+            passes, traced = self._trace.text_rule(index, field, template.reasoning)
+            if not passes:
+                return _FULL_PATH
+        # (Asked last: a rule the extractor gives stands for the chunks it covers.)
+        extracting = self._extractor.text_rule(field, index, template.last)
+        if extracting is None:
+            return _FULL_PATH
+        tell = [extracting.tell] if extracting.tell is not None else []
+        if traced is not None:
+            tell.append(traced)
+        if self._capture is not None and not template.reasoning:
+            tell.append(functools.partial(self._capture.content, index))
+        return _TemplateRule(extracting.unless_lt, tuple(tell))
+
+    def _reencoded(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
+        try:
+            return encode_event(event, jsonio.dumps(chunk))
+        except ValueError:  # nested deeper than anything writes: only the original bytes remain
+            return self._withheld(now_ms) if self._hide else event.raw
+
+    def _hidden_odd(self, event: SSEEvent, chunk: Any, now_ms: float) -> bytes:
+        """A hiding stream's error-keyed chunk (passed on, minus reasoning) or non-object data."""
+        if type(chunk) is not dict:
+            return self._withheld(now_ms)
+        return (
+            self._reencoded(event, chunk, now_ms)
+            if self._extractor.process_chunk(chunk).changed
+            else event.raw
+        )
+
+    def _withheld(self, now_ms: float) -> bytes:
+        """Hiding fails closed: an event that cannot be cleaned is replaced by a comment saying so."""
+        if self._trace is None:
+            return WITHHELD_COMMENT
+        message = "An upstream event could not be parsed to remove its reasoning; it was withheld."
+        events = self._trace.on_error(message, now_ms, UNREADABLE_ANSWER_CODE)
+        return self._trace_bytes(events) + WITHHELD_COMMENT
+
+    def _start_meta(self, chunk: dict[str, Any], append: Callable[[bytes], None]) -> None:
+        """The stream's identity is known from its first chunk: event frames held until now go out."""
+        self._meta = chunk_meta(chunk)
+        if self._meta is not None and self._pending_trace:
+            pending, self._pending_trace = self._pending_trace, []
+            append(event_frames(pending, self._meta))
+
+    def _closing_bytes(self, now_ms: float) -> bytes:
+        out: list[bytes] = []
+        for chunk in self._extractor.flush():
+            if self._capture is not None:
+                self._capture.chunk(chunk)
+            out.append(data_frame(jsonio.dumps(chunk)))
+            if self._trace is not None:
+                out.append(self._trace_bytes(self._trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
+        if self._trace is not None:
+            out.append(self._trace_bytes(self._trace.finish(now_ms)))
+            if self._pending_trace:  # no chunk ever came: deliver what we have with a stand-in meta
+                out.append(self._flush_pending_without_meta())
+        return b"".join(out)
+
+    def _flush_pending_without_meta(self) -> bytes:
+        pending, self._pending_trace = self._pending_trace, []
+        return event_frames(pending, ChunkMeta(id="", model="", created=0))
+
+    def finish(self, now_ms: float) -> bytes:
+        """The upstream body ended without a transport error.
+
+        Ending inside an event (no blank line after it) is a truncation: the SSE spec discards
+        such a tail, so it is not forwarded, and the stream ends with an `upstream_truncated`
+        error event, then [DONE]. Ending at an event boundary without [DONE] is the upstream's own
+        end of stream (several OpenAI-compatible servers end so): the client gets its [DONE]."""
+        if self.closed:
+            return b""
+        tail = b""
+        for event in self._decoder.flush():  # (at most one)
+            if _ends_event(event.raw):  # complete after all: its last line end was a held CR
+                tail = self._process([event], now_ms)
+            elif not self._done_sent and event.raw.strip(b"\r\n"):
+                failure = StreamFailure(
+                    "The upstream stream ended in the middle of an event (no blank line after it); "
+                    "the unfinished event was discarded.",
+                    code="upstream_truncated",
+                )
+                return tail + self.fail(failure, now_ms)
+        self.closed = True
+        if self._done_sent:
+            return tail
+        self._done_sent = True
+        return tail + self._closing_bytes(now_ms) + data_frame(DONE)
+
+    def fail(self, failure: StreamFailure, now_ms: float) -> bytes:
+        """The exchange broke after the stream started: an error event, then [DONE]."""
+        if self.closed:
+            return b""
+        self.closed = True
+        if self._done_sent:
+            return b""
+        self.failure = failure
+        out: list[bytes] = []
+        if self._trace is not None:
+            out.append(self._trace_bytes(self._trace.on_error(failure.message, now_ms, failure.code)))
+            out.append(self._trace_bytes(self._trace.finish(now_ms)))
+            if self._pending_trace:
+                out.append(self._flush_pending_without_meta())
+        out.append(data_frame(orjson.dumps(error_payload(failure.message, failure.type, failure.code))))
+        out.append(data_frame(DONE))
+        self._done_sent = True
+        return b"".join(out)
+
+
+def process_completion(
+    body: bytes,
+    *,
+    reasoning: ReasoningOptions,
+    trace: TraceBuilder | None,
+    request_body: dict[str, Any] | None,
+    now_ms: float,
+    capture: TurnCollector | None = None,
+) -> bytes:
+    """A non-stream 2xx answer: normalize `choices[].message`, add the `trace` array.
+
+    Anything that is not a JSON object is returned as it came; an unchanged answer with no trace
+    keeps its original bytes. When reasoning is hidden, an answer that cannot be parsed and
+    written back without it raises `UnreadableAnswer` (a 502) instead: hiding fails closed.
+    """
+    try:
+        parsed = jsonio.loads(body)
+    except orjson.JSONDecodeError:
+        if not reasoning.hide:
+            return body
+        parsed = jsonio.loads_lenient(body)  # lone surrogates; None when not JSON at all
+    if not isinstance(parsed, dict):
+        if reasoning.hide:
+            raise _unreadable()
+        return body
+    # Normalize with reasoning visible first so the trace knows whether the model reasoned, then
+    # hide it. The hide pass must not parse tags again: content is tag-free by then, and with
+    # implicit_open a second parse would take the answer itself for reasoning.
+    changed = normalize_completion(parsed, replace(reasoning, hide=False) if reasoning.hide else reasoning)
+    had_reasoning = _has_reasoning(parsed)
+    if capture is not None:
+        _capture_messages(parsed, capture)
+    if reasoning.hide:
+        hide_only = replace(reasoning, tags=(), implicit_open=False)
+        changed = normalize_completion(parsed, hide_only) or changed
+    if trace is not None:
+        events = trace.begin(request_body, now_ms)
+        events += trace.on_completion(parsed, had_reasoning, now_ms)
+        if events:  # a builder that only feeds listeners (client trace off) shows nothing
+            parsed["trace"] = events
+            changed = True
+    if not changed:
+        return body
+    try:
+        return jsonio.dumps(parsed)
+    except ValueError:  # nested deeper than anything writes: only the original bytes remain
+        if reasoning.hide:
+            raise _unreadable() from None
+        return body
+
+
+def _capture_messages(completion: dict[str, Any], capture: TurnCollector) -> None:
+    choices = completion.get("choices")
+    if type(choices) is not list:
+        return
+    for choice in choices:
+        if type(choice) is dict and type(choice.get("message")) is dict:
+            capture.message(choice.get("index", 0), choice["message"])
+
+
+def _unreadable() -> UnreadableAnswer:
+    return UnreadableAnswer(
+        "The upstream's answer could not be parsed to remove its reasoning, so it was withheld "
+        "(X-Reasoning: hide). Retry, or send X-Reasoning: show to receive it as it came."
+    )
+
+
+def _ends_event(raw: bytes) -> bool:
+    """Whether `raw` ends with two line ends (CRLF, CR or LF each), i.e. a blank line."""
+    return raw.endswith((b"\n\n", b"\r\r", b"\n\r", b"\r\r\n", b"\n\r\n"))
+
+
+def _carries_reasoning(chunk: dict[str, Any]) -> bool:
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and (delta.get("reasoning_content") or delta.get("reasoning")):
+            return True
+    return False
+
+
+def _has_reasoning(completion: dict[str, Any]) -> bool:
+    choices = completion.get("choices")
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and (
+            message.get("reasoning_content") or message.get("reasoning") or message.get("reasoning_details")
+        ):
+            return True
+    return False

@@ -1,0 +1,355 @@
+"""Listeners of what the proxy does: one plug for metrics, tracing, the console and the replay store.
+
+Each capability that wants to watch requests registers a `Listener` with the app. Per request the
+app asks every listener to `start`; a listener not interested returns None and costs nothing more.
+The observers a request gets then see:
+
+- `on_trace(events)`: the *detailed* trace events of a chat response as they happen (the same
+  dicts the trace builder makes — never reasoning text or raw payloads; see proxy.core.stream.trace), whatever
+  trace mode the client asked for. Only asked of observers whose `wants_trace` is true; events are
+  shared between observers and must not be mutated.
+- `on_end(record, duration_ms)`: exactly once, when the request's access-log line is written (every
+  path writes exactly one), with the final `AccessRecord`.
+
+An observer that sets `brief_trace = True` (optional) needs only the events of `X-Trace: brief`
+(status, tool_call.start, error, done): when every watching observer says so, the trace is built
+brief, not detailed, and a request whose client asked for brief pays nothing more for being
+watched.
+
+An observer that sets `wants_outcome = True` (optional) reads what the trace builder saw of the
+answer once, at the end, from `record.outcome` (usage and times: proxy.core.stream.trace.TraceOutcome; None
+when the answer never finished) instead of watching events: a chat request it watches keeps a
+trace builder even with `X-Trace: off`. With `on_stream()` (optional), an observer hears when the
+relay starts sending a stream (proxy.server.relay), once per streamed response.
+
+An observer that also sets `wants_output = True` (optional; content, so only for an opted-in
+capture such as OpenTelemetry's) gets `on_output(messages)` once the answer is complete: choice 0's
+text and tool calls in the GenAI conventions' output-messages shape. Keeping the answer is work per
+chunk, so it is done only for requests with such an observer.
+
+`start` runs before anything is forwarded, so an observer may add headers to the upstream request
+(`record.forward_headers`, e.g. a W3C `traceparent`, replacing a client header of the same name) or
+to the response (`record.response_headers`, kept on every response: success, upstream error or the
+proxy's own error).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+from proxy.core.controls import TraceMode
+from proxy.core.stream.trace import TraceBuilder
+
+if TYPE_CHECKING:
+    from proxy.server.access_log import AccessRecord
+
+logger = logging.getLogger("thinkproxy.observe")
+
+TraceEvents = Sequence[dict[str, Any]]
+Tap = Callable[[TraceEvents], None]
+OutputSink = Callable[[list[dict[str, Any]]], None]
+
+# What `X-Trace: brief` shows of the detailed timeline (see docs/trace-events.md).
+BRIEF_TYPES = frozenset({"status", "tool_call.start", "error", "done"})
+
+
+class RequestObserver(Protocol):
+    wants_trace: bool
+
+    def on_trace(self, events: TraceEvents) -> None: ...
+
+    def on_end(self, record: AccessRecord, duration_ms: float) -> None: ...
+
+
+class Listener(Protocol):
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver | None:
+        """Called when a request arrives (record has method, path, request id); None = not watching."""
+        ...
+
+
+def start_observers(
+    listeners: Sequence[Listener], record: AccessRecord, headers: Iterable[tuple[str, str]]
+) -> list[RequestObserver]:
+    if not listeners:
+        return []
+    pairs = list(headers)
+    started = (listener.start(record, pairs) for listener in listeners)
+    return [observer for observer in started if observer is not None]
+
+
+def trace_tap(observers: Sequence[RequestObserver]) -> Tap | None:
+    """One callable feeding every observer that wants trace events, or None if none does."""
+    wanting = [o for o in observers if o.wants_trace]
+    if not wanting:
+        return None
+    if len(wanting) == 1:
+        return wanting[0].on_trace
+
+    def tap(events: TraceEvents) -> None:
+        for observer in wanting:
+            observer.on_trace(events)
+
+    return tap
+
+
+def tap_needs_detail(observers: Sequence[RequestObserver]) -> bool:
+    """Whether some observer watching the trace needs more than the brief events."""
+    return any(o.wants_trace and not getattr(o, "brief_trace", False) for o in observers)
+
+
+class TappedTraceBuilder(TraceBuilder):
+    """A trace builder whose every event goes to `tap`, while the caller (the client's stream)
+    gets the view of `client_mode`: nothing for `off`, the brief subset renumbered so its `seq`
+    stays 0, 1, 2…, or everything for `detailed`. The builder is detailed unless neither the tap
+    (`detailed_tap`) nor the client needs more than brief.
+
+    Used only when some observer wants trace events (or reads the outcome of a request whose client
+    asked for no trace), so a request nobody watches keeps the plain builder (or none at all with
+    `X-Trace: off`). It overrides nothing but the view of each public call's events (TraceBuilder's
+    `_view`), so each call reaches the tap once, and the common chunk (more of the same) returns
+    from the base class's quiet path before reaching it: watching a stream adds nothing per chunk.
+    """
+
+    __slots__ = ("_client_gets_all", "_client_mode", "_client_seq", "_tap")
+
+    def __init__(
+        self,
+        *,
+        client_mode: TraceMode,
+        tap: Tap,
+        detailed_tap: bool = True,
+        zh: bool,
+        level: str,
+        provider: str,
+        method: str | None = None,
+        titles: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        detailed = detailed_tap or client_mode is TraceMode.DETAILED
+        mode = TraceMode.DETAILED if detailed else TraceMode.BRIEF
+        super().__init__(mode=mode, zh=zh, level=level, provider=provider, method=method, titles=titles)
+        self._viewed = True
+        # What the client sees when it is not everything the builder makes.
+        self._client_mode = client_mode
+        self._client_gets_all = client_mode is mode
+        self._tap = tap
+        self._client_seq = 0
+
+    def _view(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not events:
+            return events
+        self._tap(events)
+        if self._client_gets_all:
+            return events
+        if self._client_mode is TraceMode.OFF:
+            return []
+        shown = []
+        seq = self._client_seq
+        for event in events:
+            if event["type"] in BRIEF_TYPES:
+                # (The events are shared with the tap: one whose number differs is copied.)
+                shown.append(event if event["seq"] == seq else {**event, "seq": seq})
+                seq += 1
+        self._client_seq = seq
+        return shown
+
+
+def needs_outcome(observers: Sequence[RequestObserver]) -> bool:
+    """Whether some observer reads the builder's outcome at the end (so one must exist)."""
+    return any(getattr(o, "wants_outcome", False) for o in observers)
+
+
+def notify_stream(record: AccessRecord) -> None:
+    """The relay starts sending a streamed answer: tell the observers that listen for it."""
+    for observer in record.observers:
+        on_stream = getattr(observer, "on_stream", None)
+        if on_stream is not None:
+            on_stream()
+
+
+def output_sink(observers: Sequence[RequestObserver]) -> OutputSink | None:
+    """One callable giving the answer to every observer that asked for it, or None if none did."""
+    wanting = [o for o in observers if getattr(o, "wants_output", False)]
+    if not wanting:
+        return None
+
+    def sink(messages: list[dict[str, Any]]) -> None:
+        for observer in wanting:
+            observer.on_output(messages)  # type: ignore[attr-defined]
+
+    return sink
+
+
+class AnswerKeepingTraceBuilder(TappedTraceBuilder):
+    """A tapped builder that also keeps choice 0's answer (text, tool calls, finish reason) and
+    hands it to `output` when the response is done. A non-stream answer is kept from the chunks its
+    stream would have carried (TraceBuilder._completion_chunks)."""
+
+    __slots__ = ("_kept_calls", "_kept_finish", "_kept_text", "_output")
+
+    # (Every parameter spelled out, not forwarded as **kwargs: compiled by mypyc, keyword
+    # arguments forwarded that way reach the wrong parameters.)
+    def __init__(
+        self,
+        *,
+        output: OutputSink,
+        client_mode: TraceMode,
+        tap: Tap,
+        detailed_tap: bool = True,
+        zh: bool,
+        level: str,
+        provider: str,
+        method: str | None = None,
+        titles: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        super().__init__(
+            client_mode=client_mode,
+            tap=tap,
+            detailed_tap=detailed_tap,
+            zh=zh,
+            level=level,
+            provider=provider,
+            method=method,
+            titles=titles,
+        )
+        self._output = output
+        self._kept_text: list[str] = []
+        self._kept_calls: dict[int, dict[str, str]] = {}
+        self._kept_finish: str | None = None
+
+    def on_chunk(self, chunk: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
+        self._keep_chunk(chunk)
+        return super().on_chunk(chunk, reasoning, now_ms)
+
+    def _completion_chunks(self, body: dict[str, Any], reasoning: bool) -> list[tuple[dict[str, Any], bool]]:
+        chunks = super()._completion_chunks(body, reasoning)
+        for chunk, _ in chunks:
+            self._keep_chunk(chunk)
+        return chunks
+
+    def _keep_chunk(self, chunk: dict[str, Any]) -> None:
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._keep(choice)
+
+    def text_rule(self, index: int, field: str, reasoning: bool) -> tuple[bool, Callable[[str], None] | None]:
+        # The answer's text is kept even when the chunk needs nothing else.
+        passes, tell = super().text_rule(index, field, reasoning)
+        if passes and index == 0 and field == "content":
+            assert tell is None  # (the base class tells nothing)
+            return True, self._kept_text.append
+        return passes, tell
+
+    def _keep(self, choice: dict[str, Any]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if isinstance(content, str):
+                self._kept_text.append(content)
+            for fragment in delta.get("tool_calls") or ():
+                if not isinstance(fragment, dict):
+                    continue
+                index = fragment.get("index")
+                if not isinstance(index, int):
+                    # Some upstreams omit it when there is one call: an id starts a call, the
+                    # pieces after it continue that one.
+                    last = max(self._kept_calls, default=-1)
+                    index = last + 1 if fragment.get("id") or last < 0 else last
+                call = self._kept_calls.setdefault(index, {})
+                if isinstance(fragment.get("id"), str):
+                    call["id"] = fragment["id"]
+                function = fragment.get("function")
+                if isinstance(function, dict):
+                    for key in ("name", "arguments"):
+                        if isinstance(function.get(key), str):
+                            call[key] = call.get(key, "") + function[key]
+        if isinstance(choice.get("finish_reason"), str):
+            self._kept_finish = choice["finish_reason"]
+
+    def _finish(self, now_ms: float) -> list[dict[str, Any]]:
+        # (The private half: a whole answer's on_completion finishes through it too.)
+        first_time = not self._done
+        events = super()._finish(now_ms)
+        if first_time:
+            self._output([self.answer()])
+        return events
+
+    def answer(self) -> dict[str, Any]:
+        parts: list[dict[str, Any]] = []
+        text = "".join(self._kept_text)
+        if text:
+            parts.append({"type": "text", "content": text})
+        for index in sorted(self._kept_calls):
+            call = self._kept_calls[index]
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.get("id"),
+                    "name": call.get("name"),
+                    "arguments": call.get("arguments"),
+                }
+            )
+        return {"role": "assistant", "parts": parts, "finish_reason": self._kept_finish}
+
+
+def build_trace(
+    client_mode: TraceMode,
+    tap: Tap | None,
+    *,
+    zh: bool,
+    level: str,
+    provider: str,
+    method: str | None,
+    titles: Mapping[str, Mapping[str, str]] | None = None,
+    output: OutputSink | None = None,
+    detailed_tap: bool = True,
+    outcome: bool = False,
+) -> TraceBuilder | None:
+    """The trace builder for one chat response: none when neither the client nor an observer
+    wants a trace, a tapped one when an observer does, one that also keeps the answer when an
+    observer wants it (`output`). `titles`: tool display titles. `detailed_tap`: whether the tap
+    needs the detailed events (tap_needs_detail). `outcome`: an observer reads the builder's
+    outcome at the end (needs_outcome), so there is one even when the client asked for no trace
+    (brief, shown to nobody)."""
+    if output is not None or tap is not None or (outcome and client_mode is TraceMode.OFF):
+        tapped = TappedTraceBuilder if output is None else partial(AnswerKeepingTraceBuilder, output=output)
+        return tapped(
+            client_mode=client_mode,
+            tap=tap or _ignore,
+            detailed_tap=detailed_tap,
+            zh=zh,
+            level=level,
+            provider=provider,
+            method=method,
+            titles=titles,
+        )
+    if client_mode is TraceMode.OFF:
+        return None
+    return TraceBuilder(mode=client_mode, zh=zh, level=level, provider=provider, method=method, titles=titles)
+
+
+def _ignore(events: TraceEvents) -> None:
+    pass
+
+
+def with_forward_headers(headers: list[tuple[str, str]], record: AccessRecord) -> list[tuple[str, str]]:
+    """The upstream request's headers with the observers' added; a name they set (traceparent,
+    tracestate) replaces the client's own."""
+    if not record.forward_headers:
+        return headers
+    replaced = {name.lower() for name, _ in record.forward_headers}
+    return [pair for pair in headers if pair[0].lower() not in replaced] + record.forward_headers
+
+
+def notify_end(record: AccessRecord, duration_ms: float) -> None:
+    observers, record.observers = record.observers, []
+    # (Let go of them: an observer that keeps its record would otherwise leave a reference cycle
+    # per request for the cyclic collector.)
+    for observer in observers:
+        try:
+            observer.on_end(record, duration_ms)
+        except Exception:  # one capability's bug must not cost the others their end, nor the request
+            logger.exception("An observer failed at the end of a request (%s)", type(observer).__name__)

@@ -1,0 +1,184 @@
+"""What a browser could be tricked into sending, refused before any handler runs.
+
+Two attacks reach a proxy that listens on a developer's machine or inside a private network:
+
+- **DNS rebinding**: a page on `evil.example` makes its name resolve to 127.0.0.1 and then reads
+  the console's data as if it were same-origin. The browser still sends `Host: evil.example`, so
+  the console (`/ui`, `/thinkproxy/*`) answers only to the host names it knows: loopback names
+  when the proxy is bound to loopback, or `THINKPROXY_ALLOWED_HOSTS` (which also turns the check
+  on for a proxy bound to every interface). 421 otherwise.
+- **Cross-site writes**: a form or `fetch(..., {mode: "no-cors"})` POST with a `text/plain` body
+  needs no preflight, so CORS alone never stops it from being executed (only from being read).
+  A write (any method but GET, HEAD, OPTIONS) whose `Origin` is neither this proxy's own origin
+  nor one of `THINKPROXY_CORS_ORIGINS` is refused with 403 on every path. SDKs and servers send no
+  `Origin`, so only browsers are affected.
+
+A plain ASGI middleware: the request's headers are read once and nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.core.errors import error_body
+
+GUARDED_PREFIXES = ("/ui", "/thinkproxy/")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def is_loopback_name(host: str) -> bool:
+    """`localhost`, `*.localhost` (browsers resolve these to loopback themselves, RFC 6761) or a
+    loopback address literal."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """A Host header's name (lower-case, no trailing dot, IPv6 without brackets) and port; None
+    when it is not a host at all."""
+    value = value.strip().lower()
+    if not value:
+        return None
+    try:
+        parts = urlsplit(f"//{value}")
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname
+    if not host or parts.username is not None or parts.path or parts.query:
+        return None
+    return host.rstrip("."), port
+
+
+def host_matches(host: str, patterns: Iterable[str]) -> bool:
+    """Exact names, `*.example.com` (any subdomain, not the name itself) or `*` (any host)."""
+    for pattern in patterns:
+        if pattern == "*" or pattern == host:
+            return True
+        if pattern.startswith("*.") and host.endswith(pattern[1:]):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class HostRule:
+    """Which Host headers the console answers to; `active` False: any (bound to every interface
+    and no THINKPROXY_ALLOWED_HOSTS: the proxy cannot know its names)."""
+
+    active: bool
+    patterns: tuple[str, ...]
+    loopback: bool
+
+    @classmethod
+    def for_binding(cls, bind_host: str, allowed_hosts: Sequence[str]) -> HostRule:
+        patterns = tuple(p.strip().lower().rstrip(".") for p in allowed_hosts if p.strip())
+        loopback = is_loopback_name(bind_host.strip("[]").lower())
+        return cls(bool(patterns) or loopback, patterns, loopback and not patterns)
+
+    def allows(self, host: str) -> bool:
+        if not self.active:
+            return True
+        if self.loopback:
+            return is_loopback_name(host)
+        return host_matches(host, self.patterns)
+
+
+def same_origin(origin: str, host_header: str | None) -> bool:
+    """Whether `Origin` names the host (and port) the request was sent to."""
+    if host_header is None:
+        return False
+    try:
+        parts = urlsplit(origin)
+        origin_port = parts.port or DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return False
+    target = split_host(host_header)
+    if target is None or not parts.hostname:
+        return False
+    host, port = target
+    return parts.hostname.rstrip(".") == host and origin_port == (port or DEFAULT_PORTS.get(parts.scheme))
+
+
+class BrowserGuard:
+    def __init__(self, app: ASGIApp, hosts: HostRule, cors_origins: Sequence[str]) -> None:
+        self.app = app
+        self.hosts = hosts
+        self.any_origin = "*" in cors_origins
+        self.origins = frozenset(o.rstrip("/").lower() for o in cors_origins if o != "*")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        guarded = self.hosts.active and scope["path"].startswith(GUARDED_PREFIXES)
+        writes = scope["method"] not in SAFE_METHODS
+        if not guarded and not writes:
+            await self.app(scope, receive, send)
+            return
+        host = origin = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value.decode("latin-1")
+            elif name == b"origin":
+                origin = value.decode("latin-1")
+        if guarded:
+            target = split_host(host) if host is not None else None
+            if target is None or not self.hosts.allows(target[0]):
+                shown = "none" if host is None else repr(host[:100])
+                await _refuse(
+                    send,
+                    421,
+                    f"This proxy's console does not answer to Host {shown}: it answers to "
+                    + (
+                        "loopback names (localhost, 127.0.0.1, [::1])"
+                        if self.hosts.loopback
+                        else "the names in THINKPROXY_ALLOWED_HOSTS"
+                    )
+                    + ". Open it by one of those names, or add the name to THINKPROXY_ALLOWED_HOSTS "
+                    "(comma-separated).",
+                    "misdirected_request",
+                    "host_not_allowed",
+                )
+                return
+        if writes and origin is not None and not self._origin_allowed(origin, host):
+            await _refuse(
+                send,
+                403,
+                f"A cross-site request from origin {origin[:200]!r} was refused: browsers send this "
+                "without asking first, so it is not executed. A front-end on another origin must be "
+                "listed in THINKPROXY_CORS_ORIGINS (comma-separated).",
+                "permission_error",
+                "cross_site_request_refused",
+            )
+            return
+        await self.app(scope, receive, send)
+
+    def _origin_allowed(self, origin: str, host: str | None) -> bool:
+        if self.any_origin or origin.rstrip("/").lower() in self.origins:
+            return True
+        return same_origin(origin.lower(), host)
+
+
+async def _refuse(send: Send, status: int, message: str, type_: str, code: str) -> None:
+    body = error_body(message, type_, code)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

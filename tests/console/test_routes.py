@@ -1,0 +1,213 @@
+"""The console's endpoints: off unless enabled; the page with its strict policy; the live data as
+JSON and SSE (recorded whatever trace the client asked for); admin keys in gateway mode."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from proxy.console.routes import UI_DIR
+from proxy.core.errors import ConfigError
+from proxy.core.stream.sse import SSEDecoder
+from proxy.demo import simulated_table
+from proxy.mock import MockOptions, create_mock_app
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
+from tests.helpers import make_settings
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TOOL_BODY = {
+    "model": "deepseek-chat",
+    "stream": True,
+    "messages": [{"role": "user", "content": "Weather in Paris?"}],
+    "tools": [WEATHER_TOOL],
+}
+
+
+@pytest.fixture(scope="module")
+def mock() -> Iterator[BackgroundServer]:
+    with BackgroundServer(create_mock_app(MockOptions())) as server:
+        yield server
+
+
+def console_app(mock: BackgroundServer, **overrides: Any) -> Any:
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", **{"ui": True, **overrides})
+    return create_app(settings, table=simulated_table(mock.port))
+
+
+def client_for(app: Any) -> httpx.AsyncClient:
+    # A loopback name: a proxy bound to loopback answers to no other on its console (browser_guard).
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
+
+
+async def test_console_is_off_unless_enabled(mock: BackgroundServer) -> None:
+    async with client_for(console_app(mock, ui=False)) as client:
+        for path in ("/ui", "/ui/assets/console.js", "/thinkproxy/requests", "/thinkproxy/events"):
+            assert (await client.get(path)).status_code == 404, path
+
+
+async def test_page_and_assets_are_served_with_a_strict_policy(mock: BackgroundServer) -> None:
+    async with client_for(console_app(mock)) as client:
+        page = await client.get("/ui")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "connect-src 'self'" in policy
+        for asset in ("console.js", "live.js", "playground.js", "timeline.js", "console.css"):
+            r = await client.get(f"/ui/assets/{asset}")
+            assert r.status_code == 200, asset
+        assert "javascript" in (await client.get("/ui/assets/console.js")).headers["content-type"]
+        assert (await client.get("/ui/assets/../routes.py")).status_code == 404
+        # Everything it loads is its own: no CDN, nothing remote, no build step (plain files).
+        texts = [page.text]
+        for asset in sorted((UI_DIR / "assets").iterdir()):
+            texts.append((await client.get(f"/ui/assets/{asset.name}")).text)
+        for text in texts:
+            assert not re.search(r"(src|href)=\"(https?:)?//", text)
+            assert not re.search(r"(import|from)\s*\(?\s*[\"'](https?:)?//", text)
+            assert 'fetch("http' not in text and "fetch('http" not in text
+
+
+async def test_requests_lists_a_tool_call_with_its_detailed_trace_even_with_trace_off(
+    mock: BackgroundServer,
+) -> None:
+    async with client_for(console_app(mock)) as client:
+        r = await client.post(
+            "/v1/chat/completions",
+            json=TOOL_BODY,
+            headers={"x-trace": "off", "x-thinking-level": "deep", "authorization": "Bearer sk-client-1"},
+        )
+        assert r.status_code == 200 and b"trace" not in r.content
+        listing = (await client.get("/thinkproxy/requests")).json()
+    assert listing["object"] == "list" and listing["shared"] is False
+    (entry,) = listing["data"]
+    assert entry["provider"] == "deepseek" and entry["model"] == "deepseek-chat"
+    assert entry["level_requested"] == "deep" and entry["level"] == "deep" and entry["status"] == 200
+    assert entry["finish_reason"] == "tool_calls" and entry["tool_calls"] == [{"name": "get_weather"}]
+    assert None not in (entry["ttft_ms"], entry["reasoning_ms"], entry["total_ms"])
+    kinds = [e["type"] for e in entry["events"]]
+    assert "reasoning.end" in kinds and "tool_call.end" in kinds and kinds[-1] == "done"
+    text = orjson.dumps(listing)
+    assert b"sk-client-1" not in text  # no key
+    assert b"I have a tool for this" not in text  # no reasoning text (the mock's reasoning says so)
+    assert b"Weather in Paris?" not in text  # no prompt
+
+
+async def test_gateway_mode_needs_an_admin_key_and_client_keys_are_not_admin_keys(
+    mock: BackgroundServer,
+) -> None:
+    app = console_app(mock, upstream_api_key="sk-upstream", client_keys=["ck-1"], admin_keys=["ak-1"])
+    async with client_for(app) as client:
+        for path in ("/thinkproxy/requests", "/thinkproxy/events"):
+            for headers in ({}, {"authorization": "Bearer ck-1"}, {"authorization": "ak-1"}):
+                r = await client.get(path, headers=headers)
+                assert r.status_code == 401, (path, headers)
+                assert r.json()["error"]["code"] == "admin_key_required"
+                assert r.headers["www-authenticate"].startswith("Bearer")
+        ok = await client.get("/thinkproxy/requests", headers={"authorization": "Bearer ak-1"})
+        assert ok.status_code == 200
+        assert (await client.get("/ui")).status_code == 200  # the page itself asks for the key
+
+
+def test_gateway_mode_without_admin_keys_refuses_to_start(mock: BackgroundServer) -> None:
+    with pytest.raises(ConfigError, match="THINKPROXY_ADMIN_KEYS"):
+        console_app(mock, upstream_api_key="sk-upstream", client_keys=["ck-1"])
+
+
+def test_events_stream_a_snapshot_then_each_request_live(mock: BackgroundServer) -> None:
+    with BackgroundServer(console_app(mock)) as proxy, httpx.Client(base_url=proxy.url, timeout=10) as http:
+        http.post("/v1/chat/completions", json={**TOOL_BODY, "stream": False})
+        seen: list[tuple[bytes, dict[str, Any]]] = []
+        with http.stream("GET", "/thinkproxy/events") as events:
+            assert events.headers["content-type"].startswith("text/event-stream")
+            decoder = SSEDecoder()
+            sent = False
+            for piece in events.iter_bytes():
+                for event in decoder.feed(piece):
+                    seen.append((event.event or b"", orjson.loads(event.data)))
+                if seen and not sent:
+                    sent = True
+                    http.post("/v1/chat/completions", json={**TOOL_BODY, "model": "second"})
+                if any(name == b"request" for name, _ in seen):
+                    break
+    name, snapshot = seen[0]
+    assert name == b"snapshot" and [e["model"] for e in snapshot["data"]] == ["deepseek-chat"]
+    kinds = [name for name, _ in seen]
+    assert b"progress" in kinds  # the request in flight, as its trace events happened
+    finished = next(data for name, data in seen if name == b"request")
+    assert finished["model"] == "second" and finished["in_flight"] is False
+
+
+def test_serve_ui_flag_serves_the_console(mock: BackgroundServer) -> None:
+    from tests.test_faults import start_serve
+
+    server, base = start_serve(mock, "--ui", ready_path="/ui")
+    try:
+        assert httpx.get(f"{base}/ui", timeout=5).status_code == 200
+        assert httpx.get(f"{base}/thinkproxy/requests", timeout=5).json()["object"] == "list"
+    finally:
+        server.terminate()
+        out, _ = server.communicate(timeout=20)
+    assert b"console at http://127.0.0.1:" in out
+
+
+def test_serve_refuses_the_console_in_gateway_mode_without_admin_keys() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "THINKPROXY_UPSTREAM_BASE_URL": "https://api.deepseek.com/v1",
+        "THINKPROXY_UPSTREAM_API_KEY": "sk-upstream",
+        "THINKPROXY_CLIENT_KEYS": "ck-1",
+        "THINKPROXY_ADMIN_KEYS": "",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "serve", "--ui"], env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 2 and b"THINKPROXY_ADMIN_KEYS" in done.stderr
+
+
+async def test_too_many_live_views_are_refused_not_buffered(mock: BackgroundServer) -> None:
+    from proxy.console.feed import MAX_SUBSCRIBERS
+
+    app = console_app(mock)
+    for _ in range(MAX_SUBSCRIBERS):
+        app.state.console.feed.subscribe()
+    async with client_for(app) as client:
+        r = await client.get("/thinkproxy/events")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "too_many_watchers"
+
+
+def test_gateway_mode_is_client_keys_for_the_console_too(mock: BackgroundServer, tmp_path: Any) -> None:
+    """A routes file with per-route keys (no THINKPROXY_UPSTREAM_API_KEY) is gateway mode as much
+    as an upstream key is: the console's data needs an admin key, and without one the proxy does
+    not start."""
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        f'routes:\n  - {{name: ds, models: ["*"], upstream: "{mock.url}/deepseek/v1", api_key_env: DS_KEY}}\n'
+    )
+    settings = {"upstream_base_url": None, "routes_file": routes, "client_keys": ["alice:ck-1"], "ui": True}
+    with pytest.raises(ConfigError, match="THINKPROXY_ADMIN_KEYS"):
+        create_app(make_settings(**settings), table=simulated_table(mock.port), environ={"DS_KEY": "sk-ds"})
+    app = create_app(
+        make_settings(**settings, admin_keys=["ops:ak-1"]),
+        table=simulated_table(mock.port),
+        environ={"DS_KEY": "sk-ds"},
+    )
+    with BackgroundServer(app) as proxy, httpx.Client(base_url=proxy.url, timeout=10) as http:
+        for path in ("/thinkproxy/requests", "/thinkproxy/events"):
+            for headers in ({}, {"authorization": "Bearer ck-1"}):
+                assert http.get(path, headers=headers).status_code == 401, (path, headers)
+        assert http.get("/thinkproxy/requests", headers={"authorization": "Bearer ak-1"}).status_code == 200

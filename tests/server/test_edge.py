@@ -1,0 +1,384 @@
+"""The client edge (proxy.server.edge) against a real uvicorn server on 127.0.0.1: header limits, the
+header and body timeouts, the connection cap, and answers that stay readable while the client is
+still sending. Raw sockets where the misbehaviour needs one; short configured timeouts, and only
+generous bounds on how long the server may take to answer or close."""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from proxy.mock import MockOptions, create_mock_app
+from proxy.server.access_log import AccessFormatter
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
+from tests.helpers import make_settings, start_serve
+
+GENEROUS_S = 15.0  # "answered or closed within": never a measurement, only a bound for a hung test
+LIMIT = 256 * 1024
+OVERSIZED = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"a" * (3 * LIMIT) + b'"}]}'
+
+
+@pytest.fixture(scope="module")
+def mock() -> Iterator[BackgroundServer]:
+    with BackgroundServer(create_mock_app(MockOptions()), graceful_s=0.1) as server:
+        yield server
+
+
+def edge_proxy(mock: BackgroundServer, **overrides: object) -> BackgroundServer:
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", **overrides)
+    return BackgroundServer(create_app(settings))
+
+
+def connect(server: BackgroundServer) -> socket.socket:
+    sock = socket.create_connection((server.host, server.port), timeout=GENEROUS_S)
+    return sock
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes (a reset after the answer counts as closed)."""
+    data = b""
+    while True:
+        try:
+            piece = sock.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not piece:
+            return data
+        data += piece
+
+
+def split_answer(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, body
+
+
+def error_of(body: bytes) -> dict[str, object]:
+    error: dict[str, object] = orjson.loads(body)["error"]
+    assert set(error) == {"message", "type", "code", "param"}
+    return error
+
+
+def healthy(server: BackgroundServer) -> bool:
+    return httpx.get(f"{server.url}/healthz", timeout=GENEROUS_S).status_code == 200
+
+
+# -- 413 stays readable ----------------------------------------------------------------------------
+
+
+def test_urllib_reads_the_413_every_time(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, max_body_bytes=LIMIT) as p:
+        statuses = []
+        for _ in range(20):
+            req = urllib.request.Request(
+                f"{p.url}/v1/chat/completions", data=OVERSIZED, headers={"content-type": "application/json"}
+            )
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(req, timeout=GENEROUS_S)
+            statuses.append(caught.value.code)
+            assert b"THINKPROXY_MAX_BODY_BYTES" in caught.value.read()
+        assert statuses == [413] * 20
+        assert healthy(p)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_httpx_reads_the_413_every_time(mock: BackgroundServer, chunked: bool) -> None:
+    def pieces() -> Iterator[bytes]:
+        for i in range(0, len(OVERSIZED), 16384):
+            yield OVERSIZED[i : i + 16384]
+
+    with edge_proxy(mock, max_body_bytes=LIMIT) as p, httpx.Client(timeout=GENEROUS_S) as client:
+        statuses = []
+        for _ in range(20):
+            content = pieces() if chunked else OVERSIZED
+            r = client.post(f"{p.url}/v1/chat/completions", content=content)
+            statuses.append(r.status_code)
+            assert r.json()["error"]["code"] == "request_too_large"
+            assert r.headers["connection"] == "close"
+        assert statuses == [413] * 20
+
+
+def test_openai_sdk_reads_the_413_every_time(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, max_body_bytes=LIMIT) as p:
+        client = openai.OpenAI(base_url=f"{p.url}/v1", api_key="sk-test", max_retries=0, timeout=GENEROUS_S)
+        statuses = []
+        for _ in range(20):
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.chat.completions.create(
+                    model="deepseek-v4", messages=[{"role": "user", "content": "a" * (3 * LIMIT)}]
+                )
+            statuses.append(caught.value.status_code)
+            assert "THINKPROXY_MAX_BODY_BYTES" in caught.value.message
+        client.close()
+        assert statuses == [413] * 20
+
+
+def test_draining_after_an_early_answer_is_bounded(mock: BackgroundServer) -> None:
+    """A client that keeps trickling the rest of an oversized body is cut off (after the header
+    timeout: the time the server lingers after an answer)."""
+    with edge_proxy(mock, max_body_bytes=1024, header_timeout=0.5) as p:
+        sock = connect(p)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+        status, _, body = split_answer(sock.recv(65536))
+        assert status == 413 and error_of(body)["code"] == "request_too_large"
+        started = time.monotonic()
+        with pytest.raises(OSError):  # the reset can come on any send
+            while time.monotonic() - started < GENEROUS_S:
+                sock.sendall(b"a" * 100)
+                time.sleep(0.05)
+        sock.close()
+
+
+def early_401(p: BackgroundServer) -> socket.socket:
+    """A kept-alive POST answered (401, gateway mode) after 200 of its 1,000 body bytes."""
+    sock = connect(p)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+        b"Content-Length: 1000\r\n\r\n" + b"a" * 200
+    )
+    status, headers, _ = split_answer(sock.recv(65536))
+    assert status == 401 and headers.get("connection") != "close"
+    return sock
+
+
+def test_after_an_early_answer_the_rest_of_the_body_is_discarded_and_the_connection_reused(
+    mock: BackgroundServer,
+) -> None:
+    with edge_proxy(mock, upstream_api_key="sk-gw", client_keys="ck-1", client_body_timeout=GENEROUS_S) as p:
+        sock = early_401(p)
+        sock.sendall(b"a" * 800 + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_after_an_early_answer_a_trickled_rest_is_cut_off(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, upstream_api_key="sk-gw", client_keys="ck-1", client_body_timeout=0.5) as p:
+        sock = early_401(p)
+        sock.sendall(b"a" * 10)  # and nothing more: the server closes after the body timeout
+        assert read_until_closed(sock) == b""
+
+
+# -- request head limits ---------------------------------------------------------------------------
+
+
+def test_a_head_over_the_byte_limit_is_431(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, max_header_bytes=8192) as p:
+        sock = connect(p)
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+        status, headers, body = split_answer(read_until_closed(sock))
+        assert status == 431 and headers["connection"] == "close"
+        error = error_of(body)
+        assert error["code"] == "request_headers_too_large"
+        assert "THINKPROXY_MAX_HEADER_BYTES" in str(error["message"])
+        # just under the limit is fine
+        r = httpx.get(f"{p.url}/v1/models", headers={"x-big": "a" * 7000}, timeout=GENEROUS_S)
+        assert r.status_code == 200
+
+
+def test_a_single_endless_header_is_cut_off(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, max_header_bytes=8192) as p:
+        sock = connect(p)
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        # 512 KB at most: past the 8 KB limit, and under what the server reads and discards after
+        # refusing a head (so it answers, and never has to cut this client off)
+        for _ in range(64):
+            sock.sendall(b"a" * 8192)
+            if select.select([sock], [], [], 0)[0]:
+                break
+        status, _, body = split_answer(sock.recv(65536))
+        sock.close()
+        assert status == 431 and error_of(body)["code"] == "request_headers_too_large"
+        assert healthy(p)
+
+
+def test_too_many_header_lines_is_431(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, max_header_count=20) as p:
+        lines = b"".join(b"X-H%d: v\r\n" % i for i in range(30))
+        sock = connect(p)
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + lines + b"\r\n")
+        status, _, body = split_answer(read_until_closed(sock))
+        assert status == 431 and "THINKPROXY_MAX_HEADER_COUNT" in str(error_of(body)["message"])
+        r = httpx.get(f"{p.url}/v1/models", headers={f"x-h{i}": "v" for i in range(10)}, timeout=GENEROUS_S)
+        assert r.status_code == 200
+
+
+def test_endless_header_lines_on_several_connections_leave_the_server_serving(
+    mock: BackgroundServer,
+) -> None:
+    with edge_proxy(mock) as p:
+        socks = [connect(p) for _ in range(4)]
+        for sock in socks:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        answered: dict[int, bytes] = {}
+        # 2,000 lines (110 KB) at most per connection: far past the default limit of 100 lines, and
+        # under what the server reads and discards after refusing a head (so it never cuts one off)
+        for n in range(2_000):
+            for i, sock in enumerate(socks):
+                if i in answered:
+                    continue
+                sock.sendall(b"X-Line-%d: %s\r\n" % (n, b"v" * 40))
+                if select.select([sock], [], [], 0)[0]:
+                    answered[i] = sock.recv(65536)
+            if len(answered) == len(socks):
+                break
+        for i, sock in enumerate(socks):
+            if i not in answered:
+                answered[i] = sock.recv(65536)
+        for sock in socks:
+            sock.close()
+        assert [split_answer(a)[0] for a in answered.values()] == [431] * 4
+        assert healthy(p)
+
+
+# -- slow clients ----------------------------------------------------------------------------------
+
+
+def test_an_unfinished_head_gets_408_after_the_header_timeout(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, header_timeout=0.5) as p:
+        sock = connect(p)
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        status, _, body = split_answer(read_until_closed(sock))  # (returns once the server closes)
+        assert status == 408
+        assert "THINKPROXY_HEADER_TIMEOUT" in str(error_of(body)["message"])
+        assert healthy(p)
+
+
+def test_a_header_trickled_byte_by_byte_is_still_timed_out(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, header_timeout=0.5) as p:
+        sock = connect(p)
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\n")
+        answer = b""
+        started = time.monotonic()
+        sock.settimeout(0.1)
+        while time.monotonic() - started < GENEROUS_S:
+            try:
+                sock.sendall(b"X")
+                piece = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not piece:
+                break
+            answer += piece
+        assert answer.startswith(b"HTTP/1.1 408 ")
+
+
+def test_a_connection_that_never_sends_is_closed(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, header_timeout=0.5) as p:
+        sock = connect(p)
+        assert read_until_closed(sock) == b""  # closed quietly: no request, no answer
+
+
+def test_an_unfinished_body_gets_408_after_the_body_timeout(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, client_body_timeout=0.5) as p:
+        sock = connect(p)
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n" + b'{"model": "m", '
+        )
+        status, headers, body = split_answer(read_until_closed(sock))
+        assert status == 408 and headers["connection"] == "close"
+        error = error_of(body)
+        assert error["code"] == "request_timeout"
+        assert "THINKPROXY_CLIENT_BODY_TIMEOUT" in str(error["message"])
+        assert healthy(p)
+
+
+def test_connections_over_the_cap_get_503_and_the_cap_frees_up(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, max_client_connections=3, header_timeout=GENEROUS_S) as p:
+        held = [connect(p) for _ in range(3)]
+        over = connect(p)
+        status, headers, body = split_answer(read_until_closed(over))
+        assert status == 503 and headers["retry-after"] == "1"
+        assert "THINKPROXY_MAX_CLIENT_CONNECTIONS" in str(error_of(body)["message"])
+        for sock in held:
+            sock.close()
+        deadline = time.monotonic() + GENEROUS_S
+        while True:  # the server notices the closes on its own schedule
+            r = httpx.get(f"{p.url}/healthz", timeout=GENEROUS_S)
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert r.status_code == 200
+
+
+# -- what the limits leave alone -------------------------------------------------------------------
+
+
+def test_keep_alive_and_pipelined_requests_still_work(mock: BackgroundServer) -> None:
+    with edge_proxy(mock, header_timeout=0.5) as p:
+        sock = connect(p)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+        time.sleep(0.8)  # longer than the header timeout: an idle kept-alive connection is not timed out
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        raw = read_until_closed(sock)
+        assert raw.count(b"HTTP/1.1 200 OK") == 3
+
+
+def test_a_refused_request_gets_an_access_line(
+    mock: BackgroundServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="thinkproxy.access")
+    with edge_proxy(mock, max_header_count=10) as p:
+        sock = connect(p)
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\n" + b"X: y\r\n" * 20 + b"\r\n")
+        read_until_closed(sock)
+    refused = [r for r in caplog.records if r.name == "thinkproxy.access"]
+    assert [r.access["status"] for r in refused] == [431]  # type: ignore[attr-defined]
+    assert refused[0].access["error"] == "request_headers_too_large"  # type: ignore[attr-defined]
+
+
+def test_a_path_with_encoded_line_breaks_stays_one_access_line(
+    mock: BackgroundServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="thinkproxy.access")
+    with edge_proxy(mock) as p:
+        sock = connect(p)
+        # (a %0a never reaches the app: the router's path pattern stops at a line feed; %0d does)
+        target = b"/v1/models%0d2026-01-01%20method=GET%09x%1b[2J%c2%85%e2%80%a8"
+        sock.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        read_until_closed(sock)
+    [record] = [r for r in caplog.records if r.name == "thinkproxy.access"]
+    line = AccessFormatter(json_lines=False).format(record)
+    assert not any(c in line for c in "\r\n\t\x1b\x85\u2028")
+    # (Starlette's URL parsing already drops CR and tab from the path; the rest is escaped here)
+    assert r'path="/v1/models2026-01-01 method=GETx\x1b[2J\x85\u2028" status=404' in line
+
+
+def test_thinkproxy_serve_applies_the_edge_settings(mock: BackgroundServer) -> None:
+    """The limits reach a real `thinkproxy serve` (settings → CLI → every worker's protocol)."""
+    server, base = start_serve(
+        mock,
+        "--workers",
+        "2",
+        THINKPROXY_MAX_HEADER_COUNT="10",
+        THINKPROXY_HEADER_TIMEOUT="0.5",
+        THINKPROXY_LOG_LEVEL="warning",
+    )
+    host, port = base.removeprefix("http://").split(":")
+    try:
+        for _ in range(4):  # fresh connections: whichever worker takes them
+            with socket.create_connection((host, int(port)), timeout=GENEROUS_S) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\n" + b"X: y\r\n" * 20 + b"\r\n")
+                assert split_answer(read_until_closed(sock))[0] == 431
+            with socket.create_connection((host, int(port)), timeout=GENEROUS_S) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                assert split_answer(read_until_closed(sock))[0] == 408
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)

@@ -1,0 +1,226 @@
+"""The merged `GET /v1/models` (a routes file): cached for a short while, per what the client's
+request sends upstream (never one tenant's list for another), every list bounded in size and
+time, big ones parsed off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.core.errors import UpstreamUnreachable
+from proxy.core.gateway import ClientKey, GatewayAuth
+from proxy.core.routing import RouteTable
+from proxy.server import models_listing
+from proxy.server.models_listing import (
+    CACHE_TTL_S,
+    LISTING_TIMEOUT_S,
+    PARSE_INLINE_BYTES,
+    PARTIAL_TTL_S,
+    ModelsListing,
+)
+from proxy.server.upstream.common import Upstream, UpstreamRequest, UpstreamResponse
+from tests.helpers import make_settings
+
+ROUTES = """
+routes:
+  - {name: alpha, models: ["alpha-*"], upstream: "http://a.test/v1", api_key_env: A_KEY}
+  - {name: beta, prefix: "b/", upstream: "http://b.test/v1", api_key_env: B_KEY}
+"""
+BYOK = GatewayAuth(None, ())
+GATEWAY = GatewayAuth(
+    None, (ClientKey("alice", b"ck-alice"), ClientKey("bob", b"ck-bob")), {0: "ka", 1: "kb"}
+)
+
+
+def listing_of(*ids: str) -> bytes:
+    return orjson.dumps({"object": "list", "data": [{"id": i, "object": "model"} for i in ids]})
+
+
+class Answer(UpstreamResponse):
+    def __init__(self, status: int, body: bytes, url: str, headers: list[tuple[str, str]]) -> None:
+        self.status, self.url, self.headers = status, url, headers
+        self._body = body
+
+    async def raw_reader(self) -> AsyncIterator[bytes]:
+        for at in range(0, len(self._body), 65536):
+            await asyncio.sleep(0)
+            yield self._body[at : at + 65536]
+
+    async def aclose(self) -> None:
+        pass
+
+
+class Lists(Upstream):
+    """Upstreams by base URL: a body (200), a status (that error), or None (never answers)."""
+
+    def __init__(self, **answers: bytes | int | None) -> None:
+        self.answers = {f"http://{host}.test/v1": answer for host, answer in answers.items()}
+        self.asked: list[UpstreamRequest] = []
+
+    async def open(self, request: UpstreamRequest) -> UpstreamResponse:
+        self.asked.append(request)
+        answer = self.answers[request.url.removesuffix("/models")]
+        if answer is None:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+        if isinstance(answer, int):
+            return Answer(answer, b'{"error":{}}', request.url, [])
+        return Answer(200, answer, request.url, [("content-type", "application/json")])
+
+    async def aclose(self) -> None:
+        pass
+
+    def headers_of(self, n: int) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.asked[n].headers}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(upstream: Upstream, gateway: GatewayAuth = BYOK, **options: Any) -> ModelsListing:
+    return ModelsListing(RouteTable.from_text(ROUTES), upstream, gateway, **options)
+
+
+def ids(body: bytes) -> list[str]:
+    return [m["id"] for m in orjson.loads(body)["data"]]
+
+
+async def test_the_merged_list_is_kept_for_a_short_while() -> None:
+    upstream = Lists(a=listing_of("alpha-1", "other"), b=listing_of("x/y"))
+    clock = Clock()
+    listing = make(upstream, clock=clock)
+    first = await listing.get([])
+    assert ids(first.body) == ["alpha-1", "b/x/y"] and first.missing == ()
+    clock.now += CACHE_TTL_S - 1
+    assert (await listing.get([])).body == first.body
+    assert len(upstream.asked) == 2  # each upstream asked once, not per call
+    clock.now += 2
+    await listing.get([])
+    assert len(upstream.asked) == 4
+
+
+async def test_calls_at_the_same_time_share_one_round_of_asks() -> None:
+    upstream = Lists(a=listing_of("alpha-1"), b=listing_of("x"))
+    listing = make(upstream)
+    answers = await asyncio.gather(*(listing.get([]) for _ in range(20)))
+    assert len(upstream.asked) == 2 and len({a.body for a in answers}) == 1
+
+
+async def test_a_list_with_an_upstream_missing_is_asked_again_sooner() -> None:
+    upstream = Lists(a=listing_of("alpha-1"), b=500)
+    clock = Clock()
+    listing = make(upstream, clock=clock)
+    assert (await listing.get([])).missing == ("beta",)
+    clock.now += PARTIAL_TTL_S + 1
+    upstream.answers["http://b.test/v1"] = listing_of("x")
+    again = await listing.get([])
+    assert again.missing == () and ids(again.body) == ["alpha-1", "b/x"]
+    assert PARTIAL_TTL_S < CACHE_TTL_S
+
+
+async def test_when_no_upstream_answers_it_is_a_502_and_not_kept() -> None:
+    upstream = Lists(a=503, b=503)
+    listing = make(upstream)
+    for _ in range(2):
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await listing.get([])
+        assert "alpha" in caught.value.message and "beta" in caught.value.message
+    assert len(upstream.asked) == 4
+
+
+async def test_an_oversized_list_is_refused_and_named() -> None:
+    big = listing_of(*(f"model-{i}" for i in range(200)))
+    upstream = Lists(a=listing_of("alpha-1"), b=big)
+    listing = make(upstream, max_bytes=len(big) - 1)
+    answer = await listing.get([])
+    assert answer.missing == ("beta",) and ids(answer.body) == ["alpha-1"]
+
+
+async def test_a_list_that_never_comes_is_named_when_the_listing_timeout_ends() -> None:
+    upstream = Lists(a=listing_of("alpha-1"), b=None)
+    answer = await make(upstream, timeout=0.05).get([])
+    assert answer.missing == ("beta",) and ids(answer.body) == ["alpha-1"]
+
+
+def test_listings_get_a_short_timeout_not_the_read_timeout() -> None:
+    table = RouteTable.from_text(ROUTES)
+    slow = ModelsListing.from_settings(make_settings(read_timeout=300.0), table, Lists(), BYOK)
+    assert slow.timeout == LISTING_TIMEOUT_S < 300.0
+    quick = ModelsListing.from_settings(make_settings(read_timeout=2.0), table, Lists(), BYOK)
+    assert quick.timeout == 2.0
+
+
+async def test_big_lists_are_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[int] = []
+    merge = models_listing.merged_body
+
+    def watched(*args: Any) -> Any:
+        threads.append(threading.get_ident())
+        return merge(*args)
+
+    monkeypatch.setattr(models_listing, "merged_body", watched)
+    many = [f"alpha-{i:05}" for i in range(PARSE_INLINE_BYTES // 20)]
+    big = listing_of(*many)
+    assert len(big) > PARSE_INLINE_BYTES
+    answer = await make(Lists(a=big, b=listing_of("x"))).get([])
+    assert ids(answer.body) == [*many, "b/x"]
+    small = await make(Lists(a=listing_of("alpha-1"), b=listing_of("x"))).get([])
+    assert ids(small.body) == ["alpha-1", "b/x"]
+    loop_thread = threading.get_ident()
+    assert threads[0] != loop_thread and threads[1] == loop_thread
+
+
+def headers(*pairs: tuple[str, str]) -> Iterable[tuple[str, str]]:
+    return [("user-agent", "sdk/1"), *pairs]
+
+
+async def test_clients_whose_listings_differ_upstream_never_share_a_list() -> None:
+    """A header other than a credential (an organization, a project) goes along with the listing
+    and may change it, so each distinct set of what is sent has its own entry."""
+    upstream = Lists(a=listing_of("alpha-1"), b=listing_of("x"))
+    listing = make(upstream, BYOK)
+    await listing.get(headers(("openai-organization", "org-one"), ("authorization", "Bearer sk-1")))
+    await listing.get(headers(("openai-organization", "org-two")))
+    assert len(upstream.asked) == 4
+    assert upstream.headers_of(2)["openai-organization"] == "org-two"
+    # What never goes upstream with a listing (the client's credentials in any form, its request
+    # id and trace context) does not split the cache.
+    await listing.get(
+        headers(
+            ("openai-organization", "org-one"),
+            ("authorization", "Bearer sk-9"),
+            ("x-goog-api-key", "g"),
+            ("cookie", "s=1"),
+            ("x-request-id", "r2"),
+        )
+    )
+    assert len(upstream.asked) == 4
+    for n in range(4):
+        assert not {"authorization", "x-goog-api-key", "cookie"} & set(upstream.headers_of(n))
+
+
+async def test_gateway_tenants_share_the_list_asked_with_the_gateways_keys() -> None:
+    upstream = Lists(a=listing_of("alpha-1"), b=listing_of("x"))
+    listing = make(upstream, GATEWAY)
+    alice = await listing.get(headers(("authorization", "Bearer ck-alice")))
+    bob = await listing.get(headers(("authorization", "Bearer ck-bob")))
+    assert alice.body == bob.body and len(upstream.asked) == 2
+    assert {upstream.headers_of(n)["authorization"] for n in range(2)} == {"Bearer ka", "Bearer kb"}
+
+
+async def test_the_cache_is_bounded() -> None:
+    upstream = Lists(a=listing_of("alpha-1"), b=listing_of("x"))
+    listing = make(upstream, BYOK)
+    for i in range(models_listing.CACHE_ENTRIES + 10):
+        await listing.get(headers(("openai-project", f"p{i}")))
+    assert len(listing) == models_listing.CACHE_ENTRIES

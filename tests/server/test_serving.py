@@ -1,0 +1,150 @@
+"""proxy.server.serving: what `serve` sets up around uvicorn."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from proxy.mock import MockOptions, create_mock_app
+from proxy.server.app import create_app
+from proxy.server.limits import EdgeLimits
+from proxy.server.serving import BackgroundServer, limits_of, raise_fd_limit
+from tests.helpers import make_settings, start_serve, worker_pids
+
+
+@pytest.fixture
+def low_soft_limit() -> Iterator[int]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the hard RLIMIT_NOFILE here is {hard}, too low to test raising the soft one")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+    yield hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_fd_limit_is_raised_to_what_the_settings_need(low_soft_limit: int) -> None:
+    assert raise_fd_limit(2048) is None
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 2048
+
+
+def test_a_hard_limit_too_low_is_a_warning(low_soft_limit: int) -> None:
+    if low_soft_limit == resource.RLIM_INFINITY:
+        pytest.skip("no hard RLIMIT_NOFILE here")
+    warning = raise_fd_limit(low_soft_limit + 1)
+    assert warning is not None and "THINKPROXY_MAX_CLIENT_CONNECTIONS" in warning
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_soft_limit
+
+
+def test_background_servers_take_the_edge_limits_from_the_apps_settings() -> None:
+    app = create_app(make_settings(header_timeout=1.5, max_header_count=20, max_body_bytes=1000))
+    assert limits_of(app) == EdgeLimits(
+        max_header_bytes=64 * 1024,
+        max_header_count=20,
+        header_timeout=1.5,
+        body_timeout=60.0,
+        max_connections=4096,
+        drain_bytes=2000,
+    )
+    assert limits_of(object()) == EdgeLimits()  # type: ignore[arg-type]
+
+
+# --- a worker outlives no parent ----------------------------------------------------------------
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc")
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie has exited: it only waits for whoever adopted it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_until_gone(pids: Iterable[int], within_s: float = 30.0) -> list[int]:
+    """Polls (bounded) until none of `pids` runs; returns those still running at the deadline."""
+    deadline = time.monotonic() + within_s
+    while (alive := [pid for pid in pids if running(pid)]) and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    return alive
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """This test's own processes, should a failed assertion leave them behind."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@linux_only
+def test_workers_exit_when_serve_is_killed_and_the_next_start_removes_its_metrics_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    env = {"TMPDIR": str(tmp_path), "THINKPROXY_LOG_LEVEL": "warning"}  # its metrics directory: here
+    with BackgroundServer(create_mock_app(MockOptions(default_dialect="deepseek"))) as mock:
+        serve, _ = start_serve(mock, "--workers", "2", **env)
+        workers = worker_pids(serve.pid, 2)
+        try:
+            assert len(workers) == 2
+            (left,) = tmp_path.glob("thinkproxy-metrics-*")
+            serve.kill()  # SIGKILL: the parent gets no chance to stop its workers
+            serve.wait(timeout=30)
+            assert wait_until_gone(workers) == []
+            assert left.is_dir()  # nobody could remove it
+            again, _ = start_serve(mock, "--workers", "2", **env)
+            try:
+                assert not left.exists()
+                assert len(list(tmp_path.glob("thinkproxy-metrics-*"))) == 1  # the new run's own
+            finally:
+                again.terminate()
+                again.communicate(timeout=30)
+        finally:
+            kill_all(workers)
+            if serve.stdout is not None:
+                serve.stdout.close()
+
+
+_ORPHANED = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    watch = (
+        "import sys; from proxy.server.serving import watch_parent; print('watching', flush=True); "
+        "watch_parent(int(sys.argv[1]), 0.05)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", watch, str(os.getpid())])
+    print(child.pid, flush=True)
+    child.wait()
+    """
+)
+
+
+@linux_only
+def test_where_the_kernel_cannot_tell_a_watchdog_notices_the_parent_died() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHANED], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    # Two lines in either order: the parent's (the child's pid) and the child's, on the pipe it
+    # inherited, once it watches.
+    lines = {parent.stdout.readline().strip(), parent.stdout.readline().strip()}
+    parent.stdout.close()
+    assert "watching" in lines, lines
+    (child,) = (int(line) for line in lines if line.isdigit())
+    try:
+        assert running(child)
+        parent.kill()
+        parent.wait(timeout=30)
+        assert wait_until_gone([child]) == []
+    finally:
+        kill_all([child])
