@@ -17,10 +17,10 @@ import orjson
 
 from proxy.console.feed import Feed
 from proxy.core.controls import TraceFormat, TraceMode
+from proxy.core.events import AccessRecord, RequestObserver
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.taps import build_trace, trace_tap
-from proxy.server.access_log import AccessRecord
 
 REASONING_CHUNKS = 400
 ANSWER_CHUNKS = 1600
@@ -97,7 +97,7 @@ class CountingFeed(Feed):
         return _Wrapped(observer, counted)
 
 
-class _Wrapped:
+class _Wrapped(RequestObserver):
     wants_trace = True
 
     def __init__(self, observer: Any, on_trace: Callable[[Any], None]) -> None:

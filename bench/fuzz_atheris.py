@@ -68,7 +68,10 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
         import proxy.core.stream.reasoning
         import proxy.core.stream.sse
         import proxy.core.stream.summaries
+        import proxy.core.stream.tool_args
         import proxy.core.stream.trace
+        import proxy.core.stream.trace_format
+        import proxy.core.stream.trace_input
         import proxy.server.upstream.policy
     import copy
 
@@ -80,7 +83,8 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
     from proxy.core.stream.pipeline import StreamPipeline
     from proxy.core.stream.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
     from proxy.core.stream.sse import SSEDecoder
-    from proxy.core.stream.trace import TraceBuilder, comment_frames
+    from proxy.core.stream.trace import TraceBuilder
+    from proxy.core.stream.trace_format import comment_frames
     from proxy.server.upstream.policy import UpstreamPolicy, host_is_sensitive, parse_allowed
     from tests import test_fuzz as tf
 

@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 
 from proxy.core.controls import TraceFormat
+from proxy.core.events import AccessRecord
 from proxy.core.providers import ProvidersTable
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
-from proxy.server.access_log import AccessRecord
 from proxy.server.replay_service import ReplayService
 from proxy.state import MemoryStore, RedisStore, StateStore
 

@@ -32,11 +32,11 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.core.controls import TraceFormat, TraceMode
+from proxy.core.events import AccessRecord
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.taps import build_trace
 from proxy.core.stream.trace import TraceOutcome
-from proxy.server.access_log import AccessRecord
 from proxy.server.app import create_app
 from proxy.settings import Settings
 from proxy.telemetry.metrics import Metrics

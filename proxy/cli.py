@@ -41,6 +41,21 @@ def _naming(variable: str) -> Iterator[None]:
         raise ConfigError(text if variable in text else f"{variable}: {text}") from None
 
 
+def _route_key_variables() -> set[str]:
+    """The variables the routes file's `api_key_env` fields name (none when there is no readable
+    file: its errors are reported where it is loaded)."""
+    from proxy.core.routing import RouteTable
+
+    path = os.environ.get("THINKPROXY_ROUTES_FILE")
+    if not path:
+        return set()
+    try:
+        table = RouteTable.load(Path(path), None)
+    except ConfigError:
+        return set()
+    return {route.api_key_env for route in table.routes if route.api_key_env}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.console import AdminAccess
     from proxy.core.gateway import GatewayAuth
@@ -65,7 +80,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None:
             os.environ[f"THINKPROXY_{env}"] = str(value)
-    for unknown in unknown_variables([*os.environ, *dotenv_values(".env")]):
+    # (A route's api_key_env may name a THINKPROXY_* variable of the operator's own: not a typo.)
+    names = (set(os.environ) | set(dotenv_values(".env"))) - _route_key_variables()
+    for unknown in unknown_variables(names):
         print(f"thinkproxy: warning: {unknown}", file=sys.stderr)
     try:
         settings = Settings()

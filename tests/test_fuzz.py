@@ -12,7 +12,8 @@ A newly found bug goes there first, marked `xfail(strict=True)` with an entry in
 it is open the property tests count an example that trips it (`hypothesis.event`) instead of
 failing, so the search goes on for other bugs; once fixed, the marker and the entry go.
 
-Budget: derandomized, a few hundred examples per test, about 12 s for the file on a 2-core machine.
+Budget: derandomized, a few hundred examples per test: 16 s for the file on a 2-core machine with
+other work running (measured; a machine saturated by other suites has taken a minute).
 THINKPROXY_FUZZ_SCALE=10 runs ten times the examples with fresh randomness each time.
 bench/fuzz_atheris.py drives the same targets under coverage-guided fuzzing.
 """
@@ -57,7 +58,8 @@ from proxy.core.controls import (
 )
 from proxy.core.errors import BadRequest, ConfigError, Forbidden, ProxyError, UnreadableAnswer
 from proxy.core.providers import Dialect, ProvidersTable, ReplayPolicy
-from proxy.core.replay import Remembered, apply_restore, capture_records, decode_record, plan_lookups
+from proxy.core.replay import Remembered, apply_restore, capture_records, decode_record
+from proxy.core.replay_keys import plan_lookups
 from proxy.core.rewrite import rewrite_body
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.pipeline import WITHHELD_COMMENT, StreamPipeline, process_completion
@@ -68,7 +70,8 @@ from proxy.core.stream.reasoning import (
     normalize_message,
 )
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent
-from proxy.core.stream.trace import ChunkMeta, TraceBuilder, comment_frames, event_frames
+from proxy.core.stream.trace import TraceBuilder
+from proxy.core.stream.trace_format import ChunkMeta, comment_frames, event_frames
 from proxy.server.upstream.policy import UpstreamPolicy, host_is_sensitive, parse_allowed
 from tests.core.stream.test_sse import canonical
 

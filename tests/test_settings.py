@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -131,3 +133,17 @@ def test_a_misspelled_variable_is_a_warning_naming_the_closest_setting(
     assert "(did you mean THINKPROXY_UPSTREAM_BASE_URL?)" in err
     assert unknown_variables(["THINKPROXY_PORT", "thinkproxy_trace", "THINKPROXY_COMPILE", "PATH"]) == []
     assert unknown_variables(["THINKPROXY_ZZZ"]) == ["THINKPROXY_ZZZ is not a setting and is ignored"]
+
+
+def test_a_route_key_variable_named_like_a_setting_is_not_called_a_typo(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        'routes:\n  - {name: ds, models: ["*"], upstream: "https://api.deepseek.com/v1", '
+        "api_key_env: THINKPROXY_DS_KEY}\n"
+    )
+    env = {"THINKPROXY_ROUTES_FILE": str(routes), "THINKPROXY_DS_KEY": "sk-1", "THINKPROXY_X": "1"}
+    code, err = _serve_with(monkeypatch, capsys, env)
+    assert code == 0, err
+    assert "THINKPROXY_DS_KEY" not in err and "THINKPROXY_X is not a setting" in err

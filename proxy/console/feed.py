@@ -7,6 +7,11 @@ the record's facts kept in the ring with the events. The summary the console lis
 them when the ring is read (and kept), or at once when someone watches or a shared feed publishes
 it. Nothing happens per chunk, and nothing is serialized unless someone is subscribed — except
 the end-of-request publication to Redis when a shared feed is configured (once per request).
+
+What it holds is bounded in bytes, not only in count: the ring keeps at most RING_BYTES of
+requests (each one's size counted from above when it ends, summary.request_held), and each watcher
+at most SUBSCRIBER_BYTES, counting what was handed to its connection and may still sit in its
+buffer (the snapshot, then the frame last sent; proxy.console.routes).
 """
 
 from __future__ import annotations
@@ -17,16 +22,24 @@ import os
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from proxy.console.summary import MAX_EVENTS, MAX_TOOLS, RecordFacts, bounded_event, summarize, tool_entry
-from proxy.core.stream.taps import TraceEvents
+from proxy.console.summary import (
+    MAX_EVENTS,
+    MAX_TOOLS,
+    RecordFacts,
+    bounded_event,
+    request_held,
+    summarize,
+    tool_entry,
+)
+from proxy.core.events import RequestObserver, TraceEvents
 
 if TYPE_CHECKING:
     from proxy.console.shared import SharedFeed
-    from proxy.server.access_log import AccessRecord
+    from proxy.core.events import AccessRecord
 
 logger = logging.getLogger("thinkproxy.console")
 
@@ -38,6 +51,11 @@ SUBSCRIBER_QUEUE = 256  # frames
 SUBSCRIBER_BYTES = 1 << 20
 SUBSCRIBER_GAP = 1024  # frames missed in a row
 MAX_SUBSCRIBERS = 64  # live views open at once on one process; more are refused (503)
+# What the ring of finished requests may hold, whatever THINKPROXY_UI_HISTORY says: the oldest go
+# first. One request keeps at most ~1 MiB (every string at its cap in 4-byte characters), so
+# 200 such requests were ~200 MiB and the allowed 10,000 far more; typical ones are a few KiB, so
+# the count bound decides for them.
+RING_BYTES = 32 << 20
 
 
 class _Gap:
@@ -51,23 +69,33 @@ class _Gap:
 
 class FrameQueue:
     """One watcher's frames, bounded in count and bytes; what did not fit is one `gap` frame in
-    its place (`event: gap`, `data: {"dropped": n}`), so the reader knows to re-read the listing."""
+    its place (`event: gap`, `data: {"dropped": n}`), so the reader knows to re-read the listing.
 
-    __slots__ = ("_frames", "_items", "_ready", "nbytes")
+    The bytes bound counts `sending` too: what the reader handed to the watcher's connection and
+    may still be in its write buffer (a watcher that does not read keeps the snapshot and the
+    next frame there; see proxy.console.routes)."""
+
+    __slots__ = ("_frames", "_items", "_ready", "nbytes", "sending")
 
     def __init__(self) -> None:
         self._items: deque[bytes | _Gap] = deque()
         self._frames = 0
-        self.nbytes = 0
+        self.nbytes = 0  # queued
+        self.sending = 0  # handed to the connection, not known to have left it
         self._ready = asyncio.Event()
 
     def qsize(self) -> int:
         return len(self._items)
 
+    @property
+    def room(self) -> int:
+        """Bytes this watcher may still be given."""
+        return max(SUBSCRIBER_BYTES - self.nbytes - self.sending, 0)
+
     def put(self, frame: bytes) -> int:
         """Queues `frame`, or drops it; returns 0, or how many frames in a row are dropped now."""
         items = self._items
-        if self._frames < SUBSCRIBER_QUEUE and self.nbytes + len(frame) <= SUBSCRIBER_BYTES:
+        if self._frames < SUBSCRIBER_QUEUE and len(frame) <= self.room:
             items.append(frame)
             self._frames += 1
             self.nbytes += len(frame)
@@ -123,14 +151,29 @@ def sse_frame(event: str, data: Any) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+class Recent(NamedTuple):
+    entries: list[dict[str, Any]]  # newest first
+    shared: bool  # every replica's (the shared feed answered)
+    omitted: int  # requests among the newest `history` that were not read, for their size
+
+
 class Feed:
     """The ring of recent requests (newest first) and the watchers of new ones."""
 
-    def __init__(self, history: int, *, replica: str | None = None, shared: SharedFeed | None = None) -> None:
+    def __init__(
+        self,
+        history: int,
+        *,
+        replica: str | None = None,
+        shared: SharedFeed | None = None,
+        max_bytes: int = RING_BYTES,
+    ) -> None:
         self.history = history
+        self.max_bytes = max_bytes
         self.replica = replica or os.urandom(4).hex()
         self.shared = shared
-        self._ring: deque[FeedObserver] = deque(maxlen=history)  # finished requests
+        self._ring: deque[FeedObserver] = deque()  # finished requests, bounded in `finished`
+        self.ring_bytes = 0  # what they hold (FeedObserver.held)
         self._subscribers: set[Subscriber] = set()
         self._counter = 0
 
@@ -145,19 +188,21 @@ class Feed:
     def local(self) -> list[dict[str, Any]]:
         return [finished.entry() for finished in self._ring]
 
-    async def recent(self) -> tuple[list[dict[str, Any]], bool]:
-        """The newest requests (every replica's when the shared feed answers) and whether they are."""
+    async def recent(self, max_bytes: int) -> Recent:
+        """The newest requests (every replica's when the shared feed answers, read up to about
+        `max_bytes` of them: the caller cuts to its exact bound as it serializes them)."""
         local = self.local()
         if self.shared is None:
-            return local, False
-        shared = await self.shared.recent(self.history)
-        if shared is None:
-            return local, False
+            return Recent(local, False, 0)
+        found = await self.shared.recent(self.history, max_bytes)
+        if found is None:
+            return Recent(local, False, 0)
+        shared, omitted = found
         # What this replica finished a moment ago may not have reached Redis yet.
         seen = {entry["id"] for entry in shared}
         merged = shared + [entry for entry in local if entry["id"] not in seen]
         merged.sort(key=lambda entry: entry.get("started_at", 0), reverse=True)
-        return merged[: self.history], True
+        return Recent(merged[: self.history], True, omitted)
 
     # -- watching -------------------------------------------------------------------------------
 
@@ -197,7 +242,13 @@ class Feed:
     # -- from observers ------------------------------------------------------------------------------
 
     def finished(self, request: FeedObserver) -> None:
-        self._ring.appendleft(request)
+        ring = self._ring
+        ring.appendleft(request)
+        self.ring_bytes += request.held
+        # The oldest go, by count or by bytes; the newest always stays (a request holds at most
+        # ~1 MiB, far below the budget; a smaller budget still shows the last request).
+        while len(ring) > self.history or (self.ring_bytes > self.max_bytes and len(ring) > 1):
+            self.ring_bytes -= ring.pop().held
         if self._subscribers or self.shared is not None:
             entry = request.entry()
             self.broadcast("request", entry)
@@ -205,7 +256,7 @@ class Feed:
                 self.shared.publish(entry)
 
 
-class FeedObserver:
+class FeedObserver(RequestObserver):
     """One request as the feed sees it (proxy.core.stream.taps.RequestObserver).
 
     Trace events are only kept as they come (a list extended, bounded); what the summary reads of
@@ -221,6 +272,7 @@ class FeedObserver:
         "events",
         "facts",
         "feed",
+        "held",
         "number",
         "record",
         "started_at_ms",
@@ -241,6 +293,7 @@ class FeedObserver:
         # Of the events not kept: their tool calls and `done`.
         self.tools: list[dict[str, Any]] = []
         self.done: Mapping[str, Any] | None = None
+        self.held = 0  # bytes, once finished (what the ring counts)
 
     def on_trace(self, events: TraceEvents) -> None:
         kept = self.events
@@ -267,6 +320,8 @@ class FeedObserver:
         self.facts = RecordFacts.of(record)
         self.record = None
         self.duration_ms = duration_ms
+        # Counted once, here: a few dozen objects for a usual request (bench/console_overhead.py).
+        self.held = request_held(self.facts, self.events, self.tools, self.done)
         self.feed.finished(self)
 
     def entry(self) -> dict[str, Any]:

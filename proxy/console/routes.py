@@ -16,7 +16,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from proxy.console.feed import MAX_SUBSCRIBERS, Feed, sse_frame
+from proxy.console.feed import MAX_SUBSCRIBERS, Feed, Recent
 from proxy.core.errors import ConfigError, ServiceUnavailable, Unauthorized
 from proxy.core.gateway import parse_client_keys
 from proxy.core.tool_titles import ToolTitles
@@ -24,6 +24,15 @@ from proxy.settings import Settings
 
 UI_DIR = Path(__file__).with_name("ui")
 KEEPALIVE_S = 15.0
+KEEPALIVE = b": keepalive\n\n"
+# What one listing may carry: the newest requests up to these bounds, then `truncated: true` and
+# how many were `omitted`. A snapshot is a watcher's first frame and counts against its
+# SUBSCRIBER_BYTES (half of them at most, so that updates still fit behind it); /thinkproxy/requests
+# is built per call, and bounds what each call (and each read of the shared feed) holds.
+SNAPSHOT_BYTES = 512 << 10
+LISTING_BYTES = 8 << 20
+_SNAPSHOT_HEAD = b"event: snapshot\ndata: "
+_META_ROOM = 64  # `"truncated":false,"omitted":N` and the `data` array's brackets
 
 # The page loads nothing but its own files and talks to nothing but this proxy; model output is
 # inserted as text, and this policy would stop an inline script even if it were not.
@@ -113,23 +122,36 @@ class ConsoleRoutes:
     async def page(self, request: Request) -> Response:
         return FileResponse(UI_DIR / "index.html", headers=PAGE_HEADERS, media_type="text/html")
 
-    def _listing(self, entries: list[dict[str, Any]], shared: bool) -> dict[str, Any]:
-        return {
+    def _listing(self, recent: Recent, max_bytes: int) -> bytes:
+        """The listing as JSON, at most `max_bytes`: the newest requests that fit (none skipped for
+        a smaller older one: what is shown is always the most recent), and how many were left out."""
+        meta: dict[str, Any] = {
             "object": "list",
-            "data": entries,
-            "shared": shared,
+            "shared": recent.shared,
             "replica": self.feed.replica,
             "history": self.feed.history,
             "tool_titles": self.titles,
         }
+        size = len(orjson.dumps(meta)) + _META_ROOM
+        parts: list[bytes] = []
+        for entry in recent.entries:
+            raw = orjson.dumps(entry)
+            size += len(raw) + 1
+            if size > max_bytes:
+                break
+            parts.append(raw)
+        omitted = recent.omitted + len(recent.entries) - len(parts)
+        meta["truncated"] = omitted > 0
+        meta["omitted"] = omitted
+        return orjson.dumps(meta)[:-1] + b',"data":[' + b",".join(parts) + b"]}"
 
     async def requests(self, request: Request) -> Response:
         try:
             self.access.check(request.headers.items())
         except Unauthorized as exc:
             return _unauthorized(exc)
-        entries, shared = await self.feed.recent()
-        return Response(orjson.dumps(self._listing(entries, shared)), media_type="application/json")
+        recent = await self.feed.recent(LISTING_BYTES)
+        return Response(self._listing(recent, LISTING_BYTES), media_type="application/json")
 
     async def events(self, request: Request) -> Response:
         try:
@@ -153,16 +175,30 @@ class ConsoleRoutes:
         subscriber = feed.subscribe()
         if subscriber is None:
             return
+        queue = subscriber.queue
         try:
             await feed.follow_replicas()
-            entries, shared = await feed.recent()
-            yield sse_frame("snapshot", self._listing(entries, shared))
-            while not subscriber.overflowed:
-                try:
-                    frame = await asyncio.wait_for(subscriber.queue.get(), KEEPALIVE_S)
-                except TimeoutError:
-                    yield b": keepalive\n\n"
-                    continue
+            # No more than the watcher has room for (what was queued while the listing was read
+            # counts), and at most SNAPSHOT_BYTES.
+            limit = min(SNAPSHOT_BYTES, queue.room)
+            recent = await feed.recent(limit)
+            frame = _SNAPSHOT_HEAD + self._listing(recent, limit - len(_SNAPSHOT_HEAD) - 2) + b"\n\n"
+            sent = 0
+            while True:
+                # A frame handed to the server may wait in the connection's buffer until the
+                # watcher reads it: it counts against the watcher's bytes until the server takes
+                # the next one, which it does only once that buffer is back under its high-water
+                # mark (uvicorn's flow control; 64 KiB). A watcher that never reads holds its
+                # snapshot (or one frame) there, and its queue only what else fits.
+                queue.sending += len(frame)
                 yield frame
+                queue.sending -= sent
+                sent = len(frame)
+                if subscriber.overflowed:
+                    break
+                try:
+                    frame = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    frame = KEEPALIVE
         finally:
             feed.unsubscribe(subscriber)

@@ -37,6 +37,7 @@ WARN_EVERY_S = 60.0
 # otherwise make every listing and every watcher carry it.
 # (The largest this version makes, every string at its cap in 4-byte characters, is ~1.5 MB.)
 MAX_ENTRY_BYTES = 2 << 20
+READ_PAGE = 50  # summaries read back per XREVRANGE (a listing stops once it has its bytes)
 
 
 class SharedFeed:
@@ -103,16 +104,45 @@ class SharedFeed:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    async def recent(self, count: int) -> list[dict[str, Any]] | None:
-        """The newest `count` requests of every replica, newest first; None when Redis did not answer."""
+    async def recent(self, count: int, max_bytes: int) -> tuple[list[dict[str, Any]], int] | None:
+        """The newest `count` requests of every replica, newest first, read until they make
+        `max_bytes` (the first that would pass it, and the older ones, are not read), and how many
+        of the newest `count` were left out for that; None when Redis did not answer.
+
+        Read a page at a time, so that a listing holds about `max_bytes` of the stream, not
+        `count` × MAX_ENTRY_BYTES (THINKPROXY_UI_HISTORY may be 10,000)."""
         if not self.available:
             return None
+        entries: list[dict[str, Any]] = []
+        size = 0
+        read = 0  # rows of the stream looked at, skipped ones too
+        top = "+"
         try:
-            rows: Any = await self._redis.xrevrange(STREAM_KEY, count=count)
+            while read < count:
+                # From `top` down, `top` included (an exclusive bound needs Redis 6.2): the row
+                # already read is skipped.
+                want = min(READ_PAGE, count - read) + (top != "+")
+                rows: Any = await self._redis.xrevrange(STREAM_KEY, max=top, count=want)
+                if top != "+" and rows and _row_id(rows[0][0]) == top:
+                    rows = rows[1:]
+                if not rows:
+                    break
+                for _, fields in rows:
+                    raw = fields.get(b"e") if isinstance(fields, dict) else None
+                    fits = raw is None or len(raw) > MAX_ENTRY_BYTES or size + len(raw) <= max_bytes
+                    if not fits:
+                        total = min(count, await self._redis.xlen(STREAM_KEY))
+                        return entries, max(total - read, 0)
+                    read += 1
+                    entry = _decode(fields)  # (None for what is skipped: not counted either)
+                    if entry is not None and raw is not None:
+                        entries.append(entry)
+                        size += len(raw)
+                top = _row_id(rows[-1][0])
         except (RedisError, OSError) as exc:
             self._failed("read recent requests", exc)
             return None
-        return [entry for _, fields in rows or () if (entry := _decode(fields)) is not None]
+        return entries, 0
 
     async def follow(self, feed: Feed) -> None:
         """Make sure the stream is being followed for `feed`'s watchers (one follower per replica).
@@ -127,10 +157,7 @@ class SharedFeed:
 
     async def _last_id(self) -> str:
         rows: Any = await self._redis.xrevrange(STREAM_KEY, count=1)
-        if not rows:
-            return "0-0"
-        row_id = rows[0][0]
-        return row_id.decode() if isinstance(row_id, bytes) else str(row_id)
+        return _row_id(rows[0][0]) if rows else "0-0"
 
     async def _follow(self, feed: Feed, ready: asyncio.Event) -> None:
         last: str | None = None
@@ -149,7 +176,7 @@ class SharedFeed:
                 continue
             for _, rows in found or ():
                 for row_id, fields in rows:
-                    last = row_id.decode() if isinstance(row_id, bytes) else str(row_id)
+                    last = _row_id(row_id)
                     entry = _decode(fields)
                     if entry is not None and entry.get("replica") != self.replica:
                         feed.broadcast("request", entry)  # this replica's own were sent directly
@@ -163,6 +190,10 @@ class SharedFeed:
                     await task
         await self._redis.aclose()
         await self._blocking.aclose()
+
+
+def _row_id(row_id: Any) -> str:
+    return row_id.decode() if isinstance(row_id, bytes) else str(row_id)
 
 
 def _decode(fields: Any) -> dict[str, Any] | None:

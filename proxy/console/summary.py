@@ -9,11 +9,12 @@ a client the model and path, at any length (docs/console.md, "Memory").
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from proxy.server.access_log import AccessRecord
+    from proxy.core.events import AccessRecord
 
 MAX_EVENTS = 200  # trace events kept per request (a long agent turn is cut, and says so)
 MAX_TOOLS = 64  # tool calls listed per request
@@ -55,7 +56,11 @@ class RecordFacts(NamedTuple):
 def clip(value: object, limit: int = MAX_TEXT) -> str | None:
     if not isinstance(value, str):
         return None
-    return value if len(value) <= limit else value[:limit] + "…"
+    # A value cut already (a kept event's) is the same object again, not an equal copy: the ring
+    # would otherwise hold each tool name twice.
+    if len(value) <= limit or (len(value) == limit + 1 and value[-1] == "…"):
+        return value
+    return value[:limit] + "…"
 
 
 def bounded_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -97,6 +102,74 @@ def _bounded(value: Any, limit: int, depth: int) -> Any:
         same = same and all(a is b for a, b in zip(items, value, strict=True))
         return value if same else items
     return None  # not JSON: never produced by the trace builder, not kept if it were
+
+
+def held_bytes(value: Any) -> int:
+    """What `value` holds in memory, counted from above: each str, dict, list and tuple in it by
+    sys.getsizeof (one shared by two places counted twice), an int or float as 32 bytes, None and
+    booleans (shared singletons) as nothing. For the console's bounded values, so the recursion is
+    shallow (MAX_DEPTH under an event)."""
+    kind = type(value)
+    if kind is str:
+        return _sizeof(value)
+    if kind is dict:
+        return _sizeof(value) + sum(map(held_bytes, value)) + _values_held(value.values())
+    if kind is list or kind is tuple or isinstance(value, tuple):  # (a NamedTuple of facts too)
+        return _sizeof(value) + _values_held(value)
+    if value is None or kind is bool:
+        return 0
+    if kind is int or kind is float:
+        return 32
+    if isinstance(value, Mapping):
+        return _sizeof(value) + sum(map(held_bytes, value)) + _values_held(value.values())
+    return 32
+
+
+def request_held(
+    facts: RecordFacts,
+    events: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    done: Mapping[str, Any] | None,
+) -> int:
+    """What a finished request holds in the console's ring, counted from above (held_bytes): its
+    facts, kept events, the tool calls and `done` of the events not kept, and the summary made
+    from them when the ring is read (kept with it: a dict, its lists, a dict per tool call)."""
+    total = _SUMMARY_BYTES + held_bytes(facts) + 8 * (len(events) + len(tools))
+    listed = 0
+    for event in events:
+        # The event's own keys are the trace builder's literal names, shared by every event; a
+        # nested object's keys, which an upstream chose, are counted (held_bytes).
+        total += _sizeof(event) + _values_held(event.values())
+        if event["type"] == "tool_call.start":
+            listed += 1
+    if tools:
+        total += held_bytes(tools)
+    if done is not None:
+        total += _sizeof(done) + _values_held(done.values())
+    return total + _TOOL_ENTRY_BYTES * min(listed, MAX_TOOLS)
+
+
+# The summary dict (summarize: ~25 keys, its `usage`), with the object that holds a request in the
+# ring; and the dict of each tool call it lists (its strings are the event's: see clip).
+_SUMMARY_BYTES = 2048
+_TOOL_ENTRY_BYTES = 232
+
+
+def _values_held(values: Iterable[Any]) -> int:
+    # held_bytes, with the usual leaves (strings, numbers, None) counted without a call each.
+    total = 0
+    for item in values:
+        kind = type(item)
+        if kind is str:
+            total += _sizeof(item)
+        elif kind is int or kind is float:
+            total += 32
+        elif item is not None and kind is not bool:
+            total += held_bytes(item)
+    return total
+
+
+_sizeof = sys.getsizeof
 
 
 def tool_entry(event: Mapping[str, Any]) -> dict[str, Any]:

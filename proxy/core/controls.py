@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from proxy.core.errors import BadRequest
 
@@ -114,8 +114,14 @@ class Controls:
     visibility: ReasoningVisibility
 
 
+class HeaderLookup(Protocol):
+    """Case-insensitive header lookup (starlette's `Headers`, a dict of lower-case names)."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+
 def parse_controls(
-    headers: Mapping[str, str],
+    headers: HeaderLookup,
     level: Level | None,
     trace: TraceMode,
     trace_format: TraceFormat,
@@ -169,3 +175,24 @@ def prefers_chinese(accept_language: str | None) -> bool:
 
 def _display(header: str) -> str:
     return "-".join(p.capitalize() for p in header.split("-")).replace("Url", "URL")
+
+
+# Spelled with underscores (`X_Thinking_Level`), a control header would be neither read nor
+# stripped, and an upstream that folds `_` into `-` (CGI, WSGI, several gateways) would read it as
+# the real one. The proxy refuses such a request instead of guessing what was meant.
+_LOOK_ALIKES = {name.replace("-", "_"): name for name in CONTROL_HEADERS}
+
+
+def refuse_control_header_look_alikes(names: Iterable[str]) -> None:
+    """400 for a header that is a control header spelled with underscores (names lower-case)."""
+    for name in names:
+        if "_" in name:
+            meant = _LOOK_ALIKES.get(name.replace("-", "_"))
+            if meant is not None:
+                shown = "-".join(p.capitalize() for p in meant.split("-"))
+                raise BadRequest(
+                    f"Header {name!r} looks like the proxy's {shown} header spelled with underscores; "
+                    f"spell it {shown} (with hyphens), or leave it out.",
+                    code="invalid_header",
+                    param=name,
+                )

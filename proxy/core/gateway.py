@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from proxy.core.errors import ConfigError, Forbidden, Unauthorized
 from proxy.core.routing import Destination
-from proxy.settings import Settings
 
 # Every request header that carries a client's credential, in any provider's or browser's form.
 # In gateway mode none of them reaches an upstream (chat, pass-through and model listings alike):
@@ -37,6 +37,27 @@ CREDENTIAL_HEADERS = frozenset(
 )
 # `name:key`; a key that itself contains ':' must therefore be given a name.
 _NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):(.*)$", re.DOTALL)
+
+
+class Secret(Protocol):
+    """A configured secret (pydantic's SecretStr): its value is read only where it is needed."""
+
+    def get_secret_value(self) -> str: ...
+
+
+class KeySettings(Protocol):
+    """The settings this module reads: proxy.settings.Settings fits it, but the core may not import
+    the settings (they read the environment), so the edge passes them in and only these are used.
+    Read-only properties, so that Settings' `list[SecretStr]` fits a `Sequence[Secret]`."""
+
+    @property
+    def upstream_api_key(self) -> Secret | None: ...
+    @property
+    def client_keys(self) -> Sequence[Secret]: ...
+    @property
+    def reviewer_keys(self) -> Sequence[Secret]: ...
+    @property
+    def admin_keys(self) -> Sequence[Secret]: ...
 
 
 def presented_key(headers: Iterable[tuple[str, str]]) -> str | None:
@@ -74,21 +95,19 @@ def parse_client_keys(items: Iterable[str], setting: str = "THINKPROXY_CLIENT_KE
     return tuple(keys)
 
 
-KEY_ROLES = (
-    ("client_keys", "THINKPROXY_CLIENT_KEYS"),
-    ("reviewer_keys", "THINKPROXY_REVIEWER_KEYS"),
-    ("admin_keys", "THINKPROXY_ADMIN_KEYS"),
-)
-
-
-def check_key_roles(settings: Settings) -> None:
+def check_key_roles(settings: KeySettings) -> None:
     """ConfigError when one key is given two roles: a client key that is also a reviewer key could
     approve its own held tool calls, one that is also an admin key could read every tenant's
     requests. The keys are compared, never printed; the variables are named."""
     holders: dict[bytes, str] = {}
     clashes: list[str] = []
-    for attribute, variable in KEY_ROLES:
-        values = getattr(settings, attribute)
+    # Read through the protocol's attributes (not getattr by name) so mypy checks each one.
+    roles: tuple[tuple[Sequence[Secret], str], ...] = (
+        (settings.client_keys, "THINKPROXY_CLIENT_KEYS"),
+        (settings.reviewer_keys, "THINKPROXY_REVIEWER_KEYS"),
+        (settings.admin_keys, "THINKPROXY_ADMIN_KEYS"),
+    )
+    for values, variable in roles:
         for key in parse_client_keys((k.get_secret_value() for k in values), variable):
             other = holders.setdefault(key.key, variable)
             if other != variable:
@@ -122,7 +141,7 @@ class GatewayAuth:
     route_keys: Mapping[int, str] = field(default_factory=dict)
 
     @classmethod
-    def from_settings(cls, settings: Settings, route_keys: Mapping[int, str] | None = None) -> GatewayAuth:
+    def from_settings(cls, settings: KeySettings, route_keys: Mapping[int, str] | None = None) -> GatewayAuth:
         key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
         clients = parse_client_keys(k.get_secret_value() for k in settings.client_keys)
         check_key_roles(settings)

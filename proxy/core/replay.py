@@ -1,233 +1,38 @@
-"""Reasoning replay: what to look up for a request's history, and how to put back what was found.
+"""Reasoning replay, steps 3 and 4: putting back what was remembered, and what a response leaves.
 
-Pure: no store, no clock, no I/O. The edge (proxy.server.replay_service) runs the three steps:
+Pure: no store, no clock, no I/O. The edge (proxy.server.replay_service) runs the steps:
 
-1. `plan_lookups(messages, policy, tenant)` — which assistant messages need something back (their
-   reasoning text, reasoning_details, thought signatures, or just the time their tool calls were
-   handed out) and under which store keys;
+1. `plan_lookups(messages, policy, tenant)` (proxy.core.replay_keys) — which assistant messages need
+   something back (their reasoning text, reasoning_details, thought signatures, or just the time
+   their tool calls were handed out) and under which store keys;
 2. one batched store lookup of `plan.keys`;
 3. `apply_restore(body, plan, found, …)` — the body with what was remembered put back in the field
    the provider wants, the outcome counts, and the client-side tool durations.
 
 And, at the end of a response, `capture_records(turns, …)` turns what the collector saw
-(proxy.core.stream.capture) into store entries.
-
-Keys: a turn that ends in tool calls is known by its first tool-call id (unique per provider
-answer, and clients send it back unchanged); a turn without tool calls, which only a `keep` policy
-needs, by a hash of its content exactly as the client received it. Keys are hashed together with
-the tenant, so one tenant can never name another's entries, and their length is bounded whatever
-a client sends.
+(proxy.core.stream.capture) into store entries. This module owns the record format both ways
+(`capture_records` writes it, `decode_record` / `RecordCache` read it back), so the two cannot
+drift apart; the keys the records are stored under are proxy.core.replay_keys'.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
-from typing import Any, NamedTuple, TypeGuard
+from functools import partial
+from typing import Any, NamedTuple
 
 import orjson
 
 from proxy.core.providers import ReplayPolicy
+from proxy.core.replay_keys import Need, ReplayPlan, turn_keys
 from proxy.core.rewrite import with_think_block
 from proxy.core.stream.capture import Turn
 
 HEADER = "x-thinking-replay"
-KEY_PREFIX = "thinkproxy:replay:"
-ANONYMOUS = "anonymous"
 # A remembered turn larger than this is not stored (a store entry is one whole value).
 MAX_RECORD_BYTES = 4 * 1024 * 1024
 _TEXT_FIELDS = ("reasoning_content", "reasoning")
-
-
-# --------------------------------------------------------------------------------------------------
-# Tenants and keys
-# --------------------------------------------------------------------------------------------------
-
-
-def tenant_of(secret: bytes, client_key: str | None) -> str:
-    """The tenant a request belongs to: a keyed hash of the key the client presented (its own
-    provider key in BYOK mode, its gateway client key in gateway mode), never the key itself.
-    Requests without any key share one anonymous tenant."""
-    if not client_key:
-        return ANONYMOUS
-    # Keyed BLAKE2b is a MAC in one C call (~1.5 µs here, against ~4 µs for the hmac module's
-    # HMAC-SHA-256), cheap enough per request that no cache of keys or of their hashes is needed.
-    key = secret if len(secret) <= hashlib.blake2b.MAX_KEY_SIZE else hashlib.sha256(secret).digest()
-    return hashlib.blake2b(b"tenant\0" + client_key.encode(), key=key, digest_size=16).hexdigest()
-
-
-def store_key(tenant: str, kind: str, ident: str) -> str:
-    if len(ident) <= _CACHED_IDENT_CHARS:
-        return _cached_store_key(tenant, kind, ident)
-    return _store_key(tenant, kind, ident)
-
-
-def _store_key(tenant: str, kind: str, ident: str) -> str:
-    digest = hashlib.blake2b(f"{tenant}\0{kind}\0{ident}".encode(), digest_size=20).hexdigest()
-    return KEY_PREFIX + digest
-
-
-# A tool loop sends its whole history on every turn, so the same keys are asked for again and
-# again: the last few thousand are remembered. Bounded in entries (least recently used evicted) and
-# in size (only ordinary ids: a client can send a 100 KB "id"); they hold tool-call ids, content
-# hashes and tenant hashes, never a client's key.
-_CACHED_IDENT_CHARS = 128
-_cached_store_key = lru_cache(maxsize=4096)(_store_key)
-
-
-def content_hash(content: str) -> str:
-    return hashlib.sha256(content.encode()).hexdigest()
-
-
-# --------------------------------------------------------------------------------------------------
-# Step 1: what a history needs
-# --------------------------------------------------------------------------------------------------
-
-
-class Need(NamedTuple):
-    """One assistant message of the history and what it may get back.
-
-    `text` / `details`: the policy wants reasoning text / reasoning_details on it and the client
-    sent none (these count in the outcome). `signatures`: some of its tool calls came without the
-    `extra_content` their provider attached (current turn only; counted only when put back).
-    `timing`: its tool results end the history, so their round trip can be measured.
-    (A NamedTuple: one is built per assistant message of every history, so it must be cheap.)
-    """
-
-    position: int  # in the message list
-    key: str
-    text: bool = False
-    details: bool = False
-    signatures: bool = False
-    timing: bool = False
-    ambiguous: bool = False  # its id occurs on more than one message: never restored
-
-    @property
-    def counted(self) -> bool:
-        return self.text or self.details
-
-
-# Builds a Need from a tuple in C, without the generated __new__'s Python frame (one per message).
-_need: Callable[[tuple[int, str, bool, bool, bool, bool, bool]], Need] = partial(tuple.__new__, Need)
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayPlan:
-    needs: tuple[Need, ...]
-    keys: tuple[str, ...]  # unique, in first-seen order: the one batched lookup
-
-    @property
-    def empty(self) -> bool:
-        return not self.needs
-
-
-NOTHING = ReplayPlan((), ())
-
-
-def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan:
-    """The lookups a history needs. Malformed messages (not objects, tool calls without an id,
-    content that is not a string where a hash is needed) are left alone: nothing is planned for
-    them, so they travel as they came.
-
-    Runs on every chat request with the store on, over the whole history: one backward pass to find
-    where the history's last user message and trailing tool results are, then one forward pass
-    that looks at assistant messages only, with the policy's questions answered once up front."""
-    if not isinstance(messages, list) or not messages:
-        return NOTHING
-    wants = policy.mode != "strip"
-    calls_only = policy.mode == "tool_calls"
-    wants_details = policy.field == "reasoning_details"
-    inline = policy.field == "inline_think"
-    # Backward: the trailing tool results (their assistant message's calls get a duration), then
-    # the last user message (only tool-call turns after it get their signatures back).
-    last = len(messages) - 1
-    index = last
-    while index >= 0:
-        message = messages[index]
-        if type(message) is not dict or message.get("role") != "tool":
-            break
-        index -= 1
-    timing_index = -1
-    if -1 < index < last:
-        message = messages[index]
-        if type(message) is dict and message.get("role") == "assistant":
-            timing_index = index
-    last_user = index
-    while last_user >= 0:
-        message = messages[last_user]
-        if type(message) is dict and message.get("role") == "user":
-            break
-        last_user -= 1
-    needs: list[Need] = []
-    seen: dict[str, bool] = {}  # key → named by more than one message
-    repeated = False
-    for position, message in enumerate(messages):
-        if type(message) is not dict or message.get("role") != "assistant":
-            continue
-        calls = message.get("tool_calls")
-        first_id = None
-        if type(calls) is list and calls:
-            first = calls[0]
-            if type(first) is dict:
-                call_id = first.get("id")
-                if type(call_id) is str and call_id:
-                    first_id = call_id
-        text = details = False
-        if wants and (first_id is not None or not calls_only):
-            if wants_details:
-                present = message.get("reasoning_details")
-                details = not (type(present) is list and present)
-            else:
-                present = message.get("reasoning_content")
-                if not (type(present) is str and present):
-                    present = message.get("reasoning")
-                    if not (type(present) is str and present):
-                        content = message.get("content")
-                        text = not (inline and type(content) is str and "<think>" in content)
-        if first_id is not None:
-            signatures = position > last_user and _lacks_extra_content(calls)
-            timing = position == timing_index
-            if not (text or details or signatures or timing):
-                continue
-            key = store_key(tenant, "t", first_id)
-        else:
-            if not (text or details):
-                continue
-            content = message.get("content")
-            if calls or not _distinct(content):
-                continue  # tool calls without a usable id, or content that cannot name the turn
-            key = store_key(tenant, "c", content_hash(content))
-            signatures = timing = False
-        if key in seen:
-            seen[key] = repeated = True
-        else:
-            seen[key] = False
-        needs.append(_need((position, key, text, details, signatures, timing, False)))
-    if not needs:
-        return NOTHING
-    if not repeated:
-        return ReplayPlan(tuple(needs), tuple(seen))
-    return ReplayPlan(
-        tuple(need._replace(ambiguous=True) if seen[need.key] else need for need in needs),
-        tuple(key for key, twice in seen.items() if not twice),
-    )
-
-
-def _distinct(content: Any) -> TypeGuard[str]:
-    """Content that can name a turn: a string with something in it (an empty answer would name
-    every other empty answer of the tenant too)."""
-    return isinstance(content, str) and bool(content.strip())
-
-
-def _lacks_extra_content(calls: Any) -> bool:
-    """Some of these tool calls (a list: only asked of one) came without their extra_content."""
-    # (A loop rather than any() over a generator: this runs for every tool-call turn of a history.)
-    for call in calls:  # noqa: SIM110
-        if type(call) is dict and call.get("extra_content") is None:
-            return True
-    return False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -484,21 +289,6 @@ def _with_signatures(calls: Any, signatures: Mapping[str, Any]) -> Any:
 # --------------------------------------------------------------------------------------------------
 # Capture: what a finished response leaves for later requests
 # --------------------------------------------------------------------------------------------------
-
-
-def turn_keys(turns: Sequence[Turn], *, tenant: str, policy: ReplayPolicy) -> list[str | None]:
-    """The store key of each turn (None: not kept): a turn that ends in tool calls under its first
-    tool-call id; one without, only when the policy keeps reasoning on every message and the turn
-    had some, under the hash of its content."""
-    keys: list[str | None] = []
-    for turn in turns:
-        if turn.first_call_id is not None:
-            keys.append(store_key(tenant, "t", turn.first_call_id))
-        elif policy.mode == "keep" and (turn.reasoning or turn.details) and _distinct(turn.content):
-            keys.append(store_key(tenant, "c", content_hash(turn.content)))
-        else:
-            keys.append(None)
-    return keys
 
 
 def capture_records(

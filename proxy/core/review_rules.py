@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, Forbidden
 from proxy.core.stream.summaries import summarize_arguments
 
 MAX_COMMENT_CHARS = 500
@@ -213,3 +213,40 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 def _one_line(text: str) -> str:
     return _CONTROL.sub(" ", text).strip()
+
+
+# Paths other than POST /v1/chat/completions on which an upstream can answer with tool calls.
+# The gate reviews only chat completions; while a review policy is set, a request that could
+# make calls anywhere else is refused rather than forwarded unreviewed (it would reach the client
+# in a shape nothing looked at).
+_CALLING_PATHS = ("chat/completions", "completions", "responses", "messages")
+_CALLING_KEYS = ("tools", "functions", "tool_choice", "function_call")
+_CALLING_FIELDS = tuple(f'"{key}"'.encode() for key in _CALLING_KEYS)
+
+
+def refuse_unreviewed_route(method: str, path: str, body: bytes) -> None:
+    """Forbidden for a pass-through request that could make tool calls (a known calling path, in
+    any spelling of its slashes and case, or a body that offers tools) while review is on."""
+    if method not in ("POST", "PUT", "PATCH"):
+        return
+    route = "/".join(part for part in path.lower().split("/") if part)
+    calling = any(route == f"v1/{name}" or route.endswith(f"/{name}") for name in _CALLING_PATHS)
+    offers_tools = False
+    if not calling and body:
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            offers_tools = any(
+                parsed.get(key) for key in ("tools", "functions", "tool_choice", "function_call")
+            )
+        else:  # not JSON this proxy reads, but perhaps JSON the upstream reads: look for the names
+            offers_tools = any(name in body for name in _CALLING_FIELDS)
+    if calling or offers_tools:
+        raise Forbidden(
+            f"This proxy holds tool calls for human review (THINKPROXY_REVIEW_TOOLS) and reviews them "
+            f"only on POST /v1/chat/completions; {method} {path[:200]} could return tool calls nobody "
+            "reviewed, so it is refused. Send the request to /v1/chat/completions.",
+            code="review_not_available",
+        )

@@ -1,6 +1,7 @@
-"""The routes file: which upstream a request's model goes to, and the merged `/v1/models` list.
+"""The compiled routes: which upstream a request's model goes to, and the merged `/v1/models` list.
 
-Pure apart from reading the file in `RouteTable.load`. A routes file (`THINKPROXY_ROUTES_FILE`) is a
+Pure apart from reading the routes file in `RouteTable.load` and the `.env` file in
+`key_environment` (start-up only, never per request). A routes file (`THINKPROXY_ROUTES_FILE`) is a
 YAML mapping with one key, `routes`, a list tried in order; the first route that matches the
 request's `model` wins, and nothing ever falls back to a later route once one matched:
 
@@ -13,8 +14,10 @@ request's `model` wins, and nothing ever falls back to a later route once one ma
         api_key_env: OPENROUTER_API_KEY
 
 `THINKPROXY_UPSTREAM_BASE_URL`, when set, becomes an implicit last route for every model. A model no
-route matches is a 404 `model_not_found`. Validation rejects unknown keys and names the route
-(`routes[i]`) and the field at fault.
+route matches is a 404 `model_not_found`. The file's schema and its error wording (which name the
+route, `routes[i]`, and the field at fault) are proxy.core.routes_file's; this module compiles the
+validated routes into a table, answers lookups (cached per model), and merges the upstreams' model
+lists into the one `/v1/models` answer.
 """
 
 from __future__ import annotations
@@ -29,122 +32,13 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from proxy.core.errors import ConfigError, NotFound
-from proxy.core.yamlfile import load_config
+from proxy.core.routes_file import RouteSpec, parse_routes
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # it travels in headers and log lines
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")  # names (IDNA-encoded), IPv4, IPv6 without brackets
 DEFAULT_ROUTE_NAME = "default"  # the implicit last route made of THINKPROXY_UPSTREAM_BASE_URL
 _CACHE_LIMIT = 4096  # models looked up; a table answers the same model the same way
 _CACHED_MODEL_CHARS = 256  # longer (client-chosen) names are matched every time, never kept
-
-
-# --------------------------------------------------------------------------------------------------
-# Schema
-# --------------------------------------------------------------------------------------------------
-
-
-def check_base_url(value: str) -> str:
-    """A base URL an operator configured: http(s), a host, no credentials, query or fragment
-    (they would end up in logs and error messages, and break every URL built from it)."""
-    text = value.strip().rstrip("/")
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"{value!r} is not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{value!r} must be an absolute http:// or https:// URL")
-    if not _HOST.match(parts.hostname):
-        raise ValueError(f"{value!r}: the host {parts.hostname!r} is not a host name or IP address")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("must not carry credentials (put the key in the variable api_key_env names)")
-    if parts.query or parts.fragment or text.endswith(("?", "#")):
-        raise ValueError("must not carry a query or fragment")
-    del port
-    return text
-
-
-class _RouteSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str | None = None
-    models: tuple[str, ...] | None = None
-    prefix: str | None = None
-    upstream: str
-    api_key_env: str | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, name: str | None) -> str | None:
-        if name is not None and not _NAME.match(name):
-            raise ValueError(f"{name!r}: names use letters, digits, '_', '.', ':', '-' (at most 64)")
-        return name
-
-    @field_validator("models", mode="before")
-    @classmethod
-    def _models_as_list(cls, value: object) -> object:
-        # `models: deepseek-*` is the most natural slip in YAML; say what to write instead.
-        if isinstance(value, str):
-            raise ValueError(
-                f"must be a list of model globs, not the single string {value[:100]!r}: write "
-                f"models: [{value[:100]!r}] (or one '- glob' line per glob)"
-            )
-        return value
-
-    @field_validator("models")
-    @classmethod
-    def _check_globs(cls, globs: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if globs is not None:
-            if not globs:
-                raise ValueError("needs at least one glob (use ['*'] for every model)")
-            for glob in globs:
-                if not glob.strip():
-                    raise ValueError("empty model glob")
-        return globs
-
-    @field_validator("prefix")
-    @classmethod
-    def _check_prefix(cls, prefix: str | None) -> str | None:
-        if prefix is None:
-            return None
-        prefix = prefix.strip()
-        if not prefix.rstrip("/"):
-            raise ValueError("empty prefix (write it as the models are named, e.g. openrouter/)")
-        if any(c.isspace() for c in prefix) or any(c in prefix for c in "*?["):
-            raise ValueError(f"{prefix!r}: a prefix is literal text, no spaces or glob characters")
-        return prefix if prefix.endswith("/") else prefix + "/"
-
-    @field_validator("upstream")
-    @classmethod
-    def _check_upstream(cls, upstream: str) -> str:
-        return check_base_url(upstream)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _check_env(cls, name: str | None) -> str | None:
-        if name is not None and not _ENV_NAME.match(name):
-            raise ValueError(
-                f"{name!r} is not an environment variable name (write the variable's name, never the key)"
-            )
-        return name
-
-    @model_validator(mode="after")
-    def _models_or_prefix(self) -> _RouteSpec:
-        if self.models is None and self.prefix is None:
-            raise ValueError("a route needs either 'models' (globs) or 'prefix'")
-        if self.models is not None and self.prefix is not None:
-            raise ValueError("a route has either 'models' or 'prefix', not both")
-        return self
-
-
-class _RoutesFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    routes: tuple[_RouteSpec, ...] = Field(min_length=1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -190,7 +84,7 @@ def _compile_globs(globs: Iterable[str]) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(fnmatch.translate(g.strip()), re.IGNORECASE | re.DOTALL) for g in globs)
 
 
-def _route(index: int, spec: _RouteSpec) -> Route:
+def _route(index: int, spec: RouteSpec) -> Route:
     globs = tuple(g.strip() for g in spec.models or ())
     return Route(
         index=index,
@@ -248,29 +142,8 @@ class RouteTable:
     def from_text(
         cls, text: str, source: str = "routes.yaml", default_upstream: str | None = None
     ) -> RouteTable:
-        data = load_config(text, source)
-        if not isinstance(data, dict):
-            raise ConfigError(f"{source}: the file must be a mapping with a 'routes' list")
-        try:
-            parsed = _RoutesFile.model_validate(data)
-        except ValidationError as exc:
-            errors = exc.errors()
-            # pydantic counts only the routes that validated: a bad route also reads as "no routes".
-            if len(errors) > 1:
-                errors = [
-                    e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) == ("routes",))
-                ]
-            raise ConfigError("\n".join(_describe(source, data, err) for err in errors)) from None
-        seen: dict[str, int] = {}
-        for i, spec in enumerate(parsed.routes):
-            if spec.name is not None and spec.name in seen:
-                raise ConfigError(
-                    f"{source}: routes[{i}] ({spec.name}), field 'name': already the name of "
-                    f"routes[{seen[spec.name]}]; names identify routes in logs and headers"
-                )
-            if spec.name is not None:
-                seen[spec.name] = i
-        routes = [_route(i, spec) for i, spec in enumerate(parsed.routes)]
+        specs = parse_routes(text, source)
+        routes = [_route(i, spec) for i, spec in enumerate(specs)]
         if default_upstream is not None:
             routes.append(
                 Route(
@@ -460,45 +333,3 @@ def merge_models(
                 seen.add(shown)
                 data.append(item if shown == item["id"] else {**item, "id": shown})
     return {"object": "list", "data": data}, missing
-
-
-# --------------------------------------------------------------------------------------------------
-# Error messages
-# --------------------------------------------------------------------------------------------------
-
-
-# pydantic's error types in the words of someone editing the YAML file.
-_PLAIN_WORDS = {
-    "missing": "is required",
-    "string_type": "must be a text value",
-    "tuple_type": "must be a list (one '- item' line per item, or [a, b])",
-    "list_type": "must be a list (one '- item' line per item, or [a, b])",
-    "dict_type": "must be a mapping (key: value lines)",
-    "model_type": "must be a mapping (key: value lines)",
-}
-
-
-def _describe(source: str, data: Mapping[str, Any], err: Mapping[str, Any]) -> str:
-    loc = tuple(err["loc"])
-    message = str(err["msg"]).removeprefix("Value error, ")
-    message = message[:1].lower() + message[1:]
-    message = _PLAIN_WORDS.get(str(err["type"]), message)
-    if err["type"] == "extra_forbidden":
-        message = (
-            f"unknown key {loc[-1]!r} (a route has name, models, prefix, upstream, api_key_env)"
-            if len(loc) >= 3
-            else f"unknown key {loc[-1]!r} (the file has one key, routes)"
-        )
-    if len(loc) >= 2 and loc[0] == "routes" and isinstance(loc[1], int):
-        index = loc[1]
-        where = f"routes[{index}]"
-        routes = data.get("routes")
-        if isinstance(routes, list) and index < len(routes) and isinstance(routes[index], dict):
-            name = routes[index].get("name") or routes[index].get("upstream")
-            if isinstance(name, str):
-                where += f" ({name})"
-        field = ".".join(str(p) for p in loc[2:])
-        if err["type"] == "extra_forbidden" and field:
-            return f"{source}: {where}, field {field!r}: {message}"
-        return f"{source}: {where}, field {field!r}: {message}" if field else f"{source}: {where}: {message}"
-    return f"{source}: field {'.'.join(str(p) for p in loc)!r}: {message}"

@@ -23,14 +23,14 @@ from proxy.core.controls import TraceFormat
 from proxy.core.errors import BadRequest, ConfigError
 from proxy.core.gateway import ClientKey, parse_client_keys
 from proxy.core.review_rules import Decision, HeldCall, ReviewPolicy
-from proxy.core.stream.gate import (
-    StreamGate,
+from proxy.core.stream.gate import StreamGate
+from proxy.core.stream.gate_completion import (
     completion_finish,
     completion_held_calls,
     completion_removes,
     release_completion,
-    review_event,
 )
+from proxy.core.stream.gate_rules import review_event
 from proxy.core.stream.trace import TraceBuilder
 from proxy.review.hub import MemoryReviewHub, RedisReviewHub, ReviewHub
 from proxy.settings import Settings

@@ -6,55 +6,14 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-if TYPE_CHECKING:
-    from proxy.core.stream.taps import RequestObserver
-    from proxy.core.stream.trace import TraceOutcome
+from proxy.core.events import AccessRecord
 
 logger = logging.getLogger("thinkproxy.access")
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"
-
-
-@dataclass(slots=True)
-class AccessRecord:
-    method: str
-    path: str
-    status: int = 0
-    upstream_status: int | None = None
-    provider: str | None = None
-    level: str | None = None
-    bytes_out: int = 0
-    error: str | None = None
-    client: str | None = None  # the name of the gateway client key presented (never the key)
-    upstream_route: str | None = None  # the name of the routes-file route the request took
-    response_headers: list[tuple[str, str]] = field(default_factory=list)
-    # What listeners (proxy.core.stream.taps) read at the end of a request; the access line shows only some.
-    route: str = "passthrough"  # "chat" or "passthrough"
-    model: str | None = None  # the request's model, as the client sent it
-    level_requested: str | None = None
-    thinking_method: str | None = None  # "params" or "prompt" when a level was applied
-    stream: bool = False
-    # Extra headers for the upstream request (e.g. an observer's traceparent).
-    forward_headers: list[tuple[str, str]] = field(default_factory=list)
-    observers: list[RequestObserver] = field(default_factory=list)
-    # Free-form facts a capability records for its own observers (never logged).
-    notes: dict[str, Any] = field(default_factory=dict)
-    # X-Request-Id (the client's, or generated), and the trace id when tracing is on.
-    request_id: str | None = None
-    trace_id: str | None = None
-    upstream_request_id: str | None = None  # the upstream's own x-request-id, when it sent one
-    upstream_base_url: str | None = None  # where the request went (listeners take host and port)
-    # The chat request's messages (content: read only by an opted-in OpenTelemetry capture).
-    request_messages: Any = None
-    # The answer's `id` and `model` (chat completions, when a trace builder saw them).
-    response_id: str | None = None
-    response_model: str | None = None
-    # What the trace builder saw of a finished chat answer (usage, times), for listeners.
-    outcome: TraceOutcome | None = None
 
 
 def log_access(record: AccessRecord, started: float) -> None:

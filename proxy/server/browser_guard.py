@@ -10,8 +10,12 @@ Two attacks reach a proxy that listens on a developer's machine or inside a priv
 - **Cross-site writes**: a form or `fetch(..., {mode: "no-cors"})` POST with a `text/plain` body
   needs no preflight, so CORS alone never stops it from being executed (only from being read).
   A write (any method but GET, HEAD, OPTIONS) whose `Origin` is neither this proxy's own origin
-  nor one of `THINKPROXY_CORS_ORIGINS` is refused with 403 on every path. SDKs and servers send no
-  `Origin`, so only browsers are affected.
+  nor one of `THINKPROXY_CORS_ORIGINS` is refused with 403 on every path. "Its own" means the
+  Origin names the Host the request was sent to, and — when the proxy knows its names (bound to
+  loopback, or THINKPROXY_ALLOWED_HOSTS) — that host is one of them: after rebinding, a page's
+  Origin and Host agree on the attacker's name. SDKs and servers send no `Origin`, so only browsers
+  are affected. A proxy bound to every interface without THINKPROXY_ALLOWED_HOSTS cannot tell a
+  rebound name from its own: set the list there (the container image binds 0.0.0.0).
 
 A plain ASGI middleware: the request's headers are read once and nothing else is touched.
 """
@@ -126,11 +130,23 @@ class BrowserGuard:
             await self.app(scope, receive, send)
             return
         host = origin = None
+        hosts = origins = 0
         for name, value in scope["headers"]:
             if name == b"host":
-                host = value.decode("latin-1")
+                host, hosts = value.decode("latin-1"), hosts + 1
             elif name == b"origin":
-                origin = value.decode("latin-1")
+                origin, origins = value.decode("latin-1"), origins + 1
+        if hosts > 1 or origins > 1:
+            # No browser sends two; the parts of a server that read the first and the parts that
+            # read the last would disagree on where the request came from.
+            await _refuse(
+                send,
+                400,
+                f"The request has {hosts} Host and {origins} Origin headers: send at most one of each.",
+                "invalid_request_error",
+                "duplicate_header",
+            )
+            return
         if guarded:
             target = split_host(host) if host is not None else None
             if target is None or not self.hosts.allows(target[0]):
@@ -166,7 +182,12 @@ class BrowserGuard:
     def _origin_allowed(self, origin: str, host: str | None) -> bool:
         if self.any_origin or origin.rstrip("/").lower() in self.origins:
             return True
-        return same_origin(origin.lower(), host)
+        if not same_origin(origin.lower(), host):
+            return False
+        # After DNS rebinding a page's Origin and Host both name the attacker's host: the same
+        # origin counts only for a host the proxy knows as its own (when it knows its names).
+        target = split_host(host) if host is not None else None
+        return not self.hosts.active or (target is not None and self.hosts.allows(target[0]))
 
 
 async def _refuse(send: Send, status: int, message: str, type_: str, code: str) -> None:

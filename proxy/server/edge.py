@@ -37,7 +37,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from proxy.core.errors import ProxyError
-from proxy.server.access_log import AccessRecord, log_access
+from proxy.core.events import AccessRecord
+from proxy.server.access_log import log_access
 from proxy.server.limits import EdgeLimits, head_size, raw_answer
 
 _LOGGED_URL_BYTES = 256  # of a refused request's target, in its access line

@@ -7,13 +7,16 @@ upstream that fails (status other than 2xx, no answer within LISTING_TIMEOUT_S, 
 a body over MAX_LIST_BYTES) is left out and named, never dropped silently.
 
 The merged list is kept for CACHE_TTL_S (PARTIAL_TTL_S when an upstream was missing from it), so
-a client polling `/v1/models` does not make the proxy ask every upstream every time. It is kept
-per *what the listing sends upstream*: a hash of the client's headers that go along (never a
-credential: proxy.core.gateway.CREDENTIAL_HEADERS are not sent with a listing in either mode; gateway
-mode sends the route's key). Clients whose listings send the same thing share one entry (so do
-gateway tenants, asked with the gateway's keys); a client whose request carries something else
-that may change the answer (an `OpenAI-Organization` or `OpenAI-Project` header, say) has its
-own, so one client's list is never served to another. Big lists are parsed and merged in a worker thread.
+a client polling `/v1/models` does not make the proxy ask every upstream every time. A listing
+carries none of the client's headers but LISTING_HEADERS, the few that select whose models an
+upstream lists, and only in BYOK mode; the merged list is kept per exactly those (their values,
+hashed). Any other header cannot change a listing, so it is not sent and cannot make a call miss
+the cache: before, every forwarded header was part of the key, and 100 calls with a different
+`X-Junk` each (or an SDK's `X-Stainless-Retry-Count`) made 200 upstream listings and churned
+every entry. In gateway mode no client header goes along: each upstream is asked with its route's
+key, for what the operator's account sees, so every tenant shares one entry (a tenant's
+`OpenAI-Organization` would otherwise pick an organization with the operator's key). Big lists
+are parsed and merged in a worker thread.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import ProxyError, UpstreamUnreachable
-from proxy.core.gateway import CREDENTIAL_HEADERS, GatewayAuth
+from proxy.core.gateway import GatewayAuth
+from proxy.core.plan import UpstreamRequest
 from proxy.core.routing import Destination, Listing, RouteTable, listings, merge_models, model_ids
-from proxy.server.upstream.common import TRANSPORT_ERRORS, Upstream, UpstreamRequest
-from proxy.server.upstream.headers import filter_headers
+from proxy.server.upstream.common import TRANSPORT_ERRORS, Upstream
 from proxy.settings import Settings
 
 logger = logging.getLogger("thinkproxy.models")
@@ -49,10 +52,13 @@ PARSE_INLINE_BYTES = 256 << 10  # lists up to this (in all) are parsed on the ev
 WARN_EVERY_S = 60.0
 # Whatever asking one upstream can raise; each means "this upstream is missing from the list".
 _FAILURES: tuple[type[Exception], ...] = (ProxyError, *TRANSPORT_ERRORS)  # (these include TimeoutError)
-# What the proxy itself sets on a models request; the client's other headers go along as sent.
-_DROP = frozenset({"host", "content-length", "accept-encoding", "accept"})
-# Sent along but per request, and no reason for a different list: not part of the cache key.
-_PER_REQUEST = frozenset({"x-request-id", "traceparent", "tracestate", "baggage"})
+# The client headers a BYOK listing sends along (lower-case): account selectors, which decide whose
+# models an upstream lists (OpenAI's organization and project, whose fine-tunes and allowed models
+# differ; the Google Cloud project that Gemini's OpenAI-compatible API bills and lists for). Not
+# credentials (proxy.core.gateway.CREDENTIAL_HEADERS never go with a listing), nor what only
+# describes the call (User-Agent, X-Stainless-*, request ids, trace context): those cannot change
+# the list, and one merged list answers many calls.
+LISTING_HEADERS = frozenset({"openai-organization", "openai-project", "x-goog-user-project"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +110,7 @@ class ModelsListing:
     async def get(self, client_headers: Iterable[tuple[str, str]]) -> MergedModels:
         """The merged list; UpstreamUnreachable (502) when no upstream answered (an empty list
         would read as "no models"; not kept, so the next call asks again)."""
-        # BYOK: a client's key (in any of its forms) goes only to the upstream its request's model
-        # picks; a model list is asked of every upstream, so it goes without the client's
-        # credentials. Gateway mode sends each route's own key instead (in `_list`).
-        sent = filter_headers(client_headers, _DROP | CREDENTIAL_HEADERS)
+        sent = self.forwarded(client_headers)
         key = _key(sent)
         kept = self._kept.get(key)
         if kept is not None:
@@ -121,6 +124,15 @@ class ModelsListing:
             asking.add_done_callback(lambda task: self._asked(key, task))
         # Shielded: one caller going away does not cancel what the others wait for too.
         return await asyncio.shield(asking)
+
+    def forwarded(self, client_headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The client headers a listing sends upstream: in BYOK mode its account selectors
+        (LISTING_HEADERS), in gateway mode none (each route's own key goes instead, in `_list`).
+        Never a credential: a client's key goes only to the upstream its request's model picks,
+        and a listing asks every upstream."""
+        if self.gateway.enabled:
+            return []
+        return [(name.lower(), value) for name, value in client_headers if name.lower() in LISTING_HEADERS]
 
     def _asked(self, key: bytes, task: asyncio.Task[MergedModels]) -> None:
         if self._asking.get(key) is task:
@@ -221,6 +233,7 @@ def merged_body(
 
 
 def _key(sent: list[tuple[str, str]]) -> bytes:
-    """What identifies a listing: the client's headers that go upstream with it, in any order."""
-    pairs = sorted((name.lower(), value) for name, value in sent if name.lower() not in _PER_REQUEST)
+    """What identifies a listing: exactly the client headers that go upstream with it, in any order
+    of names (a repeated header's values keep theirs: the sort is stable)."""
+    pairs = sorted(sent, key=lambda pair: pair[0])
     return hashlib.sha256(orjson.dumps(pairs)).digest()

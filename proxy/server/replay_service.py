@@ -1,6 +1,6 @@
 """The replay store at the edge: one batched lookup before a chat request goes upstream, one
-write after its response ended. The decisions are proxy.core.replay's (pure); this module only does
-the I/O around them, keeps the outcome counters and reports store outages.
+write after its response ended. The decisions are proxy.core.replay_keys' and proxy.core.replay's
+(pure); this module only does the I/O around them, keeps the outcome counters and reports store outages.
 
 Per request (chat completions only):
 
@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.events import AccessRecord, RequestObserver, TraceEvents
 from proxy.core.gateway import presented_key
 from proxy.core.providers import Dialect, ReplayPolicy
 from proxy.core.replay import (
@@ -38,15 +39,10 @@ from proxy.core.replay import (
     RestoreResult,
     apply_restore,
     capture_records,
-    plan_lookups,
-    store_key,
-    tenant_of,
-    turn_keys,
 )
+from proxy.core.replay_keys import plan_lookups, store_key, tenant_of, turn_keys
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.taps import RequestObserver, TraceEvents
 from proxy.core.stream.trace import TraceBuilder
-from proxy.server.access_log import AccessRecord
 from proxy.settings import Settings
 from proxy.state import MemoryStore, StateStore, StoreUnavailable, build_store
 
@@ -356,7 +352,7 @@ class ReplayService:
         await self.store.aclose()
 
 
-class _CaptureObserver:
+class _CaptureObserver(RequestObserver):
     wants_trace = False
 
     def __init__(self, service: ReplayService) -> None:

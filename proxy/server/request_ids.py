@@ -15,7 +15,7 @@ import os
 import re
 
 from proxy.core.errors import BadRequest
-from proxy.server.access_log import AccessRecord
+from proxy.core.events import AccessRecord
 
 REQUEST_ID_HEADER = "x-request-id"
 UPSTREAM_REQUEST_ID_HEADER = "x-upstream-request-id"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from starlette.routing import Route
 
-from proxy.core.stream.taps import Listener
+from proxy.core.events import Listener
 from proxy.settings import Settings
 from proxy.telemetry.multiprocess import ENV as MULTIPROC_ENV
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from proxy.server.access_log import AccessRecord
+from proxy.core.events import AccessRecord
 
 if TYPE_CHECKING:
     from proxy.core.providers import ProvidersTable

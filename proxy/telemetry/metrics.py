@@ -53,8 +53,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core.stream.taps import TraceEvents
-from proxy.server.access_log import AccessRecord
+from proxy.core.events import AccessRecord, RequestObserver, TraceEvents
 from proxy.telemetry.facts import error_type, replay_counts, state_errors, upstream_error_kind, usage_of
 from proxy.telemetry.instruments import Instruments
 
@@ -283,7 +282,7 @@ class MetricsListener:
         return MetricsObserver(self.metrics)
 
 
-class MetricsObserver:
+class MetricsObserver(RequestObserver):
     """Watches no trace events: what it counts of an answer is the builder's outcome, read once
     at the end (proxy.core.stream.taps: `wants_outcome`), and the start of a stream (`on_stream`)."""
 

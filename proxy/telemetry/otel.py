@@ -24,8 +24,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from proxy.core.stream.taps import TraceEvents
-from proxy.server.access_log import AccessRecord
+from proxy.core.events import AccessRecord, RequestObserver, TraceEvents
 from proxy.telemetry.facts import error_type, usage_of
 
 if TYPE_CHECKING:
@@ -163,7 +162,7 @@ class OtelListener:
         return OtelObserver(span, start_ns, self.capture_content)
 
 
-class OtelObserver:
+class OtelObserver(RequestObserver):
     __slots__ = ("_capture", "_done", "_output", "_span", "_start_ns", "wants_output", "wants_trace")
 
     def __init__(self, span: Span, start_ns: int, capture: bool) -> None:

@@ -18,7 +18,7 @@ from proxy.console.feed import (
     sse_frame,
 )
 from proxy.console.summary import MAX_EVENTS, MAX_SUMMARY, MAX_TEXT, summarize
-from proxy.server.access_log import AccessRecord
+from proxy.core.events import AccessRecord
 
 
 def record(**fields: Any) -> AccessRecord:
@@ -342,3 +342,53 @@ async def test_watchers_are_bounded() -> None:
     feed = Feed(history=3)
     watchers = [feed.subscribe() for _ in range(MAX_SUBSCRIBERS)]
     assert None not in watchers and feed.subscribe() is None
+
+
+# A 4-byte character: Python keeps such a string at 4 bytes a character, JSON at 4 too.
+WIDE = "\U0001d54f" * 1000
+
+
+def widest_turn() -> list[dict[str, Any]]:
+    """The most one request can make the console keep: MAX_EVENTS tool-call events (an agent turn
+    of 100 calls, or a hostile upstream), every string at its cap in 4-byte characters."""
+    events: list[dict[str, Any]] = []
+    for i in range(MAX_EVENTS // 2):
+        common = {"t_ms": i, "message": WIDE, "id": f"{i}{WIDE}", "name": f"{i}{WIDE}", "index": i}
+        events.append({"type": "tool_call.start", "seq": 2 * i, **common})
+        events.append({"type": "tool_call.end", "seq": 2 * i + 1, **common, "input_summary": WIDE})
+    return events
+
+
+def test_the_ring_is_bounded_in_bytes_whatever_the_history() -> None:
+    """At ~1 MB a request, THINKPROXY_UI_HISTORY=200 held ~200 MB and the allowed 10,000 far more:
+    the ring evicts its oldest requests by bytes too, and what it counts is what the process
+    really holds (tracemalloc: every allocation, the summaries made when the ring is read too)."""
+    import gc
+    import tracemalloc
+
+    from proxy.console.feed import RING_BYTES
+
+    events = widest_turn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        feed = Feed(history=10_000)
+        for i in range(60):
+            finish(feed, record(model=f"m{i}"), events)
+        kept = feed.local()  # (summaries are made when the ring is read, and kept with it)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 1 < len(kept) < 60
+    assert [entry["model"] for entry in kept] == [f"m{i}" for i in range(59, 59 - len(kept), -1)]
+    assert held <= RING_BYTES, f"{held / 2**20:.1f} MiB held for {len(kept)} requests"
+    assert feed.ring_bytes <= RING_BYTES and held <= feed.ring_bytes  # counted, not undercounted
+
+
+def test_a_small_ring_budget_keeps_at_least_the_newest_request() -> None:
+    feed = Feed(history=100, max_bytes=1)
+    for i in range(3):
+        finish(feed, record(model=f"m{i}"))
+    assert [entry["model"] for entry in feed.local()] == ["m2"]

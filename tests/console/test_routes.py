@@ -211,3 +211,105 @@ def test_gateway_mode_is_client_keys_for_the_console_too(mock: BackgroundServer,
             for headers in ({}, {"authorization": "Bearer ck-1"}):
                 assert http.get(path, headers=headers).status_code == 401, (path, headers)
         assert http.get("/thinkproxy/requests", headers={"authorization": "Bearer ak-1"}).status_code == 200
+
+
+def fat_feed(requests: int) -> Any:
+    """A feed of fat requests, ~170 KB each as JSON: 40 tool-call events, every string at its cap
+    in 4-byte characters (tests.console.test_feed; the widest, 200 events, is ~0.8 MB)."""
+    from proxy.console.feed import Feed
+    from tests.console.test_feed import finish, record, widest_turn
+
+    feed = Feed(history=10_000)
+    events = widest_turn()[:40]
+    for i in range(requests):
+        finish(feed, record(model=f"m{i}"), events)
+    return feed
+
+
+def routes_of(feed: Any) -> Any:
+    from proxy.console.routes import AdminAccess, ConsoleRoutes
+
+    return ConsoleRoutes(feed, AdminAccess((), False), {})
+
+
+def frame_data(frame: bytes) -> Any:
+    head, _, data = frame.partition(b"\ndata: ")
+    assert data.endswith(b"\n\n")
+    return head.removeprefix(b"event: "), orjson.loads(data)
+
+
+async def test_the_snapshot_is_cut_to_its_byte_bound_and_says_what_it_left_out() -> None:
+    """A new watcher was sent the whole listing first, outside its queue's bound (40 MB with fat
+    answers): now the newest requests up to SNAPSHOT_BYTES, and how many older ones were left out."""
+    from proxy.console.routes import SNAPSHOT_BYTES
+
+    feed = fat_feed(30)
+    total = len(feed.local())
+    stream = routes_of(feed)._stream()
+    try:
+        snapshot = await anext(stream)
+    finally:
+        await stream.aclose()
+    assert len(snapshot) <= SNAPSHOT_BYTES
+    name, listing = frame_data(snapshot)
+    assert name == b"snapshot" and listing["object"] == "list" and listing["history"] == 10_000
+    shown = [entry["model"] for entry in listing["data"]]
+    assert 0 < len(shown) < total and shown == [f"m{i}" for i in range(29, 29 - len(shown), -1)]
+    assert listing["truncated"] is True and listing["omitted"] == total - len(shown)
+
+
+async def test_the_snapshot_counts_against_the_watchers_budget() -> None:
+    """What was handed to the server for a watcher that does not read sits in its buffer: the
+    snapshot, then each frame, counts against the watcher's bytes until the next one is sent."""
+    from proxy.console.feed import SUBSCRIBER_BYTES
+    from tests.console.test_feed import finish, record
+
+    feed = fat_feed(30)
+    stream = routes_of(feed)._stream()
+    try:
+        snapshot = await anext(stream)  # the watcher's server has it; nobody knows if it was read
+        (watcher,) = feed._subscribers
+        # ~90 KB frames: the queue would take 1 MiB of them on top of the snapshot.
+        events = [
+            {"type": "status", "seq": i, "t_ms": i, "message": "m" * 400, "stage": "thinking"}
+            for i in range(200)
+        ]
+        for _ in range(30):
+            finish(feed, record(), events)
+        assert watcher.queue.nbytes > 0
+        assert watcher.queue.nbytes + len(snapshot) <= SUBSCRIBER_BYTES
+        assert watcher.queue.sending == len(snapshot)
+        # The next frame's send returned: the snapshot left the server's buffer; that frame counts now.
+        first = await anext(stream)
+        assert watcher.queue.sending == len(snapshot) + len(first)
+        second = await anext(stream)
+        assert watcher.queue.sending == len(first) + len(second)
+    finally:
+        await stream.aclose()
+    assert not feed.watched
+
+
+async def test_the_listing_is_cut_to_its_byte_bound_and_says_what_it_left_out() -> None:
+    from starlette.applications import Starlette
+
+    from proxy.console.routes import LISTING_BYTES
+
+    feed = fat_feed(60)
+    total = len(feed.local())
+    assert total == 60
+    app = Starlette(routes=routes_of(feed).routes())
+    async with client_for(app) as client:
+        r = await client.get("/thinkproxy/requests")
+    assert r.status_code == 200 and len(r.content) <= LISTING_BYTES
+    listing = r.json()
+    shown = [entry["model"] for entry in listing["data"]]
+    assert 0 < len(shown) < total and shown == [f"m{i}" for i in range(59, 59 - len(shown), -1)]
+    assert listing["truncated"] is True and listing["omitted"] == total - len(shown)
+    # Nothing left out: it says so too.
+    from tests.console.test_feed import finish, record
+
+    small = type(feed)(history=5)
+    finish(small, record(model="m"))
+    async with client_for(Starlette(routes=routes_of(small).routes())) as client:
+        listing = (await client.get("/thinkproxy/requests")).json()
+    assert listing["truncated"] is False and listing["omitted"] == 0 and len(listing["data"]) == 1

@@ -107,3 +107,33 @@ def test_an_oversized_entry_from_the_stream_is_skipped() -> None:
     fat = orjson.dumps({"id": "a-2", "model": "x" * MAX_ENTRY_BYTES})
     assert _decode({b"e": small}) == {"id": "a-1", "model": "m"}
     assert _decode({b"e": fat}) is None
+
+
+async def test_a_shared_listing_reads_the_stream_only_up_to_its_bytes(redis_url: str) -> None:
+    """THINKPROXY_UI_HISTORY may be 10,000 and each summary read back up to 2 MiB: a listing reads
+    the newest a page at a time until it has its bytes, and says how many it left out."""
+    from proxy.console.shared import READ_PAGE, STREAM_KEY, SharedFeed
+
+    feed = SharedFeed(redis_url, history=500, replica="r")
+    try:
+        await feed._redis.delete(STREAM_KEY)  # (other tests' requests)
+        raw = [orjson.dumps({"id": f"r-{i}", "model": f"m{i}", "pad": "x" * 10_000}) for i in range(120)]
+        for data in raw:
+            await feed._redis.xadd(STREAM_KEY, {"e": data})
+        found = await feed.recent(500, 100_000)
+        assert found is not None
+        entries, omitted = found
+        fit = 100_000 // len(raw[0])
+        assert [e["model"] for e in entries] == [f"m{i}" for i in range(119, 119 - fit, -1)]
+        assert omitted == 120 - fit
+        # Everything fits: every page read, newest first, none twice, nothing left out.
+        assert 2 * READ_PAGE < 120  # (three pages)
+        found = await feed.recent(500, 10 << 20)
+        assert found is not None
+        entries, omitted = found
+        assert [e["model"] for e in entries] == [f"m{i}" for i in range(119, -1, -1)] and omitted == 0
+        found = await feed.recent(70, 10 << 20)  # the count bound: no more than `history`
+        assert found is not None and len(found[0]) == 70 and found[1] == 0
+    finally:
+        await feed._redis.delete(STREAM_KEY)
+        await feed.aclose()

@@ -8,14 +8,9 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
+from proxy.core.events import AccessRecord
 from proxy.server import access_log
-from proxy.server.access_log import (
-    AccessFormatter,
-    AccessRecord,
-    access_fields,
-    configure_logging,
-    log_access,
-)
+from proxy.server.access_log import AccessFormatter, access_fields, configure_logging, log_access
 
 
 def record_for(fields: dict[str, object]) -> logging.LogRecord:

@@ -501,3 +501,18 @@ async def test_control_headers_are_checked_on_every_route(
     assert rec.requests == []
     twice = await client.request(method, path, content=body, headers=[(header, "off"), (header, "off")])
     assert twice.status_code == 400 and rec.requests == []
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions/", "/v1/responses"])
+async def test_with_review_on_a_call_cannot_go_around_the_gate(proxy_client, path: str) -> None:
+    """The gate reviews chat completions; a request that could make calls elsewhere is refused
+    rather than forwarded unreviewed."""
+    rec = Recorder(ok_json)
+    client = proxy_client(rec, review_tools=["send_email"], reviewer_keys=["r:rk-1"])
+    r = await client.post(
+        path, json={**CHAT, "tools": [{"type": "function", "function": {"name": "send_email"}}]}
+    )
+    assert r.status_code == 403 and r.json()["error"]["code"] == "review_not_available"
+    assert rec.requests == []
+    ok = await client.post("/v1/embeddings", json={"model": "m", "input": "x"})
+    assert ok.status_code == 200 and len(rec.requests) == 1

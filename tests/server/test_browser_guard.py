@@ -134,3 +134,39 @@ async def test_same_origin_allowed_origins_and_sdks_write() -> None:
         r = await http.get("/healthz", headers={"origin": "https://evil.example"})
         assert r.status_code == 200
     assert len(recorder.requests) == 3
+
+
+async def test_a_rebound_page_cannot_write_as_its_own_origin() -> None:
+    """After DNS rebinding, Origin and Host both name the attacker's host: same-origin, but not a
+    host this proxy answers to."""
+    recorder = Recorder(lambda r: httpx.Response(200, json=COMPLETION))
+    async with client(recorder) as http:
+        r = await http.post(
+            "/v1/chat/completions",
+            content=b'{"model": "m", "messages": []}',
+            headers={
+                "host": "evil.example:8080",
+                "origin": "http://evil.example:8080",
+                "content-type": "text/plain",
+            },
+        )
+    assert r.status_code == 403 and r.json()["error"]["code"] == "cross_site_request_refused"
+    assert recorder.requests == []
+    recorder = Recorder(lambda r: httpx.Response(200, json=COMPLETION))
+    async with client(recorder, host="0.0.0.0", allowed_hosts=["proxy.example.com"]) as http:
+        rebound = {"host": "evil.example", "origin": "http://evil.example"}
+        assert (await http.post("/v1/chat/completions", json={}, headers=rebound)).status_code == 403
+        own = {"host": "proxy.example.com", "origin": "http://proxy.example.com"}
+        assert (await http.post("/v1/chat/completions", json={}, headers=own)).status_code == 200
+    assert len(recorder.requests) == 1
+
+
+@pytest.mark.parametrize("name", ["host", "origin"])
+async def test_two_host_or_origin_headers_are_refused(name: str) -> None:
+    recorder = Recorder(lambda r: httpx.Response(200, json=COMPLETION))
+    async with client(recorder) as http:
+        first = "evil.example" if name == "host" else "https://evil.example"
+        second = "localhost" if name == "host" else "http://localhost:8080"
+        r = await http.post("/thinkproxy/reviews/x", json={}, headers=[(name, first), (name, second)])
+    assert r.status_code == 400 and r.json()["error"]["code"] == "duplicate_header"
+    assert recorder.requests == []

@@ -14,6 +14,7 @@ import pytest
 
 from proxy.core.errors import UpstreamUnreachable
 from proxy.core.gateway import ClientKey, GatewayAuth
+from proxy.core.plan import UpstreamRequest
 from proxy.core.routing import RouteTable
 from proxy.server import models_listing
 from proxy.server.models_listing import (
@@ -23,7 +24,7 @@ from proxy.server.models_listing import (
     PARTIAL_TTL_S,
     ModelsListing,
 )
-from proxy.server.upstream.common import Upstream, UpstreamRequest, UpstreamResponse
+from proxy.server.upstream.common import Upstream, UpstreamResponse
 from tests.helpers import make_settings
 
 ROUTES = """
@@ -224,3 +225,63 @@ async def test_the_cache_is_bounded() -> None:
     for i in range(models_listing.CACHE_ENTRIES + 10):
         await listing.get(headers(("openai-project", f"p{i}")))
     assert len(listing) == models_listing.CACHE_ENTRIES
+
+
+async def test_headers_that_cannot_change_a_listing_neither_go_along_nor_split_the_cache() -> None:
+    """100 calls with a different `X-Junk` each (or an SDK's retry count) made 200 upstream
+    listings and churned every cache entry: only headers that select what an account sees go
+    along with a listing, and the cache key is made of exactly those."""
+    upstream = Lists(a=listing_of("alpha-1"), b=listing_of("x"))
+    listing = make(upstream, BYOK)
+    for i in range(100):
+        await listing.get(
+            headers(
+                ("x-junk", f"junk-{i}"),
+                ("x-stainless-retry-count", str(i % 3)),
+                ("user-agent", f"sdk/{i}"),
+                ("x-request-id", f"r{i}"),
+                ("traceparent", f"00-{i:032x}-{i:016x}-01"),
+            )
+        )
+    assert len(upstream.asked) == 2 and len(listing) == 1
+    for n in range(2):
+        sent = upstream.headers_of(n)
+        assert not {"x-junk", "x-stainless-retry-count", "x-request-id", "traceparent"} & set(sent)
+        assert not sent.get("user-agent", "").startswith("sdk/")
+
+
+async def test_account_selectors_go_along_with_a_byok_listing_and_key_the_cache() -> None:
+    upstream = Lists(a=listing_of("alpha-1"), b=listing_of("x"))
+    listing = make(upstream, BYOK)
+    selectors = [("OpenAI-Organization", "org-1"), ("openai-project", "p-1"), ("x-goog-user-project", "g-1")]
+    await listing.get(headers(*selectors, ("x-junk", "1")))
+    sent = upstream.headers_of(0)
+    assert {k: sent[k] for k in ("openai-organization", "openai-project", "x-goog-user-project")} == {
+        "openai-organization": "org-1",
+        "openai-project": "p-1",
+        "x-goog-user-project": "g-1",
+    }
+    # Header names in any case and order are the same listing; another value of one is another.
+    await listing.get(
+        [("x-goog-user-project", "g-1"), ("OPENAI-PROJECT", "p-1"), ("openai-organization", "org-1")]
+    )
+    assert len(upstream.asked) == 2
+    await listing.get(headers(("openai-project", "p-2")))
+    assert len(upstream.asked) == 4 and len(listing) == 2
+
+
+async def test_gateway_mode_sends_none_of_the_clients_headers_with_a_listing() -> None:
+    """The gateway's keys list what the operator's accounts see: a tenant's organization or project
+    header would select someone else's account with the operator's key, and would split the cache."""
+    upstream = Lists(a=listing_of("alpha-1"), b=listing_of("x"))
+    listing = make(upstream, GATEWAY)
+    for i in range(10):
+        await listing.get(
+            headers(
+                ("authorization", "Bearer ck-alice"), ("openai-organization", f"org-{i}"), ("x-junk", str(i))
+            )
+        )
+    assert len(upstream.asked) == 2 and len(listing) == 1
+    for n in range(2):
+        sent = upstream.headers_of(n)
+        assert set(sent) <= {"authorization", "accept", "accept-encoding"}, sent

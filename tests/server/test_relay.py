@@ -567,7 +567,7 @@ def test_served_requests_leave_no_reference_cycles(transport: str) -> None:
     # stream in flight. Requests must be freed by reference counting alone.
     import gc
 
-    from proxy.server.access_log import AccessRecord
+    from proxy.core.events import AccessRecord
     from proxy.server.asgi import ClientWatch
 
     events = sse_chunk("hi") + b"data: [DONE]\n\n"
@@ -643,7 +643,7 @@ async def test_the_first_event_of_a_big_first_read_is_written_before_the_rest_is
 
 
 def test_first_event_is_cut_only_from_a_big_read_with_more_after_it() -> None:
-    from proxy.server.relay import FIRST_EVENT_APART_BYTES, first_event
+    from proxy.server.streaming import FIRST_EVENT_APART_BYTES, first_event
 
     event = sse_chunk("Hello")
     assert first_event(event * 2) == b""  # small: processed whole

@@ -550,7 +550,7 @@ def test_redis_never_reachable_serves_the_tool_loop_and_counts_every_fault(mock:
 async def test_hundreds_of_tool_calls_cost_one_redis_round_trip(redis_server: RedisServer) -> None:
     import redis as sync_redis
 
-    from proxy.server.access_log import AccessRecord
+    from proxy.core.events import AccessRecord
     from proxy.server.replay_service import ReplayService
     from proxy.state import RedisStore
 
@@ -595,7 +595,7 @@ async def test_hundreds_of_tool_calls_cost_one_redis_round_trip(redis_server: Re
 async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_server: RedisServer) -> None:
     import asyncio
 
-    from proxy.server.access_log import AccessRecord
+    from proxy.core.events import AccessRecord
     from proxy.server.replay_service import ReplayService
     from proxy.state import RedisStore
 
@@ -636,7 +636,7 @@ async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_
 async def test_a_plain_chat_is_not_collected_and_a_tool_loop_is() -> None:
     """Only an answer that could be replayed later is collected: no tools offered (and no `keep`
     policy) means nothing per streamed chunk and nothing stored."""
-    from proxy.server.access_log import AccessRecord
+    from proxy.core.events import AccessRecord
     from proxy.server.replay_service import ReplayService
     from proxy.state import MemoryStore
 
@@ -760,7 +760,7 @@ async def test_a_lookup_waits_for_the_open_response_that_carries_the_turn(backen
     waits for that end (only for a response that carries a missed turn) and reads again."""
     import asyncio
 
-    from proxy.server.access_log import AccessRecord
+    from proxy.core.events import AccessRecord
     from proxy.server.replay_service import WRITE_WAIT_S, ReplayService
     from proxy.state import MemoryStore, RedisStore, StateStore
 

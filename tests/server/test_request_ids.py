@@ -9,7 +9,7 @@ import re
 import httpx
 import pytest
 
-from proxy.server.access_log import AccessRecord
+from proxy.core.events import AccessRecord
 from proxy.server.request_ids import rename_upstream_request_id, take_request_id
 from tests.helpers import Recorder
 

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -74,13 +75,16 @@ async def test_memory_rewrite_of_a_key_replaces_it() -> None:
 # turns were 28.5 MiB "against the cap" and 420 MiB of RSS.
 _FLOOD = textwrap.dedent(
     """
-    import asyncio, gc, sys
+    import asyncio, gc, os, sys
     import orjson
+    import proxy
     from proxy.state.memory import MemoryStore
+
+    PAGE = os.sysconf("SC_PAGE_SIZE")  # 4 KiB on x86-64, 16 or 64 KiB on some arm64 kernels
 
     def rss() -> int:
         with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * 4096  # resident pages (4 KiB pages on Linux)
+            return int(f.read().split()[1]) * PAGE  # resident pages
 
     CAP = int(sys.argv[1])
     TURNS = int(sys.argv[2])
@@ -96,24 +100,31 @@ _FLOOD = textwrap.dedent(
         store.put_now(items)
     gc.collect()
     print(rss() - before, store.bytes, len(store))
+    print(os.path.dirname(os.path.abspath(proxy.__file__)))
     """
 )
+# This checkout, wherever pytest is started: `python -c` imports `proxy` from its working directory
+# first, then PYTHONPATH, then whatever the venv has installed (perhaps another checkout).
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads RSS from /proc")
 def test_memory_cap_bounds_what_the_process_really_holds() -> None:
     cap = 16 * 1024 * 1024
     turns = 200_000  # several times what fits: the cap, not the flood, decides what is held
-    env = {**os.environ, "PYTHONMALLOC": "pymalloc"}
+    env = {**os.environ, "PYTHONMALLOC": "pymalloc", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", _FLOOD, str(cap), str(turns)],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
+        cwd=ROOT,
         check=True,
     )
-    grown, counted, kept = (int(x) for x in done.stdout.split())
+    figures, imported = done.stdout.splitlines()
+    assert Path(imported) == ROOT / "proxy"  # this tree's store is the one measured
+    grown, counted, kept = (int(x) for x in figures.split())
     assert counted <= cap and 0 < kept < turns
     # Slack for the dict's spare slots and the allocator's rounding; the old count let RSS grow
     # 8-30 times the cap.

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.server.access_log import AccessRecord
+from proxy.core.events import AccessRecord
 from proxy.telemetry.facts import (
     error_type,
     note_replay,

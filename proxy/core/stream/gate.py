@@ -15,13 +15,10 @@ says what to review; `release(decisions, now_ms)` gives the bytes the client get
   assistant text saying why is added before the finish chunk, and the finish reason becomes
   `stop` when no call is left.
 
-It fails closed. A call is attributable only as a `tool_calls` fragment of choice 0 (every entry
-with index 0 in a chunk counts as choice 0, as SDKs merge them) with an integer `index`, of type
-`function`, whose name does not change once complete. Anything else that could carry a call (a
-choice with another index, the legacy `function_call`, a fragment without an index, a custom tool
-call, a late rename) is removed before it reaches the client, whatever its name, and the client
-is told the call was not made. Every event is read, named `event: trace` or not (SDKs parse named
-events as chunks too); a data event the gate cannot read as JSON is withheld.
+What the gate can attribute, and what it removes instead (failing closed), are the rules it shares
+with non-stream completions (proxy.core.stream.gate_rules; those: proxy.core.stream.gate_completion).
+Every event is read, named `event: trace` or not (SDKs parse named events as chunks too); a data
+event the gate cannot read as JSON is withheld.
 
 `data: [DONE]` is always kept until the end: the relay puts the trace's closing events (`done`,
 which includes the hold) before it (`flush` / `release` take them). Trace frames held with the
@@ -32,7 +29,6 @@ calls are renumbered after the gate's `review.request` so `seq` stays 0, 1, 2…
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,21 +37,30 @@ import orjson
 
 from proxy.core.controls import TraceFormat
 from proxy.core.review_rules import Decision, HeldCall, ReviewPolicy, Verdict, rejection_text
+from proxy.core.stream.gate_rules import (
+    call_fragments,
+    carried_name,
+    choices0,
+    decision_for,
+    finish_reason,
+    index_of,
+    is_json,
+    is_zero,
+    ms,
+    read_object,
+    refusal,
+    retimed,
+    review_event,
+    set_finish_reason,
+    texts,
+)
 from proxy.core.stream.jsonio import dumps
 from proxy.core.stream.sse import SSEDecoder, SSEEvent, comment_frame, data_frame
-from proxy.core.stream.trace import ChunkMeta, chunk_meta, event_frames
+from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, event_frames
 
 DONE = b"[DONE]"
 _TRACE_COMMENT = b": trace "
 _WITHHELD = b": thinkproxy: an event that is not JSON was withheld (tool calls are under review)\n\n"
-
-# Why a call was removed without a review, as the client is told.
-_WHY = {
-    "choice": ("it came in a choice the client did not ask for", "它出现在客户端未请求的选项中"),
-    "function_call": ("it came in the legacy function_call form", "它使用了旧的 function_call 形式"),
-    "shape": ("it came in a form the review gate cannot check", "它的形式无法被审核"),
-    "renamed": ("its name changed after it was complete", "它的名称在完成后被更改"),
-}
 
 
 @dataclass(slots=True)
@@ -76,32 +81,6 @@ class _Held:
     chunk: dict[str, Any] | None = None  # a data event's JSON object (cleared of what was removed)
     trace: dict[str, Any] | None = None  # a trace frame's event
     done: bool = False  # data: [DONE]
-
-
-def review_event(kind: str, call: HeldCall, zh: bool, decision: Decision | None = None) -> dict[str, Any]:
-    """A `review.request` / `review.decision` trace event (seq and t_ms are set by the caller)."""
-    event: dict[str, Any] = {"type": kind, "id": call.review_id, "tool": call.tool, "call_id": call.call_id}
-    if decision is None:
-        event["message"] = f"等待人工审核：{call.tool}" if zh else f"Waiting for a reviewer: {call.tool}"
-        event["input_summary"] = call.summary
-        event["expires"] = call.expires
-    else:
-        event["decision"] = decision.verdict.value
-        if decision.comment:
-            event["comment"] = decision.comment
-        verdict_zh = {
-            "approve": "已批准",
-            "modify": "已修改",
-            "reject": "已拒绝",
-            "timeout": "审核超时",
-            "refused": "未审核，已拒绝",
-        }
-        event["message"] = (
-            f"{call.tool}：{verdict_zh[decision.verdict.value]}"
-            if zh
-            else f"{call.tool}: {decision.verdict.value}"
-        )
-    return event
 
 
 class StreamGate:
@@ -203,13 +182,13 @@ class StreamGate:
         data = event.data
         if data is None:
             if event.raw.startswith(_TRACE_COMMENT):
-                return _Held(event.raw, trace=_loads(event.raw[len(_TRACE_COMMENT) :]))
+                return _Held(event.raw, trace=read_object(event.raw[len(_TRACE_COMMENT) :]))
             return _Held(event.raw)
         if data == DONE:
             return _Held(event.raw, done=True)
-        parsed = _loads(data)
+        parsed = read_object(data)
         if parsed is None:
-            if _readable(data):
+            if is_json(data):
                 return _Held(event.raw)  # JSON, but no object: no chunk an SDK could take a call from
             return _Held(_WITHHELD)
         trace = parsed.get("trace") if event.event == b"trace" else None
@@ -233,7 +212,7 @@ class StreamGate:
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
-            zero = _is_zero(choice)
+            zero = is_zero(choice)
             where: tuple[Any, ...] = (choice.get("index"),) if not zero else (0,)
             for key in ("delta", "message"):
                 delta = choice.get(key)
@@ -248,7 +227,7 @@ class StreamGate:
                     continue
                 if not zero or key == "message" or not isinstance(fragments, list):
                     for fragment in fragments if isinstance(fragments, list) else [fragments]:
-                        self._remove((*where, _index_of(fragment)), fragment, "shape" if zero else "choice")
+                        self._remove((*where, index_of(fragment)), fragment, "shape" if zero else "choice")
                     del delta["tool_calls"]
                     changed = True
                     continue
@@ -259,7 +238,7 @@ class StreamGate:
                         self._track(fragment)
                         kept.append(fragment)
                     else:
-                        self._remove((*where, _index_of(fragment)), fragment, why)
+                        self._remove((*where, index_of(fragment)), fragment, why)
                 if len(kept) != len(fragments):
                     changed = True
                     if kept:
@@ -286,10 +265,14 @@ class StreamGate:
         if fragment.get("type") not in (None, "function") or fragment.get("custom") is not None:
             return "shape"
         function = fragment.get("function")
-        if function is not None and not isinstance(function, dict):
+        if function is None:
+            function = {}
+        elif not isinstance(function, dict):
+            return "shape"
+        name = function.get("name")
+        if not texts(fragment.get("id"), name, function.get("arguments")):
             return "shape"
         call = self._calls.get(index)
-        name = function.get("name") if isinstance(function, dict) else None
         if call is not None and call.name_complete and isinstance(name, str) and name and name != call.name:
             return "renamed"
         return None
@@ -319,7 +302,7 @@ class StreamGate:
         """A call removed before it reached the client: remembered (its name, as its pieces
         come), so the client is told; from here on the stream is held to the end."""
         names, _ = self._removed.setdefault(repr(where), ([], why))
-        name = _carried_name(carrier, legacy=where[-1:] == ("fc",))
+        name = carried_name(carrier, legacy=where[-1:] == ("fc",))
         if name:
             joined = "".join(names)
             if name != joined:
@@ -353,16 +336,11 @@ class StreamGate:
 
     def removed_calls(self) -> list[tuple[HeldCall, Decision]]:
         """The calls removed without a review, each with the reason the client is told."""
-        out = []
-        for names, why in self._removed.values():
-            en, zh = _WHY[why]
-            call = HeldCall(review_id="", index=-1, call_id="", tool="".join(names), arguments="")
-            out.append((call, Decision(Verdict.REFUSED, comment=zh if self._zh else en)))
-        return out
+        return [refusal("".join(names), why, self._zh) for names, why in self._removed.values()]
 
     def finish_after(self, decisions: dict[str, Decision]) -> str | None:
         """The finish reason `release` gives the client when it changes it (no call left), or None."""
-        refused = {c.index for c in self._reviews if not _decided(decisions, c).releases_call}
+        refused = {c.index for c in self._reviews if not decision_for(decisions, c).releases_call}
         if self._removed or refused:
             return "tool_calls" if any(i not in refused for i in self._calls) else "stop"
         return None
@@ -375,7 +353,9 @@ class StreamGate:
 
     def decision_events(self, decisions: dict[str, Decision]) -> list[dict[str, Any]]:
         """`review.decision` events for the held calls (not numbered, no time)."""
-        return [review_event("review.decision", c, self._zh, _decided(decisions, c)) for c in self._reviews]
+        return [
+            review_event("review.decision", c, self._zh, decision_for(decisions, c)) for c in self._reviews
+        ]
 
     def request_frames(self, now_ms: float) -> bytes:
         """`review.request` trace frames for the held calls (nothing when the client has no trace)."""
@@ -386,7 +366,7 @@ class StreamGate:
     ) -> bytes:
         """The held events as the decisions make them; then a `review.decision` per call and the
         trace's closing events (`closing`, from the trace builder) at `now_ms`, then [DONE]."""
-        verdicts = {c.index: (c, _decided(decisions, c)) for c in self._reviews}
+        verdicts = {c.index: (c, decision_for(decisions, c)) for c in self._reviews}
         refused = [(c, d) for c, d in verdicts.values() if not d.releases_call]
         refused += self.removed_calls()
         refused_indexes = {c.index for c, d in verdicts.values() if not d.releases_call}
@@ -399,12 +379,12 @@ class StreamGate:
         ending: list[dict[str, Any]] = []  # the held `done` (a pipeline that did not defer it)
         for held in self._held:
             chunk = held.chunk
-            if chunk is not None and (_fragments(chunk) or _finish_reason(chunk) is not None):
-                if _finish_reason(chunk) is not None:
+            if chunk is not None and (call_fragments(chunk) or finish_reason(chunk) is not None):
+                if finish_reason(chunk) is not None:
                     finish_seen = True
                     if refused:
                         out.append(data_frame(orjson.dumps(self._text_chunk(refused))))
-                        _set_finish_reason(chunk, "tool_calls" if kept else "stop")
+                        set_finish_reason(chunk, "tool_calls" if kept else "stop")
                 if refused or modified:
                     rewritten = _rewrite_calls(chunk, renumber, modified, wrote_args)
                     if rewritten is not None:
@@ -422,7 +402,7 @@ class StreamGate:
             out.append(data_frame(orjson.dumps(self._text_chunk(refused))))
             out.append(data_frame(orjson.dumps(self._finish_chunk("tool_calls" if kept else "stop"))))
         decided = [{**e, "t_ms": now_ms} for e in self.decision_events(decisions)]
-        closing_events = [_retimed(e, now_ms, kept) for e in [*ending, *closing]]
+        closing_events = [retimed(e, now_ms, kept) for e in [*ending, *closing]]
         out.append(self._frames([*decided, *closing_events]))
         if self._final is not None:
             out.append(self._final.raw)
@@ -442,7 +422,7 @@ class StreamGate:
             at = event.get("t_ms")
             if isinstance(at, int | float) and not isinstance(at, bool):
                 self._last_t = max(float(at), self._last_t)
-            numbered.append({**event, "seq": self._next_seq, "t_ms": _ms(self._last_t)})
+            numbered.append({**event, "seq": self._next_seq, "t_ms": ms(self._last_t)})
             self._next_seq += 1
         if self._trace_format is TraceFormat.EVENT:
             return event_frames(numbered, self._meta or ChunkMeta(id="", model="", created=0))
@@ -463,36 +443,6 @@ class StreamGate:
         return {**self._base_chunk(), "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}
 
 
-def _decided(decisions: dict[str, Decision], call: HeldCall) -> Decision:
-    return decisions.get(call.review_id, Decision(Verdict.TIMEOUT))
-
-
-def _retimed(event: dict[str, Any], now_ms: float, kept: list[int]) -> dict[str, Any]:
-    """A closing event at `now_ms`: a `done` made before the hold ended is brought up to it."""
-    event = {**event}
-    if event.get("type") == "done":
-        total = event.get("total_ms")
-        if not isinstance(total, int | float) or total < now_ms:
-            event["total_ms"] = _ms(now_ms)
-            event["message"] = _done_message(now_ms, event.get("message"))
-        if not kept:
-            event["finish_reason"] = "stop"
-        event["t_ms"] = max(now_ms, float(event.get("t_ms") or 0))
-    return event
-
-
-def _done_message(ms: float, before: Any) -> str:
-    zh = isinstance(before, str) and before.startswith("完成")
-    if ms < 1000:
-        return f"完成，用时 {round(ms)} 毫秒" if zh else f"Done in {round(ms)} ms"
-    return f"完成，用时 {ms / 1000:.1f} 秒" if zh else f"Done in {ms / 1000:.1f} s"
-
-
-def _ms(value: float) -> int | float:
-    tenths = round(value * 10)
-    return tenths // 10 if tenths % 10 == 0 else tenths / 10
-
-
 def _rewrite_calls(
     chunk: dict[str, Any], renumber: dict[int, int], modified: dict[int, str | None], wrote_args: set[int]
 ) -> dict[str, Any] | None:
@@ -500,7 +450,7 @@ def _rewrite_calls(
     None when nothing of it is left to send."""
     chunk = copy.deepcopy(chunk)  # a private copy: the held original stays as it came
     left = False
-    for choice in _choices0(chunk):
+    for choice in choices0(chunk):
         delta = choice.get("delta")
         fragments = delta.get("tool_calls") if isinstance(delta, dict) else None
         if not isinstance(fragments, list) or not isinstance(delta, dict):
@@ -533,266 +483,3 @@ def _rewrite_calls(
     if not left and chunk.get("usage") is None:
         return None
     return chunk
-
-
-def _loads(data: bytes) -> dict[str, Any] | None:
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        # What a client's own JSON reader accepts (lone surrogates, NaN) must be read here too.
-        try:
-            parsed = json.loads(data)
-        except (ValueError, RecursionError):
-            return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-def _readable(data: bytes) -> bool:
-    try:
-        json.loads(data)
-    except (ValueError, RecursionError):
-        return False
-    return True
-
-
-def _is_zero(choice: dict[str, Any]) -> bool:
-    index = choice.get("index", 0)
-    return type(index) is int and index == 0
-
-
-def _index_of(fragment: Any) -> Any:
-    return fragment.get("index") if isinstance(fragment, dict) else None
-
-
-def _choices0(chunk: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every entry of choice 0 (SDKs merge entries with the same index)."""
-    choices = chunk.get("choices")
-    if not isinstance(choices, list):
-        return []
-    return [c for c in choices if isinstance(c, dict) and _is_zero(c)]
-
-
-def _fragments(chunk: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for choice in _choices0(chunk):
-        delta = choice.get("delta")
-        fragments = delta.get("tool_calls") if isinstance(delta, dict) else None
-        if isinstance(fragments, list):
-            out += [f for f in fragments if isinstance(f, dict)]
-    return out
-
-
-def _finish_reason(chunk: dict[str, Any]) -> str | None:
-    for choice in _choices0(chunk):
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str):
-            return reason
-    return None
-
-
-def _set_finish_reason(chunk: dict[str, Any], reason: str) -> None:
-    for choice in _choices0(chunk):
-        if choice.get("finish_reason") is not None:
-            choice["finish_reason"] = reason
-
-
-# -- non-stream responses --------------------------------------------------------------------------
-
-
-def completion_held_calls(
-    completion: dict[str, Any],
-    policy: ReviewPolicy,
-    *,
-    new_id: Callable[[], str],
-    now: float,
-    timeout: float,
-    extra: dict[str, Any] | None = None,
-) -> list[HeldCall]:
-    """The calls of a `chat.completion` (its first choice with index 0) that the policy holds for
-    review. Calls anywhere else are removed by `release_completion` (see `completion_removes`)."""
-    held = []
-    for position, call in enumerate(_message_calls(completion)):
-        if not _plain_call(call):
-            continue
-        function = call["function"]
-        name = function.get("name")
-        if not isinstance(name, str) or not policy.matches(name):
-            continue
-        arguments = function.get("arguments")
-        call_id = call.get("id")
-        held.append(
-            HeldCall(
-                review_id=new_id(),
-                index=position,
-                call_id=call_id if isinstance(call_id, str) else "",
-                tool=name,
-                arguments=arguments if isinstance(arguments, str) else "",
-                created=now,
-                expires=now + timeout,
-                extra=dict(extra or {}),
-            )
-        )
-    return held
-
-
-def completion_removes(completion: dict[str, Any]) -> bool:
-    """Whether the completion carries a call the gate cannot attribute (it must be rewritten)."""
-    return bool(_removed_calls(copy.deepcopy(completion), zh=False))
-
-
-def release_completion(
-    completion: dict[str, Any],
-    reviews: list[HeldCall],
-    decisions: dict[str, Decision],
-    zh: bool,
-    *,
-    now_ms: float | None = None,
-    closing: Sequence[dict[str, Any]] = (),
-) -> dict[str, Any]:
-    """The completion as the decisions make it (a new dict): calls it cannot attribute removed,
-    review events and then `closing` (the trace's `done`, from the trace builder) at `now_ms`
-    ending its trace."""
-    out: dict[str, Any] = copy.deepcopy(completion)
-    verdicts = {c.index: (c, decisions.get(c.review_id, Decision(Verdict.TIMEOUT))) for c in reviews}
-    removed = _removed_calls(out, zh)
-    choice = _first_message_choice(out)
-    if choice is not None:
-        message = choice["message"]
-        calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
-        kept = []
-        for position, call in enumerate(calls):
-            verdict = verdicts.get(position)
-            if verdict is None:
-                kept.append(call)
-                continue
-            _, decision = verdict
-            if decision.verdict is Verdict.MODIFY:
-                call = {**call, "function": {**call["function"], "arguments": decision.arguments or "{}"}}
-            if decision.releases_call:
-                kept.append(call)
-        refused = [(c, d) for c, d in verdicts.values() if not d.releases_call] + removed
-        if refused:
-            text = rejection_text(refused, zh)
-            content = message.get("content")
-            message["content"] = f"{content}\n\n{text}" if isinstance(content, str) and content else text
-        if kept:
-            message["tool_calls"] = kept
-        else:
-            message.pop("tool_calls", None)
-            if refused or choice.get("finish_reason") in ("tool_calls", "function_call"):
-                choice["finish_reason"] = "stop"
-    trace = out.get("trace")
-    if isinstance(trace, list):
-        ending = [e for e in trace if isinstance(e, dict) and e.get("type") == "done"]
-        events = [e for e in trace if not (isinstance(e, dict) and e.get("type") == "done")]
-        last_t = max((e.get("t_ms", 0) for e in trace if isinstance(e, dict)), default=0)
-        now = float(now_ms) if now_ms is not None else float(last_t)
-        added = [{**review_event("review.request", c, zh), "t_ms": last_t} for c in reviews]
-        added += [{**review_event("review.decision", c, zh, d), "t_ms": now} for c, d in verdicts.values()]
-        finish = choice.get("finish_reason") if choice is not None else None
-        for event in [*ending, *closing]:
-            event = {**_retimed(event, now, [0]), "finish_reason": finish}
-            added.append(event)
-        seq = len(events)
-        t_floor = 0.0
-        for event in events:
-            t = event.get("t_ms") if isinstance(event, dict) else None
-            if isinstance(t, int | float):
-                t_floor = max(t_floor, float(t))
-        for event in added:
-            t_floor = max(t_floor, float(event["t_ms"]))
-            events.append({**event, "seq": seq, "t_ms": _ms(t_floor)})
-            seq += 1
-        out["trace"] = events
-    return out
-
-
-def _plain_call(call: Any) -> bool:
-    """A tool call of type `function` the gate can read (anything else is removed)."""
-    return (
-        isinstance(call, dict)
-        and call.get("type") in (None, "function")
-        and call.get("custom") is None
-        and isinstance(call.get("function"), dict)
-    )
-
-
-def _removed_calls(completion: dict[str, Any], zh: bool) -> list[tuple[HeldCall, Decision]]:
-    """Removes, in place, every call outside the first index-0 choice's readable `tool_calls`
-    (other choices, a second entry with index 0, the legacy `function_call`, custom calls)."""
-    removed: list[tuple[HeldCall, Decision]] = []
-    first = _first_message_choice(completion)
-    choices = completion.get("choices")
-    for choice in choices if isinstance(choices, list) else []:
-        if not isinstance(choice, dict):
-            continue
-        for key in ("message", "delta"):
-            message = choice.get(key)
-            if not isinstance(message, dict):
-                continue
-            fc = message.get("function_call")
-            if fc is not None:
-                del message["function_call"]
-                why = "function_call" if choice is first else "choice"
-                removed.append(_removed(_carried_name(fc, legacy=True), why, zh))
-            calls = message.get("tool_calls")
-            if calls is None:
-                continue
-            if choice is first and key == "message" and isinstance(calls, list):
-                plain = [c for c in calls if _plain_call(c)]
-                for call in calls:
-                    if not _plain_call(call):
-                        removed.append(_removed(_carried_name(call), "shape", zh))
-                if len(plain) != len(calls):
-                    message["tool_calls"] = plain
-                continue
-            for call in calls if isinstance(calls, list) else [calls]:
-                removed.append(_removed(_carried_name(call), "choice", zh))
-            del message["tool_calls"]
-        if choice is not first and choice.get("finish_reason") in ("tool_calls", "function_call"):
-            choice["finish_reason"] = "stop"
-    return removed
-
-
-def _removed(name: str, why: str, zh: bool) -> tuple[HeldCall, Decision]:
-    en, zh_text = _WHY[why]
-    call = HeldCall(review_id="", index=-1, call_id="", tool=name, arguments="")
-    return call, Decision(Verdict.REFUSED, comment=zh_text if zh else en)
-
-
-def _carried_name(carrier: Any, legacy: bool = False) -> str:
-    """The tool name a call (or call fragment) carries, if any."""
-    if not isinstance(carrier, dict):
-        return ""
-    body = carrier if legacy else (carrier.get("function") or carrier.get("custom"))
-    name = body.get("name") if isinstance(body, dict) else None
-    return name if isinstance(name, str) else ""
-
-
-def _first_message_choice(completion: dict[str, Any]) -> dict[str, Any] | None:
-    for choice in _choices0(completion):
-        return choice if isinstance(choice.get("message"), dict) else None
-    return None
-
-
-def _message_calls(completion: dict[str, Any]) -> list[Any]:
-    choice = _first_message_choice(completion)
-    calls = choice["message"].get("tool_calls") if choice is not None else None
-    return list(calls) if isinstance(calls, list) else []
-
-
-def completion_finish(
-    completion: dict[str, Any], reviews: list[HeldCall], decisions: dict[str, Decision]
-) -> str | None:
-    """The finish reason `release_completion` gives the client (for the trace's `done`)."""
-    choice = _first_message_choice(completion)
-    if choice is None:
-        return None
-    refused = {c.index for c in reviews if not _decided(decisions, c).releases_call}
-    left = [c for p, c in enumerate(_message_calls(completion)) if _plain_call(c) and p not in refused]
-    reason = choice.get("finish_reason")
-    if left:
-        return reason if isinstance(reason, str) else None
-    if refused or completion_removes(completion) or reason in ("tool_calls", "function_call"):
-        return "stop"
-    return reason if isinstance(reason, str) else None

@@ -21,7 +21,8 @@ from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.chunk_template import ChunkTemplate
 from proxy.core.stream.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
-from proxy.core.stream.trace import ChunkMeta, TraceBuilder, chunk_meta, comment_frames, event_frames
+from proxy.core.stream.trace import TraceBuilder
+from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, comment_frames, event_frames
 
 DONE = b"[DONE]"
 # Chunks a stream may (re)learn its template from without a single match before it stops trying.

@@ -379,7 +379,9 @@ class StreamReasoningExtractor:
 
     def flush(self) -> list[dict[str, Any]]:
         choices: list[dict[str, Any]] = []
-        for index, splitter in self._splitters.items():
+        # By index, not by when each choice was first seen: the fast path meets a choice later
+        # than the full path when its first deltas need nothing, and the end must not differ.
+        for index, splitter in sorted(self._splitters.items()):
             if not splitter.held:
                 continue
             reasoning, answer = splitter.flush()

@@ -1,83 +1,26 @@
-"""Listeners of what the proxy does: one plug for metrics, tracing, the console and the replay store.
+"""Trace taps: the trace builder a chat response gets, fed to the observers that watch it.
 
-Each capability that wants to watch requests registers a `Listener` with the app. Per request the
-app asks every listener to `start`; a listener not interested returns None and costs nothing more.
-The observers a request gets then see:
-
-- `on_trace(events)`: the *detailed* trace events of a chat response as they happen (the same
-  dicts the trace builder makes — never reasoning text or raw payloads; see proxy.core.stream.trace), whatever
-  trace mode the client asked for. Only asked of observers whose `wants_trace` is true; events are
-  shared between observers and must not be mutated.
-- `on_end(record, duration_ms)`: exactly once, when the request's access-log line is written (every
-  path writes exactly one), with the final `AccessRecord`.
-
-An observer that sets `brief_trace = True` (optional) needs only the events of `X-Trace: brief`
-(status, tool_call.start, error, done): when every watching observer says so, the trace is built
-brief, not detailed, and a request whose client asked for brief pays nothing more for being
-watched.
-
-An observer that sets `wants_outcome = True` (optional) reads what the trace builder saw of the
-answer once, at the end, from `record.outcome` (usage and times: proxy.core.stream.trace.TraceOutcome; None
-when the answer never finished) instead of watching events: a chat request it watches keeps a
-trace builder even with `X-Trace: off`. With `on_stream()` (optional), an observer hears when the
-relay starts sending a stream (proxy.server.relay), once per streamed response.
-
-An observer that also sets `wants_output = True` (optional; content, so only for an opted-in
-capture such as OpenTelemetry's) gets `on_output(messages)` once the answer is complete: choice 0's
-text and tool calls in the GenAI conventions' output-messages shape. Keeping the answer is work per
-chunk, so it is done only for requests with such an observer.
-
-`start` runs before anything is forwarded, so an observer may add headers to the upstream request
-(`record.forward_headers`, e.g. a W3C `traceparent`, replacing a client header of the same name) or
-to the response (`record.response_headers`, kept on every response: success, upstream error or the
-proxy's own error).
+The observers themselves (who watches, what they are told) are `proxy.core.events`; this module is
+the per-chunk half, compiled with the stream core: `build_trace` picks the builder (none, plain,
+tapped, or one that also keeps the answer for an observer that wants the output), and a tapped
+builder gives every event to the observers once while the client's stream gets the view its
+`X-Trace` asked for (brief renumbered, or nothing).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from proxy.core.controls import TraceMode
+from proxy.core.events import OutputSink, RequestObserver, TraceEvents
 from proxy.core.stream.trace import TraceBuilder
 
-if TYPE_CHECKING:
-    from proxy.server.access_log import AccessRecord
-
-logger = logging.getLogger("thinkproxy.observe")
-
-TraceEvents = Sequence[dict[str, Any]]
 Tap = Callable[[TraceEvents], None]
-OutputSink = Callable[[list[dict[str, Any]]], None]
 
 # What `X-Trace: brief` shows of the detailed timeline (see docs/trace-events.md).
 BRIEF_TYPES = frozenset({"status", "tool_call.start", "error", "done"})
-
-
-class RequestObserver(Protocol):
-    wants_trace: bool
-
-    def on_trace(self, events: TraceEvents) -> None: ...
-
-    def on_end(self, record: AccessRecord, duration_ms: float) -> None: ...
-
-
-class Listener(Protocol):
-    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver | None:
-        """Called when a request arrives (record has method, path, request id); None = not watching."""
-        ...
-
-
-def start_observers(
-    listeners: Sequence[Listener], record: AccessRecord, headers: Iterable[tuple[str, str]]
-) -> list[RequestObserver]:
-    if not listeners:
-        return []
-    pairs = list(headers)
-    started = (listener.start(record, pairs) for listener in listeners)
-    return [observer for observer in started if observer is not None]
 
 
 def trace_tap(observers: Sequence[RequestObserver]) -> Tap | None:
@@ -97,7 +40,7 @@ def trace_tap(observers: Sequence[RequestObserver]) -> Tap | None:
 
 def tap_needs_detail(observers: Sequence[RequestObserver]) -> bool:
     """Whether some observer watching the trace needs more than the brief events."""
-    return any(o.wants_trace and not getattr(o, "brief_trace", False) for o in observers)
+    return any(o.wants_trace and not o.brief_trace for o in observers)
 
 
 class TappedTraceBuilder(TraceBuilder):
@@ -158,26 +101,18 @@ class TappedTraceBuilder(TraceBuilder):
 
 def needs_outcome(observers: Sequence[RequestObserver]) -> bool:
     """Whether some observer reads the builder's outcome at the end (so one must exist)."""
-    return any(getattr(o, "wants_outcome", False) for o in observers)
-
-
-def notify_stream(record: AccessRecord) -> None:
-    """The relay starts sending a streamed answer: tell the observers that listen for it."""
-    for observer in record.observers:
-        on_stream = getattr(observer, "on_stream", None)
-        if on_stream is not None:
-            on_stream()
+    return any(o.wants_outcome for o in observers)
 
 
 def output_sink(observers: Sequence[RequestObserver]) -> OutputSink | None:
     """One callable giving the answer to every observer that asked for it, or None if none did."""
-    wanting = [o for o in observers if getattr(o, "wants_output", False)]
+    wanting = [o for o in observers if o.wants_output]
     if not wanting:
         return None
 
     def sink(messages: list[dict[str, Any]]) -> None:
         for observer in wanting:
-            observer.on_output(messages)  # type: ignore[attr-defined]
+            observer.on_output(messages)
 
     return sink
 
@@ -333,23 +268,3 @@ def build_trace(
 
 def _ignore(events: TraceEvents) -> None:
     pass
-
-
-def with_forward_headers(headers: list[tuple[str, str]], record: AccessRecord) -> list[tuple[str, str]]:
-    """The upstream request's headers with the observers' added; a name they set (traceparent,
-    tracestate) replaces the client's own."""
-    if not record.forward_headers:
-        return headers
-    replaced = {name.lower() for name, _ in record.forward_headers}
-    return [pair for pair in headers if pair[0].lower() not in replaced] + record.forward_headers
-
-
-def notify_end(record: AccessRecord, duration_ms: float) -> None:
-    observers, record.observers = record.observers, []
-    # (Let go of them: an observer that keeps its record would otherwise leave a reference cycle
-    # per request for the cyclic collector.)
-    for observer in observers:
-        try:
-            observer.on_end(record, duration_ms)
-        except Exception:  # one capability's bug must not cost the others their end, nor the request
-            logger.exception("An observer failed at the end of a request (%s)", type(observer).__name__)

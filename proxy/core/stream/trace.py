@@ -1,31 +1,33 @@
 """The trace: a summarized timeline of what the model is doing, built from one response.
 
 Pure: chunks (already normalized by the reasoning extractor) and clock readings in, event dicts
-out, plus the two byte encodings a stream can carry them in. The event vocabulary is documented
-in docs/trace-events.md and docs/trace-event.schema.json.
+out. The event vocabulary is documented in docs/trace-events.md and
+docs/trace-event.schema.json. This module is the state machine (stages, reasoning, tool calls,
+`done`); the parts it leans on are modules of their own: which call a streamed tool-call
+fragment belongs to and when its arguments close (proxy.core.stream.tool_args), what it reads
+out of requests and whole completions (proxy.core.stream.trace_input), and how events are
+written into a stream (proxy.core.stream.trace_format).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
 from proxy.core.controls import TraceMode
-from proxy.core.stream.jsonio import deeper_than, dumps
-from proxy.core.stream.sse import comment_frame
-from proxy.core.stream.summaries import output_is_error, summarize_arguments, summarize_output
+from proxy.core.stream.summaries import output_is_error, summarize_output
+from proxy.core.stream.tool_args import ToolCall, ToolCalls
+from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, duration_text, ms
+from proxy.core.stream.trace_input import (
+    answered_tool_calls,
+    completion_as_chunks,
+    first_choice,
+    writable_usage,
+)
 
-# Bounds on client- or model-controlled text copied into an event.
-_MAX_NAME_CHARS = 128
+# Bound on client- or model-controlled text copied into an `error` event.
 _MAX_ERROR_CHARS = 300
-# Argument text a detailed trace keeps per tool call for its summary; beyond it the summary is
-# made from the head (a file-writing call may send megabytes, one fragment at a time).
-MAX_KEPT_ARGUMENT_CHARS = 256 * 1024
-# Entries of the upstream's `usage` nested deeper than this (no real usage is) are left out of `done`.
-_MAX_USAGE_DEPTH = 16
 
 
 class Stage(StrEnum):
@@ -41,107 +43,6 @@ _STAGE_TEXT: dict[Stage, tuple[str, str]] = {
     Stage.TOOL_CALLING: ("Calling tools", "正在调用工具"),
     Stage.ANSWERING: ("Writing the answer", "正在整理答案"),
 }
-
-
-# The characters that matter to the argument scanner, outside and inside a JSON string.
-_STRUCTURE = re.compile(r'[{}\[\]"]')
-_IN_STRING = re.compile(r'["\\]')
-_JSON_WHITESPACE = " \t\n\r"
-
-
-class _ArgumentScanner:
-    """Tells, fragment by fragment, when streamed arguments have closed their top-level object.
-
-    Linear in the text fed and constant in memory: it tracks only the bracket depth and whether it
-    is inside a string (and after a backslash), never re-reads earlier fragments. Arguments that
-    are not an object or array (a bare string or number) never close here: they end with the call.
-    """
-
-    __slots__ = ("closed", "depth", "escaped", "in_string", "scalar", "started")
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.started = False
-        self.scalar = False
-        self.in_string = False
-        self.escaped = False
-        self.closed = False
-
-    def feed(self, text: str) -> bool:
-        """True once the arguments fed so far form a closed object or array."""
-        if self.closed or self.scalar:
-            return self.closed
-        pos, n = 0, len(text)
-        if not self.started:
-            pos = n - len(text.lstrip(_JSON_WHITESPACE))
-            if pos == n:
-                return False
-            if text[pos] not in "{[":
-                self.scalar = True
-                return False
-            self.started = True
-        if self.escaped:  # the previous fragment ended with a backslash: this character is escaped
-            self.escaped = False
-            pos += 1
-        depth, in_string = self.depth, self.in_string
-        while pos < n:
-            if in_string:
-                match = _IN_STRING.search(text, pos)
-                if match is None:
-                    break
-                pos = match.end()
-                if match.group() == '"':
-                    in_string = False
-                elif pos == n:
-                    self.escaped = True
-                else:
-                    pos += 1
-            else:
-                match = _STRUCTURE.search(text, pos)
-                if match is None:
-                    break
-                pos = match.end()
-                char = match.group()
-                if char == '"':
-                    in_string = True
-                elif char in "{[":
-                    depth += 1
-                else:
-                    depth -= 1
-                    if depth <= 0:
-                        self.closed = True
-                        break
-        self.depth, self.in_string = depth, in_string
-        return self.closed
-
-
-@dataclass(slots=True)
-class _ToolCall:
-    index: int
-    id: str = ""
-    name: str = ""
-    started: bool = False
-    ended: bool = False
-    scanner: _ArgumentScanner = field(default_factory=_ArgumentScanner)
-    # The head of the argument text (detailed traces only), and the length of the whole.
-    kept: list[str] = field(default_factory=list)
-    kept_chars: int = 0
-    total_chars: int = 0
-
-    @property
-    def shown_name(self) -> str:
-        return self.name[:_MAX_NAME_CHARS] or "unknown"
-
-    def add_arguments(self, text: str, keep: bool) -> None:
-        self.total_chars += len(text)
-        if keep and self.kept_chars < MAX_KEPT_ARGUMENT_CHARS:
-            piece = text[: MAX_KEPT_ARGUMENT_CHARS - self.kept_chars]
-            self.kept.append(piece)
-            self.kept_chars += len(piece)
-
-    def summary(self) -> str:
-        head = "".join(self.kept)
-        return summarize_arguments(head, total_chars=self.total_chars)
 
 
 class TraceOutcome(NamedTuple):
@@ -174,11 +75,10 @@ class TraceBuilder:
     # in a shared-key instance dict (30); past that each instance got a dict of its own, slower
     # to fill and to read on every call.
     __slots__ = (
-        "_begun", "_by_id", "_by_index", "_calls", "_detailed", "_done", "_finish_reason", "_held_done",
-        "_hold_done", "_last_t", "_level", "_method", "_off", "_open_calls", "_origin", "_positions",
-        "_provider", "_quiet",
+        "_begun", "_detailed", "_done", "_finish_reason", "_held_done", "_hold_done", "_last_t",
+        "_level", "_method", "_off", "_origin", "_provider", "_quiet",
         "_reasoned", "_reasoning_since", "_reasoning_total", "_replay", "_seq", "_stage", "_titles",
-        "_tool_durations", "_ttft", "_usage", "_viewed", "_zh", "response",
+        "_tool_durations", "_tools", "_ttft", "_usage", "_viewed", "_zh", "response",
     )  # fmt: skip
 
     def __init__(
@@ -213,13 +113,8 @@ class TraceBuilder:
         self._reasoning_total = 0.0
         self._reasoned = False
         self._ttft: float | None = None
-        # Tool calls in order of appearance, and how later fragments find theirs: by the
-        # upstream's `index`, else by `id`, else by position in the previous tool_calls delta.
-        self._calls: list[_ToolCall] = []
-        self._by_index: dict[int, _ToolCall] = {}
-        self._by_id: dict[str, _ToolCall] = {}
-        self._positions: list[_ToolCall] = []
-        self._open_calls = 0
+        # Tool calls in order of appearance, and which call each later fragment belongs to.
+        self._tools = ToolCalls()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         # Set while a chunk of more-of-the-same (see on_chunk) cannot cause an event.
@@ -227,7 +122,8 @@ class TraceBuilder:
         # What the replay store did for this request's history (see note_replay).
         self._replay: dict[str, int] | None = None
         self._tool_durations: Mapping[str, float] = {}
-        # Set while a review gate may hold the response (proxy.review): `done` waits for the hold.
+        # Set while a review gate may hold the response (proxy.core.stream.gate, run by
+        # proxy.review): `done` waits for the hold.
         self._hold_done = False
         self._held_done: dict[str, Any] | None = None
         # Whether each public call's events go through `_view` (a subclass that shows the caller
@@ -261,10 +157,10 @@ class TraceBuilder:
         if self._replay is not None:
             out.append(self._replay_event(t, self._replay))
         if self._detailed and isinstance(request_body, dict):
-            for call_id, name, content in _answered_tool_calls(request_body.get("messages")):
+            for call_id, name, content in answered_tool_calls(request_body.get("messages")):
                 failed = output_is_error(content)
                 duration = self._tool_durations.get(call_id)
-                timing = {"duration_ms": _ms(duration)} if duration is not None else {}
+                timing = {"duration_ms": ms(duration)} if duration is not None else {}
                 out.append(
                     self._event(
                         "tool_result",
@@ -354,11 +250,11 @@ class TraceBuilder:
         total = t
         fields: dict[str, Any] = {"finish_reason": self._finish_reason}
         if self._usage is not None:
-            fields["usage"] = _writable_usage(self._usage)
+            fields["usage"] = writable_usage(self._usage)
         fields.update(
-            ttft_ms=_ms(self._ttft) if self._ttft is not None else None,
-            reasoning_ms=_ms(self._reasoning_total),
-            total_ms=_ms(total),
+            ttft_ms=ms(self._ttft) if self._ttft is not None else None,
+            reasoning_ms=ms(self._reasoning_total),
+            total_ms=ms(total),
             level=self._level,
             provider=self._provider,
             method=self._method,
@@ -366,12 +262,12 @@ class TraceBuilder:
         if self._hold_done:
             self._held_done = fields  # the exchange is not over: `release_done` ends it
             return out
-        en, zh = _duration_text(total)
+        en, zh = duration_text(total)
         out.append(self._event("done", t, self._text(f"Done in {en}", f"完成，用时 {zh}"), **fields))
         return out
 
     def hold_done(self) -> None:
-        """Before `finish`: a review gate may hold the answer back (proxy.review), so `finish`
+        """Before `finish`: a review gate may hold the answer back (proxy.core.stream.gate), so `finish`
         closes what is open but keeps `done` until `release_done`, whose time includes the hold."""
         self._hold_done = True
 
@@ -393,10 +289,10 @@ class TraceBuilder:
             return []
         self._held_done = None
         t = self._clock(now_ms)
-        fields = {**fields, "total_ms": _ms(t)}
+        fields = {**fields, "total_ms": ms(t)}
         if finish_reason is not None:
             fields["finish_reason"] = finish_reason
-        en, zh = _duration_text(t)
+        en, zh = duration_text(t)
         out = [self._event("done", t, self._text(f"Done in {en}", f"完成，用时 {zh}"), **fields)]
         return self._view(out) if self._viewed else out
 
@@ -423,7 +319,7 @@ class TraceBuilder:
 
     def _completion_chunks(self, body: dict[str, Any], reasoning: bool) -> list[tuple[dict[str, Any], bool]]:
         """The chunks a stream of this completion would have carried (a subclass may read them)."""
-        return _completion_as_chunks(body, reasoning)
+        return completion_as_chunks(body, reasoning)
 
     def _view(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """What the caller gets of one public call's events (when `_viewed`; see __init__)."""
@@ -441,7 +337,7 @@ class TraceBuilder:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
-        choice = _first_choice(choices)
+        choice = first_choice(choices)
         delta = choice.get("delta") if choice is not None else None
         if not isinstance(delta, dict):
             delta = {}
@@ -468,11 +364,11 @@ class TraceBuilder:
             self._first_token(t)
             self._close_reasoning(t, out)
             self._set_stage(Stage.TOOL_CALLING, t, out)
-            positions: list[_ToolCall] = []
+            positions: list[ToolCall] = []
             for position, fragment in enumerate(tool_calls):
                 if isinstance(fragment, dict):
                     positions.append(self._tool_fragment(fragment, position, t, out))
-            self._positions = positions
+            self._tools.positions = positions
         finish_reason = choice.get("finish_reason") if choice is not None else None
         if isinstance(finish_reason, str):
             self._finish_reason = finish_reason
@@ -483,63 +379,17 @@ class TraceBuilder:
 
     def _tool_fragment(
         self, fragment: dict[str, Any], position: int, t: float, out: list[dict[str, Any]]
-    ) -> _ToolCall:
-        call = self._call_for(fragment, position)
-        function = fragment.get("function")
-        arguments = None
-        if isinstance(function, dict):
-            name = function.get("name")
-            if isinstance(name, str) and name and name != call.name:
-                # Pieces are appended; an upstream that repeats the name (whole or growing) is not.
-                call.name = name if name.startswith(call.name) else call.name + name
-            arguments = function.get("arguments")
-            if isinstance(arguments, str) and arguments:
-                call.add_arguments(arguments, keep=self._detailed)
-                call.scanner.feed(arguments)
-            else:
-                arguments = None
+    ) -> ToolCall:
+        call, has_arguments = self._tools.take(fragment, position, self._detailed)
         # A name may come in pieces (some upstreams send it with an empty `arguments`); it is
         # whole once the first argument text arrives, or when the call ends.
-        if not call.started and call.name and arguments is not None:
+        if not call.started and call.name and has_arguments:
             self._start_call(call, t, out)
         if call.started and not call.ended and call.scanner.closed:
             self._end_call(call, t, out)
         return call
 
-    def _call_for(self, fragment: dict[str, Any], position: int) -> _ToolCall:
-        """The call a fragment belongs to, created if it starts one."""
-        index = fragment.get("index")
-        if type(index) is not int or index < 0:
-            index = None
-        call_id = fragment.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            call_id = None
-        call: _ToolCall | None = None
-        if index is not None:
-            call = self._by_index.get(index)
-            if call is not None and call_id is not None and call.id and call.id != call_id:
-                call = None  # an upstream that numbers every call 0: a new id is a new call
-        if call is None and call_id is not None:
-            call = self._by_id.get(call_id)
-        if call is None and index is None and call_id is None and position < len(self._positions):
-            # Neither index nor id (some upstreams): the call at the same place in the last delta,
-            # unless that one is finished and this fragment names a new one.
-            call = self._positions[position]
-            function = fragment.get("function")
-            if call.scanner.closed and isinstance(function, dict) and function.get("name"):
-                call = None
-        if call is None:
-            call = _ToolCall(index if index is not None else len(self._calls))
-            self._calls.append(call)
-            self._open_calls += 1
-        if index is not None:
-            self._by_index[index] = call
-        if call_id is not None and not call.id:
-            call.id = call_id
-            self._by_id[call_id] = call
-        return call
-
-    def _start_call(self, call: _ToolCall, t: float, out: list[dict[str, Any]]) -> None:
+    def _start_call(self, call: ToolCall, t: float, out: list[dict[str, Any]]) -> None:
         call.started = True
         name = call.shown_name
         title = self._title_of(name)
@@ -555,11 +405,10 @@ class TraceBuilder:
             )
         )
 
-    def _end_call(self, call: _ToolCall, t: float, out: list[dict[str, Any]]) -> None:
+    def _end_call(self, call: ToolCall, t: float, out: list[dict[str, Any]]) -> None:
         if not call.started:
             self._start_call(call, t, out)
-        call.ended = True
-        self._open_calls -= 1
+        self._tools.end(call)
         if self._detailed:
             name = call.shown_name
             out.append(
@@ -576,8 +425,8 @@ class TraceBuilder:
             )
 
     def _close_calls(self, t: float, out: list[dict[str, Any]]) -> None:
-        if self._open_calls:
-            for call in sorted(self._calls, key=lambda c: c.index):
+        if self._tools.open:
+            for call in sorted(self._tools.calls, key=lambda c: c.index):
                 if not call.ended:
                     self._end_call(call, t, out)
 
@@ -588,13 +437,13 @@ class TraceBuilder:
         self._reasoning_since = None
         self._reasoning_total += duration
         if self._detailed:
-            en, zh = _duration_text(duration)
+            en, zh = duration_text(duration)
             out.append(
                 self._event(
                     "reasoning.end",
                     t,
                     self._text(f"Thought for {en}", f"思考了 {zh}"),
-                    duration_ms=_ms(duration),
+                    duration_ms=ms(duration),
                 )
             )
 
@@ -602,7 +451,7 @@ class TraceBuilder:
 
     def _quiet_stage(self) -> Stage | None:
         """The stage in which a chunk of more-of-the-same can be skipped, if the state allows it."""
-        if self._open_calls or self._ttft is None:
+        if self._tools.open or self._ttft is None:
             return None
         if self._stage is Stage.ANSWERING and self._reasoning_since is None:
             return Stage.ANSWERING
@@ -639,151 +488,6 @@ class TraceBuilder:
         return zh if self._zh else en
 
     def _event(self, type_: str, t: float, message: str, **fields: Any) -> dict[str, Any]:
-        event = {"type": type_, "seq": self._seq, "t_ms": _ms(t), "message": message, **fields}
+        event = {"type": type_, "seq": self._seq, "t_ms": ms(t), "message": message, **fields}
         self._seq += 1
         return event
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkMeta:
-    """The identity of a stream (from its chunks) that `event` frames repeat."""
-
-    id: str
-    model: str
-    created: int
-    object: str = "chat.completion.chunk"
-
-
-def chunk_meta(chunk: dict[str, Any]) -> ChunkMeta | None:
-    """The id/model/created of a chunk, or None when it has no string id to copy."""
-    chunk_id = chunk.get("id")
-    if not isinstance(chunk_id, str):
-        return None
-    model = chunk.get("model")
-    created = chunk.get("created")
-    return ChunkMeta(
-        id=chunk_id,
-        model=model if isinstance(model, str) else "",
-        created=created if isinstance(created, int) and not isinstance(created, bool) else 0,
-    )
-
-
-def comment_frames(events: list[dict[str, Any]]) -> bytes:
-    """`: trace {json}` SSE comment lines, one per event; every OpenAI SDK skips them."""
-    # Both encoders escape control characters, so each JSON text is a single line. (jsonio: names
-    # and ids from an upstream chunk read leniently may hold lone surrogates orjson refuses.)
-    return b"".join(comment_frame(b"trace " + dumps(event)) for event in events)
-
-
-def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
-    """`event: trace` frames whose data is a chunk with `choices: []` and a `trace` key.
-
-    The data never has a top-level `error` key (OpenAI SDKs raise on it) and the event name never
-    starts with `thread.` (which they route elsewhere), so clients that ignore `trace` are unharmed
-    beyond seeing a chunk with no choices.
-    """
-    head = {"id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model, "choices": []}
-    return b"".join(b"event: trace\ndata: " + dumps({**head, "trace": event}) + b"\n\n" for event in events)
-
-
-# -- request and completion helpers ----------------------------------------------------------------
-
-
-def _ms(value: float) -> int | float:
-    """Milliseconds to one decimal, a whole number as an int."""
-    try:
-        # (Not round(value, 1): with digits, CPython rounds through a decimal string, ~10x the
-        # work, and a response's trace rounds ten times.)
-        tenths = round(value * 10)
-    except (OverflowError, ValueError):  # not a finite number: nothing to round
-        return value
-    return tenths // 10 if tenths % 10 == 0 else tenths / 10
-
-
-def _duration_text(ms: float) -> tuple[str, str]:
-    if ms < 1000:
-        whole = round(ms)  # (the same digits as `:.0f`, without a float formatter)
-        return f"{whole} ms", f"{whole} 毫秒"
-    return f"{ms / 1000:.1f} s", f"{ms / 1000:.1f} 秒"
-
-
-def _first_choice(choices: Any) -> dict[str, Any] | None:
-    if not isinstance(choices, list):
-        return None
-    for choice in choices:
-        if isinstance(choice, dict) and choice.get("index", 0) == 0:
-            return choice
-    return None
-
-
-def _writable_usage(usage: dict[str, Any]) -> dict[str, Any]:
-    """The upstream's usage, minus entries nested deeper than any real usage (the encoder's limit)."""
-    if _two_levels(usage) or not deeper_than(usage, _MAX_USAGE_DEPTH):
-        return usage
-    return {k: v for k, v in usage.items() if not deeper_than(v, _MAX_USAGE_DEPTH - 1)}
-
-
-def _two_levels(usage: dict[str, Any]) -> bool:
-    """Whether `usage` nests no deeper than its details objects (every real usage): the quick
-    answer before the general walk."""
-    for value in usage.values():
-        if type(value) is dict:
-            for inner in value.values():
-                if type(inner) is dict or type(inner) is list:
-                    return False
-        elif type(value) is list:
-            return False
-    return True
-
-
-def _answered_tool_calls(messages: Any) -> list[tuple[str, str, Any]]:
-    """(id, name, content) for each `role: tool` message answering the last assistant tool call turn."""
-    if not isinstance(messages, list):
-        return []
-    last = -1
-    for i, message in enumerate(messages):
-        if isinstance(message, dict) and message.get("role") == "assistant" and message.get("tool_calls"):
-            last = i
-    if last < 0:
-        return []
-    names: dict[str, str] = {}
-    calls = messages[last].get("tool_calls")
-    for call in calls if isinstance(calls, list) else ():
-        if isinstance(call, dict) and isinstance(call.get("id"), str):
-            function = call.get("function")
-            name = function.get("name") if isinstance(function, dict) else None
-            names[call["id"]] = name[:_MAX_NAME_CHARS] if isinstance(name, str) and name else "unknown"
-    answered = []
-    for message in messages[last + 1 :]:
-        if not isinstance(message, dict) or message.get("role") != "tool":
-            continue
-        call_id = message.get("tool_call_id")
-        if isinstance(call_id, str) and call_id in names:
-            answered.append((call_id, names[call_id], message.get("content")))
-    return answered
-
-
-def _completion_as_chunks(body: dict[str, Any], reasoning: bool) -> list[tuple[dict[str, Any], bool]]:
-    """The chunk sequence a stream of this completion would carry: reasoning, content, tools, end."""
-    choice = _first_choice(body.get("choices"))
-    message = choice.get("message") if choice is not None else None
-    if not isinstance(message, dict):
-        message = {}
-    chunks: list[tuple[dict[str, Any], bool]] = []
-    if reasoning or message.get("reasoning_content") or message.get("reasoning"):
-        chunks.append(({"choices": [{"index": 0, "delta": {}}]}, True))
-    if message.get("content"):
-        chunks.append(({"choices": [{"index": 0, "delta": {"content": message["content"]}}]}, False))
-    tool_calls = message.get("tool_calls")
-    if isinstance(tool_calls, list) and tool_calls:
-        fragments = [
-            {"index": i, **call} if isinstance(call, dict) and "index" not in call else call
-            for i, call in enumerate(tool_calls)
-        ]
-        chunks.append(({"choices": [{"index": 0, "delta": {"tool_calls": fragments}}]}, False))
-    finish_reason = choice.get("finish_reason") if choice is not None else None
-    end: dict[str, Any] = {"choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}
-    if isinstance(body.get("usage"), dict):
-        end["usage"] = body["usage"]
-    chunks.append((end, False))
-    return chunks

@@ -4,7 +4,7 @@ One client per app, chosen by `THINKPROXY_HTTP_TRANSPORT`: `aiohttp` (default) d
 session directly (`aiohttp_client`); `httpx` sends through an httpx transport (`httpx_client`),
 which is also how tests inject `httpx.MockTransport` / respx. Both hand the handlers the same
 `UpstreamResponse` (`common`), where transport exceptions of either become the proxy's errors;
-`headers` says which headers travel; `policy` which upstreams a client may choose; `factory`
+`policy` which upstreams a client may choose; `factory`
 builds the client the settings ask for. (Nothing is imported here: the egress guard imports
 `policy`, and `factory` imports the egress guard.)
 

@@ -15,11 +15,11 @@ import aiohttp
 import yarl
 
 from proxy.core.errors import BadRequest
+from proxy.core.plan import UpstreamRequest
 from proxy.server.egress import ConnectGuard, GuardedAiohttpResolver
 from proxy.server.upstream.common import (
     TRANSPORT_ERRORS,
     Upstream,
-    UpstreamRequest,
     UpstreamResponse,
     header_bytes,
     translate_error,

@@ -10,28 +10,19 @@ from __future__ import annotations
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 
 from proxy.core.errors import BadUpstreamResponse, ProxyError, UpstreamTimeout, UpstreamUnreachable
+from proxy.core.plan import UpstreamRequest
 from proxy.core.url_patterns import scrub_urls
 from proxy.server.egress import refusal
 
 # The most decoded bytes one decompression step may produce: a small compressed read can inflate
 # to hundreds of megabytes, and memory must stay bounded by what the caller accepts.
 DECODE_PIECE_BYTES = 256 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamRequest:
-    method: str
-    url: str
-    headers: list[tuple[str, str]]  # values as received (latin-1 decoded bytes)
-    content: bytes
-    client_chosen: bool = False  # X-Upstream-Base-URL: connect through the vetted pool (proxy.server.egress)
 
 
 def header_bytes(value: str) -> bytes:

@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from proxy.core.plan import UpstreamRequest
 from proxy.server.egress import CLIENT_CHOSEN
 from proxy.server.upstream.common import (
     TRANSPORT_ERRORS,
     Upstream,
-    UpstreamRequest,
     UpstreamResponse,
     header_bytes,
     translate_error,

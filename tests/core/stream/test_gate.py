@@ -1,4 +1,5 @@
-"""The review gate's pure parts: what it holds, and what each decision makes of the held stream."""
+"""The stream review gate (proxy.core.stream.gate): what it holds, and what each decision makes of the
+held stream. Non-stream completions: test_gate_completion.py; shapes it removes: test_gate_shapes.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from proxy.core.controls import TraceFormat
 from proxy.core.errors import BadRequest
 from proxy.core.review_rules import Decision, ReviewPolicy, Verdict, parse_decision
-from proxy.core.stream.gate import StreamGate, completion_held_calls, release_completion
+from proxy.core.stream.gate import StreamGate
 
 POLICY = ReviewPolicy(("send_email", "delete_*"))
 
@@ -221,70 +222,6 @@ def test_discard_drops_what_was_held() -> None:
     assert g.holding
     g.discard()
     assert not g.holding
-
-
-def completion(*calls: tuple[str, str, str]) -> dict[str, Any]:
-    return {
-        "id": "x",
-        "object": "chat.completion",
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-                        for i, n, a in calls
-                    ],
-                },
-                "finish_reason": "tool_calls",
-            }
-        ],
-        "trace": [{"type": "done", "seq": 0, "t_ms": 5, "finish_reason": "tool_calls"}],
-    }
-
-
-def test_completion_reject_and_modify() -> None:
-    body = completion(("a", "send_email", '{"to":"1"}'), ("b", "kb_search", "{}"), ("c", "delete_x", "{}"))
-    held = completion_held_calls(body, POLICY, new_id=ids(), now=0.0, timeout=1.0)
-    assert [c.tool for c in held] == ["send_email", "delete_x"]
-    out = release_completion(
-        body,
-        held,
-        {
-            held[0].review_id: Decision(Verdict.MODIFY, arguments='{"to":"2"}'),
-            held[1].review_id: Decision(Verdict.REJECT),
-        },
-        zh=False,
-    )
-    message = out["choices"][0]["message"]
-    assert [(c["id"], c["function"]["arguments"]) for c in message["tool_calls"]] == [
-        ("a", '{"to":"2"}'),
-        ("b", "{}"),
-    ]
-    assert message["content"] == "The call to delete_x was rejected by a reviewer."
-    assert out["choices"][0]["finish_reason"] == "tool_calls"
-    # `done` stays last: the exchange ends when the decisions are in (t_ms includes the hold).
-    assert [e["type"] for e in out["trace"]] == [
-        "review.request",
-        "review.request",
-        "review.decision",
-        "review.decision",
-        "done",
-    ]
-    assert (
-        body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == '{"to":"1"}'
-    )  # not mutated
-
-
-def test_completion_all_rejected_ends_with_stop() -> None:
-    body = completion(("a", "send_email", "{}"))
-    held = completion_held_calls(body, POLICY, new_id=ids(), now=0.0, timeout=1.0)
-    out = release_completion(body, held, {}, zh=True)  # nobody decided: timeout
-    choice = out["choices"][0]
-    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"
-    assert choice["message"]["content"] == "工具调用 send_email 未被执行：审核超时。"
 
 
 @pytest.mark.parametrize(

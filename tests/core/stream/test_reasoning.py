@@ -656,6 +656,18 @@ def test_fast_path_agrees_with_full_path_on_random_deltas(
     assert fast == run_chunks(chunks, options, fast_path=False)
 
 
+def test_the_flush_at_the_end_orders_choices_by_index_on_both_paths() -> None:
+    # Found by the property test above: choice 1 was seen first, empty, so only the full path
+    # met it before choice 0; held '<' of both came out in different orders.
+    deltas: list[tuple[int, dict[str, Any], str | None]] = [(1, {}, None), (0, {"content": "<"}, None)]
+    deltas.append((1, {"content": "<"}, None))
+    chunks = [{"id": "x", "choices": [{"index": i, "delta": d, "finish_reason": f}]} for i, d, f in deltas]
+    options = ReasoningOptions(tags=("think",))
+    fast = run_chunks(chunks, options, fast_path=True)
+    assert fast == run_chunks(chunks, options, fast_path=False)
+    assert [c["index"] for c in fast[-1][0]["choices"]] == [0, 1]
+
+
 def test_the_reference_extractor_never_takes_the_fast_path() -> None:
     # (Otherwise the agreement tests above would compare the fast path with itself.)
     chunk = {"id": "x", "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}

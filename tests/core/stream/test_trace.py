@@ -1,119 +1,49 @@
+"""The trace builder's state machine (proxy.core.stream.trace): stages, reasoning, tool results from
+the request, modes and languages, `done`, non-stream completions, and the events' encodings
+(proxy.core.stream.trace_format). Tool-call fragments and their arguments: test_tool_args.py."""
+
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import orjson
 import pytest
 
 from proxy.core.controls import TraceMode, prefers_chinese
-from proxy.core.stream.summaries import summarize_arguments
-from proxy.core.stream.trace import (
+from proxy.core.stream.trace import TraceBuilder
+from proxy.core.stream.trace_format import (
     ChunkMeta,
-    TraceBuilder,
-    _duration_text,
-    _ms,
     chunk_meta,
     comment_frames,
+    duration_text,
     event_frames,
+    ms,
 )
-
-SCHEMA = orjson.loads((Path(__file__).parents[3] / "docs" / "trace-event.schema.json").read_bytes())
-VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-
-REASONING_SENTINEL = "REASONING-SENTINEL-4b1d"
-SYSTEM_SENTINEL = "SYSTEM-PROMPT-SENTINEL-88c2"
-SECRET = "sk-SECRET-SENTINEL-0e9f"
-TOOL_OUTPUT_SENTINEL = "TOOL-OUTPUT-TAIL-SENTINEL"
-
-ALL_TYPES = {
-    "status",
-    "reasoning.start",
-    "reasoning.end",
-    "tool_call.start",
-    "tool_call.end",
-    "tool_result",
-    "error",
-    "done",
-}
-
-Chunk = dict[str, Any]
-Step = tuple[Chunk, bool]  # a chunk and whether it carried reasoning
-
-
-# -- realistic streams -----------------------------------------------------------------------------
-
-
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> Chunk:
-    return {
-        "id": "chatcmpl-7a1",
-        "object": "chat.completion.chunk",
-        "created": 1761725211,
-        "model": "deepseek-chat",
-        "choices": [{"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}],
-    }
-
-
-def usage_chunk(completion_tokens: int = 120) -> Chunk:
-    body = chunk()
-    body["choices"] = []
-    body["usage"] = {"prompt_tokens": 310, "completion_tokens": completion_tokens, "total_tokens": 310 + 120}
-    return body
-
-
-def reasoning_steps(n: int) -> list[Step]:
-    return [
-        (chunk({"content": None, "reasoning_content": f"{REASONING_SENTINEL} {i}"}), True) for i in range(n)
-    ]
-
-
-def content_steps(text: str, pieces: int) -> list[Step]:
-    size = max(1, len(text) // pieces)
-    return [(chunk({"content": text[i : i + size]}), False) for i in range(0, len(text), size)]
-
-
-def split(text: str, pieces: int) -> list[str]:
-    size = max(1, -(-len(text) // pieces))
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def tool_steps(index: int, call_id: str, name: str, arguments: str, pieces: int) -> list[Step]:
-    """OpenAI's shape: id + name + empty arguments first, then argument fragments."""
-    first = {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
-    steps: list[Step] = [(chunk({"tool_calls": [first]}), False)]
-    for piece in split(arguments, pieces):
-        steps.append((chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}), False))
-    return steps
-
-
-KB_ARGS = orjson.dumps({"query": "refund policy for EU orders", "top_k": 5, "api_key": SECRET}).decode()
-WEATHER_ARGS = orjson.dumps({"city": "Paris", "days": 3}).decode()
-
-
-def tool_turn() -> list[Step]:
-    """Think, then call kb_search and get_weather (arguments in many fragments), then usage."""
-    return [
-        (chunk({"role": "assistant", "content": ""}), False),
-        *reasoning_steps(30),
-        *tool_steps(0, "call_kb", "kb_search", KB_ARGS, 12),
-        *tool_steps(1, "call_wx", "get_weather", WEATHER_ARGS, 6),
-        (chunk(finish="tool_calls"), False),
-        (usage_chunk(), False),
-    ]
-
-
-def answer_turn() -> list[Step]:
-    """Think, then answer in many content chunks, then usage."""
-    return [
-        (chunk({"role": "assistant", "content": ""}), False),
-        *reasoning_steps(20),
-        *content_steps("EU orders can be refunded within 30 days; Paris will be sunny. " * 3, 40),
-        (chunk(finish="stop"), False),
-        (usage_chunk(), False),
-    ]
+from tests.core.stream.trace_steps import (
+    ALL_TYPES,
+    KB_ARGS,
+    REASONING_SENTINEL,
+    SCHEMA,
+    SECRET,
+    SYSTEM_SENTINEL,
+    TOOL_OUTPUT_SENTINEL,
+    VALIDATOR,
+    WEATHER_ARGS,
+    answer_turn,
+    assert_valid,
+    builder,
+    chunk,
+    content_steps,
+    of_type,
+    reasoning_steps,
+    run,
+    stages,
+    tool_steps,
+    tool_turn,
+    types,
+    usage_chunk,
+)
 
 
 def request_with_tool_results() -> dict[str, Any]:
@@ -165,46 +95,6 @@ def request_with_tool_results() -> dict[str, Any]:
             {"role": "tool", "tool_call_id": "call_unknown", "content": "stray"},
         ],
     }
-
-
-def builder(mode: TraceMode = TraceMode.DETAILED, zh: bool = False) -> TraceBuilder:
-    return TraceBuilder(mode=mode, zh=zh, level="deep", provider="deepseek", method="params")
-
-
-def run(
-    steps: Iterable[Step],
-    *,
-    mode: TraceMode = TraceMode.DETAILED,
-    zh: bool = False,
-    request: dict[str, Any] | None = None,
-    step_ms: float = 12.5,
-) -> list[dict[str, Any]]:
-    b = builder(mode, zh)
-    events = b.begin(request, 2.0)
-    now = 40.0
-    for c, reasoning in steps:
-        events += b.on_chunk(c, reasoning, now)
-        now += step_ms
-    events += b.finish(now)
-    return events
-
-
-def types(events: list[dict[str, Any]]) -> list[str]:
-    return [e["type"] for e in events]
-
-
-def stages(events: list[dict[str, Any]]) -> list[str]:
-    return [e["stage"] for e in events if e["type"] == "status"]
-
-
-def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == type_]
-
-
-def assert_valid(events: list[dict[str, Any]]) -> None:
-    for event in events:
-        errors = [e.message for e in VALIDATOR.iter_errors(event)]
-        assert not errors, (event, errors)
 
 
 # -- stages, order, timing -------------------------------------------------------------------------
@@ -368,144 +258,6 @@ def test_begin_is_implied_by_a_first_chunk() -> None:
     events = b.on_chunk(chunk({"content": "x"}), False, 7.0)
     assert stages(events) == ["analyzing", "answering"]
     assert b.begin(None, 8.0) == []
-
-
-# -- tool calls ------------------------------------------------------------------------------------
-
-
-def test_tool_call_split_across_many_chunks() -> None:
-    b = builder()
-    b.begin(None, 0.0)
-    name_pieces: list[dict[str, Any]] = [
-        {"index": 0, "id": "call_9", "type": "function", "function": {"name": "kb_", "arguments": ""}},
-        {"index": 0, "function": {"name": "sea"}},
-        {"index": 0, "function": {"name": "rch"}},
-    ]
-    emitted: list[list[dict[str, Any]]] = []
-    for i, piece in enumerate(name_pieces):
-        emitted.append(b.on_chunk(chunk({"tool_calls": [piece]}), False, 10.0 + i))
-    fragments = split(KB_ARGS, 15)
-    for i, fragment in enumerate(fragments):
-        delta = {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]}
-        emitted.append(b.on_chunk(chunk(delta), False, 20.0 + i))
-    # start as soon as the whole name is known (first argument text); end when the JSON closes
-    assert types(emitted[0]) == ["status"]
-    assert emitted[1] == emitted[2] == []
-    assert types(emitted[3]) == ["tool_call.start"]
-    assert emitted[3][0] | {"t_ms": 0} == {
-        "type": "tool_call.start",
-        "seq": 2,
-        "t_ms": 0,
-        "message": "Calling tool: kb_search",
-        "id": "call_9",
-        "name": "kb_search",
-        "index": 0,
-    }
-    assert all(e == [] for e in emitted[4:-1])
-    (end,) = emitted[-1]
-    assert end["type"] == "tool_call.end"
-    assert end["name"] == "kb_search"
-    assert end["input_summary"] == "query: refund policy for EU orders, top_k: 5, api_key: ***"
-    assert b.finish(99.0)[-1]["type"] == "done"  # nothing left open to close
-
-
-def test_parallel_tool_calls_interleaved_by_index() -> None:
-    a_args, b_args = split(WEATHER_ARGS, 4), split('{"query": "museums", "limit": 2}', 4)
-    steps: list[Step] = [
-        (
-            chunk(
-                {
-                    "tool_calls": [
-                        {"index": 0, "id": "c0", "function": {"name": "get_weather", "arguments": ""}}
-                    ]
-                }
-            ),
-            False,
-        ),
-        (
-            chunk(
-                {"tool_calls": [{"index": 1, "id": "c1", "function": {"name": "kb_search", "arguments": ""}}]}
-            ),
-            False,
-        ),
-    ]
-    for pa, pb in itertools.zip_longest(a_args, b_args):
-        if pa is not None:
-            steps.append((chunk({"tool_calls": [{"index": 0, "function": {"arguments": pa}}]}), False))
-        if pb is not None:
-            steps.append((chunk({"tool_calls": [{"index": 1, "function": {"arguments": pb}}]}), False))
-    steps.append((chunk(finish="tool_calls"), False))
-    events = run(steps)
-    starts, ends = of_type(events, "tool_call.start"), of_type(events, "tool_call.end")
-    assert [(e["index"], e["id"], e["name"]) for e in starts] == [
-        (0, "c0", "get_weather"),
-        (1, "c1", "kb_search"),
-    ]
-    by_index = {e["index"]: e for e in ends}
-    assert by_index[0]["input_summary"] == "city: Paris, days: 3"
-    assert by_index[1]["input_summary"] == "query: museums, limit: 2"
-    assert by_index[1]["name"] == "kb_search"
-    assert_valid(events)
-
-
-def test_parallel_calls_in_one_delta() -> None:
-    delta = {
-        "tool_calls": [
-            {"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x": 1}'}},
-            {"index": 1, "id": "b", "function": {"name": "g", "arguments": '{"y": 2}'}},
-        ]
-    }
-    events = run([(chunk(delta), False), (chunk(finish="tool_calls"), False)])
-    assert types(events)[2:] == [
-        "tool_call.start",
-        "tool_call.end",
-        "tool_call.start",
-        "tool_call.end",
-        "done",
-    ]
-
-
-def test_sequential_calls_end_before_the_next_starts() -> None:
-    events = run(tool_turn())
-    calls = [e for e in events if e["type"].startswith("tool_call")]
-    assert [(e["type"], e["index"]) for e in calls] == [
-        ("tool_call.start", 0),
-        ("tool_call.end", 0),
-        ("tool_call.start", 1),
-        ("tool_call.end", 1),
-    ]
-
-
-def test_malformed_arguments_end_at_finish_reason() -> None:
-    b = builder()
-    b.begin(None, 0.0)
-    b.on_chunk(*tool_steps(0, "c", "f", '{"a": 1', 2)[0], 1.0)
-    for step in tool_steps(0, "c", "f", '{"a": 1', 2)[1:]:
-        assert types(b.on_chunk(*step, 2.0)) in (["tool_call.start"], [])
-    (end,) = b.on_chunk(chunk(finish="tool_calls"), False, 3.0)
-    assert end["type"] == "tool_call.end"
-    assert end["input_summary"] == '{"a": 1 (7 chars, not valid JSON)'
-
-
-def test_open_tool_call_ends_when_content_starts() -> None:
-    b = builder()
-    b.begin(None, 0.0)
-    b.on_chunk(chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}), False, 1.0)
-    events = b.on_chunk(chunk({"content": "Done"}), False, 2.0)
-    assert types(events) == ["tool_call.start", "tool_call.end", "status"]
-    assert events[1]["input_summary"] == "(no arguments)"
-
-
-def test_an_upstream_repeating_the_name_is_not_doubled() -> None:
-    steps = [
-        (chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "lookup"}}]}), False),
-        (
-            chunk({"tool_calls": [{"index": 0, "function": {"name": "lookup", "arguments": '{"id": 4}'}}]}),
-            False,
-        ),
-    ]
-    (start,) = of_type(run(steps), "tool_call.start")
-    assert start["name"] == "lookup"
 
 
 # -- tool results from the request -----------------------------------------------------------------
@@ -785,35 +537,6 @@ def test_chunk_meta() -> None:
     assert chunk_meta({"choices": []}) is None
 
 
-def test_arguments_split_at_every_offset_give_one_start_and_one_end() -> None:
-    expected = "query: refund policy for EU orders, top_k: 5, api_key: ***"
-    for cut in range(1, len(KB_ARGS)):
-        steps = [
-            (chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "kb_search"}}]}), False),
-            (chunk({"tool_calls": [{"index": 0, "function": {"arguments": KB_ARGS[:cut]}}]}), False),
-            (chunk({"tool_calls": [{"index": 0, "function": {"arguments": KB_ARGS[cut:]}}]}), False),
-        ]
-        b = builder()
-        b.begin(None, 0.0)
-        per_step = [b.on_chunk(c, r, 1.0) for c, r in steps]
-        assert types(per_step[1]) == ["tool_call.start"], cut
-        assert types(per_step[2]) == ["tool_call.end"], cut
-        assert per_step[2][0]["input_summary"] == expected
-
-
-def test_name_split_at_every_offset_is_whole_in_start() -> None:
-    name = "search_knowledge_base"
-    for cut in range(1, len(name)):
-        first = {"index": 0, "id": "c", "function": {"name": name[:cut], "arguments": ""}}
-        steps = [
-            (chunk({"tool_calls": [first]}), False),
-            (chunk({"tool_calls": [{"index": 0, "function": {"name": name[cut:]}}]}), False),
-            (chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), False),
-        ]
-        (start,) = of_type(run(steps, mode=TraceMode.BRIEF), "tool_call.start")
-        assert start["name"] == name, cut
-
-
 def test_documented_examples_validate_and_cover_every_type() -> None:
     doc = (Path(__file__).parents[3] / "docs" / "trace-events.md").read_text(encoding="utf-8")
     examples = [orjson.loads(line) for line in doc.splitlines() if line.startswith('{"type":')]
@@ -880,155 +603,6 @@ def test_replay_outcome_and_tool_durations_from_the_replay_store() -> None:
     assert [e.get("stage") for e in builder().begin(body, 0.0)][:2] == ["analyzing", None]
 
 
-# -- tool calls without `index`, argument tracking ---------------------------------------------------
-
-
-def without_index(steps: list[Step]) -> list[Step]:
-    """The same tool-call steps as an upstream that never sends `index` would stream them."""
-    out: list[Step] = []
-    for body, carried in steps:
-        body = orjson.loads(orjson.dumps(body))
-        for choice in body["choices"]:
-            for call in choice["delta"].get("tool_calls") or ():
-                call.pop("index", None)
-        out.append((body, carried))
-    return out
-
-
-def test_streamed_call_without_index_is_one_call() -> None:
-    events = run(without_index([*tool_steps(0, "call_kb", "kb_search", KB_ARGS, 12)]))
-    calls = [(e["type"], e["id"], e["name"]) for e in events if e["type"].startswith("tool_call")]
-    assert calls == [("tool_call.start", "call_kb", "kb_search"), ("tool_call.end", "call_kb", "kb_search")]
-    assert of_type(events, "tool_call.end")[0]["input_summary"].startswith("query: refund policy")
-
-
-def test_parallel_calls_without_index_are_matched_by_id_and_position() -> None:
-    # First both calls are announced (by id), then their argument fragments come side by side,
-    # each at its call's position in the tool_calls array.
-    a_args, b_args = split(WEATHER_ARGS, 3), split('{"query": "museums", "limit": 2}', 3)
-    announce = {
-        "tool_calls": [
-            {"id": "c0", "function": {"name": "get_weather", "arguments": ""}},
-            {"id": "c1", "function": {"name": "kb_search", "arguments": ""}},
-        ]
-    }
-    steps: list[Step] = [(chunk(announce), False)]
-    for pa, pb in zip(a_args, b_args, strict=True):
-        pieces = [{"function": {"arguments": pa}}, {"function": {"arguments": pb}}]
-        steps.append((chunk({"tool_calls": pieces}), False))
-    steps.append((chunk(finish="tool_calls"), False))
-    events = run(steps)
-    ends = {e["id"]: (e["name"], e["input_summary"]) for e in of_type(events, "tool_call.end")}
-    assert ends == {
-        "c0": ("get_weather", "city: Paris, days: 3"),
-        "c1": ("kb_search", "query: museums, limit: 2"),
-    }
-    assert "unknown" not in [e.get("name") for e in events]
-
-
-def test_whole_calls_per_chunk_without_index() -> None:
-    steps: list[Step] = [
-        (chunk({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": '{"x": 1}'}}]}), False),
-        (chunk({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": '{"y": 2}'}}]}), False),
-        (chunk(finish="tool_calls"), False),
-    ]
-    events = run(steps)
-    ends = [(e["id"], e["name"], e["index"], e["input_summary"]) for e in of_type(events, "tool_call.end")]
-    assert ends == [("a", "f", 0, "x: 1"), ("b", "g", 1, "y: 2")]
-
-
-def test_whole_calls_without_index_or_id_are_not_merged() -> None:
-    steps: list[Step] = [
-        (chunk({"tool_calls": [{"function": {"name": "f", "arguments": '{"x": 1}'}}]}), False),
-        (chunk({"tool_calls": [{"function": {"name": "g", "arguments": '{"y": 2}'}}]}), False),
-        (chunk(finish="tool_calls"), False),
-    ]
-    ends = [(e["name"], e["input_summary"]) for e in of_type(run(steps), "tool_call.end")]
-    assert ends == [("f", "x: 1"), ("g", "y: 2")]
-
-
-def test_a_new_id_at_a_reused_index_is_a_new_call() -> None:
-    steps: list[Step] = [
-        (
-            chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}}]}),
-            False,
-        ),
-        (
-            chunk({"tool_calls": [{"index": 0, "id": "b", "function": {"name": "g", "arguments": "{"}}]}),
-            False,
-        ),
-        (chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"y": 2}'}}]}), False),
-        (chunk(finish="tool_calls"), False),
-    ]
-    ends = [(e["id"], e["name"], e["input_summary"]) for e in of_type(run(steps), "tool_call.end")]
-    assert ends == [("a", "f", "(no arguments)"), ("b", "g", "y: 2")]
-
-
-TRICKY_ARGS = orjson.dumps(
-    {
-        "q": 'a "quoted" } ] { [ brace',
-        "path": "C:\\dir\\",
-        "nested": [{"x": [1, {"y": "}"}]}],
-        "u": "\u00e9\\u",
-    }
-).decode()
-
-
-@pytest.mark.parametrize("mode", [TraceMode.BRIEF, TraceMode.DETAILED])
-def test_call_ends_exactly_when_its_arguments_close_at_every_split(mode: TraceMode) -> None:
-    for cut in range(1, len(TRICKY_ARGS)):
-        for second in (cut, min(cut + 7, len(TRICKY_ARGS))):
-            pieces = [TRICKY_ARGS[:cut], TRICKY_ARGS[cut:second], TRICKY_ARGS[second:]]
-            b = builder(mode)
-            b.begin(None, 0.0)
-            b.on_chunk(
-                chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}), False, 1.0
-            )
-            emitted = [
-                b.on_chunk(chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}), False, 2.0)
-                for p in pieces
-            ]
-            # Nothing may look complete before the last piece; the call ends with it (or, when
-            # the last piece is empty, with the piece that closed the JSON).
-            closing = 2 if pieces[2] else (1 if pieces[1] else 0)
-            assert [e for e in emitted[:closing] if e and e[-1]["type"] == "tool_call.end"] == [], cut
-            if mode is TraceMode.DETAILED:
-                assert emitted[closing][-1]["type"] == "tool_call.end", cut
-                assert emitted[closing][-1]["input_summary"].startswith('q: a "quoted" } ] { [ brace'), cut
-            assert types(b.finish(3.0)) == ["done"], cut
-
-
-def test_huge_arguments_are_kept_only_up_to_a_bound() -> None:
-    value = "x" * 3_000_000
-    arguments = orjson.dumps({"path": "notes.txt", "content": value}).decode()
-    b = builder()
-    b.begin(None, 0.0)
-    b.on_chunk(chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "write"}}]}), False, 1.0)
-    out: list[dict[str, Any]] = []
-    for piece in split(arguments, 600):
-        out += b.on_chunk(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), False, 2.0)
-    (end,) = of_type(out, "tool_call.end")
-    summary = end["input_summary"]
-    assert len(summary) < 200
-    assert summary.startswith('{"path": "notes.txt"') or summary.startswith('{"path":"notes.txt"')
-    assert f"{len(arguments):,} chars" in summary
-    assert "not valid JSON" not in summary
-
-
-def test_deep_arguments_are_summarized() -> None:
-    deep = '{"a": ' + "[" * 400 + "]" * 400 + ', "b": 2}'
-    deeper = "[" * 3000 + "]" * 3000
-    for arguments in (deep, deeper):
-        b = builder()
-        b.begin(None, 0.0)
-        first = {"index": 0, "id": "c", "function": {"name": "f", "arguments": arguments}}
-        events = b.on_chunk(chunk({"tool_calls": [first]}), False, 1.0) + b.finish(2.0)
-        (end,) = of_type(events, "tool_call.end")
-        comment_frames(events)  # every event can be written
-        assert end["input_summary"] and "not valid JSON" not in end["input_summary"]
-    assert summarize_arguments(deep) == "a: [1 item], b: 2"
-
-
 def test_deep_usage_from_the_upstream_does_not_break_the_trace() -> None:
     deep: Any = {}
     for _ in range(600):
@@ -1050,7 +624,7 @@ def test_deep_usage_from_the_upstream_does_not_break_the_trace() -> None:
     [(0.0, 0), (12.0, 12), (12.04, 12), (12.06, 12.1), (0.96, 1), (52.5, 52.5), (1999.96, 2000), (3.25, 3.2)],
 )
 def test_times_are_rounded_to_a_tenth_and_whole_ones_are_integers(value: float, expected: float) -> None:
-    shown = _ms(value)
+    shown = ms(value)
     assert shown == expected
     assert isinstance(shown, int) == float(expected).is_integer()
 
@@ -1058,19 +632,19 @@ def test_times_are_rounded_to_a_tenth_and_whole_ones_are_integers(value: float, 
 def test_rounding_agrees_with_rounding_to_one_decimal_everywhere() -> None:
     for step in range(0, 200_000, 7):
         value = step / 97
-        shown = _ms(value)
+        shown = ms(value)
         assert abs(shown - value) <= 0.05 + 1e-9
         assert abs(shown - round(value, 1)) < 0.1 + 1e-9  # (a tie may fall either way)
         assert len(repr(shown).partition(".")[2]) <= 1
 
 
 def test_a_time_that_is_not_finite_is_passed_through() -> None:
-    assert _ms(float("inf")) == float("inf")
+    assert ms(float("inf")) == float("inf")
 
 
 @pytest.mark.parametrize("ms", [0.0, 0.49, 0.5, 1.5, 2.5, 17.5, 374.6, 999.4, 999.5])
 def test_duration_text_shows_the_same_digits_as_a_float_format(ms: float) -> None:
-    assert _duration_text(ms) == (f"{ms:.0f} ms", f"{ms:.0f} 毫秒")
+    assert duration_text(ms) == (f"{ms:.0f} ms", f"{ms:.0f} 毫秒")
 
 
 def test_a_builder_keeps_no_instance_dict() -> None:
@@ -1086,5 +660,5 @@ def test_a_builder_keeps_no_instance_dict() -> None:
             output=lambda messages: None, client_mode=TraceMode.BRIEF, tap=lambda events: None, **kwargs
         ),
     ]
-    for builder in builders:
-        assert not hasattr(builder, "__dict__"), type(builder).__name__
+    for made in builders:
+        assert not hasattr(made, "__dict__"), type(made).__name__

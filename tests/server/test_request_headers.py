@@ -1,5 +1,6 @@
 """Request headers on their way up: exact bytes, no Expect, no look-alike control headers — unit
-tests of proxy.core.request_headers, then a raw-socket upstream that records the bytes it receives."""
+tests of proxy.core.controls.refuse_control_header_look_alikes, then a raw-socket upstream that
+records the bytes it receives."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from proxy.core.controls import refuse_control_header_look_alikes
 from proxy.core.errors import BadRequest
-from proxy.core.request_headers import refuse_control_header_look_alikes
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings

@@ -1,0 +1,253 @@
+"""The request handlers: they run the I/O a request plan (proxy.core.plan) asks for, and nothing
+else decides here.
+
+Chat completions and every other `/v1/*` path go through the same three plan steps; between them
+a handler vets a client-chosen upstream's name, reads the body, and asks the replay store for
+remembered reasoning; then the relay (proxy.server.relay) sends the upstream request and streams
+the answer back through the response pipeline. Every request ends in `finish` exactly once: its
+access-log line, then its observers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from proxy.core import plan
+from proxy.core.controls import UPSTREAM_HEADER, TraceMode
+from proxy.core.errors import ProxyError
+from proxy.core.events import AccessRecord, Listener, notify_end, start_observers
+from proxy.core.gateway import GatewayAuth
+from proxy.core.plan import ChatContext
+from proxy.core.protocols import chat as chat_door
+from proxy.core.providers import ProvidersTable
+from proxy.core.review_rules import refuse_unreviewed_route
+from proxy.core.routing import RouteTable
+from proxy.core.stream.taps import build_trace, needs_outcome, output_sink, tap_needs_detail, trace_tap
+from proxy.core.tool_titles import NO_TITLES, ToolTitles
+from proxy.review.service import ReviewService
+from proxy.server.access_log import log_access
+from proxy.server.asgi import BODY_LEFT_UNREAD, read_body
+from proxy.server.egress import ConnectGuard
+from proxy.server.models_listing import MISSING_HEADER, ModelsListing
+from proxy.server.relay import Relay, client_gone
+from proxy.server.replay_service import ReplayService
+from proxy.server.request_ids import REQUEST_ID_HEADER, take_request_id
+from proxy.server.upstream.common import Upstream
+from proxy.server.upstream.policy import UpstreamPolicy
+from proxy.settings import Settings
+
+logger = logging.getLogger("thinkproxy.app")
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    table: ProvidersTable
+    upstream: Upstream
+    policy: UpstreamPolicy
+    gateway: GatewayAuth
+    guard: ConnectGuard  # resolves upstream names; vets client-chosen ones at connect (proxy.server.egress)
+    # Capabilities watching requests (metrics, tracing, console, replay capture): proxy.core.events.
+    listeners: tuple[Listener, ...] = ()
+    routes: RouteTable | None = None  # the routes file (proxy.core.routing), if one is configured
+    # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
+    review: ReviewService | None = None
+    tool_titles: ToolTitles = field(default_factory=lambda: NO_TITLES)
+    # The replay store (proxy.server.replay_service); None with THINKPROXY_STATE=off.
+    replay: ReplayService | None = None
+
+
+def defaults_of(settings: Settings) -> plan.Defaults:
+    return plan.Defaults(
+        settings.default_thinking_level,
+        settings.trace,
+        settings.trace_format,
+        settings.reasoning_visibility,
+        settings.reasoning_field,
+    )
+
+
+def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
+    headers = dict(extra_headers)
+    if exc.status in BODY_LEFT_UNREAD:
+        headers["connection"] = "close"  # the edge discards the rest, then closes (proxy.server.edge)
+    return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
+
+
+def arrival_of(request: Request) -> plan.Arrival:
+    scope = request.scope
+    raw_path = scope.get("raw_path") or quote(scope["path"]).encode("ascii")
+    return plan.Arrival(
+        request.method, scope["path"], raw_path, scope.get("query_string", b""), request.headers
+    )
+
+
+class Proxy:
+    """Request handlers bound to one app's services."""
+
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self.defaults = defaults_of(services.settings)
+        self.log = self.finish
+        self.relay = Relay(services.settings, services.upstream, self.finish, services.review)
+        routes = services.routes
+        self.listing = (
+            None
+            if routes is None
+            else ModelsListing.from_settings(services.settings, routes, services.upstream, services.gateway)
+        )
+
+    def finish(self, record: AccessRecord, started: float) -> None:
+        """Every request ends here exactly once: its access line, then its observers."""
+        log_access(record, started)
+        if record.observers:
+            for observer, exc in notify_end(record, (time.perf_counter() - started) * 1000.0):
+                logger.error(
+                    "An observer failed at the end of a request (%s)", type(observer).__name__, exc_info=exc
+                )
+
+    async def healthz(self, request: Request) -> Response:
+        replay = self.s.replay
+        if replay is not None and not await replay.reachable():
+            # Still 200: without its store the proxy serves (a fault is a miss), so a load balancer
+            # should keep it; the body tells monitoring what is wrong.
+            return Response(b'{"status":"degraded","state":"unreachable"}', media_type="application/json")
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._handle(request, chat=True)
+
+    async def passthrough(self, request: Request) -> Response:
+        return await self._handle(request, chat=False)
+
+    async def models(self, request: Request) -> Response:
+        """With a routes file, the models of every route merged; else the upstream's list as is."""
+        s = self.s
+        if self.listing is None or UPSTREAM_HEADER in request.headers:
+            return await self._handle(request, chat=False)
+        started = time.perf_counter()
+        record, bad_request_id = self._record(request, "passthrough")
+        try:
+            if bad_request_id is not None:
+                raise bad_request_id
+            record.client = s.gateway.authorize(request.headers.items())
+            plan.read_controls(request.headers, self.defaults)
+            merged = await self.listing.get(request.headers.items())
+        except ProxyError as exc:
+            return self._error(exc, record, started)
+        headers = dict(record.response_headers)
+        if merged.missing:
+            headers[MISSING_HEADER] = ", ".join(merged.missing)
+        out = merged.body
+        record.status, record.bytes_out = 200, len(out)
+        self.finish(record, started)
+        return Response(out, media_type="application/json", headers=headers)
+
+    def _record(self, request: Request, route: str) -> tuple[AccessRecord, ProxyError | None]:
+        """The request's record, its request id taken first (observers read it when they start),
+        and the error a malformed X-Request-Id is (raised inside the handler's error handling)."""
+        record = AccessRecord(method=request.method, path=request.url.path, route=route)
+        bad_request_id = take_request_id(record, request.headers.get(REQUEST_ID_HEADER))
+        if self.s.listeners:
+            record.observers = start_observers(self.s.listeners, record, request.headers.items())
+        return record, bad_request_id
+
+    async def _handle(self, request: Request, *, chat: bool) -> Response:
+        started = time.perf_counter()
+        record, bad_request_id = self._record(request, "chat" if chat else "passthrough")
+        try:
+            if bad_request_id is not None:
+                raise bad_request_id
+            return await self._proxy(request, chat, started, record)
+        except ClientDisconnect:  # gone while still sending its body: nothing was forwarded
+            return client_gone(record, started, self.finish)
+        except ProxyError as exc:
+            return self._error(exc, record, started)
+        except Exception:  # the one catch-all before a response starts: a 500, never a text page
+            logger.exception("Unexpected error while handling %s %s", request.method, request.url.path)
+            failure = ProxyError("The proxy failed to handle this request (an internal error; see its log).")
+            return self._error(failure, record, started)
+
+    def _error(self, exc: ProxyError, record: AccessRecord, started: float) -> Response:
+        record.status = exc.status
+        record.error = exc.code
+        self.finish(record, started)
+        return json_error(exc, record.response_headers)
+
+    async def _proxy(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
+        s = self.s
+        arrival = arrival_of(request)
+        intent = plan.begin(arrival, s.gateway, s.policy.resolve, self.defaults, routed=s.routes is not None)
+        record.client = intent.client
+        if intent.vet is not None:
+            await s.guard.precheck(intent.vet)  # (through an egress proxy; else at connect)
+        body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
+        parsed = chat_door.parse_request(body) if chat else None
+        if not chat and s.review is not None:
+            refuse_unreviewed_route(arrival.method, arrival.path, body)
+        tgt = plan.target(intent, arrival, body, parsed, s.routes, s.gateway, record.forward_headers)
+        destination = tgt.destination
+        record.upstream_route = destination.route.name if destination.route else None
+        record.upstream_base_url = destination.base_url
+        gateway_mode = s.gateway.enabled
+        if not chat:
+            req = plan.passthrough(arrival, tgt, gateway_mode=gateway_mode)
+            return await self.relay(
+                request.receive, req, record, started, extra_headers=record.response_headers, chat=None
+            )
+
+        assert parsed is not None
+        controls = intent.controls
+        record.model = tgt.model
+        record.stream = parsed.get("stream") is True
+        record.request_messages = parsed.get("messages")
+        record.level_requested = controls.level.value if controls.level is not None else None
+        dialect = plan.chat_dialect(s.table, tgt)
+        prepared = None
+        restored = None
+        if s.replay is not None:  # remembered reasoning back into the history, before the rewrite
+            prepared = await s.replay.prepare(parsed, dialect, record.model, request.headers.items(), record)
+            parsed = prepared.body
+            restored = parsed if prepared.changed else None
+        if restored is None and parsed is not tgt.parsed:
+            tgt = plan.Target(tgt.destination, tgt.body, parsed, tgt.headers)
+        chat_plan = plan.plan_chat(
+            arrival, tgt, intent, dialect, self.defaults, restored=restored, gateway_mode=gateway_mode
+        )
+        record.provider, record.level = dialect.name, chat_plan.level_name
+        record.thinking_method = chat_plan.method
+        trace = build_trace(
+            controls.trace,
+            trace_tap(record.observers),
+            zh=chat_plan.zh,
+            level=chat_plan.level_name,
+            provider=dialect.name,
+            method=chat_plan.method,
+            titles=s.tool_titles,
+            output=output_sink(record.observers),
+            detailed_tap=tap_needs_detail(record.observers),
+            outcome=needs_outcome(record.observers),
+        )
+        if prepared is not None:
+            prepared.annotate(trace)
+        capture = prepared.capture if prepared is not None else None
+        gate = None
+        if s.review is not None:
+            s.review.check_request(parsed)
+            if record.stream:
+                shown = None if controls.trace is TraceMode.OFF else controls.trace_format
+                gate = s.review.stream_gate(shown, chat_plan.zh, s.settings.max_sse_event_bytes)
+        context = ChatContext(
+            parsed, chat_plan.reasoning, trace, controls.trace_format, capture, gate=gate, zh=chat_plan.zh
+        )
+        extra = chat_plan.response_headers + record.response_headers
+        return await self.relay(
+            request.receive, chat_plan.request, record, started, extra_headers=extra, chat=context
+        )

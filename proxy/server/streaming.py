@@ -1,0 +1,255 @@
+"""Writing an answer to the client, once the relay chose how: the raw body as it came, or a chat
+stream through the response pipeline (proxy.core.stream.pipeline), one client write per upstream
+read; calls the review gate holds are settled here before the stream ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.types import Send
+
+from proxy.core.errors import BadUpstreamResponse, ProxyError, error_payload
+from proxy.core.events import AccessRecord, notify_stream
+from proxy.core.plan import ChatContext
+from proxy.core.stream.gate import StreamGate
+from proxy.core.stream.pipeline import DONE, StreamFailure, StreamPipeline
+from proxy.core.stream.sse import data_frame
+from proxy.core.stream.trace import TraceBuilder
+from proxy.review.service import ReviewService, audit_undecided
+from proxy.server.asgi import (
+    ClientTooSlow,
+    ClientWatch,
+    RelayAborted,
+    UpstreamStalled,
+    body_piece,
+)
+from proxy.server.upstream.common import (
+    TRANSPORT_ERRORS,
+    UpstreamResponse,
+    describe_upstream,
+    read_timeout_error,
+    total_timeout_error,
+    translate_error,
+)
+
+logger = logging.getLogger("thinkproxy.relay")
+
+ElapsedMs = Callable[[], float]  # milliseconds since the request arrived
+
+
+def review_context(record: AccessRecord) -> dict[str, Any]:
+    """What a reviewer sees about the request a held call came from (never its content)."""
+    return {"model": record.model, "provider": record.provider}
+
+
+def _client_writer(
+    record: AccessRecord, watch: ClientWatch, send: Send
+) -> Callable[[bytes], Awaitable[None]]:
+    async def write(data: bytes) -> None:
+        if data:
+            record.bytes_out += len(data)
+            watch.writing = True
+            await send(body_piece(data))
+            watch.writing = False
+
+    return write
+
+
+async def read_all(response: UpstreamResponse, watch: ClientWatch, limit: int) -> bytes:
+    """A whole (decoded) body, each read counting as upstream activity for the read timeout; more
+    than `limit` decoded bytes is a 502 (a small gzip body can inflate to gigabytes)."""
+    pieces = []
+    size = 0
+    async for piece in response.reader(decoded=True):
+        watch.last_read = time.perf_counter()
+        size += len(piece)
+        if size > limit:
+            raise BadUpstreamResponse(
+                f"Upstream {describe_upstream(response.url)} sent a response body larger than {limit} "
+                "bytes once decoded (THINKPROXY_MAX_RESPONSE_BYTES); it was not relayed.",
+                code="upstream_response_too_large",
+            )
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
+async def relay_raw(response: UpstreamResponse, record: AccessRecord, watch: ClientWatch, send: Send) -> None:
+    """The body exactly as it came; an upstream failure aborts the client's response."""
+    clock = time.perf_counter
+    try:
+        async for piece in response.raw_reader():
+            watch.last_read = clock()
+            record.bytes_out += len(piece)
+            watch.writing = True
+            await send(body_piece(piece))
+            watch.writing = False
+            watch.last_read = clock()
+    except TRANSPORT_ERRORS as exc:
+        # Headers are already sent: the client must see the body end early, not a shorter one.
+        raise RelayAborted(translate_error(exc, response.url).code) from None
+
+
+FIRST_EVENT_APART_BYTES = 4096
+
+
+def first_event(piece: bytes) -> bytes:
+    """The first event of a stream's first read when that read is big (an upstream that sends
+    many events at once): it goes to the client before the rest is processed. Empty otherwise,
+    and when the read does not hold a whole LF-ended event followed by more (the pipeline is the
+    same whatever the split, so nothing else depends on where this cuts)."""
+    if len(piece) <= FIRST_EVENT_APART_BYTES:
+        return b""
+    end = piece.find(b"\n\n", 0, FIRST_EVENT_APART_BYTES)
+    return piece[: end + 2] if end >= 0 else b""
+
+
+async def relay_stream(
+    response: UpstreamResponse,
+    pipeline: StreamPipeline,
+    chat: ChatContext,
+    elapsed_ms: ElapsedMs,
+    record: AccessRecord,
+    watch: ClientWatch,
+    total_timeout: float,
+    review: ReviewService | None,
+    send: Send,
+) -> None:
+    """SSE through the pipeline; every failure ends the stream with an error event, then [DONE].
+
+    With a review gate, what the pipeline writes goes through the gate first; a held call is
+    settled once the upstream is done (proxy.review)."""
+    clock = time.perf_counter
+    gate = chat.gate
+    started = clock() - elapsed_ms() / 1000.0
+    failure: ProxyError | None = None
+    notify_stream(record)
+    try:
+        first = pipeline.begin(chat.request_body, elapsed_ms())
+        if first:
+            await send(body_piece(first))
+        # (uvicorn's send does not raise when the client is gone, so what this catches is the
+        # upstream's failure; the client leaving is the disconnect watch's business.)
+        first_read = True
+        async for read in response.reader(decoded=True):
+            now = clock()  # the hot loop: runs for every upstream read
+            watch.last_read = now
+            pieces: tuple[bytes, ...] = (read,)
+            if first_read:
+                first_read = False
+                head = first_event(read)
+                if head:  # the first token is not kept waiting while the rest of a big read is processed
+                    pieces = (head, read[len(head) :])
+            for piece in pieces:
+                out = pipeline.feed(piece, (now - started) * 1000.0)
+                if gate is not None:
+                    out = gate.feed(out)
+                if out:
+                    record.bytes_out += len(out)
+                    watch.writing = True
+                    await send(body_piece(out))
+                    watch.writing = False
+                    now = watch.last_read = clock()
+            if pipeline.closed:  # e.g. an oversized event ended the stream: stop reading
+                break
+        tail = pipeline.finish(elapsed_ms())
+        if gate is not None:
+            tail = gate.feed(tail)
+    except TRANSPORT_ERRORS as exc:
+        failure = translate_error(exc, response.url)
+    except ProxyError as exc:  # a body that cannot be decoded, say
+        failure = exc
+    except asyncio.CancelledError:
+        fired = watch.take_cancel()
+        if fired is None:
+            raise  # the client left, or an outside cancellation: never swallowed
+        if fired is ClientTooSlow:
+            raise ClientTooSlow from None  # it reads nothing: no error event can reach it
+        if fired is UpstreamStalled:
+            failure = read_timeout_error(response.url)
+        else:
+            failure = total_timeout_error(response.url, total_timeout)
+    except Exception:
+        logger.exception("Unexpected error in the stream relay; the stream ends with an error event.")
+        failure = ProxyError("The proxy failed while relaying this stream (an internal error; see its log).")
+    if failure is None:
+        if pipeline.failure is not None:  # the pipeline ended the stream with an error event itself
+            record.error = record.error or pipeline.failure.code
+        if tail:
+            record.bytes_out += len(tail)
+            watch.writing = True
+            await send(body_piece(tail))
+            watch.writing = False
+        if gate is not None and gate.holding and review is not None:
+            await settle_held_calls(gate, review, record, watch, send, total_timeout, chat.trace, elapsed_ms)
+        elif gate is not None:
+            # What was held while a call's name was unsettled (none was covered), the trace's
+            # `done` (held back for the gate) and [DONE].
+            closing = chat.trace.release_done(elapsed_ms()) if chat.trace is not None else []
+            if rest := gate.flush(closing):
+                await send(body_piece(rest))
+        return
+    frames = failure_frames(pipeline, failure, elapsed_ms())
+    if gate is not None:
+        gate.discard()  # a call nobody reviewed never reaches the client
+        if chat.trace is not None:
+            chat.trace.release_done(elapsed_ms())  # (for the listeners: the client gets the error)
+        if not frames:  # the pipeline had passed [DONE] on, and the gate held it: end the stream
+            payload = error_payload(failure.message, failure.type, failure.code)
+            frames = data_frame(orjson.dumps(payload)) + data_frame(DONE)
+    record.error = failure.code
+    watch.writing = True
+    await send(body_piece(frames))
+
+
+async def settle_held_calls(
+    gate: StreamGate,
+    review: ReviewService,
+    record: AccessRecord,
+    watch: ClientWatch,
+    send: Send,
+    total_timeout: float,
+    trace: TraceBuilder | None,
+    elapsed_ms: ElapsedMs,
+) -> None:
+    """The upstream is done and the gate holds calls: wait for the reviewers, then release."""
+    try:
+        decided = await review.settle_stream(
+            gate, _client_writer(record, watch, send), watch.touch, review_context(record), trace, elapsed_ms
+        )
+    except asyncio.CancelledError:
+        fired = watch.take_cancel()
+        if fired is None:
+            raise  # the client left (its reviews are withdrawn), or an outside cancellation
+        if fired is ClientTooSlow:
+            # (take_cancel absorbed the cancellation: re-raising it would escape the response)
+            raise ClientTooSlow from None  # it reads nothing: no error event can reach it
+        # The total timeout ran out while a reviewer was awaited: the held call is not released.
+        gate.discard()
+        if trace is not None:
+            trace.release_done(elapsed_ms())  # (for the listeners: the client gets the error)
+        record.error = "review_incomplete"
+        message = (
+            f"The exchange reached the total timeout of {total_timeout:g} s (THINKPROXY_TOTAL_TIMEOUT) "
+            "while a tool call waited for review; the call was not released."
+        )
+        payload = error_payload(message, "proxy_error", "review_incomplete")
+        watch.writing = True
+        await send(body_piece(data_frame(orjson.dumps(payload)) + data_frame(DONE)))
+        return
+    audit_undecided(decided)
+
+
+def failure_frames(pipeline: StreamPipeline, failure: ProxyError, now_ms: float) -> bytes:
+    """The error event and [DONE] that end a broken stream, even when the pipeline itself broke."""
+    try:
+        return pipeline.fail(StreamFailure(failure.message, type=failure.type, code=failure.code), now_ms)
+    except Exception:
+        logger.exception("The stream pipeline failed while ending a stream; a plain error event is sent.")
+        payload = error_payload(failure.message, failure.type, failure.code)
+        return data_frame(orjson.dumps(payload)) + data_frame(DONE)
