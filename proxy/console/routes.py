@@ -178,10 +178,10 @@ class ConsoleRoutes:
         queue = subscriber.queue
         try:
             await feed.follow_replicas()
-            # No more than the watcher has room for (what was queued while the listing was read
-            # counts), and at most SNAPSHOT_BYTES.
+            recent = await feed.recent(SNAPSHOT_BYTES)
+            # At most SNAPSHOT_BYTES, and no more than the watcher has room for: what was queued
+            # for it while the listing was read counts.
             limit = min(SNAPSHOT_BYTES, queue.room)
-            recent = await feed.recent(limit)
             frame = _SNAPSHOT_HEAD + self._listing(recent, limit - len(_SNAPSHOT_HEAD) - 2) + b"\n\n"
             sent = 0
             while True:

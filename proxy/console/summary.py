@@ -114,7 +114,7 @@ def held_bytes(value: Any) -> int:
         return _sizeof(value)
     if kind is dict:
         return _sizeof(value) + sum(map(held_bytes, value)) + _values_held(value.values())
-    if kind is list or kind is tuple or isinstance(value, tuple):  # (a NamedTuple of facts too)
+    if kind is list or isinstance(value, tuple):  # (a NamedTuple too)
         return _sizeof(value) + _values_held(value)
     if value is None or kind is bool:
         return 0
@@ -134,12 +134,26 @@ def request_held(
     """What a finished request holds in the console's ring, counted from above (held_bytes): its
     facts, kept events, the tool calls and `done` of the events not kept, and the summary made
     from them when the ring is read (kept with it: a dict, its lists, a dict per tool call)."""
-    total = _SUMMARY_BYTES + held_bytes(facts) + 8 * (len(events) + len(tools))
+    # Of the facts, only the strings a client or upstream chose vary (cut: RecordFacts.of); the
+    # rest are short names from the configuration or the HTTP method, within _FACTS_BYTES.
+    total = _SUMMARY_BYTES + _FACTS_BYTES + 8 * (len(events) + len(tools))
+    for text in (facts.path, facts.model, facts.error):
+        if text is not None:
+            total += _sizeof(text)
     listed = 0
+    # Once per request, on every request: a loop here rather than a call per event or value.
     for event in events:
         # The event's own keys are the trace builder's literal names, shared by every event; a
         # nested object's keys, which an upstream chose, are counted (held_bytes).
-        total += _sizeof(event) + _values_held(event.values())
+        total += _sizeof(event)
+        for item in event.values():
+            kind = type(item)
+            if kind is str:
+                total += _sizeof(item)
+            elif kind is int or kind is float:
+                total += 32
+            elif item is not None and kind is not bool:
+                total += held_bytes(item)
         if event["type"] == "tool_call.start":
             listed += 1
     if tools:
@@ -153,6 +167,7 @@ def request_held(
 # ring; and the dict of each tool call it lists (its strings are the event's: see clip).
 _SUMMARY_BYTES = 2048
 _TOOL_ENTRY_BYTES = 232
+_FACTS_BYTES = 1024  # the facts' tuple (12 slots) and their short strings
 
 
 def _values_held(values: Iterable[Any]) -> int:

@@ -44,7 +44,10 @@ const TEXT = {
     "col.total": "Total",
     "col.tools": "Tools",
     "live.empty": "No requests yet. Send one through this proxy (or use the playground) and it appears here.",
-    "live.count": (n, shared) => `${n} recent request${n === 1 ? "" : "s"}` + (shared ? " · all replicas" : ""),
+    "live.count": (n, shared, omitted) =>
+      `${n} recent request${n === 1 ? "" : "s"}` +
+      (shared ? " · all replicas" : "") +
+      (omitted ? ` · ${omitted} older not listed (too large to send at once)` : ""),
     "live.inflight": "in flight",
     "live.passthrough": "passthrough",
     "mode.auto": "Auto",
@@ -154,7 +157,8 @@ const TEXT = {
     "col.total": "总计",
     "col.tools": "工具",
     "live.empty": "还没有请求。通过此代理发送一个请求（或使用试验场），它会出现在这里。",
-    "live.count": (n, shared) => `最近 ${n} 个请求` + (shared ? " · 全部副本" : ""),
+    "live.count": (n, shared, omitted) =>
+      `最近 ${n} 个请求` + (shared ? " · 全部副本" : "") + (omitted ? ` · 另有 ${omitted} 个较早的请求未列出（数据过大）` : ""),
     "live.inflight": "进行中",
     "live.passthrough": "透传",
     "mode.auto": "简要",

@@ -12,6 +12,7 @@ const state = {
   order: [], // ids, newest first
   history: 200,
   shared: false,
+  omitted: 0, // older requests the last listing left out for its size (its `omitted`)
   titles: {},
   selected: null,
   mode: "detailed",
@@ -117,7 +118,7 @@ function renderList() {
   clear(body);
   for (const id of state.order) body.append(row(state.entries.get(id)));
   role("empty").hidden = state.order.length > 0;
-  role("feed-count").textContent = t("live.count", state.order.length, state.shared);
+  role("feed-count").textContent = t("live.count", state.order.length, state.shared, state.omitted);
 }
 
 function fact(dl, key, value) {
@@ -190,6 +191,7 @@ function apply(event, data) {
     state.order = [];
     state.history = data.history || state.history;
     state.shared = !!data.shared;
+    state.omitted = Number.isInteger(data.omitted) ? data.omitted : 0;
     state.titles = data.tool_titles || {};
     for (const entry of [...(data.data || [])].reverse()) upsert(entry);
   } else if (event === "request" || event === "progress") {
