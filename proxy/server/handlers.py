@@ -221,13 +221,14 @@ class Proxy:
         chat_plan = plan.plan_chat(
             arrival, tgt, intent, dialect, self.defaults, restored=restored, gateway_mode=gateway_mode
         )
-        record.provider, record.level = dialect.name, chat_plan.level_name
+        level_name = chat_plan.level_name
+        record.provider, record.level = dialect.name, level_name
         record.thinking_method = chat_plan.method
         trace = build_trace(
             controls.trace,
             trace_tap(record.observers),
             zh=chat_plan.zh,
-            level=chat_plan.level_name,
+            level=level_name,
             provider=dialect.name,
             method=chat_plan.method,
             titles=s.tool_titles,
