@@ -1,7 +1,7 @@
 """The web console: a live view of the requests through this proxy, and a playground.
 
 `Console.from_settings` builds it when `THINKPROXY_UI` is on: its `feed` is a listener
-(proxy.core.stream.taps) and `routes()` are mounted by the app. See docs/console.md.
+(proxy.core.events) and `routes()` are mounted by the app. See docs/console.md.
 """
 
 from __future__ import annotations

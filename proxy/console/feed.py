@@ -1,4 +1,4 @@
-"""The console's live feed: a `Listener` (proxy.core.stream.taps) that keeps a bounded ring of request
+"""The console's live feed: a `Listener` (proxy.core.events) that keeps a bounded ring of request
 summaries and pushes them to whoever watches `/thinkproxy/events`.
 
 Cost per request: one observer object, the request's trace events appended to a bounded list
@@ -257,7 +257,7 @@ class Feed:
 
 
 class FeedObserver(RequestObserver):
-    """One request as the feed sees it (proxy.core.stream.taps.RequestObserver).
+    """One request as the feed sees it (proxy.core.events.RequestObserver).
 
     Trace events are only kept as they come (a list extended, bounded); what the summary reads of
     them (tool calls, the `done` figures) is found when a summary is made: once at the end, or

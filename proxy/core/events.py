@@ -50,7 +50,7 @@ class AccessRecord:
     client: str | None = None  # the name of the gateway client key presented (never the key)
     upstream_route: str | None = None  # the name of the routes-file route the request took
     response_headers: list[tuple[str, str]] = field(default_factory=list)
-    # What listeners (proxy.core.stream.taps) read at the end of a request; the access line shows only some.
+    # What listeners (proxy.core.events) read at the end of a request; the access line shows only some.
     route: str = "passthrough"  # "chat" or "passthrough"
     model: str | None = None  # the request's model, as the client sent it
     level_requested: str | None = None
@@ -115,8 +115,18 @@ def start_observers(
     if not listeners:
         return []
     pairs = list(headers)
-    started = (listener.start(record, pairs) for listener in listeners)
-    return [observer for observer in started if observer is not None]
+    observers = []
+    for listener in listeners:
+        observer = listener.start(record, pairs)
+        if observer is None:
+            continue
+        if not isinstance(observer, RequestObserver):  # its hooks are called without a default
+            raise TypeError(
+                f"{type(listener).__name__}.start returned a {type(observer).__name__}, not a "
+                "proxy.core.events.RequestObserver: subclass it (its hooks default to doing nothing)"
+            )
+        observers.append(observer)
+    return observers
 
 
 def notify_stream(record: AccessRecord) -> None:

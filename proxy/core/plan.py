@@ -8,7 +8,7 @@ the handlers (proxy.server.handlers) run the I/O and nothing else:
    upstream, or an allow-listed `X-Upstream-Base-URL`). Every refusal that needs no body happens
    here, so nothing is read from a client that will be refused.
    *I/O: vet a client-chosen upstream's name (DNS), read the body.*
-2. `target(intent, arrival, body, …)` — from the body: the chat body parsed (chat completions), the
+2. `destination_of(intent, arrival, body, …)` and `target(destination, …)` — from the body: the
    destination a routes file picks by model, the model rewritten for a prefix route, the headers
    with the credentials the mode calls for.
    *I/O: the replay store's lookup of remembered reasoning (chat only).*
@@ -166,24 +166,31 @@ class Target:
         return model if isinstance(model, str) else None
 
 
+def destination_of(
+    intent: Intent, arrival: Arrival, body: bytes, parsed: dict[str, Any] | None, routes: RouteTable | None
+) -> Destination:
+    """Step 2a: where the request goes — step 1's decision, or the routes file's by the model the
+    body names (404 when no route takes it). Apart from `target`, so the edge can note the route
+    even when the body then cannot be sent."""
+    if intent.destination is not None:
+        return intent.destination
+    assert routes is not None
+    model = parsed.get("model") if parsed is not None else request_model(arrival.path, body)
+    return routes.destination(model)
+
+
 def target(
-    intent: Intent,
+    destination: Destination,
     arrival: Arrival,
     body: bytes,
     parsed: dict[str, Any] | None,
-    routes: RouteTable | None,
     gateway: GatewayAuth,
     forward_headers: Sequence[tuple[str, str]] = (),
 ) -> Target:
-    """Step 2. `parsed`: the chat body (jsonio.parse_chat_body), None on a pass-through route;
+    """Step 2b. `parsed`: the chat body (jsonio.parse_chat_body), None on a pass-through route;
     `forward_headers`: what observers add upstream (a traceparent replaces the client's own)."""
-    destination = intent.destination
-    if destination is None:  # the routes file decides, by the request's model
-        assert routes is not None
-        model = parsed.get("model") if parsed is not None else request_model(arrival.path, body)
-        destination = routes.destination(model)
-        if destination.model is not None:
-            body = replace_model(parsed, body, destination.model)
+    if destination.model is not None:  # a prefix route: the model without its prefix
+        body = replace_model(parsed, body, destination.model)
     headers = gateway.upstream_headers(arrival.headers.items(), destination)
     if forward_headers:
         replaced = {name.lower() for name, _ in forward_headers}

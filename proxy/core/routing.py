@@ -35,6 +35,7 @@ from dotenv import dotenv_values
 
 from proxy.core.errors import ConfigError, NotFound
 from proxy.core.routes_file import RouteSpec, parse_routes
+from proxy.core.stream import jsonio
 
 DEFAULT_ROUTE_NAME = "default"  # the implicit last route made of THINKPROXY_UPSTREAM_BASE_URL
 _CACHE_LIMIT = 4096  # models looked up; a table answers the same model the same way
@@ -264,7 +265,7 @@ def replace_model(parsed: dict[str, Any] | None, body: bytes, model: str) -> byt
     """The request body with its `model` replaced (a prefix route strips its prefix)."""
     if parsed is not None:
         parsed["model"] = model
-        return orjson.dumps(parsed)
+        return jsonio.dumps(parsed)  # (a parsed chat body may hold integers above 64 bits)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -75,7 +75,7 @@ def create_app(
     resolve: Resolve | None = None,
 ) -> Starlette:
     """Build the proxy app. `transport` lets tests inject respx / httpx.MockTransport; `listeners`
-    adds observers (proxy.core.stream.taps) to those the settings turn on; `resolve` is the name resolver
+    adds observers (proxy.core.events) to those the settings turn on; `resolve` is the name resolver
     (tests inject one, so none depends on the machine's DNS)."""
     settings = settings or Settings()
     table = table or ProvidersTable.load(settings.providers_file)

@@ -192,10 +192,10 @@ class Proxy:
         parsed = chat_door.parse_request(body) if chat else None
         if not chat and s.review is not None:
             refuse_unreviewed_route(arrival.method, arrival.path, body)
-        tgt = plan.target(intent, arrival, body, parsed, s.routes, s.gateway, record.forward_headers)
-        destination = tgt.destination
+        destination = plan.destination_of(intent, arrival, body, parsed, s.routes)
         record.upstream_route = destination.route.name if destination.route else None
         record.upstream_base_url = destination.base_url
+        tgt = plan.target(destination, arrival, body, parsed, s.gateway, record.forward_headers)
         gateway_mode = s.gateway.enabled
         if not chat:
             req = plan.passthrough(arrival, tgt, gateway_mode=gateway_mode)

@@ -10,7 +10,7 @@ Per request (chat completions only):
   400, which made an outage worse than an empty store). The fault is logged once per interval and
   counted (`record.notes["state.errors"]`, read by metrics); `/healthz` asks `reachable()`. Leaves
   a `ReplayNote` in `record.notes` so that the capture knows whom and what the response belongs to.
-- capture — a `Listener` (proxy.core.stream.taps) whose observer, at the end of a successful response,
+- capture — a `Listener` (proxy.core.events) whose observer, at the end of a successful response,
   turns the note's `TurnCollector` into store entries and writes them in the background.
 
 Reasoning text is never logged: the only log lines here name the store and the error class.

@@ -1,6 +1,6 @@
 """Prometheus metrics: `GET /metrics`, on unless `THINKPROXY_METRICS=false`.
 
-A listener (proxy.core.stream.taps) that watches no trace events: it records everything once, when the
+A listener (proxy.core.events) that watches no trace events: it records everything once, when the
 request ends, reading the answer's usage and timings from what the trace builder saw
 (`record.outcome`, proxy.core.stream.trace.TraceOutcome). Nothing runs per streamed chunk; the only other
 moment is the start of a stream's relay (`on_stream`), which counts the stream as active until
@@ -284,7 +284,7 @@ class MetricsListener:
 
 class MetricsObserver(RequestObserver):
     """Watches no trace events: what it counts of an answer is the builder's outcome, read once
-    at the end (proxy.core.stream.taps: `wants_outcome`), and the start of a stream (`on_stream`)."""
+    at the end (proxy.core.events: `wants_outcome`), and the start of a stream (`on_stream`)."""
 
     __slots__ = ("_m", "_streaming")
     wants_trace = False

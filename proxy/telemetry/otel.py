@@ -172,7 +172,7 @@ class OtelObserver(RequestObserver):
         self._done: dict[str, Any] | None = None
         self._output: list[dict[str, Any]] | None = None
         self.wants_trace = True
-        self.wants_output = capture  # the answer (proxy.core.stream.taps), only when content is captured
+        self.wants_output = capture  # the answer (proxy.core.events), only when content is captured
 
     def on_output(self, messages: list[dict[str, Any]]) -> None:
         self._output = messages

@@ -107,7 +107,7 @@ def chat_plan(
     a = arrival(headers, query=query)
     intent = plan.begin(a, gateway, resolve, DEFAULTS, routed=False)
     raw = orjson.dumps(body)
-    tgt = plan.target(intent, a, raw, body, None, gateway)
+    tgt = plan.target(plan.destination_of(intent, a, raw, body, None), a, raw, body, gateway)
     dialect = plan.chat_dialect(TABLE, tgt)
     return plan.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=gateway.enabled)
 
@@ -151,7 +151,8 @@ def test_gateway_mode_sends_the_operators_key_and_no_client_credential_even_in_t
 def test_byok_keeps_the_query_as_sent() -> None:
     a = arrival(path="/v1/embeddings", query=b"key=mine&x=%2F")
     intent = plan.begin(a, BYOK, resolve, DEFAULTS, routed=False)
-    req = plan.passthrough(a, plan.target(intent, a, b"{}", None, None, BYOK), gateway_mode=False)
+    tgt = plan.target(plan.destination_of(intent, a, b"{}", None, None), a, b"{}", None, BYOK)
+    req = plan.passthrough(a, tgt, gateway_mode=False)
     assert req.url == "https://api.deepseek.com/v1/embeddings?key=mine&x=%2F"
 
 
@@ -163,7 +164,9 @@ def test_a_routes_file_picks_the_destination_by_model_once_the_body_is_read() ->
     a = arrival()
     intent = plan.begin(a, BYOK, resolve, DEFAULTS, routed=True)
     body = {"model": "openrouter/qwen/qwq", "messages": []}
-    tgt = plan.target(intent, a, orjson.dumps(body), body, routes, BYOK)
+    destination = plan.destination_of(intent, a, orjson.dumps(body), body, routes)
+    assert destination.route is not None and destination.route.name == "or"
+    tgt = plan.target(destination, a, orjson.dumps(body), body, BYOK)
     assert tgt.destination.base_url == "https://openrouter.ai/api/v1"
     assert orjson.loads(tgt.body)["model"] == "qwen/qwq"  # the prefix is the route's, not the model's
 
@@ -171,7 +174,9 @@ def test_a_routes_file_picks_the_destination_by_model_once_the_body_is_read() ->
 def test_observers_forward_headers_replace_the_clients() -> None:
     a = arrival([("traceparent", "client"), ("x-other", "1")])
     intent = plan.begin(a, BYOK, resolve, DEFAULTS, routed=False)
-    tgt = plan.target(intent, a, b"{}", {}, None, BYOK, [("traceparent", "ours")])
+    tgt = plan.target(
+        plan.destination_of(intent, a, b"{}", {}, None), a, b"{}", {}, BYOK, [("traceparent", "ours")]
+    )
     assert tgt.headers == [("x-other", "1"), ("traceparent", "ours")]
 
 

@@ -516,3 +516,27 @@ async def test_with_review_on_a_call_cannot_go_around_the_gate(proxy_client, pat
     assert rec.requests == []
     ok = await client.post("/v1/embeddings", json={"model": "m", "input": "x"})
     assert ok.status_code == 200 and len(rec.requests) == 1
+
+
+async def test_an_observer_failing_at_the_end_is_logged_and_costs_the_request_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from proxy.core.events import AccessRecord, RequestObserver
+    from proxy.server.app import create_app
+
+    class Broken(RequestObserver):
+        def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+            raise RuntimeError("observer bug")
+
+    class Listener:
+        def start(self, record: AccessRecord, headers: object) -> RequestObserver:
+            return Broken()
+
+    app = create_app(make_settings(), transport=httpx.MockTransport(ok_json), listeners=[Listener()])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://proxy.test"
+    ) as client:
+        r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 200
+    assert "An observer failed at the end of a request (Broken)" in caplog.text
+    assert "observer bug" in caplog.text

@@ -299,7 +299,7 @@ class TraceBuilder:
     def outcome(self) -> TraceOutcome | None:
         """The finished response's usage and times, the same as its `done` event's; None until
         `finish` (and always with mode `off`, which observes nothing). Listeners read it at the
-        end instead of watching the events (proxy.core.stream.taps: `wants_outcome`)."""
+        end instead of watching the events (proxy.core.events: `wants_outcome`)."""
         if not self._done:
             return None
         reasoning = self._reasoning_total if self._reasoned else None

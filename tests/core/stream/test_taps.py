@@ -384,3 +384,23 @@ def test_a_whole_answer_reaches_the_tap_in_one_call_and_the_client_renumbered() 
     assert [e["type"] for e in shown] == ["status", "status", "done"]
     assert [e["seq"] for e in shown] == [1, 2, 3]  # (0 was analyzing, at begin)
     assert calls[1].count("status") == 2 and len(calls[1]) == 5  # the tap's own numbering is untouched
+
+
+def test_an_observer_that_is_not_a_request_observer_is_named_at_once() -> None:
+    from proxy.core.events import start_observers
+
+    class OldStyle:
+        wants_trace = False
+
+        def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+            pass
+
+    class Listener:
+        def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> Any:
+            return OldStyle()
+
+    record = AccessRecord(method="POST", path="/v1/chat/completions")
+    with pytest.raises(
+        TypeError, match=r"Listener\.start returned a OldStyle, not a proxy\.core\.events\.RequestObserver"
+    ):
+        start_observers([Listener()], record, [])
