@@ -123,6 +123,16 @@ def _end_groups(procs: list[subprocess.Popen[bytes]]) -> None:
 SATURATED_PCT = 90.0
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Ask a server to stop, and kill it if it has not within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_idle(pids: list[int], limit: float) -> float:
     """Wait (at most `limit` s) until none of `pids` burns CPU any more; the seconds waited."""
     start = time.monotonic()

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import httpx
+from common import stop_process
 
 MB = 1024 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -254,12 +255,7 @@ def main() -> None:
     finally:
         for sock in watchers:
             sock.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         upstream.shutdown()
 
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
+from common import stop_process
 
 MB = 1024 * 1024
 
@@ -131,12 +132,7 @@ def main() -> None:
         )
     finally:
         stop.set()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         upstream.shutdown()
 
 

@@ -141,19 +141,11 @@ def request_held(
         if text is not None:
             total += _sizeof(text)
     listed = 0
-    # Once per request, on every request: a loop here rather than a call per event or value.
+    # Once per request, on every request: one call per event, none per value (_values_held).
     for event in events:
         # The event's own keys are the trace builder's literal names, shared by every event; a
         # nested object's keys, which an upstream chose, are counted (held_bytes).
-        total += _sizeof(event)
-        for item in event.values():
-            kind = type(item)
-            if kind is str:
-                total += _sizeof(item)
-            elif kind is int or kind is float:
-                total += 32
-            elif item is not None and kind is not bool:
-                total += held_bytes(item)
+        total += _sizeof(event) + _values_held(event.values())
         if event["type"] == "tool_call.start":
             listed += 1
     if tools:

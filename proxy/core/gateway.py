@@ -46,9 +46,9 @@ class Secret(Protocol):
 
 
 class KeySettings(Protocol):
-    """The settings this module reads: proxy.settings.Settings fits it, but the core may not import
-    the settings (they read the environment), so the edge passes them in and only these are used.
-    Read-only properties, so that Settings' `list[SecretStr]` fits a `Sequence[Secret]`."""
+    """The key settings this module reads, as a protocol: the process settings object fits it, and
+    the edge passes it in (the core never imports the settings module, which reads the
+    environment). Read-only properties, so that a `list[SecretStr]` fits a `Sequence[Secret]`."""
 
     @property
     def upstream_api_key(self) -> Secret | None: ...
