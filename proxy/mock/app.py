@@ -5,6 +5,8 @@ faults from `faults`; this module reads requests, records them, and writes the a
 
 Routes (a `{dialect}` path prefix picks the provider shape; without it, the default dialect):
     POST [/{dialect}]/v1/chat/completions     (also [/{dialect}]/chat/completions)
+    POST [/{dialect}]/v1/responses            (also [/{dialect}]/responses): OpenAI's Responses
+                                               API where the provider has one (`responses`)
     GET  [/{dialect}]/v1/models
     POST [/{dialect}]/v1/embeddings
     GET  /_mock/requests, GET /_mock/requests/last, DELETE /_mock/requests
@@ -37,6 +39,7 @@ from proxy.core.errors import error_body
 from proxy.mock import faults
 from proxy.mock.dialects import (
     DIALECTS,
+    REGISTRY,
     Counts,
     Dialect,
     Turn,
@@ -46,6 +49,7 @@ from proxy.mock.dialects import (
     tokens,
 )
 from proxy.mock.faults import Abort, BadMockHeader, Canned, Fault, Plan, Sleep, Step
+from proxy.mock.responses import ResponsesApi
 from proxy.mock.scenarios import Script, answer
 
 __all__ = ["DIALECTS", "MockDisconnect", "MockOptions", "create_mock_app"]
@@ -146,10 +150,14 @@ def create_mock_app(options: MockOptions = MockOptions()) -> Starlette:
         Route("/_mock/requests/last", mock.last_request, methods=["GET"]),
         Route("/v1/chat/completions", mock.chat, methods=["POST"]),
         Route("/chat/completions", mock.chat, methods=["POST"]),
+        Route("/v1/responses", mock.responses, methods=["POST"]),
+        Route("/responses", mock.responses, methods=["POST"]),
         Route("/v1/models", mock.models, methods=["GET"]),
         Route("/v1/embeddings", mock.embeddings, methods=["POST"]),
         Route("/{dialect}/v1/chat/completions", mock.chat, methods=["POST"]),
         Route("/{dialect}/chat/completions", mock.chat, methods=["POST"]),
+        Route("/{dialect}/v1/responses", mock.responses, methods=["POST"]),
+        Route("/{dialect}/responses", mock.responses, methods=["POST"]),
         Route("/{dialect}/v1/models", mock.models, methods=["GET"]),
         Route("/{dialect}/v1/embeddings", mock.embeddings, methods=["POST"]),
     ]
@@ -180,6 +188,7 @@ class _MockUpstream:
     def __init__(self, options: MockOptions) -> None:
         self.options = options
         self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
+        self.responses_api = ResponsesApi()
 
     # --- the request log ---------------------------------------------------------------------
 
@@ -225,6 +234,15 @@ class _MockUpstream:
                 "service": "thinkproxy simulated upstream",
                 "default_dialect": self.options.default_dialect,
                 "dialects": list(DIALECTS),
+                "routes": [
+                    "POST [/{dialect}]/v1/chat/completions",
+                    "POST [/{dialect}]/v1/responses",
+                    "GET [/{dialect}]/v1/models",
+                    "POST [/{dialect}]/v1/embeddings",
+                    "GET|DELETE /_mock/requests",
+                    "GET /_mock/requests/last",
+                ],
+                "responses_dialects": [n for n in DIALECTS if REGISTRY[n].responses_api is not None],
                 "faults": [f.value for f in Fault],
                 "headers": [
                     faults.FAULT_HEADER,
@@ -267,13 +285,19 @@ class _MockUpstream:
             )
         return _json(_embeddings(body))
 
-    # --- chat completions --------------------------------------------------------------------
+    # --- what every answer starts with ---------------------------------------------------------
 
-    async def chat(self, request: Request) -> Response:
+    async def _arrive(self, request: Request) -> tuple[Dialect, Any] | Response:
+        """Log the request; its dialect and parsed body (or `_UNPARSED`), or the mock's 404 for a
+        dialect prefix it does not know."""
         dialect = self._dialect(request)
         body = self._record(request, await request.body(), dialect.name if dialect else None)
         if dialect is None:
             return self._unknown_dialect(request)
+        return dialect, body
+
+    def _admit(self, request: Request, dialect: Dialect) -> tuple[Plan, str] | Response:
+        """The fault plan and a request id, or the status fault that replaces the answer."""
         try:
             plan = faults.parse_plan(
                 request.headers, pace_ms=self.options.pace_ms, chunk_chars=self.options.chunk_chars
@@ -284,6 +308,49 @@ class _MockUpstream:
         canned = self._canned(dialect, plan, request_id)
         if canned is not None:
             return Response(canned.body, canned.status, dict(canned.headers), media_type=canned.media_type)
+        return plan, request_id
+
+    # --- the Responses API -------------------------------------------------------------------
+
+    async def responses(self, request: Request) -> Response:
+        arrived = await self._arrive(request)
+        if isinstance(arrived, Response):
+            return arrived
+        dialect, body = arrived
+        traits = dialect.responses_api
+        if traits is None:  # the provider has no such route: its own 404, before any fault
+            missing = dialect.unknown_route(request.method, request.url.path)
+            return Response(missing.body, missing.status, media_type=missing.media_type)
+        admitted = self._admit(request, dialect)
+        if isinstance(admitted, Response):
+            return admitted
+        plan, request_id = admitted
+        reply = self.responses_api.reply(dialect, traits, None if body is _UNPARSED else body, plan)
+        headers = {"x-request-id": request_id}
+        if reply.status != 200:
+            return Response(reply.body, reply.status, headers, media_type=reply.media_type)
+        if plan.has(Fault.GZIP):
+            headers["content-encoding"] = "gzip"
+        if reply.streaming:
+            headers["cache-control"] = "no-cache"
+        elif plan.has(Fault.SLOW_FIRST):
+            await anyio.sleep(plan.delay_s)  # as on chat: a slow non-stream answer is silent
+        if reply.steps is not None:
+            return StepResponse(_finish(reply.steps, plan), headers=headers, media_type=reply.media_type)
+        payload = gzip.compress(reply.body, mtime=0) if plan.has(Fault.GZIP) else reply.body
+        return Response(payload, 200, headers, media_type=reply.media_type)
+
+    # --- chat completions --------------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        arrived = await self._arrive(request)
+        if isinstance(arrived, Response):
+            return arrived
+        dialect, body = arrived
+        admitted = self._admit(request, dialect)
+        if isinstance(admitted, Response):
+            return admitted
+        plan, request_id = admitted
         headers = {"x-request-id": request_id}
 
         problem = _shape_problem(body)

@@ -184,9 +184,10 @@ def non_sse(request_id: str) -> Canned:
 
 
 def broken_line(frame: bytes) -> bytes:
-    """The same data line cut in the middle of its JSON."""
-    payload = frame.removeprefix(b"data: ").rstrip(b"\n")
-    return b"data: " + payload[: max(1, len(payload) // 2)] + b"\n\n"
+    """The same data line cut in the middle of its JSON (an `event:` line before it is kept)."""
+    head, _, payload = frame.partition(b"data: ")
+    payload = payload.rstrip(b"\n")
+    return head + b"data: " + payload[: max(1, len(payload) // 2)] + b"\n\n"
 
 
 def padded(template: bytes, marker: bytes, size: int) -> Iterator[bytes]:

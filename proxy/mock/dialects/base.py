@@ -1,7 +1,8 @@
 """The OpenAI-compatible base shape every provider dialect starts from, and the values it works on.
 
 `Turn` (ids and request flags), `Counts` (usage) and `Rejection` (an error answer) are what the
-mock app hands a dialect; `frame`, `split_text` and friends build the SSE body.
+mock app hands a dialect; `frame`, `split_text` and friends build the SSE body. `ResponsesTraits`
+says whether and how the provider serves the Responses API (`proxy.mock.responses`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,24 @@ class Rejection:
 
     status: int
     body: bytes
+    media_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class ResponsesTraits:
+    """How a provider's native Responses endpoint (`POST /v1/responses`) differs from OpenAI's.
+
+    A dialect without one (`Dialect.responses_api is None`) answers that path as any unknown one.
+    """
+
+    # Raw reasoning as `reasoning_text` content (self-hosted servers show their model's thinking);
+    # OpenAI shows only a summary, and only when `reasoning.summary` asks for one.
+    reasoning_text: bool = False
+    # Reasoning sealed in `encrypted_content` (when `include` asks), and the stateless rule that a
+    # tool call sent back must come with the reasoning item that preceded it.
+    sealed: bool = False
+    # An `obfuscation` pad on delta events, as on OpenAI's chat chunks.
+    obfuscation: bool = False
 
 
 def frame(chunk: Mapping[str, Any]) -> bytes:
@@ -125,6 +144,8 @@ class Dialect:
     # Where usage goes in a stream: a `choices: []` chunk when include_usage is asked, and/or
     # on the finish chunk whatever the request says (some providers always do that).
     usage_chunk: ClassVar[bool] = True
+    # The provider's native Responses API, if it has one (see `ResponsesTraits`).
+    responses_api: ClassVar[ResponsesTraits | None] = None
 
     # request side
     def depth(self, body: Mapping[str, Any]) -> Depth:
@@ -132,6 +153,16 @@ class Dialect:
 
     def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
         return None
+
+    def check_responses(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        """`check` for a Responses request, given as the chat body it maps to (`reasoning.effort`
+        becomes `reasoning_effort`); a provider that names the Responses parameter overrides it."""
+        return self.check(body, depth)
+
+    def unknown_route(self, method: str, path: str) -> Rejection:
+        """What the provider answers on a path it does not serve. By default the mock's own answer
+        to an unknown route (Starlette's plain-text 404); a provider with a known body overrides it."""
+        return Rejection(404, b"Not Found", "text/plain; charset=utf-8")
 
     def error_body(self, message: str, *, param: str | None = None, code: str | None = None) -> bytes:
         return orjson.dumps(

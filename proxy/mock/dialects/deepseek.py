@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from proxy.mock.dialects.base import JSON, Counts, Rejection, Turn, tool_call_items
 from proxy.mock.dialects.knobs import effort_depth, missing_replay, thinking_type
 from proxy.mock.dialects.shapes import PairedReasoning
@@ -36,6 +38,13 @@ class DeepSeek(PairedReasoning):
         if depth is not Depth.NONE and missing_replay(body, current_round_only=True) is not None:
             return Rejection(400, self.error_body(self.replay_message))
         return None
+
+    def unknown_route(self, method: str, path: str) -> Rejection:
+        """DeepSeek's 404 for a path it does not serve (its API has no /v1/responses), as clients
+        report it: github.com/carlrobertoh/ProxyAI/issues/827, github.com/Vali-98/ChatterUI/issues/437."""
+        event_id = f"30-inst-128-{uuid.uuid4().int % 10**14:014d}-{uuid.uuid4().hex[:8]}"
+        body = {"event_id": event_id, "error_msg": "Not Found. Please check the configuration."}
+        return Rejection(404, orjson.dumps(body))
 
     def new_id(self, created: int) -> str:
         return str(uuid.uuid4())

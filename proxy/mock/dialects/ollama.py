@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from proxy.mock.dialects.base import JSON, Rejection, Turn, tool_call_items
+from proxy.mock.dialects.base import JSON, Rejection, ResponsesTraits, Turn, tool_call_items
 from proxy.mock.dialects.knobs import effort_depth, lower
 from proxy.mock.dialects.shapes import RoleOnEveryDelta
 from proxy.mock.scenarios import Depth, Script
@@ -25,6 +25,7 @@ class Ollama(RoleOnEveryDelta):
     default_model = "qwen3:8b"
     models = ("qwen3:8b", "gpt-oss:20b", "deepseek-r1:8b")
     owned_by = "library"
+    responses_api = ResponsesTraits(reasoning_text=True)  # Ollama serves /v1/responses (stateless)
     sample_400 = _invalid_effort("x")
     logprobs = False
     accepted_efforts = ("high", "medium", "low", "none")

@@ -8,7 +8,15 @@ from typing import Any
 
 import orjson
 
-from proxy.mock.dialects.base import JSON, Counts, Dialect, Rejection, Turn, tool_call_items
+from proxy.mock.dialects.base import (
+    JSON,
+    Counts,
+    Dialect,
+    Rejection,
+    ResponsesTraits,
+    Turn,
+    tool_call_items,
+)
 from proxy.mock.dialects.knobs import effort_depth
 from proxy.mock.scenarios import Depth, Script
 
@@ -27,12 +35,14 @@ def _alnum(length: int) -> str:
 
 class OpenAI(Dialect):
     """OpenAI: no reasoning text at all, only `usage.completion_tokens_details.reasoning_tokens`;
-    `usage: null` on every chunk when include_usage is on; an `obfuscation` pad on stream chunks."""
+    `usage: null` on every chunk when include_usage is on; an `obfuscation` pad on stream chunks.
+    Its native Responses API (`proxy.mock.responses`) seals reasoning and checks it comes back."""
 
     name = "openai"
     default_model = "gpt-5.1"
     models = ("gpt-5.1", "gpt-5", "o4-mini", "gpt-4.1-mini")
     owned_by = "system"
+    responses_api = ResponsesTraits(sealed=True, obfuscation=True)
     sample_400 = (
         "Unsupported value: 'minimal' is not supported with the 'gpt-5.1' model. "
         "Supported values are: 'none', 'low', 'medium', and 'high'."
@@ -62,29 +72,39 @@ class OpenAI(Dialect):
         return effort_depth(body.get("reasoning_effort")) or Depth.STANDARD
 
     def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        rejection = self._effort_rejection(body, param="reasoning_effort")
+        if (
+            rejection is None
+            and self._efforts(str(body.get("model", self.default_model)))
+            and "max_tokens" in body
+        ):
+            message = (
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead."
+            )
+            return Rejection(400, self.error_body(message, param="max_tokens", code="unsupported_parameter"))
+        return rejection
+
+    def check_responses(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        # The same rules; the Responses API names the parameter `reasoning.effort`.
+        return self._effort_rejection(body, param="reasoning.effort")
+
+    def _effort_rejection(self, body: Mapping[str, Any], *, param: str) -> Rejection | None:
+        """The effort the model does not take: any effort on a non-reasoning model, or a value
+        outside the model family's list."""
         model = str(body.get("model", self.default_model))
         accepted = self._efforts(model)
         effort = body.get("reasoning_effort")
         if effort is not None and not accepted:
-            message = "Unsupported parameter: 'reasoning_effort' is not supported with this model."
-            return Rejection(
-                400, self.error_body(message, param="reasoning_effort", code="unsupported_parameter")
-            )
+            message = f"Unsupported parameter: '{param}' is not supported with this model."
+            return Rejection(400, self.error_body(message, param=param, code="unsupported_parameter"))
         if effort is not None and effort not in accepted:
             listed = ", ".join(f"'{v}'" for v in accepted[:-1]) + f", and '{accepted[-1]}'"
             message = (
                 f"Unsupported value: '{effort}' is not supported with the '{model}' model. "
                 f"Supported values are: {listed}."
             )
-            return Rejection(
-                400, self.error_body(message, param="reasoning_effort", code="unsupported_value")
-            )
-        if accepted and "max_tokens" in body:
-            message = (
-                "Unsupported parameter: 'max_tokens' is not supported with this model. "
-                "Use 'max_completion_tokens' instead."
-            )
-            return Rejection(400, self.error_body(message, param="max_tokens", code="unsupported_parameter"))
+            return Rejection(400, self.error_body(message, param=param, code="unsupported_value"))
         return None
 
     def new_id(self, created: int) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from proxy.mock.dialects.base import JSON, Counts, Rejection, Turn, hex_id, tool_call_items
+from proxy.mock.dialects.base import JSON, Counts, Rejection, ResponsesTraits, Turn, hex_id, tool_call_items
 from proxy.mock.dialects.knobs import budget_depth, effort_depth
 from proxy.mock.dialects.shapes import RoleOnEveryDelta
 from proxy.mock.scenarios import Depth, Script
@@ -32,6 +32,7 @@ class OpenRouter(RoleOnEveryDelta):
     default_model = "deepseek/deepseek-r1"
     models = ("deepseek/deepseek-r1", "z-ai/glm-4.5", "anthropic/claude-sonnet-4.5")
     owned_by = "openrouter"
+    responses_api = ResponsesTraits()  # OpenRouter's /api/v1/responses (beta), OpenAI's shape
     sample_400 = "Only one of reasoning and reasoning_effort may be provided"
 
     @staticmethod

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from proxy.mock.dialects.base import JSON, Dialect, Rejection, Turn, tool_call_items
+from proxy.mock.dialects.base import JSON, Dialect, Rejection, ResponsesTraits, Turn, tool_call_items
 from proxy.mock.dialects.knobs import lower
 from proxy.mock.dialects.shapes import inline_think_pieces, inline_think_text
 from proxy.mock.scenarios import Depth, Script
@@ -65,6 +65,7 @@ class VLLM(Dialect):
         "Qwen/QwQ-32B",
     )
     owned_by = "vllm"
+    responses_api = ResponsesTraits(reasoning_text=True)  # vLLM serves /v1/responses too
     sample_400 = "This model's maximum context length is 40960 tokens."
     close_tag = ("\n</", "think>\n\n")  # cut inside the tag, as a tokenizer does
 
