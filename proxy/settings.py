@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     trace_format: TraceFormat = TraceFormat.COMMENT
     reasoning_visibility: ReasoningVisibility = ReasoningVisibility.SHOW
     reasoning_field: ReasoningField = ReasoningField.REASONING_CONTENT
+    responses_hosted_tools: Literal["omit", "refuse"] = Field(
+        default="omit",
+        description="bridged Responses requests: hosted tools (web_search…) left out and announced, or a 400",
+    )
 
     upstream_api_key: SecretStr | None = Field(
         default=None,
@@ -106,6 +110,10 @@ class Settings(BaseSettings):
     state_secret: SecretStr | None = Field(
         default=None,
         description="key of the tenant hash; unset = derived from STATE_URL (Redis) or random per process",
+    )
+    state_old_secrets: SecretStr | None = Field(
+        default=None,
+        description="earlier STATE_SECRETs, comma-separated: sealed blobs they made still open (rotation)",
     )
 
     # -- observability --------------------------------------------------------------------------

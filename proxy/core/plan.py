@@ -298,6 +298,28 @@ def plan_chat(
     return ChatPlan(request, dialect, applied, method if applied else None, response_headers, reasoning, zh)
 
 
+class FrontDoor(Protocol):
+    """A front door whose client reads the chat answer in another protocol (the Responses API:
+    proxy.server.responses_door). The relay hands it everything the response pipeline writes,
+    last, so the chat path's normalization, trace, capture and review gate hold there too."""
+
+    def planned(self, trace: TraceBuilder | None) -> None:
+        """The plan is made: the door adds its own notes to the trace before it begins."""
+
+    def feed(self, data: bytes) -> bytes:
+        """The pipeline's next output (any split) → the client's bytes."""
+
+    def close(self) -> bytes:
+        """The pipeline wrote its last byte (or the stream broke off): what ends the client's."""
+
+    def completion(self, body: bytes) -> bytes:
+        """A non-stream answer as the pipeline wrote it → the client's body."""
+
+    async def settle(self) -> None:
+        """The answer is whole: the door's own I/O at its end (storing a response), before the
+        client's last bytes go out."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChatContext:
     """What the plan decided about a chat response: how the pipeline normalizes and traces it, and
@@ -311,3 +333,4 @@ class ChatContext:
     # Set only when a review policy is configured (proxy.review): holds covered tool calls back.
     gate: StreamGate | None = None
     zh: bool = False
+    door: FrontDoor | None = None  # None: the client speaks chat completions

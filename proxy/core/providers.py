@@ -80,6 +80,26 @@ class ReplayPolicy(_Strict):
         return self
 
 
+class ResponsesRule(_Strict):
+    """How `POST /v1/responses` reaches this upstream (docs/responses.md). `bridge` (the default):
+    translated to chat completions. `native`: forwarded to the upstream's own `/responses`, the
+    level sent as `reasoning.effort` (`effort`: the value per level; a level left out sends
+    nothing); `docs` is the source that says the upstream serves the Responses API."""
+
+    mode: Literal["native", "bridge"] = "bridge"
+    docs: str | None = None
+    effort: dict[Literal["off", "standard", "deep"], str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _native_needs_a_source(self) -> ResponsesRule:
+        if self.mode == "native" and (self.docs is None or not _URL.match(self.docs)):
+            raise ValueError("mode native needs docs: the http(s) URL that says the upstream serves it")
+        return self
+
+
+BRIDGE = ResponsesRule()
+
+
 class LevelRule(_Strict):
     """How one level is applied: `params` deep-merged into the body, or `prompt`, the name of an
     instruction injected as a system message. Exactly one of the two; `params: {}` sends nothing."""
@@ -119,6 +139,7 @@ class _ModelOverride(_Strict):
     conflicts: tuple[str, ...] | None = None
     reasoning: ReasoningFormat | None = None
     replay: ReplayPolicy | None = None
+    responses: ResponsesRule | None = None
 
     @field_validator("match")
     @classmethod
@@ -141,6 +162,7 @@ class _Entry(_Strict):
     conflicts: tuple[str, ...]
     reasoning: ReasoningFormat
     replay: ReplayPolicy
+    responses: ResponsesRule = BRIDGE
     models: tuple[_ModelOverride, ...] = ()
 
     @field_validator("docs")
@@ -190,6 +212,7 @@ class Dialect:
     instructions: Mapping[str, Mapping[str, str]]
     instruction_texts: frozenset[str] = frozenset()
     model_override: tuple[str, ...] | None = None  # the globs of the override that applied, if any
+    responses: ResponsesRule = BRIDGE  # how POST /v1/responses reaches this upstream
 
 
 @dataclass(frozen=True)
@@ -411,6 +434,7 @@ def _compile(parsed: _ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
             instructions=instructions,
             instruction_texts=texts,
             model_override=override.match if override else None,
+            responses=override.responses if override and override.responses is not None else entry.responses,
         )
 
     compiled: list[_CompiledEntry] = []

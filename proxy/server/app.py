@@ -1,7 +1,8 @@
 """The Starlette application: its routes and the wiring of its services, nothing else.
 
-Routes: `POST /v1/chat/completions` (rewritten, normalized, traced), `GET /v1/models` (merged
-across routes), every other `/v1/*` path forwarded transparently, `GET /healthz`, and the
+Routes: `POST /v1/chat/completions` (rewritten, normalized, traced), `POST /v1/responses` and
+its stored responses (proxy.server.responses_door), `GET /v1/models` (merged across routes),
+every other `/v1/*` path forwarded transparently, `GET /healthz`, and the
 capabilities' own (metrics, console, reviews). The handlers are proxy.server.handlers; what they
 decide is proxy.core.plan's.
 """
@@ -36,6 +37,7 @@ from proxy.server.browser_guard import BrowserGuard, HostRule
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
 from proxy.server.replay_service import ReplayService
+from proxy.server.responses_door import ResponsesDoor
 from proxy.server.upstream.factory import build_upstream
 from proxy.server.upstream.policy import UpstreamPolicy
 from proxy.settings import Settings
@@ -107,6 +109,7 @@ def create_app(
         replay=replay,
     )
     proxy = Proxy(services)
+    responses = ResponsesDoor(proxy)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -127,6 +130,9 @@ def create_app(
         *telemetry.routes,
         Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
         Route("/v1/models", proxy.models, methods=["GET"]),
+        Route("/v1/responses", responses.create, methods=["POST"]),
+        Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
+        Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from proxy.core import plan
-from proxy.core.controls import UPSTREAM_HEADER, TraceMode
+from proxy.core.controls import UPSTREAM_HEADER, TraceFormat, TraceMode
 from proxy.core.errors import ProxyError
 from proxy.core.events import AccessRecord, Listener, notify_end, start_observers
 from proxy.core.gateway import GatewayAuth
-from proxy.core.plan import ChatContext
+from proxy.core.plan import ChatContext, FrontDoor
 from proxy.core.protocols import chat as chat_door
 from proxy.core.providers import ProvidersTable
 from proxy.core.review_rules import refuse_unreviewed_route
@@ -141,7 +142,7 @@ class Proxy:
             plan.read_controls(request.headers, self.defaults)
             merged = await self.listing.get(request.headers.items())
         except ProxyError as exc:
-            return self._error(exc, record, started)
+            return self.error(exc, record, started)
         headers = dict(record.response_headers)
         if merged.missing:
             headers[MISSING_HEADER] = ", ".join(merged.missing)
@@ -160,22 +161,32 @@ class Proxy:
         return record, bad_request_id
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
+        async def run(record: AccessRecord, started: float) -> Response:
+            return await self._proxy(request, chat, started, record)
+
+        return await self.guarded(request, "chat" if chat else "passthrough", run)
+
+    async def guarded(
+        self, request: Request, route: str, run: Callable[[AccessRecord, float], Awaitable[Response]]
+    ) -> Response:
+        """One request's record and its ending, whatever happens: a refusal is an OpenAI-shaped
+        error, a client gone mid-body a 499, anything unexpected a 500 (never a text page)."""
         started = time.perf_counter()
-        record, bad_request_id = self._record(request, "chat" if chat else "passthrough")
+        record, bad_request_id = self._record(request, route)
         try:
             if bad_request_id is not None:
                 raise bad_request_id
-            return await self._proxy(request, chat, started, record)
+            return await run(record, started)
         except ClientDisconnect:  # gone while still sending its body: nothing was forwarded
             return client_gone(record, started, self.finish)
         except ProxyError as exc:
-            return self._error(exc, record, started)
+            return self.error(exc, record, started)
         except Exception:  # the one catch-all before a response starts: a 500, never a text page
             logger.exception("Unexpected error while handling %s %s", request.method, request.url.path)
             failure = ProxyError("The proxy failed to handle this request (an internal error; see its log).")
-            return self._error(failure, record, started)
+            return self.error(failure, record, started)
 
-    def _error(self, exc: ProxyError, record: AccessRecord, started: float) -> Response:
+    def error(self, exc: ProxyError, record: AccessRecord, started: float) -> Response:
         record.status = exc.status
         record.error = exc.code
         self.finish(record, started)
@@ -204,6 +215,24 @@ class Proxy:
             )
 
         assert parsed is not None
+        return await self.run_chat(request, arrival, intent, tgt, parsed, record, started)
+
+    async def run_chat(
+        self,
+        request: Request,
+        arrival: plan.Arrival,
+        intent: plan.Intent,
+        tgt: plan.Target,
+        parsed: dict[str, Any],
+        record: AccessRecord,
+        started: float,
+        door: FrontDoor | None = None,
+    ) -> Response:
+        """Steps 3 of a chat request (the replay store's lookup, the plan, the relay). `door`: a
+        front door other than chat completions (proxy.server.responses_door) whose client reads
+        the answer in its own protocol."""
+        s = self.s
+        gateway_mode = s.gateway.enabled
         controls = intent.controls
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
@@ -244,10 +273,15 @@ class Proxy:
             s.review.check_request(parsed)
             if record.stream:
                 shown = None if controls.trace is TraceMode.OFF else controls.trace_format
+                if door is not None and shown is not None:
+                    shown = TraceFormat.COMMENT  # a front door's stream carries the trace as comments
                 gate = s.review.stream_gate(shown, chat_plan.zh, s.settings.max_sse_event_bytes)
+        trace_format = controls.trace_format if door is None else TraceFormat.COMMENT
         context = ChatContext(
-            parsed, chat_plan.reasoning, trace, controls.trace_format, capture, gate=gate, zh=chat_plan.zh
+            parsed, chat_plan.reasoning, trace, trace_format, capture, gate=gate, zh=chat_plan.zh, door=door
         )
+        if door is not None:
+            door.planned(trace)
         extra = chat_plan.response_headers + record.response_headers
         return await self.relay(
             request.receive, chat_plan.request, record, started, extra_headers=extra, chat=context

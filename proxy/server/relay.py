@@ -50,10 +50,12 @@ from proxy.server.request_ids import rename_upstream_request_id
 from proxy.server.streaming import (
     ElapsedMs,
     _client_writer,
+    completion_through_door,
     read_all,
     relay_raw,
     relay_stream,
     review_context,
+    through_door,
 )
 from proxy.server.upstream.common import (
     TRANSPORT_ERRORS,
@@ -244,18 +246,19 @@ class Relay:
             + list(SSE_HEADERS)
             + extra_headers
         )
+        write = partial(
+            relay_stream,
+            response,
+            pipeline,
+            chat,
+            elapsed_ms,
+            record,
+            watch,
+            self.settings.total_timeout,
+            self.review,
+        )
         return RelayResponse(
-            partial(
-                relay_stream,
-                response,
-                pipeline,
-                chat,
-                elapsed_ms,
-                record,
-                watch,
-                self.settings.total_timeout,
-                self.review,
-            ),
+            write if chat.door is None else partial(through_door, chat.door, write, record),
             status_code=response.status,
             headers=headers,
             watch=watch,
@@ -305,6 +308,9 @@ class Relay:
             return self._reviewed_completion(
                 self.review, held, watch, record, started, headers, chat, elapsed_ms
             )
+        if chat.door is not None:
+            out = chat.door.completion(out)
+            await chat.door.settle()
         headers.append(("content-length", str(len(out))))
         record.bytes_out = len(out)
 
@@ -335,6 +341,8 @@ class Relay:
         parsed, calls = held
 
         async def write(send: Send) -> None:
+            if chat.door is not None:
+                send = completion_through_door(chat.door, send)
             decided = await review.settle_completion(
                 parsed,
                 calls,

@@ -138,6 +138,11 @@ class ReplayService:
         self.totals: Counter[str] = Counter()
         self._observer = _CaptureObserver(self)
 
+    @property
+    def secret(self) -> bytes:
+        """The deployment secret (the tenant hash's key; the Responses door seals blobs with it)."""
+        return self._secret
+
     @classmethod
     def from_settings(cls, settings: Settings) -> ReplayService | None:
         store = build_store(settings)

@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from starlette.types import Send
+from starlette.types import Message, Send
 
 from proxy.core.errors import BadUpstreamResponse, ProxyError, error_payload
 from proxy.core.events import AccessRecord, notify_stream
-from proxy.core.plan import ChatContext
+from proxy.core.plan import ChatContext, FrontDoor
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.pipeline import DONE, StreamFailure, StreamPipeline
 from proxy.core.stream.sse import data_frame
@@ -243,6 +243,42 @@ async def settle_held_calls(
         await send(body_piece(data_frame(orjson.dumps(payload)) + data_frame(DONE)))
         return
     audit_undecided(decided)
+
+
+async def through_door(
+    door: FrontDoor, write: Callable[[Send], Awaitable[None]], record: AccessRecord, send: Send
+) -> None:
+    """A stream written in a front door's protocol: everything `write` sends (the pipeline's
+    output, a settled review, an error event) goes through the door, then the door's end. The
+    door's own I/O (storing the response) runs before the bytes that end the client's stream."""
+
+    async def translated(message: Message) -> None:
+        data = message.get("body", b"")
+        out = door.feed(data)
+        record.bytes_out += len(out) - len(data)
+        if out:
+            await send({**message, "body": out})
+
+    await write(translated)
+    tail = door.close()
+    await door.settle()
+    if tail:
+        record.bytes_out += len(tail)
+        await send(body_piece(tail))
+
+
+def completion_through_door(door: FrontDoor, send: Send) -> Send:
+    """A non-stream answer the review gate writes once settled, translated by the door (the gate
+    writes the whole body in one piece; the body's end closes the connection's response)."""
+
+    async def translated(message: Message) -> None:
+        data = message.get("body", b"")
+        if data.strip():  # (the spaces that keep the connection alive while a reviewer decides pass)
+            data = door.completion(data)
+            await door.settle()
+        await send({**message, "body": data})
+
+    return translated
 
 
 def failure_frames(pipeline: StreamPipeline, failure: ProxyError, now_ms: float) -> bytes:

@@ -26,6 +26,10 @@ class StateStore(Protocol):
         """Store each value for the store's TTL, replacing any earlier value under its key."""
         ...
 
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """Forget each key (absent ones are no error)."""
+        ...
+
     async def ping(self) -> None:
         """Return when the backend answers (bounded like every call); else StoreUnavailable."""
         ...

@@ -80,6 +80,11 @@ class MemoryStore:
             self.bytes += size
         self._evict(now)
 
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            if key in self._data:
+                self._drop(key)
+
     def _drop(self, key: str) -> None:
         _, value = self._data.pop(key)
         self.bytes -= _held(key, value)

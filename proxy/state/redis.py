@@ -86,6 +86,16 @@ class RedisStore:
             raise self._failed(exc) from None
         self._down_until = 0.0
 
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        self._check_up()
+        try:
+            await asyncio.wait_for(self._client.delete(*keys), self.timeout * 2)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise self._failed(exc) from None
+        self._down_until = 0.0
+
     async def ping(self) -> None:
         # Health checks ask this: while "down" it answers at once without trying, so probes of an
         # outage cost nothing, and the first probe after `retry_after` notices the recovery.

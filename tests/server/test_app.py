@@ -503,7 +503,7 @@ async def test_control_headers_are_checked_on_every_route(
     assert twice.status_code == 400 and rec.requests == []
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions/", "/v1/responses"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions/", "/v1/completions"])
 async def test_with_review_on_a_call_cannot_go_around_the_gate(proxy_client, path: str) -> None:
     """The gate reviews chat completions; a request that could make calls elsewhere is refused
     rather than forwarded unreviewed."""

@@ -33,8 +33,8 @@ output order. On a failure no open item is done (a half-received tool call must 
 complete): `response.failed` comes at once, its output holding them as "incomplete". Not carried:
 `refusal` deltas, choices other than the first, output after the finish reason.
 
-`response_from_completion` is the non-stream form: the `Response` object of a whole chat
-completion, built by the same encoder so both forms agree.
+The non-stream form (the `Response` object of a whole chat completion) is built by the same
+encoder, so both forms agree: proxy.core.protocols.responses_stream.response_from_completion.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from proxy.core.protocols.responses_output import (
     ResponseFrame,
     ResponseStatus,
     Seal,
+    custom_input,
+    custom_tool_call_item,
     function_call_item,
     message_item,
     output_text_part,
@@ -60,6 +62,7 @@ from proxy.core.protocols.responses_output import (
     responses_usage,
     summary_text_part,
 )
+from proxy.core.protocols.responses_tools import ToolName
 from proxy.core.stream import jsonio
 
 __all__ = [
@@ -68,9 +71,9 @@ __all__ = [
     "ResponseFrame",
     "ResponsesEncoder",
     "Seal",
+    "first_choice",
     "frame",
     "frames",
-    "response_from_completion",
 ]
 
 # Finish reasons that end the output early, and the `incomplete_details.reason` they give.
@@ -105,8 +108,18 @@ class ResponsesEncoder:
     `end` and `fail` give them first when not asked yet); after the terminal event every call
     returns no events."""
 
-    def __init__(self, frame: ResponseFrame, *, seal: Seal, new_id: IdFactory) -> None:
+    def __init__(
+        self,
+        frame: ResponseFrame,
+        *,
+        seal: Seal,
+        new_id: IdFactory,
+        tool_names: Mapping[str, ToolName] | None = None,
+    ) -> None:
         self._frame = frame
+        # Chat function names that stand for a namespaced or a custom (freeform) Responses tool:
+        # their calls go back as the client declared them (responses_tools.ToolName).
+        self._tool_names = tool_names or {}
         self._seal = seal
         self._new_id = new_id
         self._seq = 0
@@ -144,7 +157,7 @@ class ResponsesEncoder:
             return out + self._failed(*_error_facts(error))
         if isinstance(chunk.get("usage"), Mapping):
             self._usage = chunk["usage"]
-        choice = _first_choice(chunk.get("choices"))
+        choice = first_choice(chunk.get("choices"))
         if choice is None or self._finish is not None:
             return out
         delta = choice.get("delta")
@@ -265,7 +278,7 @@ class ResponsesEncoder:
             call.name = name
         if isinstance(arguments, str) and arguments:
             call.text.append(arguments)
-            if call.begun:
+            if call.begun and not self._is_custom(call):
                 self._emit(out, "response.function_call_arguments.delta", **self._at(call), delta=arguments)
         if not call.begun and call.name:
             self._begin_call(call, out)
@@ -284,7 +297,7 @@ class ResponsesEncoder:
             call.call_id = self._new_id("call")
         call.begun = True
         self._announce(call, out)
-        if call.text:
+        if call.text and not self._is_custom(call):
             self._emit(
                 out, "response.function_call_arguments.delta", **self._at(call), delta="".join(call.text)
             )
@@ -325,8 +338,16 @@ class ResponsesEncoder:
             self._seal_done(pending, calls, out)
         for call in calls:
             call.status = status
-            arguments = "".join(call.text)
-            self._emit(out, "response.function_call_arguments.done", **self._at(call), arguments=arguments)
+            if self._is_custom(call):
+                # A freeform tool's input is one JSON string argument: whole only at the end.
+                text = custom_input("".join(call.text))
+                self._emit(out, "response.custom_tool_call_input.delta", **self._at(call), delta=text)
+                self._emit(out, "response.custom_tool_call_input.done", **self._at(call), input=text)
+            else:
+                arguments = "".join(call.text)
+                self._emit(
+                    out, "response.function_call_arguments.done", **self._at(call), arguments=arguments
+                )
             self._done(call, out)
 
     def _end_reasoning_text(self, item: _Item, out: list[Event]) -> None:
@@ -372,7 +393,24 @@ class ResponsesEncoder:
         if item.kind == "message":
             return message_item(item.item_id, text, status=item.status)
         arguments = "".join(item.text)
-        return function_call_item(item.item_id, item.call_id, item.name, arguments, status=item.status)
+        declared = self._tool_names.get(item.name)
+        if declared is None:
+            return function_call_item(item.item_id, item.call_id, item.name, arguments, status=item.status)
+        if declared.kind == "custom":
+            text = custom_input(arguments) if item.status != "in_progress" else ""
+            return custom_tool_call_item(item.item_id, item.call_id, declared.name, text, declared.namespace)
+        return function_call_item(
+            item.item_id,
+            item.call_id,
+            declared.name,
+            arguments,
+            status=item.status,
+            namespace=declared.namespace,
+        )
+
+    def _is_custom(self, call: _Item) -> bool:
+        declared = self._tool_names.get(call.name)
+        return declared is not None and declared.kind == "custom"
 
     # ----------------------------------------------------------------------------------------------
     # Events
@@ -414,7 +452,7 @@ class ResponsesEncoder:
         return out
 
 
-def _first_choice(choices: Any) -> Mapping[str, Any] | None:
+def first_choice(choices: Any) -> Mapping[str, Any] | None:
     """The chunk's choice 0 (a response has one output)."""
     if isinstance(choices, list):
         for choice in choices:
@@ -441,31 +479,3 @@ def frame(event: Mapping[str, Any]) -> bytes:
 
 def frames(events: Iterable[Mapping[str, Any]]) -> bytes:
     return b"".join(frame(event) for event in events)
-
-
-def response_from_completion(
-    completion: Mapping[str, Any], frame: ResponseFrame, *, seal: Seal, new_id: IdFactory
-) -> dict[str, Any]:
-    """The `Response` object of a whole chat completion (the non-stream form): choice 0's message
-    as one chunk through the encoder (reasoning, then text, then the tool calls). A completion
-    without a finish reason counts as finished ("stop"): its body arrived whole."""
-    encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id)
-    choice = _first_choice(completion.get("choices"))
-    if "error" in completion:
-        events = encoder.feed(completion)
-    elif choice is None:
-        events = encoder.fail("the upstream's answer has no choice")
-    else:
-        message = choice.get("message")
-        delta = dict(message) if isinstance(message, Mapping) else {}
-        calls = delta.get("tool_calls")
-        if isinstance(calls, list):
-            delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, Mapping)]
-        finish = choice.get("finish_reason")
-        finish = finish if isinstance(finish, str) and finish else "stop"
-        chunk = {
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            "usage": completion.get("usage"),
-        }
-        events = encoder.feed(chunk) + encoder.end()
-    return dict(events[-1]["response"])

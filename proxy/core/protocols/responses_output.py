@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from proxy.core.stream import jsonio
+
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 
@@ -139,9 +141,15 @@ def message_item(item_id: str, text: str | None, *, status: ItemStatus) -> dict[
 
 
 def function_call_item(
-    item_id: str, call_id: str, name: str, arguments: str, *, status: ItemStatus
+    item_id: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    *,
+    status: ItemStatus,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
-    return {
+    item = {
         "id": item_id,
         "type": "function_call",
         "call_id": call_id,
@@ -149,6 +157,19 @@ def function_call_item(
         "arguments": arguments,
         "status": status,
     }
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
+
+
+def custom_tool_call_item(
+    item_id: str, call_id: str, name: str, input_: str, namespace: str | None = None
+) -> dict[str, Any]:
+    """A freeform tool's call (`ResponseCustomToolCall` has no status)."""
+    item = {"id": item_id, "type": "custom_tool_call", "call_id": call_id, "name": name, "input": input_}
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
 
 
 def _count(container: Any, *keys: str) -> int:
@@ -221,3 +242,15 @@ def response_object(
         if key in frame.echo and key not in out:
             out[key] = frame.echo[key]
     return out
+
+
+def custom_input(arguments: str) -> str:
+    """A freeform tool's input from its chat call's arguments (`{"input": "…"}`, the one string
+    argument the bridge declared); arguments that are not that object are the input as they came."""
+    try:
+        parsed = jsonio.loads(arguments.encode())
+    except ValueError:
+        return arguments
+    if isinstance(parsed, dict) and isinstance(parsed.get("input"), str):
+        return str(parsed["input"])
+    return arguments

@@ -76,7 +76,7 @@ class TraceBuilder:
     # to fill and to read on every call.
     __slots__ = (
         "_begun", "_detailed", "_done", "_finish_reason", "_held_done", "_hold_done", "_last_t",
-        "_level", "_method", "_off", "_origin", "_provider", "_quiet",
+        "_level", "_method", "_notes", "_off", "_origin", "_provider", "_quiet",
         "_reasoned", "_reasoning_since", "_reasoning_total", "_replay", "_seq", "_stage", "_titles",
         "_tool_durations", "_tools", "_ttft", "_usage", "_viewed", "_zh", "response",
     )  # fmt: skip
@@ -122,6 +122,7 @@ class TraceBuilder:
         # What the replay store did for this request's history (see note_replay).
         self._replay: dict[str, int] | None = None
         self._tool_durations: Mapping[str, float] = {}
+        self._notes: list[tuple[str, str, dict[str, Any]]] = []
         # Set while a review gate may hold the response (proxy.core.stream.gate, run by
         # proxy.review): `done` waits for the hold.
         self._hold_done = False
@@ -140,6 +141,10 @@ class TraceBuilder:
         self._replay = counts
         self._tool_durations = tool_durations
 
+    def add_note(self, en: str, zh: str, **fields: Any) -> None:
+        """Before `begin`: a `note` event (both modes; docs/trace-events.md), e.g. tools left out."""
+        self._notes.append((en, zh, fields))
+
     def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> list[dict[str, Any]]:
         """`status: analyzing`, then (detailed) a `tool_result` per answered tool call in the request."""
         out = self._begin(request_body, now_ms)
@@ -156,6 +161,8 @@ class TraceBuilder:
         self._set_stage(Stage.ANALYZING, t, out)
         if self._replay is not None:
             out.append(self._replay_event(t, self._replay))
+        for en, zh, fields in self._notes:
+            out.append(self._event("note", t, self._text(en, zh), **fields))
         if self._detailed and isinstance(request_body, dict):
             for call_id, name, content in answered_tool_calls(request_body.get("messages")):
                 failed = output_is_error(content)

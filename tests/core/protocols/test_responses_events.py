@@ -19,9 +19,9 @@ from proxy.core.protocols.responses_events import (
     ResponsesEncoder,
     frame,
     frames,
-    response_from_completion,
 )
 from proxy.core.protocols.responses_output import responses_usage
+from proxy.core.protocols.responses_stream import response_from_completion
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")

@@ -1,0 +1,213 @@
+"""The Responses front door's state, as values: reasoning sealed into `encrypted_content` and put
+back from it, stored responses (`store`, `previous_response_id`) and compaction items.
+
+Pure: the edge (proxy.server.responses_door) reads and writes the state store and passes the
+deployment's keys and the request's tenant in.
+
+**Reasoning across turns without server state** (DESIGN.md, "Sealed blobs"). Each reasoning item
+the bridge returns carries the proxy's own sealed blob (proxy.core.seal) holding the reasoning
+text, `reasoning_details` and thought signatures, the model and the tool-call ids it preceded.
+It is bound to the tenant, the upstream entry (provider and base URL) and those tool-call ids —
+not to the item id, because Codex does not send reasoning item ids back (its `ResponseItem::
+Reasoning` skips `id` when serializing; /work notes in docs/responses.md). When the client sends
+the history back, `restore_reasoning` opens each blob and puts the reasoning on the assistant
+message it preceded (`reasoning_content`, the internal field; the dialect's replay rules then
+write the field the provider reads, or strip it). A blob that does not open (another tenant,
+deployment or upstream; tampered; foreign, such as OpenAI's own `encrypted_content`) is never
+forwarded: it counts as missing, and the replay store and its miss policy apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from proxy.core import seal
+from proxy.core.protocols.responses_input import RestoreTurn
+from proxy.core.protocols.responses_output import ReasoningItemFacts, Seal
+from proxy.core.stream import jsonio
+
+__all__ = [
+    "RESPONSE_KIND",
+    "RestoreReport",
+    "SealContext",
+    "StoredResponse",
+    "expand_compaction",
+    "reasoning_sealer",
+    "restore_reasoning",
+]
+
+RESPONSE_KIND: Final = "response"  # the replay_keys kind of a stored response
+
+
+@dataclass(frozen=True, slots=True)
+class SealContext:
+    """What every blob of one request is bound to."""
+
+    keys: seal.SealKeys
+    tenant: str
+    provider: str  # the providers.yaml entry
+    base_url: str
+    created: int  # unix seconds (the caller's clock)
+
+    def binding(self, kind: seal.Kind, ids: Sequence[str] = ()) -> seal.Binding:
+        return seal.Binding(self.tenant, self.provider, self.base_url, kind, tuple(ids))
+
+
+def reasoning_sealer(ctx: SealContext) -> Seal:
+    """The encoder's sealing callback: each reasoning item's `encrypted_content`. A payload over
+    the inline cap gets none (the replay store, when on, still holds the turn: docs/responses.md)."""
+
+    def seal_item(facts: ReasoningItemFacts) -> str | None:
+        if not facts.text and not facts.details:
+            return None
+        payload: dict[str, Any] = {
+            "reasoning": facts.text,
+            "model": facts.model,
+            "tool_call_ids": list(facts.call_ids),
+            "created": ctx.created,
+        }
+        if facts.details:
+            payload["details"] = list(facts.details)
+        if facts.signatures:
+            payload["signatures"] = dict(facts.signatures)
+        blob = seal.seal(ctx.keys, ctx.binding("responses.reasoning", facts.call_ids), payload)
+        return blob.text if isinstance(blob, seal.Blob) else None
+
+    return seal_item
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """What `restore_reasoning` did: messages given reasoning back (from a blob of ours, or from
+    the text the client sent), and blobs not used (ours that did not verify; foreign ones)."""
+
+    restored: int = 0
+    unverified: int = 0
+    foreign: int = 0
+
+
+def restore_reasoning(
+    messages: list[dict[str, Any]], turns: Sequence[RestoreTurn], ctx: SealContext
+) -> RestoreReport:
+    """Put each turn's reasoning on its assistant message (in place), from the blobs that open, or
+    else from the reasoning text the client itself sent (its summary or content parts)."""
+    restored = unverified = foreign = 0
+    for turn in turns:
+        texts: list[str] = []
+        details: list[Any] = []
+        signatures: dict[str, Any] = {}
+        for item in turn.items:
+            payload = None
+            if item.encrypted_content is not None:
+                if seal.is_ours(item.encrypted_content):
+                    payload = _open(ctx, item.encrypted_content, turn.tool_call_ids)
+                    if payload is None:
+                        unverified += 1
+                else:
+                    foreign += 1  # another service's blob: never sent to a chat upstream
+            if payload is not None:
+                text = payload.get("reasoning")
+                if isinstance(text, str) and text:
+                    texts.append(text)
+                if isinstance(payload.get("details"), list):
+                    details.extend(payload["details"])
+                if isinstance(payload.get("signatures"), dict):
+                    signatures.update(payload["signatures"])
+            elif item.encrypted_content is None and item.text:
+                texts.append(item.text)
+        if not (texts or details) or not 0 <= turn.message_index < len(messages):
+            continue
+        message = messages[turn.message_index]
+        if texts:
+            message["reasoning_content"] = "\n\n".join(texts)
+        if details:
+            message["reasoning_details"] = details
+        for call in message.get("tool_calls") or ():
+            extra = signatures.get(call.get("id"))
+            if extra is not None and "extra_content" not in call:
+                call["extra_content"] = extra
+        restored += 1
+    return RestoreReport(restored, unverified, foreign)
+
+
+def _open(ctx: SealContext, text: str, call_ids: Sequence[str]) -> dict[str, Any] | None:
+    """A reasoning blob's payload: bound to the calls it preceded (all of the turn's, when the
+    reasoning came right before them), or to none (reasoning before a text answer)."""
+    for ids in (call_ids, ()) if call_ids else ((),):
+        opened = seal.open_blob(ctx.keys, ctx.binding("responses.reasoning", ids), text)
+        if isinstance(opened, seal.Inline):
+            return opened.payload
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Stored responses
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A response kept for `previous_response_id` and `GET /v1/responses/{id}`: the items that
+    went in (the expanded input: earlier turns included) and the `Response` object that came out."""
+
+    input: list[Any]
+    response: dict[str, Any]
+
+    def encode(self) -> bytes:
+        return jsonio.dumps({"v": 1, "input": self.input, "response": self.response})
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> StoredResponse | None:
+        if not data:
+            return None
+        try:
+            parsed = jsonio.loads(data)
+        except ValueError:
+            return None
+        if not isinstance(parsed, dict) or parsed.get("v") != 1:
+            return None
+        items, response = parsed.get("input"), parsed.get("response")
+        if not isinstance(items, list) or not isinstance(response, dict):
+            return None
+        return cls(items, response)
+
+    def conversation(self) -> list[Any]:
+        """The items a follow-up turn continues from: what went in, then what came out (OpenAI's
+        `previous_response_id` semantics; `instructions` are not carried over)."""
+        return [*self.input, *_output_as_input(self.response.get("output"))]
+
+
+def _output_as_input(output: Any) -> list[Any]:
+    return [item for item in output if isinstance(item, Mapping)] if isinstance(output, list) else []
+
+
+# --------------------------------------------------------------------------------------------------
+# Compaction
+# --------------------------------------------------------------------------------------------------
+
+
+def expand_compaction(items: list[Any], ctx: SealContext) -> tuple[list[Any], int]:
+    """Input items with each `compaction` item of ours replaced by the summary it sealed (one
+    user message, as Codex's own compaction puts it), and how many did not open (dropped)."""
+    out: list[Any] = []
+    dropped = 0
+    for item in items:
+        if not (isinstance(item, Mapping) and item.get("type") == "compaction"):
+            out.append(item)
+            continue
+        opened = seal.open_blob(ctx.keys, ctx.binding("responses.compaction"), item.get("encrypted_content"))
+        summary = opened.payload.get("summary") if isinstance(opened, seal.Inline) else None
+        if isinstance(summary, str) and summary:
+            out.append({"type": "message", "role": "user", "content": summary})
+        else:
+            dropped += 1
+    return out, dropped
+
+
+def seal_compaction(ctx: SealContext, summary: str) -> str | None:
+    """A compaction item's `encrypted_content`: the summary that stands for the history."""
+    payload = {"summary": summary, "created": ctx.created}
+    blob = seal.seal(ctx.keys, ctx.binding("responses.compaction"), payload)
+    return blob.text if isinstance(blob, seal.Blob) else None
