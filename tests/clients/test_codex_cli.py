@@ -1,0 +1,134 @@
+"""Codex CLI (`@openai/codex` from npm, pinned in tests/clients/node) through the proxy: `codex exec`
+with a `model_providers` entry pointing at the proxy, one shell-tool turn on the simulated DeepSeek,
+whose mock refuses a tool result whose assistant turn lost its `reasoning_content`. The proxy runs
+with `THINKPROXY_STATE=off`, so the reasoning can only come back through the sealed
+`encrypted_content` that Codex echoes (Codex sends `store: false` and the whole history)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.clients.conftest import API_KEY, MODEL, NODE_DIR, Proxy, Upstream, assert_reasoning_replayed
+
+pytestmark = pytest.mark.spawns
+
+CODEX = NODE_DIR / "node_modules" / "@openai" / "codex" / "bin" / "codex.js"
+# The simulated model calls the first tool (Codex's `exec_command`), filling its one required
+# argument, `cmd`, with the user's words (at most 60 characters): the prompt is the command.
+COMMAND = "echo codex-ran > proof.txt"
+CONFIG = """\
+model = "{model}"
+model_provider = "thinkproxy"
+
+[model_providers.thinkproxy]
+name = "thinkproxy"
+base_url = "{base}"
+env_key = "THINKPROXY_TEST_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+stream_idle_timeout_ms = 60000
+supports_websockets = {websockets}
+"""
+# Codex's own warning for a model it has no metadata for: not a failure.
+METADATA_WARNING = "Model metadata for"
+
+
+def codex_exec(
+    node: str, proxy: Proxy, home: Path, workdir: Path, prompt: str, websockets: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """One non-interactive `codex exec` turn, JSONL events on stdout, bounded in time."""
+    config = CONFIG.format(model=MODEL, base=proxy.base, websockets=str(websockets).lower())
+    (home / "config.toml").write_text(config)
+    argv = [node, str(CODEX), "exec", "--json", "--ephemeral", "--skip-git-repo-check"]
+    # No sandbox: the command is the test's own (above), run in the test's temporary directory.
+    argv += ["--sandbox", "danger-full-access", "--cd", str(workdir), prompt]
+    env = {**os.environ, "CODEX_HOME": str(home), "HOME": str(home), "THINKPROXY_TEST_KEY": API_KEY}
+    return subprocess.run(
+        argv,
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def events_of(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def test_codex_exec_runs_a_shell_tool_turn_with_reasoning_replayed_through_the_seal(
+    node: str, proxy_state_off: Proxy, upstream: Upstream, tmp_path: Path
+) -> None:
+    home, workdir = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    workdir.mkdir()
+
+    done = codex_exec(node, proxy_state_off, home, workdir, COMMAND)
+
+    report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}\nupstream:\n"
+    assert done.returncode == 0, report + upstream.describe()
+    events = events_of(done.stdout)
+    kinds = [e["type"] for e in events]
+    assert "turn.completed" in kinds and "turn.failed" not in kinds, report
+    # The shell tool really ran, in the work directory.
+    assert (workdir / "proof.txt").read_text().strip() == "codex-ran", report
+    ran = [
+        e["item"]
+        for e in events
+        if e["type"] == "item.completed" and e["item"]["type"] == "command_execution"
+    ]
+    assert len(ran) == 1 and ran[0]["exit_code"] == 0 and "proof.txt" in ran[0]["command"], report
+
+    chats = upstream.chat_requests()
+    assert_reasoning_replayed(chats, upstream.describe)
+    # Its result went back upstream as the tool message answering the call.
+    (call,) = chats[1]["messages"][-2]["tool_calls"]
+    assert call["function"]["name"] == "exec_command"
+    assert json.loads(call["function"]["arguments"]) == {"cmd": COMMAND}
+    result = chats[1]["messages"][-1]
+    assert result["role"] == "tool" and result["tool_call_id"] == call["id"]
+    assert "exited with code 0" in result["content"], result
+    # The final answer (the simulated model quotes the tool's result) reached Codex.
+    said = [
+        e["item"]["text"]
+        for e in events
+        if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"
+    ]
+    assert said and "exec_command tool returned" in said[-1], report
+
+
+def test_codex_websocket_attempt_is_refused_cleanly_and_it_falls_back_to_http_at_once(
+    node: str, proxy_state_off: Proxy, upstream: Upstream, tmp_path: Path
+) -> None:
+    """With `supports_websockets = true` Codex first opens `GET /v1/responses` as a WebSocket. A
+    refusal it takes as final (measured: 426) makes it fall back to HTTP with no retry and no error
+    shown; a 403 or 404 costs retries ("Reconnecting... n/5") and a "Falling back" error."""
+    home, workdir = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    workdir.mkdir()
+
+    done = codex_exec(node, proxy_state_off, home, workdir, "echo over-http", websockets=True)
+
+    report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, report
+    events = events_of(done.stdout)
+    assert "turn.completed" in [e["type"] for e in events], report
+    errors = [e.get("message") or e.get("item", {}).get("message", "") for e in events if is_error(e)]
+    assert [m for m in errors if METADATA_WARNING not in m] == [], report
+    assert len(upstream.chat_requests()) == 2, upstream.describe()  # the call, then its result
+
+
+def is_error(event: dict[str, Any]) -> bool:
+    return event["type"] == "error" or (
+        event["type"] == "item.completed" and event["item"]["type"] == "error"
+    )
