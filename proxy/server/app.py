@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 import httpx
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from proxy.console import Console
 from proxy.console.cors import CORSMiddleware
@@ -131,8 +131,10 @@ def create_app(
         Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
         Route("/v1/models", proxy.models, methods=["GET"]),
         Route("/v1/responses", responses.create, methods=["POST"]),
+        Route("/v1/responses/compact", responses.compact, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
+        WebSocketRoute("/v1/responses", responses.refuse_websocket),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,

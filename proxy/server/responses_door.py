@@ -21,10 +21,12 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.websockets import WebSocket
 
 from proxy.core import plan, seal
 from proxy.core.controls import LEVEL_HEADER
@@ -32,6 +34,12 @@ from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
 from proxy.core.events import AccessRecord
 from proxy.core.gateway import presented_key
 from proxy.core.protocols import chat as chat_door
+from proxy.core.protocols.responses_compaction import (
+    CompactionTranscoder,
+    compaction_request,
+    is_trigger,
+    user_messages,
+)
 from proxy.core.protocols.responses_output import ResponseFrame
 from proxy.core.protocols.responses_request import BridgedRequest, bridge_request
 from proxy.core.protocols.responses_state import (
@@ -42,6 +50,7 @@ from proxy.core.protocols.responses_state import (
     expand_compaction,
     reasoning_sealer,
     restore_reasoning,
+    seal_compaction,
 )
 from proxy.core.protocols.responses_stream import ResponsesTranscoder
 from proxy.core.replay_keys import store_key, tenant_of
@@ -56,6 +65,7 @@ from proxy.state.base import StateStore
 logger = logging.getLogger("thinkproxy.responses")
 
 OMITTED_TOOLS_HEADER = "x-thinking-omitted-tools"
+ITEM_KIND = "response_item"  # the replay_keys kind of a stored output item
 CHAT_PATH = "/v1/chat/completions"
 
 
@@ -69,10 +79,10 @@ class BridgeOutput:
     """The bridged answer in the Responses protocol (a proxy.core.plan.FrontDoor): the translation
     is pure (ResponsesTranscoder); storing the response at its end is this edge's I/O."""
 
-    transcoder: ResponsesTranscoder
+    transcoder: ResponsesTranscoder | CompactionTranscoder
     notes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     store: StateStore | None = None
-    store_key: str | None = None
+    tenant: str = ""
     stored_input: list[Any] = field(default_factory=list)
     settled: bool = False
 
@@ -92,11 +102,22 @@ class BridgeOutput:
 
     async def settle(self) -> None:
         final = self.transcoder.final
-        if self.settled or final is None or self.store is None or self.store_key is None:
+        if self.settled or final is None or self.store is None:
             return
         self.settled = True
+        # The response under its id (previous_response_id, GET), and each output item under its
+        # own (a client's `item_reference`: the AI SDK sends reasoning back only that way).
+        entries = [
+            (
+                store_key(self.tenant, RESPONSE_KIND, str(final["id"])),
+                StoredResponse(self.stored_input, final).encode(),
+            )
+        ]
+        for item in final.get("output") or ():
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                entries.append((store_key(self.tenant, ITEM_KIND, item["id"]), jsonio.dumps(item)))
         try:
-            await self.store.put_many([(self.store_key, StoredResponse(self.stored_input, final).encode())])
+            await self.store.put_many(entries)
         except Exception:  # the state store never fails a request: the response is just not kept
             logger.warning("Storing response %s failed: it cannot be continued or read.", final.get("id"))
 
@@ -122,7 +143,16 @@ class ResponsesDoor:
 
         return await self.proxy.guarded(request, "responses", run)
 
-    async def _create(self, request: Request, record: AccessRecord, started: float) -> Response:
+    # -- POST /v1/responses/compact ---------------------------------------------------------------
+    async def compact(self, request: Request) -> Response:
+        async def run(record: AccessRecord, started: float) -> Response:
+            return await self._create(request, record, started, compact=True)
+
+        return await self.proxy.guarded(request, "responses", run)
+
+    async def _create(
+        self, request: Request, record: AccessRecord, started: float, *, compact: bool = False
+    ) -> Response:
         proxy = self.proxy
         s = proxy.s
         arrival = arrival_of(request)
@@ -140,8 +170,17 @@ class ResponsesDoor:
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
         if dialect.responses.mode == "native":
+            if compact:  # the upstream compacts itself: its own endpoint, as it came
+                req = plan.passthrough(arrival, tgt, gateway_mode=s.gateway.enabled)
+                return await proxy.relay(
+                    request.receive, req, record, started, extra_headers=record.response_headers, chat=None
+                )
             return await forward_native(proxy, request, arrival, intent, tgt, dialect, record, started)
-        return await self._bridge(request, arrival, intent, tgt, record, started)
+        if compact:
+            if parsed.get("stream") is not None:
+                raise BadRequest("/v1/responses/compact does not stream; leave stream out.", param="stream")
+            record.stream = False
+        return await self._bridge(request, arrival, intent, tgt, record, started, compact=compact)
 
     async def _bridge(
         self,
@@ -151,6 +190,8 @@ class ResponsesDoor:
         tgt: plan.Target,
         record: AccessRecord,
         started: float,
+        *,
+        compact: bool,
     ) -> Response:
         s = self.proxy.s
         assert tgt.parsed is not None
@@ -159,9 +200,18 @@ class ResponsesDoor:
         tenant = tenant_of(self.secret, presented_key(request.headers.items()))
         ctx = SealContext(self.keys, tenant, dialect.name, tgt.destination.base_url, int(time.time()))
         items = await self._conversation(parsed, tenant)
+        items, unresolved = await self._resolve_references(items, tenant)
         items, unopened = expand_compaction(items, ctx)
-        bridged = bridge_request({**parsed, "input": items}, hosted_tools=s.settings.responses_hosted_tools)
+        trigger = bool(items) and is_trigger(items[-1])
+        request_items = items[:-1] if trigger else items
+        bridged = bridge_request(
+            {**parsed, "input": request_items}, hosted_tools=s.settings.responses_hosted_tools
+        )
         chat = bridged.body
+        if compact or trigger:
+            chat = compaction_request(
+                chat["messages"], {**parsed, "stream": not compact and parsed.get("stream")}
+            )
         report = restore_reasoning(chat["messages"], bridged.reasoning, ctx)
         if LEVEL_HEADER not in request.headers and bridged.level is not None:
             intent = replace(intent, controls=replace(intent.controls, level=bridged.level))
@@ -170,13 +220,19 @@ class ResponsesDoor:
         frame = ResponseFrame.for_request(
             parsed, response_id=response_id, model=str(chat.get("model") or ""), created_at=int(time.time())
         )
-        transcoder = ResponsesTranscoder(
-            frame, seal=reasoning_sealer(ctx), new_id=new_id, tool_names=bridged.tool_names
-        )
-        door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened))
+        transcoder: ResponsesTranscoder | CompactionTranscoder
+        if compact or trigger:
+            kept = user_messages(request_items) if compact else None
+            transcoder = CompactionTranscoder(
+                frame, sealer=partial(seal_compaction, ctx), new_id=new_id, kept=kept
+            )
+        else:
+            transcoder = ResponsesTranscoder(
+                frame, seal=reasoning_sealer(ctx), new_id=new_id, tool_names=bridged.tool_names
+            )
+        door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened, unresolved))
         if bridged.store and self.store is not None:
-            door.store, door.store_key = self.store, store_key(tenant, RESPONSE_KIND, response_id)
-            door.stored_input = items
+            door.store, door.tenant, door.stored_input = self.store, tenant, items
         if bridged.omitted_tools:
             record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(bridged.omitted_tools)))
         chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), arrival.query, arrival.headers)
@@ -209,6 +265,25 @@ class ResponsesDoor:
             )
         return [*stored.conversation(), *items]
 
+    async def _resolve_references(self, items: list[Any], tenant: str) -> tuple[list[Any], list[str]]:
+        """Input items with each `item_reference` replaced by the stored item it names; those the
+        store does not hold (expired, another tenant's, the store off) are left out and listed."""
+        refs = [item["id"] for item in items if _is_reference(item)]
+        if not refs:
+            return items, []
+        found: dict[str, Any] = {}
+        if self.store is not None:
+            try:
+                values = await self.store.get_many([store_key(tenant, ITEM_KIND, ref) for ref in refs])
+            except Exception:
+                logger.warning("The state store did not answer for referenced items; they are left out.")
+                values = [None] * len(refs)
+            for ref, value in zip(refs, values, strict=True):
+                if value:
+                    found[ref] = jsonio.loads(value)
+        out = [found.get(item["id"]) if _is_reference(item) else item for item in items]
+        return [item for item in out if item is not None], [ref for ref in refs if ref not in found]
+
     async def _load(self, tenant: str, response_id: str) -> StoredResponse | None:
         if self.store is None:
             raise BadRequest(
@@ -226,6 +301,21 @@ class ResponsesDoor:
                 code="state_unavailable",
             ) from None
         return StoredResponse.decode(found[0])
+
+    # -- the WebSocket transport ------------------------------------------------------------------
+    async def refuse_websocket(self, websocket: WebSocket) -> None:
+        """Codex (and the Agents SDK, when asked) try the Responses WebSocket transport first. It is
+        not served: a 426 answers the upgrade, on which Codex falls back to HTTP at once (measured:
+        one attempt; a 403 or 404 costs it seven attempts with backoff, ~6 s)."""
+        error = BadRequest(
+            "The Responses WebSocket transport is not served by this proxy; use HTTP (POST /v1/responses).",
+            code="websocket_not_supported",
+        )
+        response = Response(error.body(), status_code=426, media_type="application/json")
+        if "websocket.http.response" in websocket.scope.get("extensions", {}):
+            await websocket.send_denial_response(response)
+        else:  # (a server without the denial-response extension: a close before accept is a 403)
+            await websocket.close()
 
     # -- GET / DELETE /v1/responses/{id} --------------------------------------------------------
     async def retrieve(self, request: Request) -> Response:
@@ -269,11 +359,27 @@ class ResponsesDoor:
         return s.table.match(base_url).responses.mode == "native"
 
 
+def _is_reference(item: Any) -> bool:
+    """An `item_reference` (its type may be left out: an object with only an id)."""
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        return False
+    return item.get("type") == "item_reference" or (item.get("type") is None and "role" not in item)
+
+
 def _notes(
-    bridged: BridgedRequest, report: RestoreReport, unopened: int
+    bridged: BridgedRequest, report: RestoreReport, unopened: int, unresolved: list[str]
 ) -> list[tuple[str, str, dict[str, Any]]]:
-    """What the trace says about the bridge: tools left out, fields dropped, blobs not used."""
+    """What the trace says about the bridge: tools left out, fields dropped, blobs not used,
+    references the state store did not hold."""
     notes: list[tuple[str, str, dict[str, Any]]] = []
+    if unresolved:
+        notes.append(
+            (
+                f"Referenced items not found in the state store, left out: {', '.join(unresolved)}",
+                f"状态存储中未找到被引用的条目，已省略：{', '.join(unresolved)}",
+                {"code": "unresolved_references", "ids": unresolved},
+            )
+        )
     if bridged.omitted_tools:
         names = ", ".join(bridged.omitted_tools)
         notes.append(
