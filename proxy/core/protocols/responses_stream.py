@@ -132,7 +132,7 @@ def response_from_completion(
     without a finish reason counts as finished ("stop"): its body arrived whole."""
     encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names)
     choice = first_choice(completion.get("choices"))
-    if "error" in completion:
+    if completion.get("error") is not None:  # (a null `error` beside an answer is none, as in a stream)
         events = encoder.feed(completion)
     elif choice is None:
         events = encoder.fail("the upstream's answer has no choice")
