@@ -69,7 +69,14 @@ def test_serve_refuses_a_base_url_with_credentials_and_prints_no_secret(
 
 # Settings that take any text (keys, tool-name globs, a secret): nothing to check beyond the rules
 # their consumers apply. Every other setting refuses a value that makes no sense for it.
-TAKES_ANY_TEXT = {"client_keys", "admin_keys", "reviewer_keys", "state_secret", "state_old_secrets", "review_tools"}
+TAKES_ANY_TEXT = {
+    "client_keys",
+    "admin_keys",
+    "reviewer_keys",
+    "state_secret",
+    "state_old_secrets",
+    "review_tools",
+}
 
 
 def _serve_with(
