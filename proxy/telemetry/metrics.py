@@ -53,7 +53,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core.events import AccessRecord, RequestObserver, TraceEvents
+from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver, TraceEvents
 from proxy.telemetry.facts import error_type, replay_counts, state_errors, upstream_error_kind, usage_of
 from proxy.telemetry.instruments import Instruments
 
@@ -161,8 +161,8 @@ class Metrics:
         # Each `*_of(label values…)` is the child to update.
         self.requests_of = make.counter(
             "thinkproxy_requests",
-            "Requests answered, by route (chat, passthrough), providers.yaml entry, thinking level "
-            "applied, how it was applied (params, prompt) and the HTTP status the client got.",
+            "Requests answered, by route (chat, responses, passthrough), providers.yaml entry, thinking "
+            "level applied, how it was applied (params, prompt) and the HTTP status the client got.",
             ["route", "provider", "level", "method", "status"],
         )
         self.ttft_of = make.histogram(
@@ -232,7 +232,7 @@ class Metrics:
                 self.replay_of(outcome).inc(n)
             for operation, n in state_errors(record):
                 self.state_errors_of(operation).inc(n)
-        if record.route != "chat" or record.provider is None:
+        if record.route not in MODEL_ROUTES or record.provider is None:
             return  # no GenAI operation took place: refused before an upstream was chosen
         served = record.upstream_status is not None and 200 <= record.upstream_status < 300
         model = self.model_label(record.model or "", served)

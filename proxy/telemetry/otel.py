@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from proxy.core.events import AccessRecord, RequestObserver, TraceEvents
+from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver, TraceEvents
 from proxy.telemetry.facts import error_type, usage_of
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class OtelListener:
         self._provider.shutdown()
 
     def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> OtelObserver | None:
-        if record.route != "chat":
+        if record.route not in MODEL_ROUTES:
             return None
         carrier = {name.lower(): value for name, value in headers}
         parent = self._propagate.extract(carrier)

@@ -369,3 +369,41 @@ def test_a_review_timeout_at_or_over_the_total_timeout_refuses_to_start(mock: Ba
 
     with pytest.raises(ConfigError, match="THINKPROXY_REVIEW_TIMEOUT"):
         create_app(proxy_settings(mock, review_timeout=60.0, total_timeout=60.0))
+
+
+RESPONSES_EMAIL_TOOL = {"type": "function", **EMAIL_TOOL["function"]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("verdict", ["approve", "reject"])
+def test_a_responses_function_call_is_withheld_until_decided(
+    proxy: BackgroundServer, stream: bool, verdict: str
+) -> None:
+    """The Responses front door runs the chat path, gate included: a covered function_call item
+    reaches a Responses client only once a reviewer approved it."""
+    client = sdk(proxy)
+
+    def run() -> Any:
+        kwargs: dict[str, Any] = {
+            "model": "deepseek-v4",
+            "input": ASK[0]["content"],
+            "tools": [RESPONSES_EMAIL_TOOL],
+        }
+        if not stream:
+            return client.responses.create(**kwargs)
+        with client.responses.stream(**kwargs) as events:
+            for _ in events:
+                pass
+            return events.get_final_response()
+
+    call = in_background(run)
+    (review,) = pending(proxy)
+    assert review["tool"] == "send_email"
+    assert call.thread is not None and call.thread.is_alive()  # held: the client has no answer yet
+    assert decide(proxy, review["id"], {"decision": verdict, "comment": "no"}).status_code == 200
+    response = call.join()
+    calls = [o for o in response.output if o.type == "function_call"]
+    if verdict == "approve":
+        assert [c.name for c in calls] == ["send_email"] and response.status == "completed"
+    else:
+        assert calls == [] and "rejected by a reviewer" in response.output_text

@@ -430,3 +430,14 @@ def test_a_native_upstreams_rule_is_its_own(mock: BackgroundServer) -> None:
         accepted = httpx.post(f"{proxy.url}/v1/responses", json=second, headers=headers)
     assert refused.status_code == 400 and "required 'reasoning' item" in refused.json()["error"]["message"]
     assert accepted.status_code == 200
+
+
+def test_metrics_count_the_responses_route_with_its_usage(mock: BackgroundServer) -> None:
+    with proxy_for(mock) as proxy:
+        sdk(proxy).responses.create(model=MODEL, input="hi", reasoning={"effort": "high"})
+        text = httpx.get(f"{proxy.url}/metrics").text
+    requests = [line for line in text.splitlines() if line.startswith("thinkproxy_requests_total{")]
+    assert any('route="responses"' in line and 'level="deep"' in line for line in requests), requests
+    assert (
+        'gen_ai_client_token_usage_count{gen_ai_operation_name="chat",gen_ai_provider_name="deepseek"' in text
+    )
