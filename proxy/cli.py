@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,6 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 "THINKPROXY_STATE_URL=redis://… to see every worker's (and every replica's)",
                 file=sys.stderr,
             )
+    share_worker_secret(settings, os.environ)
     from proxy.telemetry.multiprocess import metrics_directory
 
     try:
@@ -140,6 +142,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def share_worker_secret(settings: Settings, environ: MutableMapping[str, str]) -> None:
+    """Workers of one `serve` must agree on the deployment secret: a blob sealed by one (a
+    Responses reasoning item's encrypted_content) is opened by whichever gets the next turn.
+    Without THINKPROXY_STATE_SECRET or a state URL each process would draw its own, so the parent
+    draws one for all of them (a restart draws a new one: set the variable to keep blobs valid)."""
+    if settings.workers > 1 and settings.state_secret is None and settings.state_url is None:
+        environ["THINKPROXY_STATE_SECRET"] = secrets.token_urlsafe(32)
 
 
 def _run_uvicorn(settings: Settings) -> None:

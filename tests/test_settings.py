@@ -154,3 +154,22 @@ def test_a_route_key_variable_named_like_a_setting_is_not_called_a_typo(
     code, err = _serve_with(monkeypatch, capsys, env)
     assert code == 0, err
     assert "THINKPROXY_DS_KEY" not in err and "THINKPROXY_X is not a setting" in err
+
+
+def test_workers_of_one_serve_share_a_drawn_secret_unless_one_is_set() -> None:
+    """A sealed blob made by one worker must open in another (proxy.cli.share_worker_secret)."""
+    from pydantic import SecretStr
+
+    from proxy.cli import share_worker_secret
+
+    environ: dict[str, str] = {}
+    share_worker_secret(make_settings(workers=2), environ)
+    assert len(environ["THINKPROXY_STATE_SECRET"]) >= 40
+    for settings in (
+        make_settings(workers=1),
+        make_settings(workers=2, state_secret=SecretStr("set")),
+        make_settings(workers=2, state_url=SecretStr("redis://127.0.0.1:6379/0")),
+    ):
+        untouched: dict[str, str] = {}
+        share_worker_secret(settings, untouched)
+        assert untouched == {}
