@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import openai
 import pydantic
 import pytest
@@ -24,6 +26,9 @@ from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
+TRACE_SCHEMA = jsonschema.Draft202012Validator(
+    json.loads((Path(__file__).parents[2] / "docs" / "trace-event.schema.json").read_text())
+)
 MODEL = "deepseek-v4-pro"
 WEATHER = {
     "type": "function",
@@ -273,6 +278,8 @@ def test_hosted_tools_are_left_out_and_announced_or_refused(mock: BackgroundServ
     _, comments = sse_events(r.text)
     notes = [json.loads(c[len(": trace ") :]) for c in comments if '"type":"note"' in c]
     assert notes and notes[0]["code"] == "omitted_tools" and notes[0]["tools"] == ["web_search"]
+    for comment in comments:
+        TRACE_SCHEMA.validate(json.loads(comment[len(": trace ") :]))
     assert [t["function"]["name"] for t in last_upstream(mock)["body"]["tools"]] == ["get_weather"]
     with proxy_for(mock, responses_hosted_tools="refuse") as proxy:
         r = httpx.post(f"{proxy.url}/v1/responses", json=body, headers={"authorization": "Bearer k"})
