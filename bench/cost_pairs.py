@@ -40,7 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,9 @@ class Pair:
     feature: str
     with_env: dict[str, str]  # on top of every default
     without_env: dict[str, str]
+    # The load the "with" build gets instead, per wrk script: the same build and question through
+    # another front door (its cost is then that door's over chat completions).
+    with_scripts: dict[str, str] = field(default_factory=dict)
 
 
 PAIRS = [
@@ -79,8 +82,17 @@ PAIRS = [
     # A/A: the same build twice. Its "cost" is the method's own bias and noise; a feature's figure
     # means something only well outside it.
     Pair("same", "nothing (the same build twice)", {}, {}),
+    # Not a default: the Responses front door (bridged) against chat completions, same build.
+    Pair(
+        "responses",
+        "the Responses door over chat completions",
+        {},
+        {},
+        {"json": "responses_json", "burst": "responses_burst", "paced": "responses_paced"},
+    ),
 ]
 PAIR_KEYS = {pair.key: pair for pair in PAIRS}
+NOT_DEFAULTS = {"responses"}  # measured when named: not a feature one turns off
 
 # (key, wrk script, connections per target, unit of one request)
 # paced_c32 (one event every 5 ms) is off by default: one build alone uses ~60% of a core at 32
@@ -108,7 +120,11 @@ def start_pair(
 
 
 def measure_together(
-    builds: dict[str, tuple[int, int]], script: str, connections: int, seconds: int, order: list[str]
+    builds: dict[str, tuple[int, int]],
+    scripts: dict[str, str],
+    connections: int,
+    seconds: int,
+    order: list[str],
 ) -> dict[str, Any]:
     """Both builds loaded at once, each by its own wrk on core 1; CPU and requests of each."""
     pids = {name: pid for name, (_, pid) in builds.items()}
@@ -117,7 +133,7 @@ def measure_together(
     t0 = time.monotonic()
     running = {
         name: subprocess.Popen(
-            loadgen.argv(builds[name][0], script, connections, seconds, 1),
+            loadgen.argv(builds[name][0], scripts[name], connections, seconds, 1),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -190,10 +206,11 @@ def run_pair(
         order = ["with", "without"] if i % 2 == 0 else ["without", "with"]
         try:
             for key, script, conns, _ in scenarios:
+                scripts = {"with": pair.with_scripts.get(script, script), "without": script}
                 for name in order:  # warm both: connection pools, caches, the first GC passes
-                    loadgen.warm(builds[name][0], script, conns, args.warm, 1)
+                    loadgen.warm(builds[name][0], scripts[name], conns, args.warm, 1)
                 wait_idle(pids, 10.0)  # (streams cut by the warm-up wind down)
-                m = measure_together(builds, script, conns, args.seconds, order)
+                m = measure_together(builds, scripts, conns, args.seconds, order)
                 m["cost_pct"] = cost_pct(m)
                 m["saturated"] = m["core0_busy_pct"] >= SATURATED_PCT
                 measured[key].append(m)
@@ -251,7 +268,9 @@ def table(results: list[dict[str, Any]], scenarios: list[tuple[str, str, int, st
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--features", default=None, help="comma list of " + ", ".join(PAIR_KEYS) + " (default: all)"
+        "--features",
+        default=None,
+        help="comma list of " + ", ".join(PAIR_KEYS) + " (default: all but " + ", ".join(NOT_DEFAULTS) + ")",
     )
     p.add_argument(
         "--tree",
@@ -286,7 +305,8 @@ def main() -> int:
         print("cost_pairs needs two cores and taskset: the pair shares core 0, the load runs on core 1")
         return 2
     # Every feature unless some were named, or only pairs of one's own were asked for.
-    named = args.features if args.features is not None else ("" if args.compare else ",".join(PAIR_KEYS))
+    defaults = ",".join(k for k in PAIR_KEYS if k not in NOT_DEFAULTS)
+    named = args.features if args.features is not None else ("" if args.compare else defaults)
     features = [k for k in named.split(",") if k]
     unknown = [k for k in features if k not in PAIR_KEYS]
     if unknown:

@@ -99,8 +99,11 @@ def sse_events(scenario: str) -> list[bytes]:
 
     n_reasoning = 120
     n_content = EVENTS_PER_STREAM - 2 - n_reasoning
-    events = [chunk({"role": "assistant", "content": None, "reasoning_content": ""})]
-    events += [chunk({"content": None, "reasoning_content": p}) for p in _pieces(REASONING_TEXT, n_reasoning)]
+    # The first event carries the first token of reasoning, so an idle TTFT probe times a token
+    # through every front door (the Responses door writes nothing for a role-only chunk).
+    first, *rest = _pieces(REASONING_TEXT, n_reasoning + 1)
+    events = [chunk({"role": "assistant", "content": None, "reasoning_content": first})]
+    events += [chunk({"content": None, "reasoning_content": p}) for p in rest]
     events += [chunk({"content": p, "reasoning_content": None}) for p in _pieces(ANSWER_TEXT, n_content)]
     events.append(chunk({"content": "", "reasoning_content": None}, "stop", USAGE))
     assert len(events) == EVENTS_PER_STREAM

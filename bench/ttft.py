@@ -17,22 +17,27 @@ import asyncio
 import statistics
 import time
 
-from common import CHAT_PATH, payload, request_headers
+from common import CHAT_PATH, RESPONSES_PATH, payload, request_headers
+
+# What marks the first token in the body: a chat stream's first `data:` event; in a Responses
+# stream the first delta event (its `response.created` goes out before the upstream answers).
+FIRST_TOKEN = {"chat": b"data:", "responses": b".delta\n"}
 
 
-def _request(port: int, scenario: str) -> bytes:
-    body = payload(stream=True)
+def _request(port: int, scenario: str, door: str = "chat") -> bytes:
+    body = payload(stream=True, door=door)
     head = "".join(f"{k}: {v}\r\n" for k, v in request_headers(scenario).items())
+    path = RESPONSES_PATH if door == "responses" else CHAT_PATH
     return (
-        f"POST {CHAT_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{head}"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{head}"
         f"Content-Length: {len(body)}\r\nAccept: text/event-stream\r\n\r\n"
     ).encode() + body
 
 
 async def _one(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, marker: bytes = b"data:"
 ) -> tuple[float, bool]:
-    """Send one request; return (seconds to first `data:` byte, connection reusable)."""
+    """Send one request; return (seconds to the first token's `marker`, connection reusable)."""
     buf = bytearray()
     start = time.perf_counter()
     writer.write(request)
@@ -57,7 +62,7 @@ async def _one(
                 at = head.find(b"content-length:")
                 if at >= 0:
                     length = int(head[at + 15 :].split(b"\r\n", 1)[0])
-        if head_end >= 0 and first is None and buf.find(b"data:", head_end) >= 0:
+        if head_end >= 0 and first is None and buf.find(marker, head_end) >= 0:
             first = time.perf_counter() - start
         if head_end >= 0 and first is not None:
             if chunked and buf.endswith(b"\r\n0\r\n\r\n"):
@@ -66,14 +71,15 @@ async def _one(
                 return first, not close
 
 
-async def probe(port: int, n: int, scenario: str = "ttft") -> list[float]:
-    """n sequential requests to 127.0.0.1:port; time to first `data:` byte of each, in ms."""
-    request = _request(port, scenario)
+async def probe(port: int, n: int, scenario: str = "ttft", door: str = "chat") -> list[float]:
+    """n sequential requests to 127.0.0.1:port; time to the first token of each, in ms."""
+    request = _request(port, scenario, door)
+    marker = FIRST_TOKEN[door]
     samples: list[float] = []
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         for _ in range(n):
-            seconds, reusable = await _one(reader, writer, request)
+            seconds, reusable = await _one(reader, writer, request, marker)
             samples.append(seconds * 1000)
             if not reusable:
                 writer.close()
@@ -88,14 +94,14 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run_probe(port: int, n: int, warmup: int = 3) -> list[float]:
+def run_probe(port: int, n: int, warmup: int = 3, door: str = "chat") -> list[float]:
     """Blocking wrapper (uvloop when available); the first `warmup` requests are discarded."""
     try:
         import uvloop
 
-        return uvloop.run(probe(port, n + warmup))[warmup:]
+        return uvloop.run(probe(port, n + warmup, door=door))[warmup:]
     except ImportError:
-        return asyncio.run(probe(port, n + warmup))[warmup:]
+        return asyncio.run(probe(port, n + warmup, door=door))[warmup:]
 
 
 def main() -> None:

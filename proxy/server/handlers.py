@@ -162,7 +162,7 @@ class Proxy:
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         async def run(record: AccessRecord, started: float) -> Response:
-            return await self._proxy(request, chat, started, record)
+            return await self.forward(request, chat, started, record)
 
         return await self.guarded(request, "chat" if chat else "passthrough", run)
 
@@ -192,7 +192,7 @@ class Proxy:
         self.finish(record, started)
         return json_error(exc, record.response_headers)
 
-    async def _proxy(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
+    async def forward(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
         s = self.s
         arrival = arrival_of(request)
         intent = plan.begin(arrival, s.gateway, s.policy.resolve, self.defaults, routed=s.routes is not None)

@@ -335,7 +335,7 @@ class ResponsesDoor:
             stored = await self._load(tenant, response_id) if self.store is not None else None
             if stored is None:
                 if self._native_upstream(request):
-                    return await proxy._proxy(request, False, started, record)
+                    return await proxy.forward(request, False, started, record)
                 raise NotFound(f"Response with id '{response_id}' not found.", code="not_found")
             if delete:
                 assert self.store is not None

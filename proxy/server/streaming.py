@@ -250,11 +250,13 @@ async def through_door(
 ) -> None:
     """A stream written in a front door's protocol: everything `write` sends (the pipeline's
     output, a settled review, an error event) goes through the door, then the door's end. The
-    door's own I/O (storing the response) runs before the bytes that end the client's stream."""
+    door's own I/O (storing the response) runs before the bytes that end the client's stream, so
+    a client that continues from it at once finds it stored."""
 
     async def translated(message: Message) -> None:
         data = message.get("body", b"")
         out = door.feed(data)
+        await door.settle()  # (a no-op until the answer is whole: then stored before its end is sent)
         record.bytes_out += len(out) - len(data)
         if out:
             await send({**message, "body": out})
