@@ -169,6 +169,45 @@ class ResponsesEncoder:
             self._close(out, "incomplete" if finish in INCOMPLETE_REASONS else "completed")
         return out
 
+    def text_delta_frame(self, reasoning: bool, text: str) -> bytes | None:
+        """The one frame a plain text delta makes when its item is already open and begun (most
+        chunks of a stream), written directly: byte for byte what `frame(feed(chunk))` would
+        write, without building the event. None: not that case, `feed` the chunk instead."""
+        item = self._current
+        if item is None or not item.begun or self._finished or self._finish is not None or not text:
+            return None
+        if reasoning:
+            if item.kind != "reasoning":
+                return None
+            kind = (
+                b"response.reasoning_summary_text.delta"
+                if self._frame.summary
+                else b"response.reasoning_text.delta"
+            )
+            index, tail = (
+                (b',"summary_index":0,"delta":', b"}")
+                if self._frame.summary
+                else (b',"content_index":0,"delta":', b"}")
+            )
+        elif item.kind == "message":
+            kind, index, tail = (
+                b"response.output_text.delta",
+                b',"content_index":0,"delta":',
+                b',"logprobs":[]}',
+            )
+        else:
+            return None
+        item.text.append(text)
+        seq = self._seq
+        self._seq = seq + 1
+        return b"".join(
+            (
+                b"event: ", kind, b'\ndata: {"type":"', kind, b'","sequence_number":', str(seq).encode(),
+                b',"item_id":"', item.item_id.encode(), b'","output_index":', str(item.output_index).encode(),
+                index, jsonio.dumps(text), tail, b"\n\n",
+            )
+        )  # fmt: skip
+
     def end(self) -> list[Event]:
         """The stream ended: the terminal event (failed when no finish reason came)."""
         if self._finished:

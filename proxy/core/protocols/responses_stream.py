@@ -110,8 +110,28 @@ class ResponsesTranscoder:
             chunk = jsonio.loads(data)
         except ValueError:
             chunk = None
-        if isinstance(chunk, Mapping):
-            out.append(self._emit(self._encoder.feed(chunk)))
+        if isinstance(chunk, dict):
+            fast = self._text_delta(chunk)
+            out.append(fast if fast is not None else self._emit(self._encoder.feed(chunk)))
+
+    def _text_delta(self, chunk: dict[str, Any]) -> bytes | None:
+        """Most chunks carry one piece of text of the item already streaming: their frame is
+        written at once (ResponsesEncoder.text_delta_frame), not through the general path."""
+        choices = chunk.get("choices")
+        if "usage" in chunk or "error" in chunk or type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") is not None or choice.get("index", 0) != 0:
+            return None
+        delta = choice.get("delta")
+        if type(delta) is not dict or "tool_calls" in delta or "reasoning_details" in delta:
+            return None
+        content, reasoning = delta.get("content"), delta.get("reasoning_content") or delta.get("reasoning")
+        if type(content) is str and content and not reasoning:
+            return self._encoder.text_delta_frame(False, content)
+        if type(reasoning) is str and not content:
+            return self._encoder.text_delta_frame(True, reasoning)
+        return None
 
     def _emit(self, events: list[dict[str, Any]]) -> bytes:
         if events and events[-1]["type"] in ("response.completed", "response.incomplete", "response.failed"):

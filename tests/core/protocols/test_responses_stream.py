@@ -16,6 +16,7 @@ from proxy.core.protocols.responses_stream import CUT_SHORT, ResponsesTranscoder
 from proxy.core.protocols.responses_tools import ToolName
 from proxy.core.stream.trace_format import comment_frames
 from tests.core.protocols.test_responses_events import (
+    EVENT,
     SIGNATURE,
     USAGE,
     Sealer,
@@ -550,3 +551,27 @@ def test_custom_tool_call_cut_short_is_never_done() -> None:
     assert events[2]["item"]["input"] == ""
     assert coder.final["status"] == "failed"
     no_extras(Response.model_validate(coder.final))
+
+
+@pytest.mark.parametrize("summary", [False, True])
+def test_the_text_delta_fast_path_writes_what_the_general_path_writes(
+    summary: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ResponsesTranscoder writes plain text deltas directly; byte for byte what the encoder's
+    general path gives for the same stream (text with quotes, escapes, non-ASCII, empty pieces)."""
+    pieces = ["", 'Zürich "quoted"', "\\ back", "tab\there", "\u2028line", "✓ done"]
+    chunks = [data({"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": ""}}]})]
+    chunks += [
+        data({"choices": [{"index": 0, "delta": {"reasoning_content": p, "content": None}}]}) for p in pieces
+    ]
+    chunks += [data({"choices": [{"index": 0, "delta": {"reasoning": p}}]}) for p in pieces]
+    chunks += [data({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in pieces]
+    chunks += [data({"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]}), DONE]
+    stream = b"".join(chunks)
+    fast = whole(stream, summary=summary)
+    monkeypatch.setattr(ResponsesTranscoder, "_text_delta", lambda self, chunk: None)
+    general = whole(stream, summary=summary)
+    assert fast == general
+    events, _ = parse(fast)
+    for event in events:
+        EVENT.validate_python(event)
