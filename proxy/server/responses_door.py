@@ -244,12 +244,12 @@ class ResponsesDoor:
     async def _conversation(self, parsed: dict[str, Any], tenant: str) -> list[Any]:
         """The input items, after the stored conversation `previous_response_id` names."""
         current = parsed.get("input")
+        if current is not None and not isinstance(current, (str, list)):
+            raise BadRequest("input must be a string or a list of items.", param="input")
         items: list[Any] = (
             [{"type": "message", "role": "user", "content": current}]
             if isinstance(current, str)
-            else list(current)
-            if isinstance(current, list)
-            else []
+            else list(current or ())
         )
         previous = parsed.get("previous_response_id")
         if previous is None:

@@ -448,3 +448,13 @@ def test_metrics_count_the_responses_route_with_its_usage(mock: BackgroundServer
     assert (
         'gen_ai_client_token_usage_count{gen_ai_operation_name="chat",gen_ai_provider_name="deepseek"' in text
     )
+
+
+def test_an_input_that_is_neither_text_nor_items_is_a_400(mock: BackgroundServer) -> None:
+    with proxy_for(mock) as proxy:
+        r = httpx.post(
+            f"{proxy.url}/v1/responses",
+            json={"model": MODEL, "input": {"role": "user"}},
+            headers={"authorization": "Bearer k"},
+        )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
