@@ -39,7 +39,7 @@ encoder, so both forms agree: proxy.core.protocols.responses_stream.response_fro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,10 @@ from proxy.core.protocols.responses_output import (
     Seal,
     custom_input,
     custom_tool_call_item,
+    error_facts,
+    first_choice,
+    frame,
+    frames,
     function_call_item,
     message_item,
     output_text_part,
@@ -154,7 +158,7 @@ class ResponsesEncoder:
         out = self.start()
         error = chunk.get("error")
         if error is not None:
-            return out + self._failed(*_error_facts(error))
+            return out + self._failed(*error_facts(error))
         if isinstance(chunk.get("usage"), Mapping):
             self._usage = chunk["usage"]
         choice = first_choice(chunk.get("choices"))
@@ -489,32 +493,3 @@ class ResponsesEncoder:
         out: list[Event] = []
         self._emit(out, f"response.{status}", response=response)
         return out
-
-
-def first_choice(choices: Any) -> Mapping[str, Any] | None:
-    """The chunk's choice 0 (a response has one output)."""
-    if isinstance(choices, list):
-        for choice in choices:
-            if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
-                return choice
-    return None
-
-
-def _error_facts(error: Any) -> tuple[str, str]:
-    """The message and code of an error chunk's `error`."""
-    if isinstance(error, Mapping):
-        message, code = error.get("message"), error.get("code")
-        return (
-            message if isinstance(message, str) else "upstream error",
-            code if isinstance(code, str) else "",
-        )
-    return (error if isinstance(error, str) and error else "upstream error", "")
-
-
-def frame(event: Mapping[str, Any]) -> bytes:
-    """One event as SSE: `event: <type>`, `data: <json>`, a blank line."""
-    return b"event: " + str(event["type"]).encode() + b"\ndata: " + jsonio.dumps(event) + b"\n\n"
-
-
-def frames(events: Iterable[Mapping[str, Any]]) -> bytes:
-    return b"".join(frame(event) for event in events)

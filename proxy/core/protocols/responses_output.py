@@ -9,7 +9,7 @@ the proxy has a value for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -254,3 +254,32 @@ def custom_input(arguments: str) -> str:
     if isinstance(parsed, dict) and isinstance(parsed.get("input"), str):
         return str(parsed["input"])
     return arguments
+
+
+def first_choice(choices: Any) -> Mapping[str, Any] | None:
+    """The chunk's choice 0 (a response has one output)."""
+    if isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+                return choice
+    return None
+
+
+def error_facts(error: Any) -> tuple[str, str]:
+    """The message and code of an error chunk's `error`."""
+    if isinstance(error, Mapping):
+        message, code = error.get("message"), error.get("code")
+        return (
+            message if isinstance(message, str) else "upstream error",
+            code if isinstance(code, str) else "",
+        )
+    return (error if isinstance(error, str) and error else "upstream error", "")
+
+
+def frame(event: Mapping[str, Any]) -> bytes:
+    """One event as SSE: `event: <type>`, `data: <json>`, a blank line."""
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + jsonio.dumps(event) + b"\n\n"
+
+
+def frames(events: Iterable[Mapping[str, Any]]) -> bytes:
+    return b"".join(frame(event) for event in events)

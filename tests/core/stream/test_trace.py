@@ -541,10 +541,26 @@ def test_documented_examples_validate_and_cover_every_type() -> None:
     doc = (Path(__file__).parents[3] / "docs" / "trace-events.md").read_text(encoding="utf-8")
     examples = [orjson.loads(line) for line in doc.splitlines() if line.startswith('{"type":')]
     assert_valid(examples)
-    # (The review gate's own events are made by proxy.review: tests/review/test_trace.py.)
-    review_types = {"review.request", "review.decision"}
-    assert {e["type"] for e in examples} == ALL_TYPES | review_types
-    assert {ref["$ref"].removeprefix("#/$defs/") for ref in SCHEMA["oneOf"]} == ALL_TYPES | review_types
+    # (The review gate's own events are made by proxy.review: tests/review/test_trace.py; `note`
+    # only when a front door adds one: test_a_front_doors_notes_follow_analyzing below.)
+    other_types = {"review.request", "review.decision", "note"}
+    assert {e["type"] for e in examples} == ALL_TYPES | other_types
+    assert {ref["$ref"].removeprefix("#/$defs/") for ref in SCHEMA["oneOf"]} == ALL_TYPES | other_types
+
+
+@pytest.mark.parametrize("mode", [TraceMode.BRIEF, TraceMode.DETAILED])
+def test_a_front_doors_notes_follow_analyzing(mode: TraceMode) -> None:
+    builder = TraceBuilder(mode=mode, zh=True, level="deep", provider="deepseek")
+    builder.add_note(
+        "Hosted tools left out: web_search", "已省略：web_search", code="omitted_tools", tools=["web_search"]
+    )
+    events = builder.begin(None, 1.0)
+    assert [e["type"] for e in events] == ["status", "note"]
+    assert events[1]["message"] == "已省略：web_search" and events[1]["tools"] == ["web_search"]
+    assert_valid(events)
+    off = TraceBuilder(mode=TraceMode.OFF, zh=False, level="deep", provider="deepseek")
+    off.add_note("x", "x", code="omitted_tools", tools=[])
+    assert off.begin(None, 1.0) == []
 
 
 def test_whitespace_between_reasoning_and_a_tool_call_is_not_answering() -> None:
