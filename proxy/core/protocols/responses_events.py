@@ -173,6 +173,14 @@ class ResponsesEncoder:
             self._close(out, "incomplete" if finish in INCOMPLETE_REASONS else "completed")
         return out
 
+    def streaming(self, reasoning: bool) -> bool:
+        """Whether a text delta of this kind would only continue the item already streaming (so
+        `text_delta_frame` writes it)."""
+        item = self._current
+        if item is None or not item.begun or self._finished or self._finish is not None:
+            return False
+        return item.kind == ("reasoning" if reasoning else "message")
+
     def text_delta_frame(self, reasoning: bool, text: str) -> bytes | None:
         """The one frame a plain text delta makes when its item is already open and begun (most
         chunks of a stream), written directly: byte for byte what `frame(feed(chunk))` would

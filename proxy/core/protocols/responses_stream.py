@@ -23,12 +23,14 @@ store it).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from proxy.core.protocols.responses_events import ResponsesEncoder, first_choice, frames
 from proxy.core.protocols.responses_output import IdFactory, ResponseFrame, Seal
 from proxy.core.protocols.responses_tools import ToolName
-from proxy.core.stream import jsonio
+from proxy.core.stream import chunk_template, jsonio
+from proxy.core.stream.chunk_template import ChunkTemplate
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = ["CUT_SHORT", "ResponsesTranscoder", "response_from_completion"]
@@ -56,6 +58,7 @@ class ResponsesTranscoder:
         self._tool_names = tool_names
         self._encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names)
         self._decoder = SSEDecoder(_MAX_EVENT_BYTES)
+        self._template: ChunkTemplate | None = None  # of the last plain text delta decoded
         self.final: dict[str, Any] | None = None
 
     @property
@@ -68,10 +71,35 @@ class ResponsesTranscoder:
 
     def feed(self, data: bytes) -> bytes:
         """The events the pipeline's next output completes; the first call opens the response
-        (`response.created`, `response.in_progress`) whatever it carries."""
+        (`response.created`, `response.in_progress`) whatever it carries.
+
+        Runs of chunks of more of the same (most of a stream: the pipeline passes them on as the
+        upstream's bytes) are read the pipeline's way, by their ChunkTemplate, without decoding:
+        each text becomes its delta frame directly. Everything else is decoded event by event."""
         out: list[bytes] = [self.start()]
-        for event in self._decoder.feed(data):
-            self._event(event.raw, event.data, out)
+        pos, size = 0, len(data)
+        decoder = self._decoder
+        while pos < size:
+            template = self._template
+            if (
+                template is not None
+                and template.event_prefix is not None
+                and decoder.idle
+                and data.startswith(template.event_prefix, pos)
+                and self._encoder.streaming(template.reasoning)
+            ):
+                frames_out: list[bytes] = []
+                tell = (partial(_write_delta, self._encoder, template.reasoning, frames_out),)
+                end = template.take_run(data, pos, _MAX_EVENT_BYTES, False, tell)
+                if end > pos:
+                    out.extend(frames_out)
+                    pos = end
+                    continue
+            cut = data.find(b"\n\n", pos)
+            end = size if cut < 0 else cut + 2
+            for event in decoder.feed(data[pos:end] if pos or end < size else data):
+                self._event(event.raw, event.data, out)
+            pos = end
         return b"".join(out)
 
     def close(self) -> bytes:
@@ -113,6 +141,8 @@ class ResponsesTranscoder:
         if isinstance(chunk, dict):
             fast = self._text_delta(chunk)
             out.append(fast if fast is not None else self._emit(self._encoder.feed(chunk)))
+            if fast is not None and (self._template is None or self._template.text_of(data) is None):
+                self._template = chunk_template.learn(data, chunk)  # the shape of more of the same
 
     def _text_delta(self, chunk: dict[str, Any]) -> bytes | None:
         """Most chunks carry one piece of text of the item already streaming: their frame is
@@ -137,6 +167,12 @@ class ResponsesTranscoder:
         if events and events[-1]["type"] in ("response.completed", "response.incomplete", "response.failed"):
             self.final = events[-1]["response"]
         return frames(events)
+
+
+def _write_delta(encoder: ResponsesEncoder, reasoning: bool, out: list[bytes], text: str) -> None:
+    frame_ = encoder.text_delta_frame(reasoning, text)
+    assert frame_ is not None  # (a run is read only while the encoder streams this kind of item)
+    out.append(frame_)
 
 
 def response_from_completion(

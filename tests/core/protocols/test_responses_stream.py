@@ -575,3 +575,42 @@ def test_the_text_delta_fast_path_writes_what_the_general_path_writes(
     events, _ = parse(fast)
     for event in events:
         EVENT.validate_python(event)
+
+
+def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Long runs of same-shaped chunks (how upstreams stream) are read by their ChunkTemplate
+    when fed in big pieces; the output is the same as decoding every event, however it is cut."""
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def piece(field: str, text: str) -> bytes:
+        other = "content" if field == "reasoning_content" else "reasoning_content"
+        delta = {field: text, other: None}
+        return data(
+            {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+        )
+
+    texts = ["word ", "Zürich ", '"q" ', "\\ ", "<tag> ", "✓ "] * 10
+    stream = b"".join(
+        [
+            data(
+                {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": ""}}]}
+            ),
+            *(piece("reasoning_content", t) for t in texts),
+            trace(type="status", seq=1, t_ms=1, message="Writing the answer", stage="answering"),
+            *(piece("content", t) for t in texts),
+            data({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE}),
+            DONE,
+        ]
+    )
+    in_runs = whole(stream)
+    assert in_runs == in_pieces([stream[i : i + 1] for i in range(len(stream))])[0]
+    assert in_runs == in_pieces([stream[i : i + 777] for i in range(0, len(stream), 777)])[0]
+    monkeypatch.setattr(ResponsesTranscoder, "_text_delta", lambda self, chunk: None)
+    assert in_runs == whole(stream)  # (no template is ever learned: every event decoded)
+    events, comments = parse(in_runs)
+    assert len(comments) == 1
+    for event in events:
+        EVENT.validate_python(event)
+    assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "".join(texts)
