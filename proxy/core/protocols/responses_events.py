@@ -31,10 +31,8 @@ reasoning item followed directly by tool calls has its text done at once but its
 their `extra_content`, Gemini's thought signatures). `output_item.done` events always come in
 output order. On a failure no open item is done (a half-received tool call must never look
 complete): `response.failed` comes at once, its output holding them as "incomplete". Not carried:
-`refusal` deltas, choices other than the first, output after the finish reason.
-
-The non-stream form (the `Response` object of a whole chat completion) is built by the same
-encoder, so both forms agree: proxy.core.protocols.responses_stream.response_from_completion.
+`refusal` deltas, choices other than the first, output after the finish reason. The non-stream
+form is built by the same encoder (responses_stream.response_from_completion), so both agree.
 """
 
 from __future__ import annotations
@@ -174,17 +172,15 @@ class ResponsesEncoder:
         return out
 
     def streaming(self, reasoning: bool) -> bool:
-        """Whether a text delta of this kind would only continue the item already streaming (so
-        `text_delta_frame` writes it)."""
+        """Whether a text delta of this kind only continues the item streaming (text_delta_frame)."""
         item = self._current
         if item is None or not item.begun or self._finished or self._finish is not None:
             return False
         return item.kind == ("reasoning" if reasoning else "message")
 
     def text_delta_frame(self, reasoning: bool, text: str) -> bytes | None:
-        """The one frame a plain text delta makes when its item is already open and begun (most
-        chunks of a stream), written directly: byte for byte what `frame(feed(chunk))` would
-        write, without building the event. None: not that case, `feed` the chunk instead."""
+        """A plain text delta of the item streaming (most chunks), written directly: byte for byte
+        `frame(feed(chunk))`, without building the event. None: not that case, `feed` it instead."""
         item = self._current
         if item is None or not item.begun or self._finished or self._finish is not None or not text:
             return None
