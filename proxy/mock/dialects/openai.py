@@ -1,7 +1,28 @@
-"""OpenAI's own wire shape (api.openai.com chat completions)."""
+"""OpenAI's own wire shape (api.openai.com chat completions).
+
+Function tools and reasoning on chat completions, from GPT-5.4 on: OpenAI's chat endpoint refuses
+a request with a function tool unless `reasoning_effort` is `"none"` (the Responses API takes
+both), and from GPT-5.6 on the model's default effort counts when none is sent, so only an explicit
+`"none"` passes. The 400 as clients report it (the model id as sent, `code: null`):
+
+    {"error": {"message": "Function tools with reasoning_effort are not supported for gpt-5.6-terra
+    in /v1/chat/completions. To use function tools, use /v1/responses or set reasoning_effort to
+    'none'.", "type": "invalid_request_error", "param": "reasoning_effort", "code": null}}
+
+Sources: github.com/GEMISIS/leviath/issues/333 and github.com/itzcrazykns/vane/issues/1173 (the
+whole body, gpt-5.6-terra and gpt-5.6-luna); the OpenAI community thread (gpt-5.6-sol; "blocking
+developer functions on reasoning models started with gpt-5.4")
+community.openai.com/t/gpt-5-6-chat-completion-reasoning-effort-bug-behavior-change/1386454;
+github.com/BerriAI/litellm/pull/34569 and github.com/danny-avila/LibreChat/issues/14355 (gpt-5.6:
+tools without `reasoning_effort` 400, only "none" passes); the same text for gpt-6-astra in
+github.com/Wei-Shaw/sub2api/issues/6740. Earlier reports (March to June 2026) end the message with
+"Please use /v1/responses instead." (gpt-5.4: github.com/pipecat-ai/pipecat/issues/4043; gpt-5.5:
+github.com/charmbracelet/crush/issues/2913); the mock answers with the current text.
+"""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +40,41 @@ from proxy.mock.dialects.base import (
 )
 from proxy.mock.dialects.knobs import effort_depth
 from proxy.mock.scenarios import Depth, Script
+
+# From this (major, minor) on, chat refuses function tools with an effort other than "none"...
+TOOLS_NEED_NO_EFFORT_FROM = (5, 4)
+# ...and from this one on, a request without `reasoning_effort` gets the model's default effort.
+DEFAULT_EFFORT_FROM = (5, 6)
+
+_GPT_VERSION = re.compile(r"gpt-(\d+)(?:\.(\d+))?(?:-|$)")
+
+
+def gpt_version(model: str) -> tuple[int, int] | None:
+    """The (major, minor) of a `gpt-<major>[.<minor>][-suffix]` model id: `gpt-5.4-mini` -> (5, 4),
+    `gpt-5` -> (5, 0), `gpt-5.10` -> (5, 10); None for other ids (`gpt-4o`, `o3`, `chatgpt-4o-latest`)."""
+    match = _GPT_VERSION.match(model)
+    if match is None:
+        return None
+    return int(match[1]), int(match[2] or 0)
+
+
+def tools_refuse_effort(model: str, effort: object) -> bool:
+    """Whether OpenAI's chat endpoint refuses function tools on `model` at this `reasoning_effort`
+    (None = not sent): from GPT-5.4 any effort but "none", from GPT-5.6 also the unsent default."""
+    version = gpt_version(model)
+    if version is None or version < TOOLS_NEED_NO_EFFORT_FROM:
+        return False
+    if effort is None:
+        return version >= DEFAULT_EFFORT_FROM
+    return effort != "none"
+
+
+def _has_function_tool(body: Mapping[str, Any]) -> bool:
+    tools = body.get("tools")
+    return isinstance(tools, list) and any(
+        isinstance(tool, dict) and tool.get("type") == "function" for tool in tools
+    )
+
 
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -72,21 +128,36 @@ class OpenAI(Dialect):
         return effort_depth(body.get("reasoning_effort")) or Depth.STANDARD
 
     def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
-        rejection = self._effort_rejection(body, param="reasoning_effort")
-        if (
-            rejection is None
-            and self._efforts(str(body.get("model", self.default_model)))
-            and "max_tokens" in body
-        ):
-            message = (
-                "Unsupported parameter: 'max_tokens' is not supported with this model. "
-                "Use 'max_completion_tokens' instead."
-            )
-            return Rejection(400, self.error_body(message, param="max_tokens", code="unsupported_parameter"))
-        return rejection
+        return (
+            self._effort_rejection(body, param="reasoning_effort")
+            or self._max_tokens_rejection(body)
+            or self._tools_effort_rejection(body)
+        )
+
+    def _max_tokens_rejection(self, body: Mapping[str, Any]) -> Rejection | None:
+        if not (self._efforts(str(body.get("model", self.default_model))) and "max_tokens" in body):
+            return None
+        message = (
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead."
+        )
+        return Rejection(400, self.error_body(message, param="max_tokens", code="unsupported_parameter"))
+
+    def _tools_effort_rejection(self, body: Mapping[str, Any]) -> Rejection | None:
+        """Chat only (the Responses API takes tools with any effort); see the module docstring."""
+        model = str(body.get("model", self.default_model))
+        if not (_has_function_tool(body) and tools_refuse_effort(model, body.get("reasoning_effort"))):
+            return None
+        message = (
+            f"Function tools with reasoning_effort are not supported for {model} in "
+            "/v1/chat/completions. To use function tools, use /v1/responses or set "
+            "reasoning_effort to 'none'."
+        )
+        return Rejection(400, self.error_body(message, param="reasoning_effort"))
 
     def check_responses(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
-        # The same rules; the Responses API names the parameter `reasoning.effort`.
+        # The same effort rules (the Responses API names the parameter `reasoning.effort`); the
+        # tools rule is chat's own.
         return self._effort_rejection(body, param="reasoning.effort")
 
     def _effort_rejection(self, body: Mapping[str, Any], *, param: str) -> Rejection | None:
