@@ -45,7 +45,8 @@ from proxy.core.controls import (
 )
 from proxy.core.gateway import GatewayAuth
 from proxy.core.headers import filter_headers
-from proxy.core.providers import Dialect, ProvidersTable
+from proxy.core.protocols.responses_upstream import responses_request
+from proxy.core.providers import Dialect, ProvidersTable, ReplayPolicy
 from proxy.core.rewrite import rewrite_body
 from proxy.core.routing import Destination, RouteTable, replace_model, request_model
 from proxy.core.stream import jsonio
@@ -54,6 +55,7 @@ from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
 
+RESPONSES_PATH = "/v1/responses"
 # Request headers never forwarded: the control headers, what the HTTP client recomputes, and
 # Expect (the server already answered 100-continue; upstream it could hold the body back).
 DROP_REQUEST = CONTROL_HEADERS | {"host", "content-length", "expect"}
@@ -298,6 +300,91 @@ def plan_chat(
     return ChatPlan(request, dialect, applied, method if applied else None, response_headers, reasoning, zh)
 
 
+# --------------------------------------------------------------------------------------------------
+# Chat over an upstream's Responses API (issue 29; docs/responses.md, "Chat over the Responses API")
+# --------------------------------------------------------------------------------------------------
+
+# On that route the encrypted reasoning items (as `reasoning_details` on the assistant message that
+# made the calls) must go back with the calls they preceded: OpenAI refuses a replayed
+# function_call without its reasoning item (store: false).
+RESPONSES_REPLAY = ReplayPolicy(mode="tool_calls", field="reasoning_details")
+UPSTREAM_API_HEADER = "x-thinking-upstream-api"
+
+
+def responses_effort(dialect: Dialect, parsed: dict[str, Any], level: Level | None) -> str | None:
+    """The `reasoning.effort` to send over the Responses API when this chat request must go there
+    (the entry's `chat_tools_with_reasoning: responses`, function tools, a level other than off
+    with an effort for it); None: chat completions as usual."""
+    if dialect.chat_tools_with_reasoning != "responses" or level is None or level is Level.OFF:
+        return None
+    tools = parsed.get("tools")
+    if not isinstance(tools, list) or not any(
+        isinstance(t, dict) and t.get("type") == "function" for t in tools
+    ):
+        return None
+    for name, effort in dialect.responses.effort.items():
+        if name == level.value:
+            return effort
+    return None
+
+
+def plan_responses(
+    arrival: Arrival,
+    tgt: Target,
+    intent: Intent,
+    dialect: Dialect,
+    defaults: Defaults,
+    body: dict[str, Any],
+    effort: str,
+    *,
+    gateway_mode: bool,
+) -> tuple[ChatPlan, tuple[str, ...]]:
+    """Step 3 for a chat request that goes over the upstream's Responses API: its request (to
+    `/responses`, the body mapped by proxy.core.protocols.responses_upstream), the headers that
+    say so, and the fields that could not be carried."""
+    mapped = responses_request(body, effort=effort)
+    level = intent.controls.level
+    assert level is not None
+    to_responses = Arrival(
+        arrival.method, RESPONSES_PATH, RESPONSES_PATH.encode(), arrival.query, arrival.headers
+    )
+    request = UpstreamRequest(
+        "POST",
+        upstream_url(to_responses, tgt.destination, gateway_mode=gateway_mode),
+        [*filter_headers(tgt.headers, DROP_REQUEST_CHAT), ("accept-encoding", "identity")],
+        jsonio.dumps(mapped.body),
+        client_chosen=tgt.destination.client_chosen,
+    )
+    headers = [
+        ("x-thinking-level-applied", level.value),
+        ("x-thinking-provider", dialect.name),
+        ("x-thinking-method", "params"),
+        (UPSTREAM_API_HEADER, "responses"),
+    ]
+    reasoning = ReasoningOptions(
+        tags=(),
+        implicit_open=False,
+        output_field=defaults.reasoning_field,
+        hide=intent.controls.visibility is ReasoningVisibility.HIDE,
+    )
+    zh = prefers_chinese(arrival.headers.get("accept-language"))
+    return ChatPlan(request, dialect, level, "params", headers, reasoning, zh), mapped.dropped
+
+
+class UpstreamDecoder(Protocol):
+    """An upstream protocol's answer → the internal chat chunks, before the response pipeline
+    (proxy.core.protocols.responses_decode for the Responses API)."""
+
+    def feed(self, data: bytes) -> bytes:
+        """The upstream's next bytes (any split) → chat-completion SSE bytes."""
+
+    def close(self) -> bytes:
+        """The upstream's body ended: what is left, and an error event if it ended early."""
+
+    def completion(self, body: bytes) -> bytes:
+        """A whole non-stream answer → a chat completion's JSON."""
+
+
 class FrontDoor(Protocol):
     """A front door whose client reads the chat answer in another protocol (the Responses API:
     proxy.server.responses_door). The relay hands it everything the response pipeline writes,
@@ -334,3 +421,4 @@ class ChatContext:
     gate: StreamGate | None = None
     zh: bool = False
     door: FrontDoor | None = None  # None: the client speaks chat completions
+    upstream: UpstreamDecoder | None = None  # None: the upstream answers in chat completions

@@ -140,6 +140,7 @@ class _ModelOverride(_Strict):
     reasoning: ReasoningFormat | None = None
     replay: ReplayPolicy | None = None
     responses: ResponsesRule | None = None
+    chat_tools_with_reasoning: Literal["responses", "chat"] | None = None
 
     @field_validator("match")
     @classmethod
@@ -163,6 +164,9 @@ class _Entry(_Strict):
     reasoning: ReasoningFormat
     replay: ReplayPolicy
     responses: ResponsesRule = BRIDGE
+    # A chat request with function tools and a level: over the upstream's Responses API, when its
+    # chat completions refuses that combination (OpenAI GPT-5.4+); `chat` forwards it as it is.
+    chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"
     models: tuple[_ModelOverride, ...] = ()
 
     @field_validator("docs")
@@ -213,6 +217,7 @@ class Dialect:
     instruction_texts: frozenset[str] = frozenset()
     model_override: tuple[str, ...] | None = None  # the globs of the override that applied, if any
     responses: ResponsesRule = BRIDGE  # how POST /v1/responses reaches this upstream
+    chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"  # (see _Entry)
 
 
 @dataclass(frozen=True)
@@ -435,6 +440,11 @@ def _compile(parsed: _ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
             instruction_texts=texts,
             model_override=override.match if override else None,
             responses=override.responses if override and override.responses is not None else entry.responses,
+            chat_tools_with_reasoning=(
+                override.chat_tools_with_reasoning
+                if override and override.chat_tools_with_reasoning is not None
+                else entry.chat_tools_with_reasoning
+            ),
         )
 
     compiled: list[_CompiledEntry] = []

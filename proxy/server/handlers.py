@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -27,6 +27,7 @@ from proxy.core.events import AccessRecord, Listener, notify_end, start_observer
 from proxy.core.gateway import GatewayAuth
 from proxy.core.plan import ChatContext, FrontDoor
 from proxy.core.protocols import chat as chat_door
+from proxy.core.protocols.responses_upstream import ResponsesAnswer, over_responses_note, wants_usage
 from proxy.core.providers import ProvidersTable
 from proxy.core.review_rules import refuse_unreviewed_route
 from proxy.core.routing import RouteTable
@@ -239,6 +240,11 @@ class Proxy:
         record.request_messages = parsed.get("messages")
         record.level_requested = controls.level.value if controls.level is not None else None
         dialect = plan.chat_dialect(s.table, tgt)
+        # Function tools with a level on an upstream whose chat completions refuses them: over its
+        # Responses API, where its encrypted reasoning is replayed with the calls it preceded.
+        effort = plan.responses_effort(dialect, parsed, controls.level) if door is None else None
+        if effort is not None:
+            dialect = replace(dialect, replay=plan.RESPONSES_REPLAY)
         prepared = None
         restored = None
         if s.replay is not None:  # remembered reasoning back into the history, before the rewrite
@@ -247,9 +253,15 @@ class Proxy:
             restored = parsed if prepared.changed else None
         if restored is None and parsed is not tgt.parsed:
             tgt = plan.Target(tgt.destination, tgt.body, parsed, tgt.headers)
-        chat_plan = plan.plan_chat(
-            arrival, tgt, intent, dialect, self.defaults, restored=restored, gateway_mode=gateway_mode
-        )
+        dropped: tuple[str, ...] = ()
+        if effort is None:
+            chat_plan = plan.plan_chat(
+                arrival, tgt, intent, dialect, self.defaults, restored=restored, gateway_mode=gateway_mode
+            )
+        else:
+            chat_plan, dropped = plan.plan_responses(
+                arrival, tgt, intent, dialect, self.defaults, parsed, effort, gateway_mode=gateway_mode
+            )
         level_name = chat_plan.level_name
         record.provider, record.level = dialect.name, level_name
         record.thinking_method = chat_plan.method
@@ -267,6 +279,8 @@ class Proxy:
         )
         if prepared is not None:
             prepared.annotate(trace)
+        if effort is not None and trace is not None:
+            trace.add_note(*over_responses_note(dropped), code="upstream_responses_api", fields=list(dropped))
         capture = prepared.capture if prepared is not None else None
         gate = None
         if s.review is not None:
@@ -277,8 +291,17 @@ class Proxy:
                     shown = TraceFormat.COMMENT  # a front door's stream carries the trace as comments
                 gate = s.review.stream_gate(shown, chat_plan.zh, s.settings.max_sse_event_bytes)
         trace_format = controls.trace_format if door is None else TraceFormat.COMMENT
+        upstream = None if effort is None else ResponsesAnswer(include_usage=wants_usage(parsed))
         context = ChatContext(
-            parsed, chat_plan.reasoning, trace, trace_format, capture, gate=gate, zh=chat_plan.zh, door=door
+            parsed,
+            chat_plan.reasoning,
+            trace,
+            trace_format,
+            capture,
+            gate=gate,
+            zh=chat_plan.zh,
+            door=door,
+            upstream=upstream,
         )
         if door is not None:
             door.planned(trace)

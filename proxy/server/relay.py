@@ -285,6 +285,8 @@ class Relay:
             await response.aclose()
         if raw is None:
             return client_gone(record, started, self.log)
+        if chat.upstream is not None:
+            raw = chat.upstream.completion(raw)
         holds = self.review is not None and self.review.would_hold(raw)
         if holds and chat.trace is not None:
             chat.trace.hold_done()  # a call will be held: `done` must include the hold

@@ -126,6 +126,7 @@ async def relay_stream(
     settled once the upstream is done (proxy.review)."""
     clock = time.perf_counter
     gate = chat.gate
+    upstream = chat.upstream  # another upstream protocol: decoded to chat chunks first
     started = clock() - elapsed_ms() / 1000.0
     failure: ProxyError | None = None
     notify_stream(record)
@@ -139,6 +140,8 @@ async def relay_stream(
         async for read in response.reader(decoded=True):
             now = clock()  # the hot loop: runs for every upstream read
             watch.last_read = now
+            if upstream is not None:
+                read = upstream.feed(read)
             pieces: tuple[bytes, ...] = (read,)
             if first_read:
                 first_read = False
@@ -157,6 +160,15 @@ async def relay_stream(
                     now = watch.last_read = clock()
             if pipeline.closed:  # e.g. an oversized event ended the stream: stop reading
                 break
+        if upstream is not None and not pipeline.closed:
+            rest = pipeline.feed(upstream.close(), elapsed_ms())  # (an early end is an error event)
+            if gate is not None:
+                rest = gate.feed(rest)
+            if rest:
+                record.bytes_out += len(rest)
+                watch.writing = True
+                await send(body_piece(rest))
+                watch.writing = False
         tail = pipeline.finish(elapsed_ms())
         if gate is not None:
             tail = gate.feed(tail)
