@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from proxy.core.providers import ProvidersTable, default_providers_path
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
@@ -162,3 +163,35 @@ def test_an_error_on_the_responses_hop_passes_back_unchanged(mock: BackgroundSer
         )
     assert r.status_code == 429 and last_upstream(mock)["path"] == "/openai/v1/responses"
     assert "error" in r.json()
+
+
+def test_the_trace_says_so_and_hide_hides_the_summary(mock: BackgroundServer) -> None:
+    body = {"model": MODEL, "messages": ASK, "tools": [WEATHER], "stream": True}
+    headers = {"authorization": "Bearer k", "x-thinking-level": "standard"}
+    with proxy_for(mock) as proxy:
+        shown = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers).text
+        hidden = httpx.post(
+            f"{proxy.url}/v1/chat/completions", json=body, headers={**headers, "x-reasoning": "hide"}
+        ).text
+    notes = [json.loads(line[len(": trace ") :]) for line in shown.splitlines() if '"type":"note"' in line]
+    assert notes and notes[0]["code"] == "upstream_responses_api"
+    assert '"reasoning_content":"' in shown
+    assert '"reasoning_content":"' not in hidden and '"tool_calls"' in hidden
+
+
+def test_chat_tools_with_reasoning_chat_forwards_and_openais_400_comes_back(mock: BackgroundServer) -> None:
+    text = (
+        default_providers_path()
+        .read_text()
+        .replace("chat_tools_with_reasoning: responses", "chat_tools_with_reasoning: chat")
+    )
+    table = simulated_table(mock.port, ProvidersTable.from_text(text))
+    with proxy_for(mock, table=table) as proxy:
+        r = httpx.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={"model": MODEL, "messages": ASK, "tools": [WEATHER]},
+            headers={"authorization": "Bearer k", "x-thinking-level": "standard"},
+        )
+    assert last_upstream(mock)["path"] == "/openai/v1/chat/completions"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_effort"
+    assert "use /v1/responses" in r.json()["error"]["message"]
