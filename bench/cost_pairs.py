@@ -71,6 +71,7 @@ class Pair:
     # The load the "with" build gets instead, per wrk script: the same build and question through
     # another front door (its cost is then that door's over chat completions).
     with_scripts: dict[str, str] = field(default_factory=dict)
+    without_scripts: dict[str, str] = field(default_factory=dict)
 
 
 PAIRS = [
@@ -90,9 +91,32 @@ PAIRS = [
         {},
         {"json": "responses_json", "burst": "responses_burst", "paced": "responses_paced"},
     ),
+    # Not a default: a chat request with a tool and a level to OpenAI gpt-5.4, over the upstream's
+    # Responses API (decoded back to chat chunks) against over chat completions; the providers
+    # files make the fake upstream the `openai` entry, one with each chat_tools_with_reasoning.
+    Pair(
+        "chat_over_responses",
+        "chat over the Responses API (tools + level) over chat completions",
+        {"THINKPROXY_PROVIDERS_FILE": str(RESULTS_DIR / "providers-responses.yaml")},
+        {"THINKPROXY_PROVIDERS_FILE": str(RESULTS_DIR / "providers-chat.yaml")},
+        {"burst": "tools_burst"},
+        {"burst": "tools_burst"},
+    ),
 ]
 PAIR_KEYS = {pair.key: pair for pair in PAIRS}
-NOT_DEFAULTS = {"responses"}  # measured when named: not a feature one turns off
+NOT_DEFAULTS = {"responses", "chat_over_responses"}  # measured when named: not features one turns off
+
+
+def write_providers_files() -> None:
+    """The two providers files of the chat_over_responses pair: the shipped one with the fake
+    upstream (`127.0.0.1/v1`) matched as OpenAI, with chat_tools_with_reasoning responses or chat."""
+    text = (BENCH_DIR.parent / "providers.yaml").read_text(encoding="utf-8")
+    text = text.replace("match: [api.openai.com]", "match: [api.openai.com, 127.0.0.1/v1]")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "providers-responses.yaml").write_text(text, encoding="utf-8")
+    chat = text.replace("chat_tools_with_reasoning: responses", "chat_tools_with_reasoning: chat")
+    (RESULTS_DIR / "providers-chat.yaml").write_text(chat, encoding="utf-8")
+
 
 # (key, wrk script, connections per target, unit of one request)
 # paced_c32 (one event every 5 ms) is off by default: one build alone uses ~60% of a core at 32
@@ -206,7 +230,10 @@ def run_pair(
         order = ["with", "without"] if i % 2 == 0 else ["without", "with"]
         try:
             for key, script, conns, _ in scenarios:
-                scripts = {"with": pair.with_scripts.get(script, script), "without": script}
+                scripts = {
+                    "with": pair.with_scripts.get(script, script),
+                    "without": pair.without_scripts.get(script, script),
+                }
                 for name in order:  # warm both: connection pools, caches, the first GC passes
                     loadgen.warm(builds[name][0], scripts[name], conns, args.warm, 1)
                 wait_idle(pids, 10.0)  # (streams cut by the warm-up wind down)
@@ -298,6 +325,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     exit_on_sigterm()
+    write_providers_files()
     if not loadgen.wrk_available():
         print(loadgen.INSTALL_HINT)
         return 2

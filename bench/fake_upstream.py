@@ -110,6 +110,64 @@ def sse_events(scenario: str) -> list[bytes]:
     return events
 
 
+def responses_events() -> list[bytes]:
+    """A Responses API stream of the same answer (for chat over the Responses API, issue 29): the
+    reasoning as 120 summary deltas, the answer as 78 text deltas, OpenAI's event framing."""
+    rid, rs, msg = "resp_bench_8f3a2c1d9e7b4a60", "rs_bench_1", "msg_bench_1"
+    seq = iter(range(10_000))
+
+    def event(kind: str, **fields: object) -> bytes:
+        data = _dumps({"type": kind, "sequence_number": next(seq), **fields})
+        return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+    def response(status: str, output: list[object], usage: object = None) -> dict[str, object]:
+        return {"id": rid, "object": "response", "created_at": CREATED, "model": "gpt-5.4", "status": status,
+                "output": output, "usage": usage, "error": None, "incomplete_details": None,
+                "tools": [], "tool_choice": "auto", "parallel_tool_calls": True}  # fmt: skip
+
+    summary = {"type": "summary_text", "text": REASONING_TEXT}
+    blob = "gAAAAB" + "x" * 600
+    reasoning = {"id": rs, "type": "reasoning", "summary": [summary], "encrypted_content": blob}
+    text = {"type": "output_text", "text": ANSWER_TEXT, "annotations": [], "logprobs": []}
+    message = {"id": msg, "type": "message", "role": "assistant", "status": "completed", "content": [text]}
+    at_rs, at_msg = {"item_id": rs, "output_index": 0}, {"item_id": msg, "output_index": 1}
+    out = [
+        event("response.created", response=response("in_progress", [])),
+        event("response.in_progress", response=response("in_progress", [])),
+        event("response.output_item.added", output_index=0, item={**reasoning, "summary": []}),
+        event(
+            "response.reasoning_summary_part.added", **at_rs, summary_index=0, part={**summary, "text": ""}
+        ),
+    ]
+    out += [
+        event("response.reasoning_summary_text.delta", **at_rs, summary_index=0, delta=p)
+        for p in _pieces(REASONING_TEXT, 120)
+    ]
+    out += [
+        event("response.reasoning_summary_text.done", **at_rs, summary_index=0, text=REASONING_TEXT),
+        event("response.output_item.done", output_index=0, item=reasoning),
+        event("response.output_item.added", output_index=1, item={**message, "content": []}),
+        event("response.content_part.added", **at_msg, content_index=0, part={**text, "text": ""}),
+    ]
+    out += [
+        event("response.output_text.delta", **at_msg, content_index=0, delta=p, logprobs=[])
+        for p in _pieces(ANSWER_TEXT, 78)
+    ]
+    usage = {
+        "input_tokens": USAGE["prompt_tokens"],
+        "output_tokens": USAGE["completion_tokens"],
+        "total_tokens": USAGE["total_tokens"],
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 300},
+    }
+    out += [
+        event("response.output_text.done", **at_msg, content_index=0, text=ANSWER_TEXT, logprobs=[]),
+        event("response.output_item.done", output_index=1, item=message),
+        event("response.completed", response=response("completed", [reasoning, message], usage)),
+    ]
+    return out  # fmt: skip
+
+
 def json_body() -> bytes:
     return _dumps(
         {
@@ -160,6 +218,8 @@ class Precomputed:
         self.events = {s: [_http_chunk(e) for e in sse_events(s)] for s in self.stream_head}
         self.tail = _http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         self.burst = self.stream_head["burst"] + b"".join(self.events["burst"]) + self.tail
+        responses = b"".join(_http_chunk(e) for e in responses_events()) + b"0\r\n\r\n"
+        self.responses_burst = self.stream_head["burst"] + responses
         self.not_found = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
@@ -232,6 +292,10 @@ class UpstreamProtocol(asyncio.Protocol):
         line = head[: head.find(b"\r\n")]
         if line.startswith(b"get /__stats"):
             self.transport.write(self.stats.response())
+            return
+        if line.startswith(b"post ") and b"/responses" in line:  # the Responses API: always a burst
+            self.stats.requests += 1
+            self.transport.write(self.pre.responses_burst)
             return
         if not line.startswith(b"post ") or b"/chat/completions" not in line:
             self.transport.write(self.pre.not_found)
