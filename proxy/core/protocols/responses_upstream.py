@@ -211,9 +211,12 @@ def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     function = tool.get("function")
     function = function if isinstance(function, Mapping) else {}
     out: dict[str, Any] = {"type": "function", "name": function.get("name")}
-    for key in ("description", "parameters", "strict"):
+    for key in ("description", "parameters"):
         if function.get(key) is not None:
             out[key] = function[key]
+    # A tool without `strict` is non-strict on chat completions but strict on the Responses API
+    # (its schema tightened, optional fields made required): say what the client meant.
+    out["strict"] = function.get("strict") is True
     return out
 
 
@@ -222,6 +225,16 @@ def _tool_choice(choice: Any) -> Any:
         function = choice.get("function")
         name = function.get("name") if isinstance(function, Mapping) else None
         return {"type": "function", "name": name}
+    if isinstance(choice, Mapping) and choice.get("type") == "allowed_tools":
+        # chat: {"type": "allowed_tools", "allowed_tools": {"mode", "tools": [chat tools]}}
+        allowed = choice.get("allowed_tools")
+        allowed = allowed if isinstance(allowed, Mapping) else {}
+        tools = [_tool(t) for t in allowed.get("tools") or () if isinstance(t, Mapping)]
+        return {
+            "type": "allowed_tools",
+            "mode": allowed.get("mode", "auto"),
+            "tools": [{"type": "function", "name": t["name"]} for t in tools],
+        }
     return choice
 
 

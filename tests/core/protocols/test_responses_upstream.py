@@ -272,11 +272,6 @@ def test_a_tool_choice_string_is_kept(choice: str) -> None:
     assert body["tool_choice"] == choice
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="proxy bug: chat's allowed_tools tool_choice ({type, allowed_tools: {mode, tools: [{type, "
-    "function: {name}}]}}) is passed unchanged; the Responses form is {type, mode, tools: [{type, name}]}",
-)
 def test_an_allowed_tools_choice_takes_the_responses_form() -> None:
     choice = {
         "type": "allowed_tools",
@@ -299,12 +294,6 @@ def test_without_function_tools_there_are_no_tools_and_no_tool_choice() -> None:
     assert "tools" not in body and "tool_choice" not in body
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="proxy bug: a chat tool without `strict` (non-strict on chat completions) is sent to the "
-    "Responses API without it, where an omitted `strict` means strict mode (OpenAI's function-calling "
-    "guide; openai-python's FunctionToolParam requires the key); it should be `strict: false`",
-)
 def test_a_tool_without_strict_stays_non_strict_over_responses() -> None:
     loose = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     body = responses_request(chat(ASK, tools=[loose]), effort="medium").body
