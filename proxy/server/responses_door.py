@@ -51,6 +51,7 @@ from proxy.core.protocols.responses_state import (
     reasoning_sealer,
     restore_reasoning,
     seal_compaction,
+    spilled_keys,
 )
 from proxy.core.protocols.responses_stream import ResponsesTranscoder
 from proxy.core.replay_keys import store_key, tenant_of
@@ -85,6 +86,10 @@ class BridgeOutput:
     tenant: str = ""
     stored_input: list[Any] = field(default_factory=list)
     settled: bool = False
+    # Reasoning payloads too large to seal inline (responses_state.reasoning_sealer): written to
+    # the state store at the next settle, before the item that refers to them goes out.
+    spill: list[tuple[str, bytes]] = field(default_factory=list)
+    spill_store: StateStore | None = None
 
     def planned(self, trace: TraceBuilder | None) -> None:
         if trace is not None:
@@ -101,6 +106,12 @@ class BridgeOutput:
         return self.transcoder.completion(body)
 
     async def settle(self) -> None:
+        if self.spill and self.spill_store is not None:
+            entries, self.spill[:] = list(self.spill), []
+            try:
+                await self.spill_store.put_many(entries)
+            except Exception:  # (the next turn then finds it missing: the miss policy applies)
+                logger.warning("Storing %d large reasoning payload(s) failed.", len(entries))
         final = self.transcoder.final
         if self.settled or final is None or self.store is None:
             return
@@ -212,7 +223,8 @@ class ResponsesDoor:
             chat = compaction_request(
                 chat["messages"], {**parsed, "stream": not compact and parsed.get("stream")}
             )
-        report = restore_reasoning(chat["messages"], bridged.reasoning, ctx)
+        spilled = await self._spilled(spilled_keys(bridged.reasoning, ctx))
+        report = restore_reasoning(chat["messages"], bridged.reasoning, ctx, spilled)
         if LEVEL_HEADER not in request.headers and bridged.level is not None:
             intent = replace(intent, controls=replace(intent.controls, level=bridged.level))
         record.request_messages = chat.get("messages")
@@ -221,16 +233,17 @@ class ResponsesDoor:
             parsed, response_id=response_id, model=str(chat.get("model") or ""), created_at=int(time.time())
         )
         transcoder: ResponsesTranscoder | CompactionTranscoder
+        spill: list[tuple[str, bytes]] = []
         if compact or trigger:
             kept = user_messages(request_items) if compact else None
             transcoder = CompactionTranscoder(
                 frame, sealer=partial(seal_compaction, ctx), new_id=new_id, kept=kept
             )
         else:
-            transcoder = ResponsesTranscoder(
-                frame, seal=reasoning_sealer(ctx), new_id=new_id, tool_names=bridged.tool_names
-            )
+            sealer = reasoning_sealer(ctx, spill if self.store is not None else None)
+            transcoder = ResponsesTranscoder(frame, seal=sealer, new_id=new_id, tool_names=bridged.tool_names)
         door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened, unresolved))
+        door.spill, door.spill_store = spill, self.store
         if bridged.store and self.store is not None:
             door.store, door.tenant, door.stored_input = self.store, tenant, items
         if bridged.omitted_tools:
@@ -283,6 +296,17 @@ class ResponsesDoor:
                     found[ref] = jsonio.loads(value)
         out = [found.get(item["id"]) if _is_reference(item) else item for item in items]
         return [item for item in out if item is not None], [ref for ref in refs if ref not in found]
+
+    async def _spilled(self, keys: list[str]) -> dict[str, bytes | None]:
+        """The large reasoning payloads the history's blobs refer to (a store fault: none)."""
+        if not keys or self.store is None:
+            return {}
+        try:
+            values = await self.store.get_many(keys)
+        except Exception:
+            logger.warning("The state store did not answer for large reasoning payloads.")
+            return {}
+        return dict(zip(keys, values, strict=True))
 
     async def _load(self, tenant: str, response_id: str) -> StoredResponse | None:
         if self.store is None:

@@ -19,6 +19,7 @@ import pytest
 import websockets
 from openai.types.responses import Response, ResponseStreamEvent
 
+from proxy.core import seal
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
@@ -458,3 +459,35 @@ def test_an_input_that_is_neither_text_nor_items_is_a_400(mock: BackgroundServer
             headers={"authorization": "Bearer k"},
         )
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+
+
+def test_reasoning_too_large_to_seal_inline_goes_through_the_state_store(
+    mock: BackgroundServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A payload over the inline cap is kept in the state store and the blob seals its key; the
+    loop works with the client echoing only that (the cap made tiny here, in-process)."""
+    monkeypatch.setattr(seal, "INLINE_CAP", 16)
+    with proxy_for(mock) as proxy:
+        second = tool_turn(proxy, store=False)
+        (reasoning,) = (i for i in second if i.get("type") == "reasoning")
+        assert len(reasoning["encrypted_content"]) < 200  # a reference, not the payload
+        answer = sdk(proxy).responses.create(
+            model=MODEL,
+            input=without_text(second),
+            tools=[WEATHER],
+            reasoning={"effort": "high"},
+            store=False,
+        )
+    assert answer.status == "completed"
+    assistant = [m for m in last_upstream(mock)["body"]["messages"] if m["role"] == "assistant"]
+    assert assistant[0]["reasoning_content"]
+
+
+def without_text(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reasoning items with only their blob (so only the blob can restore the reasoning)."""
+    return [
+        {"type": "reasoning", "summary": [], "encrypted_content": i["encrypted_content"]}
+        if i.get("type") == "reasoning"
+        else i
+        for i in items
+    ]

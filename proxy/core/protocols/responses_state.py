@@ -26,6 +26,7 @@ from typing import Any, Final
 from proxy.core import seal
 from proxy.core.protocols.responses_input import RestoreTurn
 from proxy.core.protocols.responses_output import ReasoningItemFacts, Seal
+from proxy.core.replay_keys import store_key
 from proxy.core.stream import jsonio
 
 __all__ = [
@@ -36,9 +37,12 @@ __all__ = [
     "expand_compaction",
     "reasoning_sealer",
     "restore_reasoning",
+    "spill_key",
+    "spilled_keys",
 ]
 
 RESPONSE_KIND: Final = "response"  # the replay_keys kind of a stored response
+SPILL_KIND: Final = "sealed_reasoning"  # of a reasoning payload too large to seal inline
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +59,15 @@ class SealContext:
         return seal.Binding(self.tenant, self.provider, self.base_url, kind, tuple(ids))
 
 
-def reasoning_sealer(ctx: SealContext) -> Seal:
+def spill_key(ctx: SealContext, item_id: str) -> str:
+    """The state-store key of a reasoning payload too large to seal inline (per tenant)."""
+    return store_key(ctx.tenant, SPILL_KIND, item_id)
+
+
+def reasoning_sealer(ctx: SealContext, spill: list[tuple[str, bytes]] | None = None) -> Seal:
     """The encoder's sealing callback: each reasoning item's `encrypted_content`. A payload over
-    the inline cap gets none (the replay store, when on, still holds the turn: docs/responses.md)."""
+    the inline cap goes to `spill` (the edge writes it to the state store before the item reaches
+    the client) and the blob seals its key; without a store (`spill` None) it gets none."""
 
     def seal_item(facts: ReasoningItemFacts) -> str | None:
         if not facts.text and not facts.details:
@@ -72,8 +82,15 @@ def reasoning_sealer(ctx: SealContext) -> Seal:
             payload["details"] = list(facts.details)
         if facts.signatures:
             payload["signatures"] = dict(facts.signatures)
-        blob = seal.seal(ctx.keys, ctx.binding("responses.reasoning", facts.call_ids), payload)
-        return blob.text if isinstance(blob, seal.Blob) else None
+        binding = ctx.binding("responses.reasoning", facts.call_ids)
+        blob = seal.seal(ctx.keys, binding, payload)
+        if isinstance(blob, seal.Blob):
+            return blob.text
+        if spill is None:
+            return None
+        key = spill_key(ctx, facts.item_id)
+        spill.append((key, blob.data))
+        return seal.seal_reference(ctx.keys, binding, key).text
 
     return seal_item
 
@@ -88,11 +105,28 @@ class RestoreReport:
     foreign: int = 0
 
 
+def spilled_keys(turns: Sequence[RestoreTurn], ctx: SealContext) -> list[str]:
+    """The state-store keys the turns' blobs refer to (reasoning too large to seal inline): the
+    edge reads them before `restore_reasoning`."""
+    keys = []
+    for turn in turns:
+        for item in turn.items:
+            if seal.is_ours(item.encrypted_content):
+                opened = _opened(ctx, str(item.encrypted_content), turn.tool_call_ids)
+                if isinstance(opened, seal.Reference):
+                    keys.append(opened.key)
+    return keys
+
+
 def restore_reasoning(
-    messages: list[dict[str, Any]], turns: Sequence[RestoreTurn], ctx: SealContext
+    messages: list[dict[str, Any]],
+    turns: Sequence[RestoreTurn],
+    ctx: SealContext,
+    spilled: Mapping[str, bytes | None] | None = None,
 ) -> RestoreReport:
-    """Put each turn's reasoning on its assistant message (in place), from the blobs that open, or
-    else from the reasoning text the client itself sent (its summary or content parts)."""
+    """Put each turn's reasoning on its assistant message (in place), from the blobs that open (a
+    reference blob's payload from `spilled`, what the store held under its key), or else from the
+    reasoning text the client itself sent (its summary or content parts)."""
     restored = unverified = foreign = 0
     for turn in turns:
         texts: list[str] = []
@@ -102,7 +136,7 @@ def restore_reasoning(
             payload = None
             if item.encrypted_content is not None:
                 if seal.is_ours(item.encrypted_content):
-                    payload = _open(ctx, item.encrypted_content, turn.tool_call_ids)
+                    payload = _open(ctx, item.encrypted_content, turn.tool_call_ids, spilled or {})
                     if payload is None:
                         unverified += 1
                 else:
@@ -132,13 +166,30 @@ def restore_reasoning(
     return RestoreReport(restored, unverified, foreign)
 
 
-def _open(ctx: SealContext, text: str, call_ids: Sequence[str]) -> dict[str, Any] | None:
-    """A reasoning blob's payload: bound to the calls it preceded (all of the turn's, when the
+def _open(
+    ctx: SealContext, text: str, call_ids: Sequence[str], spilled: Mapping[str, bytes | None]
+) -> dict[str, Any] | None:
+    """A reasoning blob's payload (a reference's from `spilled`; an expired one is missing)."""
+    opened = _opened(ctx, text, call_ids)
+    if isinstance(opened, seal.Inline):
+        return opened.payload
+    if isinstance(opened, seal.Reference):
+        data = spilled.get(opened.key)
+        try:
+            payload = jsonio.loads(data) if data else None
+        except ValueError:
+            return None
+        return payload if isinstance(payload, dict) else None
+    return None
+
+
+def _opened(ctx: SealContext, text: str, call_ids: Sequence[str]) -> seal.Opened | None:
+    """A reasoning blob opened: bound to the calls it preceded (all of the turn's, when the
     reasoning came right before them), or to none (reasoning before a text answer)."""
     for ids in (call_ids, ()) if call_ids else ((),):
         opened = seal.open_blob(ctx.keys, ctx.binding("responses.reasoning", ids), text)
-        if isinstance(opened, seal.Inline):
-            return opened.payload
+        if opened is not None:
+            return opened
     return None
 
 

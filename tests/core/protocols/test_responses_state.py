@@ -22,6 +22,7 @@ from proxy.core.protocols.responses_state import (
     reasoning_sealer,
     restore_reasoning,
     seal_compaction,
+    spilled_keys,
 )
 from proxy.core.protocols.responses_stream import ResponsesTranscoder
 from tests.core.protocols.test_responses_events import SIGNATURE, call, chunk, ids
@@ -415,3 +416,55 @@ def test_tampered_foreign_or_missing_compactions_are_dropped() -> None:
     items, dropped = expand_compaction([*(compaction(b) for b in bad), user], CTX)
     assert (items, dropped) == ([user], len(bad))
     assert SUMMARY not in orjson.dumps(items).decode()
+
+
+# --------------------------------------------------------------------------------------------------
+# Reasoning too large to seal inline: spilled to the state store, the blob seals its key
+# --------------------------------------------------------------------------------------------------
+def test_reasoning_over_the_inline_cap_is_spilled_and_restored_from_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(seal, "INLINE_CAP", 16)  # (any real reasoning is over it now)
+    spill: list[tuple[str, bytes]] = []
+    frame = ResponseFrame("resp_1", "deepseek-reasoner", 1_700_000_000)
+    coder = ResponsesTranscoder(frame, seal=reasoning_sealer(CTX, spill), new_id=ids())
+    reasoning = "Look up the weather first, then answer in one line. " * 20
+    coder.feed(
+        b"".join(
+            data(c)
+            for c in (
+                chunk(reasoning_content=reasoning),
+                chunk(tool_calls=call(0, "call_a", "get_weather", '{"city":"Paris"}')),
+                chunk(finish="tool_calls"),
+            )
+        )
+        + b"data: [DONE]\n\n"
+    )
+    assert coder.final is not None
+    blob = coder.final["output"][0]["encrypted_content"]
+    assert blob.startswith("tp1.") and len(blob) < 200  # a reference: the payload is not in it
+    ((key, stored),) = spill
+    assert reasoning.encode() in stored
+    mapped = map_input(history(coder.final["output"]), None)
+    assert spilled_keys(mapped.restore, CTX) == [key]
+    # What the store holds comes back; expired (or another tenant's key space) is missing.
+    report = restore_reasoning(mapped.messages, mapped.restore, CTX, {key: stored})
+    assert report.restored == 1 and assistant(mapped.messages)["reasoning_content"] == reasoning
+    fresh = map_input(history(coder.final["output"]), None)
+    report = restore_reasoning(fresh.messages, fresh.restore, CTX, {key: None})
+    assert report.restored == 0 and report.unverified == 1
+    assert "reasoning_content" not in assistant(fresh.messages)
+    other = replace(CTX, tenant="tenant-b")
+    assert spilled_keys(map_input(history(coder.final["output"]), None).restore, other) == []
+
+
+def test_without_a_store_reasoning_over_the_cap_has_no_blob(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seal, "INLINE_CAP", 16)
+    frame = ResponseFrame("resp_1", "deepseek-reasoner", 1_700_000_000)
+    coder = ResponsesTranscoder(frame, seal=reasoning_sealer(CTX), new_id=ids())
+    coder.feed(
+        data(chunk(reasoning_content="x" * 500))
+        + data(chunk(content="ok", finish="stop"))
+        + b"data: [DONE]\n\n"
+    )
+    assert coder.final is not None and "encrypted_content" not in coder.final["output"][0]
