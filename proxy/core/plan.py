@@ -278,12 +278,7 @@ def plan_chat(
         result = rewrite_body(body, level, dialect, zh=zh)
         applied, method = result.level_applied, result.method
         content = jsonio.dumps(result.body)  # integers above 64 bits kept exact
-    response_headers = [
-        ("x-thinking-level-applied", applied.value if applied is not None else "none"),
-        ("x-thinking-provider", dialect.name),
-    ]
-    if method is not None and applied is not None:
-        response_headers.append(("x-thinking-method", method))
+    response_headers = thinking_headers(applied, dialect.name, method)
     request = UpstreamRequest(
         "POST",
         upstream_url(arrival, tgt.destination, gateway_mode=gateway_mode),
@@ -291,13 +286,37 @@ def plan_chat(
         content,
         client_chosen=tgt.destination.client_chosen,
     )
-    reasoning = ReasoningOptions(
-        tags=tuple(dialect.reasoning.tags),
-        implicit_open=dialect.reasoning.implicit_open,
+    reasoning = reasoning_options(dialect.reasoning.tags, dialect.reasoning.implicit_open, defaults, intent)
+    return ChatPlan(request, dialect, applied, method if applied else None, response_headers, reasoning, zh)
+
+
+def thinking_headers(
+    applied: Level | None, provider: str, method: str | None, upstream_api: str | None = None
+) -> list[tuple[str, str]]:
+    """X-Thinking-Level-Applied, -Provider, -Method (when a level was applied) and
+    -Upstream-API (when not chat completions): what the proxy did, on every model route."""
+    headers = [
+        ("x-thinking-level-applied", applied.value if applied is not None else "none"),
+        ("x-thinking-provider", provider),
+    ]
+    if method is not None and applied is not None:
+        headers.append(("x-thinking-method", method))
+    if upstream_api is not None:
+        headers.append((UPSTREAM_API_HEADER, upstream_api))
+    return headers
+
+
+def reasoning_options(
+    tags: Sequence[str], implicit_open: bool, defaults: Defaults, intent: Intent
+) -> ReasoningOptions:
+    """How the pipeline normalizes the answer's reasoning: the dialect's inline tags, the output
+    field the settings name, hidden when the client asked."""
+    return ReasoningOptions(
+        tags=tuple(tags),
+        implicit_open=implicit_open,
         output_field=defaults.reasoning_field,
         hide=intent.controls.visibility is ReasoningVisibility.HIDE,
     )
-    return ChatPlan(request, dialect, applied, method if applied else None, response_headers, reasoning, zh)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -322,10 +341,7 @@ def responses_effort(dialect: Dialect, parsed: dict[str, Any], level: Level | No
         isinstance(t, dict) and t.get("type") == "function" for t in tools
     ):
         return None
-    for name, effort in dialect.responses.effort.items():
-        if name == level.value:
-            return effort
-    return None
+    return dialect.responses.effort_for(level)
 
 
 def plan_responses(
@@ -355,18 +371,8 @@ def plan_responses(
         jsonio.dumps(mapped.body),
         client_chosen=tgt.destination.client_chosen,
     )
-    headers = [
-        ("x-thinking-level-applied", level.value),
-        ("x-thinking-provider", dialect.name),
-        ("x-thinking-method", "params"),
-        (UPSTREAM_API_HEADER, "responses"),
-    ]
-    reasoning = ReasoningOptions(
-        tags=(),
-        implicit_open=False,
-        output_field=defaults.reasoning_field,
-        hide=intent.controls.visibility is ReasoningVisibility.HIDE,
-    )
+    headers = thinking_headers(level, dialect.name, "params", "responses")
+    reasoning = reasoning_options((), False, defaults, intent)  # (no inline tags on this API)
     zh = prefers_chinese(arrival.headers.get("accept-language"))
     return ChatPlan(request, dialect, level, "params", headers, reasoning, zh), mapped.dropped
 

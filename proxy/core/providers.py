@@ -90,6 +90,13 @@ class ResponsesRule(_Strict):
     docs: str | None = None
     effort: dict[Literal["off", "standard", "deep"], str] = Field(default_factory=dict)
 
+    def effort_for(self, level: Level) -> str | None:
+        """The `reasoning.effort` this entry sends for `level` over the Responses API (None: none)."""
+        for name, effort in self.effort.items():
+            if name == level.value:
+                return effort
+        return None
+
     @model_validator(mode="after")
     def _native_needs_a_source(self) -> ResponsesRule:
         if self.mode == "native" and (self.docs is None or not _URL.match(self.docs)):

@@ -37,7 +37,7 @@ def native_body(
         return None, EFFORT_LEVELS.get(client_effort)  # the client's own effort stands
     if level is None:
         return None, None
-    effort = dialect.responses.effort.get(level.value)
+    effort = dialect.responses.effort_for(level)
     if effort is None and client_effort is None:
         return None, None
     changed = {k: v for k, v in reasoning.items() if k != "effort"} if isinstance(reasoning, dict) else {}
@@ -69,12 +69,7 @@ async def forward_native(
     record.provider = dialect.name
     record.level = applied.value if applied is not None else "none"
     record.thinking_method = "params" if applied is not None else None
-    headers = [
-        ("x-thinking-level-applied", record.level),
-        ("x-thinking-provider", dialect.name),
-        *((("x-thinking-method", "params"),) if applied is not None else ()),
-        ("x-thinking-upstream-api", "responses"),
-    ]
+    headers = plan.thinking_headers(applied, dialect.name, "params", "responses")
     request_out = plan.UpstreamRequest(
         "POST",
         plan.upstream_url(arrival, tgt.destination, gateway_mode=s.gateway.enabled),

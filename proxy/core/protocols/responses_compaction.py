@@ -23,6 +23,7 @@ from proxy.core.protocols.responses_events import first_choice, frames
 from proxy.core.protocols.responses_output import (
     IdFactory,
     ResponseFrame,
+    error_facts,
     response_error,
     response_object,
     responses_usage,
@@ -142,9 +143,7 @@ class CompactionTranscoder:
 
     def _chunk(self, chunk: Mapping[str, Any]) -> None:
         if chunk.get("error") is not None:
-            error = chunk["error"]
-            message = error.get("message") if isinstance(error, Mapping) else error
-            self._error = str(message or "upstream error")
+            self._error = error_facts(chunk["error"])[0]
         if isinstance(chunk.get("usage"), Mapping):
             self._usage = chunk["usage"]
         choice = first_choice(chunk.get("choices"))

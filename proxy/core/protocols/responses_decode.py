@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from proxy.core.errors import error_payload
+from proxy.core.protocols.responses_output import count
 from proxy.core.stream import jsonio
 from proxy.core.stream.sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, SSEDecoder, SSEEvent, data_frame
 
@@ -369,22 +370,17 @@ def _finish_reason(response: Mapping[str, Any], *, incomplete: bool, called: boo
     return "tool_calls" if called else "stop"
 
 
-def _count(container: Any, key: str) -> int:
-    value = container.get(key) if isinstance(container, Mapping) else None
-    return value if type(value) is int else 0
-
-
 def _chat_usage(usage: Any) -> dict[str, Any] | None:
     """A Responses `usage` in the chat shape (None when there is none)."""
     if not isinstance(usage, Mapping):
         return None
-    prompt, completion = _count(usage, "input_tokens"), _count(usage, "output_tokens")
-    cached = _count(usage.get("input_tokens_details"), "cached_tokens")
-    reasoning = _count(usage.get("output_tokens_details"), "reasoning_tokens")
+    prompt, completion = count(usage, "input_tokens"), count(usage, "output_tokens")
+    cached = count(usage.get("input_tokens_details"), "cached_tokens")
+    reasoning = count(usage.get("output_tokens_details"), "reasoning_tokens")
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
-        "total_tokens": _count(usage, "total_tokens") or prompt + completion,
+        "total_tokens": count(usage, "total_tokens") or prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
         "completion_tokens_details": {"reasoning_tokens": reasoning},
     }

@@ -172,7 +172,7 @@ def custom_tool_call_item(
     return item
 
 
-def _count(container: Any, *keys: str) -> int:
+def count(container: Any, *keys: str) -> int:
     """The first of `keys` in `container` holding a count (an int, not a bool), else 0."""
     if isinstance(container, Mapping):
         for key in keys:
@@ -193,19 +193,19 @@ def responses_usage(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, Mapping):
         return None
     prompt_details = usage.get("prompt_tokens_details")
-    input_tokens = _count(usage, "prompt_tokens")
-    output_tokens = _count(usage, "completion_tokens")
-    cached = _count(prompt_details, "cached_tokens") or _count(usage, "prompt_cache_hit_tokens")
-    reasoning = _count(usage.get("completion_tokens_details"), "reasoning_tokens")
+    input_tokens = count(usage, "prompt_tokens")
+    output_tokens = count(usage, "completion_tokens")
+    cached = count(prompt_details, "cached_tokens") or count(usage, "prompt_cache_hit_tokens")
+    reasoning = count(usage.get("completion_tokens_details"), "reasoning_tokens")
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {
             "cached_tokens": cached,
-            "cache_write_tokens": _count(prompt_details, "cache_write_tokens"),
+            "cache_write_tokens": count(prompt_details, "cache_write_tokens"),
         },
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": _count(usage, "total_tokens") or input_tokens + output_tokens,
+        "total_tokens": count(usage, "total_tokens") or input_tokens + output_tokens,
     }
 
 
