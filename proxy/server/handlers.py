@@ -194,6 +194,20 @@ class Proxy:
         return json_error(exc, record.response_headers)
 
     async def forward(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
+        arrival, intent, tgt = await self.arrive(request, record, parse=chat)
+        if not chat:
+            req = plan.passthrough(arrival, tgt, gateway_mode=self.s.gateway.enabled)
+            return await self.relay(
+                request.receive, req, record, started, extra_headers=record.response_headers, chat=None
+            )
+        assert tgt.parsed is not None
+        return await self.run_chat(request, arrival, intent, tgt, tgt.parsed, record, started)
+
+    async def arrive(
+        self, request: Request, record: AccessRecord, *, parse: bool
+    ) -> tuple[plan.Arrival, plan.Intent, plan.Target]:
+        """Steps 1 and 2 of every proxied request, with their I/O: who and where from the headers,
+        the body (parsed as a JSON request when `parse`: chat, the Responses door), the route."""
         s = self.s
         arrival = arrival_of(request)
         intent = plan.begin(arrival, s.gateway, s.policy.resolve, self.defaults, routed=s.routes is not None)
@@ -201,22 +215,14 @@ class Proxy:
         if intent.vet is not None:
             await s.guard.precheck(intent.vet)  # (through an egress proxy; else at connect)
         body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
-        parsed = chat_door.parse_request(body) if chat else None
-        if not chat and s.review is not None:
+        parsed = chat_door.parse_request(body) if parse else None
+        if not parse and s.review is not None:
             refuse_unreviewed_route(arrival.method, arrival.path, body)
         destination = plan.destination_of(intent, arrival, body, parsed, s.routes)
         record.upstream_route = destination.route.name if destination.route else None
         record.upstream_base_url = destination.base_url
         tgt = plan.target(destination, arrival, body, parsed, s.gateway, record.forward_headers)
-        gateway_mode = s.gateway.enabled
-        if not chat:
-            req = plan.passthrough(arrival, tgt, gateway_mode=gateway_mode)
-            return await self.relay(
-                request.receive, req, record, started, extra_headers=record.response_headers, chat=None
-            )
-
-        assert parsed is not None
-        return await self.run_chat(request, arrival, intent, tgt, parsed, record, started)
+        return arrival, intent, tgt
 
     async def run_chat(
         self,

@@ -33,7 +33,6 @@ from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
 from proxy.core.events import AccessRecord
 from proxy.core.gateway import presented_key
-from proxy.core.protocols import chat as chat_door
 from proxy.core.protocols.responses_compaction import (
     CompactionTranscoder,
     compaction_request,
@@ -57,8 +56,7 @@ from proxy.core.protocols.responses_stream import ResponsesTranscoder
 from proxy.core.replay_keys import store_key, tenant_of
 from proxy.core.stream import jsonio
 from proxy.core.stream.trace import TraceBuilder
-from proxy.server.asgi import read_body
-from proxy.server.handlers import Proxy, arrival_of
+from proxy.server.handlers import Proxy
 from proxy.server.replay_service import deployment_secret
 from proxy.server.responses_native import forward_native
 from proxy.state.base import StateStore
@@ -166,17 +164,9 @@ class ResponsesDoor:
     ) -> Response:
         proxy = self.proxy
         s = proxy.s
-        arrival = arrival_of(request)
-        intent = plan.begin(arrival, s.gateway, s.policy.resolve, proxy.defaults, routed=s.routes is not None)
-        record.client = intent.client
-        if intent.vet is not None:
-            await s.guard.precheck(intent.vet)
-        body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
-        parsed = chat_door.parse_request(body)
-        destination = plan.destination_of(intent, arrival, body, parsed, s.routes)
-        record.upstream_route = destination.route.name if destination.route else None
-        record.upstream_base_url = destination.base_url
-        tgt = plan.target(destination, arrival, body, parsed, s.gateway, record.forward_headers)
+        arrival, intent, tgt = await proxy.arrive(request, record, parse=True)
+        assert tgt.parsed is not None
+        parsed = tgt.parsed
         dialect = plan.chat_dialect(s.table, tgt)
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
