@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import cast
 
 CREATED = 1735689600
-MODEL = "deepseek-reasoner"
+MODEL = "deepseek-v4-pro"
 FINGERPRINT = "fp_7e0991cad4_prod0820_fp8_kvcache"
 EVENTS_PER_STREAM = 200
 SCENARIOS = ("json", "burst", "paced", "ttft", "slow")
@@ -112,7 +112,8 @@ def sse_events(scenario: str) -> list[bytes]:
 
 def responses_events() -> list[bytes]:
     """A Responses API stream of the same answer (for chat over the Responses API, issue 29): the
-    reasoning as 120 summary deltas, the answer as 78 text deltas, OpenAI's event framing."""
+    reasoning as 120 summary deltas, the answer as 78 text deltas, OpenAI's event framing, with
+    the `obfuscation` pad OpenAI puts on delta events by default (1-16 characters)."""
     rid, rs, msg = "resp_bench_8f3a2c1d9e7b4a60", "rs_bench_1", "msg_bench_1"
     seq = iter(range(10_000))
 
@@ -140,7 +141,7 @@ def responses_events() -> list[bytes]:
         ),
     ]
     out += [
-        event("response.reasoning_summary_text.delta", **at_rs, summary_index=0, delta=p)
+        event("response.reasoning_summary_text.delta", **at_rs, summary_index=0, delta=p, obfuscation=_pad(p))
         for p in _pieces(REASONING_TEXT, 120)
     ]
     out += [
@@ -150,7 +151,9 @@ def responses_events() -> list[bytes]:
         event("response.content_part.added", **at_msg, content_index=0, part={**text, "text": ""}),
     ]
     out += [
-        event("response.output_text.delta", **at_msg, content_index=0, delta=p, logprobs=[])
+        event(
+            "response.output_text.delta", **at_msg, content_index=0, delta=p, logprobs=[], obfuscation=_pad(p)
+        )
         for p in _pieces(ANSWER_TEXT, 78)
     ]
     usage = {
@@ -166,6 +169,11 @@ def responses_events() -> list[bytes]:
         event("response.completed", response=response("completed", [reasoning, message], usage)),
     ]
     return out  # fmt: skip
+
+
+def _pad(piece: str) -> str:
+    """OpenAI's pad evens out the delta events' sizes: shorter after longer text."""
+    return "Xq7Zp2Lm9Vb4Nc1K"[: 1 + (16 - len(piece)) % 16]
 
 
 def json_body() -> bytes:

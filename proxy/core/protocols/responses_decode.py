@@ -33,8 +33,10 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from proxy.core.errors import error_payload
+from proxy.core.protocols.event_template import EventTemplate, learn
 from proxy.core.protocols.responses_output import count
 from proxy.core.stream import jsonio
+from proxy.core.stream.chunk_template import value_span
 from proxy.core.stream.sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, SSEDecoder, SSEEvent, data_frame
 
 __all__ = ["ENCRYPTED_FORMAT", "ENCRYPTED_TYPE", "ResponsesDecoder", "completion_from_response"]
@@ -63,6 +65,31 @@ _TEXT_EVENTS: Final = {
 _DELTA_FIELD: Final = {"output_text": "content", "refusal": "refusal"}
 
 
+class _Run:
+    """A slot's delta events taken as a run (event_template): each one's text recorded, and its
+    chat chunk written as the learned chunk's bytes around the event's text token, copied as it
+    came (a valid JSON string: the template only matches one)."""
+
+    __slots__ = ("hits", "out", "prefix", "slot", "suffix", "template", "texts")
+
+    def __init__(
+        self,
+        template: EventTemplate,
+        slot: Slot,
+        frame: tuple[bytes, bytes],
+        texts: list[str],
+        out: list[bytes],
+    ) -> None:
+        self.template, self.slot, self.texts, self.out = template, slot, texts, out
+        self.prefix, self.suffix = frame
+        self.hits = 0
+
+    def tell(self, token: bytes, text: str) -> None:
+        self.texts.append(text)
+        self.out.append(self.prefix + token + self.suffix)
+        self.hits += 1
+
+
 class ResponsesDecoder:
     """One upstream Responses stream as chat SSE. After the end ([DONE] written) every call
     returns nothing; `finished` tells."""
@@ -84,6 +111,11 @@ class ResponsesDecoder:
         self._open_custom: set[int] = set()  # custom calls whose `{"input":"` is not closed yet
         self._done: set[int] = set()  # output indexes of the items done
         self._details = 0
+        self._max_event_bytes = max_event_bytes
+        # Runs of more of the same (the bulk of a stream): the template of the last delta event
+        # decoded, and what that event's chunk was, to be learned after it (_text sets it).
+        self._run: _Run | None = None
+        self._learn: tuple[Slot, str, bytes] | None = None
 
     @property
     def finished(self) -> bool:
@@ -91,13 +123,47 @@ class ResponsesDecoder:
 
     def feed(self, data: bytes) -> bytes:
         """The chat frames of the events `data` completes."""
-        if not self._finished:
-            try:
-                self._events(self._sse.feed(data))
-            except EventTooLarge as exc:
-                self._events(exc.events)
-                self._fail(str(exc), "upstream_event_too_large")
+        if self._finished:
+            return b""
+        self._feed_by_runs(data)
         return self._take()
+
+    def _decode(self, data: bytes) -> None:
+        try:
+            self._events(self._sse.feed(data))
+        except EventTooLarge as exc:
+            self._events(exc.events)
+            self._fail(str(exc), "upstream_event_too_large")
+
+    def _feed_by_runs(self, data: bytes) -> None:
+        """Runs of the learned template's events are taken from their bytes (a fast upstream's
+        read holds hundreds); each event between runs is decoded alone, so that a template
+        learned from it serves the rest of the read."""
+        pos, size = 0, len(data)
+        while pos < size and not self._finished:
+            run = self._run
+            if (
+                run is not None
+                and self._sse.idle
+                and data.startswith(run.template.parts[0], pos)
+                and self._run_holds(run.slot)
+            ):
+                taken = run.template.take_run(data, pos, self._max_event_bytes, run.tell)
+                if taken > pos:
+                    pos = taken
+                    continue
+            end = data.find(b"\n\n", pos)
+            end = size if end < 0 else end + 2
+            self._decode(data[pos:end])
+            pos = end
+
+    def _run_holds(self, slot: Slot) -> bool:
+        """Whether a delta of `slot` would now be sent as the run's chunk: nothing of another slot
+        came between (a reasoning part's separator, a call not announced yet)."""
+        kind, index, _ = slot
+        if kind in REASONING:
+            return self._last_reasoning == slot and self._forms.get(index) == kind
+        return kind in _DELTA_FIELD or index in self._calls
 
     def close(self) -> bytes:
         """The upstream body ended: the rest, and an error chunk when no terminal event came."""
@@ -113,7 +179,8 @@ class ResponsesDecoder:
         return self._take()
 
     def _take(self) -> bytes:
-        out, self._out = b"".join(self._out), []
+        out = b"".join(self._out)
+        self._out.clear()  # (in place: a run writes to this list)
         return out
 
     def _events(self, events: list[SSEEvent]) -> None:
@@ -130,6 +197,9 @@ class ResponsesDecoder:
                 self._fail("The upstream sent an event that is not a JSON object.", "upstream_bad_response")
                 return
             self._event(parsed)
+            if self._learn is not None:
+                self._learn_run(event.raw, parsed, *self._learn)
+                self._learn = None
 
     def _event(self, event: dict[str, Any]) -> None:
         kind = str(event.get("type"))
@@ -180,14 +250,32 @@ class ResponsesDecoder:
         if not text or (kind in REASONING and self._forms.setdefault(index, kind) != kind):
             return  # (nothing, or the item's reasoning in its other form)
         self._texts.setdefault(slot, []).append(text)
+        plain = self._role_sent  # (the first chunk carries the role: not more of the same)
         if kind in REASONING:
             separate = self._last_reasoning not in (None, slot)
             self._last_reasoning = slot
             self._chunk({"reasoning_content": "\n\n" + text if separate else text})
+            plain = plain and not separate
+            key = "reasoning_content"
         elif kind in _DELTA_FIELD:
-            self._chunk({_DELTA_FIELD[kind]: text})
+            key = _DELTA_FIELD[kind]
+            self._chunk({key: text})
         elif index in self._calls:  # (arguments before their call was announced come with it)
             self._arguments(index, _escaped(text) if kind == "input" else text)
+            plain, key = plain and kind == "arguments", "arguments"
+        else:
+            return
+        if plain and (self._run is None or self._run.slot != slot or self._run.hits):
+            self._learn = (slot, key, self._out[-1])
+
+    def _learn_run(self, raw: bytes, event: dict[str, Any], slot: Slot, key: str, frame: bytes) -> None:
+        """The run of `slot` from its delta event just decoded, when both the event and the chunk
+        it gave are templates (else the last run stays)."""
+        template = learn(raw, event) if str(event.get("type")).endswith(".delta") else None
+        span = value_span(frame, key) if template is not None else None
+        if template is not None and span is not None:
+            halves = (frame[: span[0]], frame[span[1] :])
+            self._run = _Run(template, slot, halves, self._texts[slot], self._out)
 
     def _catch_up(self, slot: Slot, whole: str) -> None:
         """What of a slot's whole text its deltas did not deliver (none when they differ)."""

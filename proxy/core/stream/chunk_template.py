@@ -147,7 +147,7 @@ def learn(data: bytes, chunk: dict[str, Any]) -> ChunkTemplate | None:
         field = name
     if field is None:
         return None
-    span = _value_span(data, field)
+    span = value_span(data, field)
     if span is None:
         return None
     start, end = span
@@ -187,7 +187,7 @@ def _one_line(part: bytes) -> bool:
     return part.find(b"\n") < 0 and part.find(b"\r") < 0
 
 
-def _value_span(data: bytes, field: str) -> tuple[int, int] | None:
+def value_span(data: bytes, field: str) -> tuple[int, int] | None:
     """Where the string value of the key `field` lies in `data`, when the key occurs exactly once.
 
     A key inside a JSON string would have its quotes escaped, so `"field"` (quotes included) can

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from typing import Any
 
 import httpx
@@ -218,6 +219,31 @@ def test_the_chunks_carry_the_answer(scenario: str) -> None:
     finish = {"call": "tool_calls", "two_calls": "tool_calls", "custom": "tool_calls", "cut": "length"}
     assert got["finish_reason"] == finish.get(scenario, "stop")
     assert found[-1]["choices"] == [] and all(c["choices"] for c in found[:-1])
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_runs_of_deltas_are_taken_from_their_bytes(scenario: str) -> None:
+    """A read of many events takes the runs of same-shaped deltas without decoding them (the
+    split tests above hold those runs to the bytes of decoding every event)."""
+    decoder = ResponsesDecoder(include_usage=True)
+    decoder.feed(upstream(scenario, True))
+    run = decoder._run
+    assert run is not None and run.hits > 0
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_an_upstream_that_escapes_and_spaces_its_json_gives_the_same_answer(scenario: str) -> None:
+    """Runs copy each text's JSON token as it came: another spelling of the same text is still
+    the same text (Python's json: ASCII escapes, blanks after separators)."""
+    events = upstream_events(upstream(scenario, True))
+    body = b"".join(
+        b"event: %s\ndata: %s\n\n" % (e["type"].encode(), json.dumps(e, ensure_ascii=True).encode())
+        for e in events
+    )
+    assert b"\\u" in body or scenario in ("cut", "two_calls", "custom")
+    whole = chunks(decode([body]))
+    assert assemble(whole) == assemble(chunks(decode([body[i : i + 1] for i in range(len(body))])))
+    assert assemble(whole) == assemble(chunks(decode([upstream(scenario, True)])))
 
 
 def test_the_scenarios_are_what_they_say() -> None:

@@ -1,0 +1,131 @@
+"""Event templates (proxy.core.protocols.event_template): a Responses delta event learned once, and
+the run of events that differ from it only in their text, counter and pad taken from their bytes —
+never an event whose structure differs, however its text is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.core.protocols.event_template import EventTemplate, learn
+
+DELTA = "response.output_text.delta"
+
+
+def event(text: Any, seq: int = 1, pad: str | None = "abc", **extra: Any) -> dict[str, Any]:
+    """An event in OpenAI's field order: counter first, then the item, the text and the pad."""
+    out: dict[str, Any] = {"type": DELTA, "sequence_number": seq, "item_id": "msg_1", "output_index": 1}
+    out.update(content_index=0, delta=text, logprobs=[], **extra)
+    if pad is not None:
+        out["obfuscation"] = pad
+    return out
+
+
+def frame(payload: dict[str, Any] | bytes, kind: str = DELTA) -> bytes:
+    data = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def learned(payload: dict[str, Any] | None = None) -> EventTemplate:
+    payload = payload or event("first")
+    template = learn(frame(payload), payload)
+    assert template is not None
+    return template
+
+
+def run(template: EventTemplate, data: bytes, limit: int = 1 << 20) -> tuple[int, list[tuple[bytes, str]]]:
+    told: list[tuple[bytes, str]] = []
+    end = template.take_run(data, 0, limit, lambda token, text: told.append((token, text)))
+    return end, told
+
+
+def test_a_run_differs_only_in_text_counter_and_pad() -> None:
+    template = learned()
+    assert template.strings == (False, True, True) and template.text_hole == 1
+    texts = ["Hel", 'lo "you"', "\\n", "café ✓", ',"logprobs":[],"obfuscation":"', "}\n"]
+    data = b"".join(frame(event(t, seq=10 + i, pad="x" * i)) for i, t in enumerate(texts))
+    end, told = run(template, data)
+    assert end == len(data)
+    assert [text for _, text in told] == texts
+    assert [orjson.loads(token) for token, _ in told] == texts
+
+
+def test_a_token_is_passed_as_it_came() -> None:
+    data = frame(b'{"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_1",'
+                 b'"output_index":1,"content_index":0,"delta":"caf\\u00e9","logprobs":[],"obfuscation":""}')  # fmt: skip
+    end, told = run(learned(), data)
+    assert end == len(data) and told == [(b'"caf\\u00e9"', "café")]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        frame(event("x", pad=None)),  # no pad: another structure
+        frame({**event("x"), "item_id": "msg_2"}),  # another item
+        frame({**event("x"), "content_index": 1}),  # another part
+        frame(event("x"), kind="response.refusal.delta"),  # another event name
+        frame(event("")),  # nothing to send
+        frame(event(5)),  # not a string
+        frame(event(None)),
+        frame(orjson.dumps(event("x")).replace(b'"sequence_number":1', b'"sequence_number":01')),
+        frame(orjson.dumps(event("x")).replace(b'"sequence_number":1', b'"sequence_number":-1')),
+        frame(orjson.dumps(event("x")).replace(b'"delta":"x"', b'"delta": "x"')),
+        frame(orjson.dumps(event("x")).replace(b'"delta":"x"', b'"delta":"x" ')),
+        frame(orjson.dumps(event("x")).replace(b'"delta":"x"', b'"delta":"\\ud800"')),  # (not UTF-8)
+        frame(orjson.dumps(event("x")).replace(b'"delta":"x"', b'"delta":"x","x":"y"')),
+        frame(orjson.dumps(event("x")).replace(b'"obfuscation":"abc"', b'"obfuscation":"a\\"')),
+        b"event: " + DELTA.encode() + b"\ndata: " + orjson.dumps(event("x")) + b"\n\r\n",
+    ],
+)
+def test_a_run_stops_at_an_event_of_another_structure(other: bytes) -> None:
+    first = frame(event("a"))
+    end, told = run(learned(), first + other + first)
+    assert end == len(first) and [text for _, text in told] == ["a"]
+
+
+def test_a_run_stops_at_an_event_over_the_size_limit() -> None:
+    small, large = frame(event("a")), frame(event("b" * 100))
+    end, told = run(learned(), small + large, limit=len(small) + 10)
+    assert end == len(small) and len(told) == 1
+
+
+def test_a_run_stops_at_an_event_not_yet_whole() -> None:
+    data = frame(event("a")) + frame(event("b"))
+    end, told = run(learned(), data[:-1])
+    assert end == len(frame(event("a"))) and len(told) == 1
+
+
+def test_events_without_an_event_line_or_a_counter_are_templates_too() -> None:
+    payload = {"type": DELTA, "item_id": "msg_1", "delta": "a"}
+    data = b"data: " + orjson.dumps(payload) + b"\n\n"
+    template = learn(data, payload)
+    assert template is not None and template.strings == (True,)
+    more = b"data: " + orjson.dumps({**payload, "delta": "b"}) + b"\n\n"
+    assert run(template, more + more)[0] == 2 * len(more)
+
+
+def test_a_hole_key_inside_a_string_is_no_key() -> None:
+    payload = event("a", note='"delta":"b","sequence_number":2')
+    template = learn(frame(payload), payload)
+    assert template is not None
+    other = frame({**payload, "delta": "c", "sequence_number": 9})
+    assert run(template, other)[1] == [(b'"c"', "c")]
+
+
+@pytest.mark.parametrize(
+    ("raw", "payload"),
+    [
+        (frame(event("a")).replace(b"\n", b"\r\n"), event("a")),  # CR line ends
+        (b"data: " + orjson.dumps(event("a")) + b"\n\n", event("b")),  # the bytes are not the event
+        (frame(event("")), event("")),  # an empty text
+        (frame(event(["a"])), event(["a"])),
+        (frame(event("a", seq=True)), event("a", seq=True)),  # type(True) is not int
+        (frame(orjson.dumps(event("a")) + b"\ndata: {}"), event("a")),  # two data lines
+        (frame(orjson.dumps(event("a"))[:-1] + b',"delta":"a"}'), event("a")),  # the key twice
+        (frame(event("a", key_u="\\u0064elta")), event("a", key_u="\\u0064elta")),  # an escape
+    ],
+)
+def test_what_cannot_be_learned(raw: bytes, payload: dict[str, Any]) -> None:
+    assert learn(raw, payload) is None
