@@ -274,8 +274,8 @@ def plan_chat(
     content = jsonio.dumps(restored) if restored is not None else tgt.body
     applied: Level | None = None
     method: str | None = None
-    if level is not None:
-        result = rewrite_body(body, level, dialect, zh=zh)
+    result = rewrite_body(body, level, dialect, zh=zh)
+    if level is not None or result.body is not body:  # (no level: history fields fitted, if needed)
         applied, method = result.level_applied, result.method
         content = jsonio.dumps(result.body)  # integers above 64 bits kept exact
     response_headers = thinking_headers(applied, dialect.name, method)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from proxy.core.controls import Level
 from proxy.core.errors import ConfigError
+from proxy.core.replay_policy import ReplayPolicy as ReplayPolicy  # re-exported: part of an entry
 from proxy.core.url_patterns import UrlPattern, UrlTarget
 from proxy.core.yamlfile import load_config
 
@@ -53,31 +54,6 @@ class ReasoningFormat(_Strict):
             if not _TAG.match(tag):
                 raise ValueError(f"{tag!r} is not a tag name (write think, not <think>)")
         return tags
-
-
-class ReplayPolicy(_Strict):
-    """What happens to reasoning in the assistant messages of the history sent upstream.
-
-    strip: reasoning fields and inline reasoning blocks removed. keep: reasoning converted into `field`.
-    tool_calls: keep on assistant messages that carry tool_calls, strip on the others.
-
-    `missing` decides what the replay store does when a message that must carry reasoning comes
-    without it and nothing is remembered for it: `forward` sends the message as it came (the
-    provider answers what it answers); `placeholder` sends an empty string in `field`, only for
-    providers that document accepting one (a text field, never signed details).
-    """
-
-    mode: Literal["strip", "keep", "tool_calls"]
-    field: Literal["reasoning_content", "reasoning", "reasoning_details", "inline_think"] = (
-        "reasoning_content"
-    )
-    missing: Literal["placeholder", "forward"] = "forward"
-
-    @model_validator(mode="after")
-    def _placeholder_needs_a_text_field(self) -> ReplayPolicy:
-        if self.missing == "placeholder" and self.field not in ("reasoning_content", "reasoning"):
-            raise ValueError("missing: placeholder needs field reasoning_content or reasoning")
-        return self
 
 
 class ResponsesRule(_Strict):
@@ -148,6 +124,7 @@ class _ModelOverride(_Strict):
     replay: ReplayPolicy | None = None
     responses: ResponsesRule | None = None
     chat_tools_with_reasoning: Literal["responses", "chat"] | None = None
+    reasoning_visible: Literal["responses", "chat"] | None = None
 
     @field_validator("match")
     @classmethod
@@ -174,6 +151,9 @@ class _Entry(_Strict):
     # A chat request with function tools and a level: over the upstream's Responses API, when its
     # chat completions refuses that combination (OpenAI GPT-5.4+); `chat` forwards it as it is.
     chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"
+    # Every chat request with a level other than off over the Responses API, so that chat clients
+    # see the reasoning summaries the upstream's chat completions never returns (OpenAI).
+    reasoning_visible: Literal["responses", "chat"] = "chat"
     models: tuple[_ModelOverride, ...] = ()
 
     @field_validator("docs")
@@ -225,6 +205,7 @@ class Dialect:
     model_override: tuple[str, ...] | None = None  # the globs of the override that applied, if any
     responses: ResponsesRule = BRIDGE  # how POST /v1/responses reaches this upstream
     chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"  # (see _Entry)
+    reasoning_visible: Literal["responses", "chat"] = "chat"  # (see _Entry)
 
 
 @dataclass(frozen=True)
@@ -451,6 +432,11 @@ def _compile(parsed: _ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
                 override.chat_tools_with_reasoning
                 if override and override.chat_tools_with_reasoning is not None
                 else entry.chat_tools_with_reasoning
+            ),
+            reasoning_visible=(
+                override.reasoning_visible
+                if override and override.reasoning_visible is not None
+                else entry.reasoning_visible
             ),
         )
 

@@ -24,15 +24,15 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from proxy.core.providers import ReplayPolicy
 from proxy.core.replay_keys import Need, ReplayPlan, turn_keys
+from proxy.core.replay_policy import TEXT_FIELDS, ReplayPolicy
 from proxy.core.rewrite import with_think_block
 from proxy.core.stream.capture import Turn
 
 HEADER = "x-thinking-replay"
 # A remembered turn larger than this is not stored (a store entry is one whole value).
 MAX_RECORD_BYTES = 4 * 1024 * 1024
-_TEXT_FIELDS = ("reasoning_content", "reasoning")
+_TEXT_FIELDS = TEXT_FIELDS
 
 
 # --------------------------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ ends). Kept apart from the restoring because this is the half that decides ident
 a request belongs to and what a turn is called in the store.
 
 Keys: a turn that ends in tool calls is known by its first tool-call id (unique per provider
-answer, and clients send it back unchanged); a turn without tool calls, which only a `keep` policy
-needs, by a hash of its content exactly as the client received it. Keys are hashed together with
-the tenant, so one tenant can never name another's entries, and their length is bounded whatever
+answer, and clients send it back unchanged); a turn without tool calls, which only an `every_turn`
+policy needs, by a hash of its content exactly as the client received it. Keys are hashed together
+with the tenant, so one tenant can never name another's entries, and their length is bounded whatever
 a client sends.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any, NamedTuple, TypeGuard
 
-from proxy.core.providers import ReplayPolicy
+from proxy.core.replay_policy import ReplayPolicy
 from proxy.core.stream.capture import Turn
 
 KEY_PREFIX = "thinkproxy:replay:"
@@ -123,7 +123,7 @@ def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan
     that looks at assistant messages only, with the policy's questions answered once up front."""
     if not isinstance(messages, list) or not messages:
         return NOTHING
-    wants = policy.mode != "strip"
+    wants = policy.wants_reasoning
     calls_only = policy.mode == "tool_calls"
     wants_details = policy.field == "reasoning_details"
     inline = policy.field == "inline_think"
@@ -230,7 +230,7 @@ def turn_keys(turns: Sequence[Turn], *, tenant: str, policy: ReplayPolicy) -> li
     for turn in turns:
         if turn.first_call_id is not None:
             keys.append(store_key(tenant, "t", turn.first_call_id))
-        elif policy.mode == "keep" and (turn.reasoning or turn.details) and _distinct(turn.content):
+        elif policy.every_turn and (turn.reasoning or turn.details) and _distinct(turn.content):
             keys.append(store_key(tenant, "c", content_hash(turn.content)))
         else:
             keys.append(None)

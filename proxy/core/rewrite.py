@@ -39,7 +39,9 @@ def rewrite_body(
 ) -> RewriteResult:
     """Apply `level` to `body` in `dialect`.
 
-    - level None: the body is returned as is (same object), so the caller can forward the original bytes.
+    - level None: the body is returned as is (same object), so the caller can forward the original
+      bytes — unless an assistant message carries reasoning in a field the upstream does not read
+      (`fit_history`): the entry's `replay.field` is a fact about the upstream, whatever the level.
     - a level this provider has no rule for: no knob is removed or sent (level applied None); the
       history is still put in the form the provider wants (replay policy).
     - a params rule: the entry's conflicting knobs are removed, the params deep-merged, then the replay
@@ -49,7 +51,7 @@ def rewrite_body(
       en) inserted as a new system message at position 0.
     """
     if level is None:
-        return RewriteResult(body, None, None)
+        return RewriteResult(fit_history(body, dialect), None, None)
     rule = dialect.levels.get(level)
     messages = body.get("messages")
     history: list[Any] | None = messages if isinstance(messages, list) else None
@@ -164,10 +166,49 @@ def _replay(message: dict[str, Any], dialect: Dialect, *, prompted: bool) -> dic
     # A prompted model never gets old reasoning back, whatever the entry's policy.
     mode = "strip" if prompted else dialect.replay.mode
     if mode == "tool_calls":
-        mode = "keep" if message.get("tool_calls") else "strip"
-    if mode == "keep":
+        mode = "every_turn" if message.get("tool_calls") else "strip"
+    if mode == "every_turn":
         return _keep(message, dialect.replay.field)
     return _strip(message, _inline_patterns(dialect.reasoning.tags, dialect.reasoning.implicit_open))
+
+
+def fit_history(body: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
+    """`body` with the reasoning of its assistant messages in the field the upstream reads, when no
+    level is applied (the same object when nothing needed it, so the original bytes can go).
+
+    Only what the upstream would refuse or silently lose is touched: under `field: none` (Groq
+    answers 400 "property 'reasoning_content' is unsupported") the reasoning fields are removed;
+    under a policy that replays, reasoning a client sent in another text field is moved into
+    `field` (recent vLLM reads `reasoning` and ignores `reasoning_content`). A strip policy with a
+    field the upstream reads leaves the body alone, as it always did without a level."""
+    policy = dialect.replay
+    if policy.field != "none" and not policy.wants_reasoning:
+        return body
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    out: list[Any] | None = None
+    for position, message in enumerate(messages):
+        if type(message) is not dict or message.get("role") != "assistant":
+            continue
+        fitted = _fit(message, policy.field)
+        if fitted is not message:
+            if out is None:
+                out = list(messages)
+            out[position] = fitted
+    return body if out is None else {**body, "messages": out}
+
+
+def _fit(message: dict[str, Any], field: str) -> dict[str, Any]:
+    if field == "none":
+        if any(key in message for key in _REASONING_FIELDS):
+            return {k: v for k, v in message.items() if k not in _REASONING_FIELDS}
+        return message
+    if field == "reasoning_details" or field in message:
+        return message  # signed details travel as they are; a message already in the field is right
+    if "reasoning_content" not in message and "reasoning" not in message:
+        return message
+    return _keep(message, field)
 
 
 def _keep(message: dict[str, Any], field: str) -> dict[str, Any]:

@@ -96,9 +96,9 @@ class ReplayNote:
 def may_be_replayed(body: dict[str, Any], policy: ReplayPolicy) -> bool:
     """Whether this request's answer could ever need its reasoning back on a later turn: a turn that
     ends in tool calls (only possible when the request offers tools or functions), or any turn
-    under a `keep` policy. Anything else is never looked up, so it is not collected: a plain chat
+    under an `every_turn` policy. Anything else is never looked up, so it is not collected: a plain chat
     pays nothing per streamed chunk."""
-    return policy.mode == "keep" or bool(body.get("tools") or body.get("functions"))
+    return policy.every_turn or bool(body.get("tools") or body.get("functions"))
 
 
 def deployment_secret(settings: Settings) -> bytes:
@@ -216,7 +216,7 @@ class ReplayService:
             capture = note.capture
             if capture is None:
                 continue
-            if note.policy.mode == "keep":  # turns without calls are kept too, by their content
+            if note.policy.every_turn:  # turns without calls are kept too, by their content
                 keys: Iterable[str | None] = turn_keys(capture.turns(), tenant=tenant, policy=note.policy)
             else:  # only tool-call turns: their ids, without joining anyone's text
                 keys = (store_key(tenant, "t", call_id) for call_id in capture.first_call_ids())

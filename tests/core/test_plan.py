@@ -134,6 +134,33 @@ def test_without_a_level_the_body_goes_byte_for_byte() -> None:
     assert p.request.content == orjson.dumps(body) and p.applied is None and p.level_name == "none"
 
 
+def test_without_a_level_a_history_field_the_upstream_refuses_still_goes() -> None:
+    # Groq answers 400 "property 'reasoning_content' is unsupported": no level is no excuse.
+    table = TABLE.with_extra_patterns("groq", ["allowed.example"])
+    body = {
+        "model": "openai/gpt-oss-120b",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello.", "reasoning_content": "greet"},
+            {"role": "user", "content": "again"},
+        ],
+    }
+    a = arrival([("x-upstream-base-url", "https://allowed.example/v1")])
+    intent = plan.begin(a, BYOK, resolve, DEFAULTS, routed=False)
+    raw = orjson.dumps(body, option=orjson.OPT_INDENT_2)
+    tgt = plan.target(plan.destination_of(intent, a, raw, body, None), a, raw, body, BYOK)
+    dialect = plan.chat_dialect(table, tgt)
+    assert dialect.name == "groq"
+    p = plan.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=False)
+    assert orjson.loads(p.request.content)["messages"][1] == {"role": "assistant", "content": "Hello."}
+    assert p.applied is None and p.level_name == "none"
+    clean = {**body, "messages": [body["messages"][0], body["messages"][2]]}
+    raw = orjson.dumps(clean, option=orjson.OPT_INDENT_2)
+    tgt = plan.target(plan.destination_of(intent, a, raw, clean, None), a, raw, clean, BYOK)
+    p = plan.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=False)
+    assert p.request.content == raw  # nothing to fit: byte for byte, as before
+
+
 def test_gateway_mode_sends_the_operators_key_and_no_client_credential_even_in_the_query() -> None:
     body = {"model": "deepseek-v4-pro", "messages": []}
     p = chat_plan(

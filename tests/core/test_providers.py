@@ -6,7 +6,7 @@ import pytest
 
 from proxy.core.controls import Level
 from proxy.core.errors import ConfigError
-from proxy.core.providers import ProvidersTable, default_providers_path
+from proxy.core.providers import ProvidersTable, ReplayPolicy, default_providers_path
 
 SHIPPED = ProvidersTable.load()
 
@@ -358,7 +358,7 @@ def test_first_matching_override_wins_and_replaces_the_whole_levels_map() -> Non
     assert set(special.levels) == {Level.DEEP}  # not merged with the entry's off/standard
     # what the override does not name is inherited from the entry
     assert special.conflicts == ("thinking",)
-    assert special.replay.mode == "keep"
+    assert special.replay.mode == "every_turn"  # `keep`, its older name, is read as it
     assert special.reasoning.tags == ("think",)
     assert table.match("https://a.example", "other").model_override is None
     assert table.match("https://a.example", None).model_override is None
@@ -439,12 +439,29 @@ def test_yaml_12_booleans_keep_off_a_level_name_and_on_yes_strings() -> None:
         (
             "mode: tool_calls",
             "mode: sometimes",
-            "entry 'alpha', field 'replay.mode': input should be 'strip', 'keep' or 'tool_calls'",
+            "entry 'alpha', field 'replay.mode': input should be 'strip', 'tool_calls' or 'every_turn'",
         ),
         (
             "field: reasoning_content",
             "field: thoughts",
-            "entry 'alpha', field 'replay.field': input should be",
+            "entry 'alpha', field 'replay.field': input should be 'reasoning_content', 'reasoning',"
+            " 'reasoning_details', 'inline_think' or 'none'",
+        ),
+        (
+            "field: reasoning_content}",
+            "field: none}",
+            "entry 'alpha', field 'replay': field none sends no reasoning back:"
+            " mode tool_calls needs a field to write",
+        ),
+        (
+            "field: reasoning_content}",
+            "field: reasoning_details, missing: placeholder}",
+            "entry 'alpha', field 'replay': missing: placeholder needs field reasoning_content or reasoning",
+        ),
+        (
+            "field: reasoning_content}",
+            "field: reasoning_content, replay_field: reasoning}",
+            "entry 'alpha', field 'replay.replay_field': extra inputs are not permitted",
         ),
         ("    docs: https://alpha.example/docs\n", "", "entry 'alpha', field 'docs': field required"),
         (
@@ -492,6 +509,30 @@ def test_broken_files_name_the_entry_and_field(old: str, new: str, message: str)
 def test_minimal_file_is_valid() -> None:
     table = ProvidersTable.from_text(MINIMAL)
     assert table.entry_names == ["alpha", "fallback"]
+
+
+def test_bad_replay_values_are_one_line_each() -> None:
+    broken = MINIMAL.replace("mode: tool_calls", "mode: every_time").replace(
+        "mode: strip}", "mode: strip, field: x}"
+    )
+    with pytest.raises(ConfigError) as info:
+        ProvidersTable.from_text(broken)
+    assert str(info.value).splitlines() == [
+        "providers.yaml: entry 'alpha', field 'replay.mode': input should be 'strip', 'tool_calls' "
+        "or 'every_turn'",
+        "providers.yaml: entry 'fallback', field 'replay.field': input should be 'reasoning_content', "
+        "'reasoning', 'reasoning_details', 'inline_think' or 'none'",
+    ]
+
+
+def test_keep_is_read_as_every_turn_and_none_only_strips() -> None:
+    table = table_with(
+        "alpha: {docs: 'https://a.example', match: [a.example], conflicts: [], levels: {},"
+        " reasoning: {tags: []}, replay: {mode: keep, field: reasoning},"
+        " models: [{match: ['g-*'], replay: {mode: strip, field: none}}]}"
+    )
+    assert table.match("https://a.example").replay == ReplayPolicy(mode="every_turn", field="reasoning")
+    assert table.match("https://a.example", "g-1").replay.field == "none"
 
 
 def test_load_reports_the_file_name_and_unreadable_paths(tmp_path: Path) -> None:

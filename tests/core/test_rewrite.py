@@ -144,10 +144,28 @@ def test_model_overrides_give_the_exact_upstream_body(
 
 
 def test_no_level_returns_the_very_same_body() -> None:
-    body = {"model": "m", "messages": [{"role": "assistant", "content": "x", "reasoning_content": "r"}]}
-    result = rewrite_body(body, None, dialect("groq"))
-    assert result.body is body
-    assert (result.level_applied, result.method) == (None, None)
+    for entry, field in (("deepseek", "reasoning_content"), ("self-hosted", "reasoning"), ("openai", "x")):
+        body = {"model": "m", "messages": [{"role": "assistant", "content": "x", field: "r"}]}
+        result = rewrite_body(body, None, dialect(entry))
+        assert result.body is body, entry
+        assert (result.level_applied, result.method) == (None, None)
+
+
+def test_no_level_still_puts_reasoning_in_the_field_the_upstream_reads() -> None:
+    # recent vLLM reads `reasoning` and silently drops `reasoning_content` (vllm#38488)
+    sent = {"role": "assistant", "content": "x", "reasoning_content": "r", "tool_calls": [tool_call("c1")]}
+    body = {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "q"}, sent]}
+    result = rewrite_body(body, None, dialect("self-hosted", "Qwen/Qwen3-8B"))
+    assert result.body["messages"][1] == {
+        "role": "assistant",
+        "content": "x",
+        "reasoning": "r",
+        "tool_calls": [tool_call("c1")],
+    }
+    assert list(result.body["messages"][1]) == ["role", "content", "reasoning", "tool_calls"]
+    assert result.body["messages"][0] is body["messages"][0]
+    assert body["messages"][1] is sent and "reasoning_content" in sent  # the caller's body untouched
+    assert result.level_applied is None
 
 
 # ---- knobs ----------------------------------------------------------------------------------------
@@ -422,14 +440,46 @@ def test_strip_with_an_implicitly_opened_tag_drops_everything_before_the_close()
     assert [m["content"] for m in result.body["messages"]] == ["Answer", "Plain answer, no tags", "Answer 2"]
 
 
-def test_groq_history_never_carries_reasoning_content() -> None:
-    result = rewrite_body(
-        {"model": "openai/gpt-oss-120b", "messages": conversation()},
-        Level.DEEP,
-        dialect("groq", "openai/gpt-oss-120b"),
-    )
+@pytest.mark.parametrize(
+    ("model", "level"),
+    [
+        ("openai/gpt-oss-120b", Level.DEEP),
+        ("openai/gpt-oss-120b", None),  # no level: the client's own fields still go
+        ("llama-3.3-70b-versatile", Level.STANDARD),  # no rule for the level
+        ("qwen/qwen3-32b", Level.OFF),
+    ],
+)
+def test_groq_history_never_carries_reasoning(model: str, level: Level | None) -> None:
+    # Groq: 400 "property 'reasoning_content' is unsupported" (and the same for `reasoning`)
+    messages = [
+        *conversation(),
+        {"role": "assistant", "content": "ok", "reasoning": "r", "reasoning_details": [{"text": "r"}]},
+    ]
+    result = rewrite_body({"model": model, "messages": messages}, level, dialect("groq", model))
     for message in assistant_messages(result.body):
         assert not {"reasoning_content", "reasoning", "reasoning_details"} & set(message)
+    assert [m.get("content") for m in result.body["messages"]] == [m.get("content") for m in messages]
+
+
+@pytest.mark.parametrize(("entry", "model"), [("zhipu", "glm-4.7"), ("kimi", "kimi-k2.7-code")])
+def test_preserved_thinking_keeps_reasoning_on_every_assistant_turn(entry: str, model: str) -> None:
+    result = rewrite_body({"model": model, "messages": conversation()}, Level.STANDARD, dialect(entry, model))
+    assert [m.get("reasoning_content") for m in assistant_messages(result.body)] == [
+        "greet back",
+        "need the tool",
+        "read the result",
+    ]
+
+
+def test_kimi_k2_6_keeps_reasoning_on_tool_call_turns_only() -> None:
+    result = rewrite_body(
+        {"model": "kimi-k2.6", "messages": conversation()}, Level.STANDARD, dialect("kimi", "kimi-k2.6")
+    )
+    assert [m.get("reasoning_content") for m in assistant_messages(result.body)] == [
+        None,
+        "need the tool",
+        None,
+    ]
 
 
 # ---- prompted thinking ----------------------------------------------------------------------------
