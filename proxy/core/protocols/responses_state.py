@@ -26,7 +26,14 @@ from typing import Any, Final
 from proxy.core import seal
 from proxy.core.protocols.responses_input import RestoreTurn
 from proxy.core.protocols.responses_output import ReasoningItemFacts, Seal
-from proxy.core.replay_keys import store_key
+from proxy.core.protocols.sealing import (
+    RestoreReport,
+    SealContext,
+    open_reasoning,
+    reference_key,
+    seal_reasoning,
+    spill_key,
+)
 from proxy.core.stream import jsonio
 
 __all__ = [
@@ -42,26 +49,7 @@ __all__ = [
 ]
 
 RESPONSE_KIND: Final = "response"  # the replay_keys kind of a stored response
-SPILL_KIND: Final = "sealed_reasoning"  # of a reasoning payload too large to seal inline
-
-
-@dataclass(frozen=True, slots=True)
-class SealContext:
-    """What every blob of one request is bound to."""
-
-    keys: seal.SealKeys
-    tenant: str
-    provider: str  # the providers.yaml entry
-    base_url: str
-    created: int  # unix seconds (the caller's clock)
-
-    def binding(self, kind: seal.Kind, ids: Sequence[str] = ()) -> seal.Binding:
-        return seal.Binding(self.tenant, self.provider, self.base_url, kind, tuple(ids))
-
-
-def spill_key(ctx: SealContext, item_id: str) -> str:
-    """The state-store key of a reasoning payload too large to seal inline (per tenant)."""
-    return store_key(ctx.tenant, SPILL_KIND, item_id)
+KIND: Final[seal.Kind] = "responses.reasoning"  # the seal kind of a reasoning blob
 
 
 def reasoning_sealer(ctx: SealContext, spill: list[tuple[str, bytes]] | None = None) -> Seal:
@@ -82,27 +70,11 @@ def reasoning_sealer(ctx: SealContext, spill: list[tuple[str, bytes]] | None = N
             payload["details"] = list(facts.details)
         if facts.signatures:
             payload["signatures"] = dict(facts.signatures)
-        binding = ctx.binding("responses.reasoning", facts.call_ids)
-        blob = seal.seal(ctx.keys, binding, payload)
-        if isinstance(blob, seal.Blob):
-            return blob.text
-        if spill is None:
-            return None
-        key = spill_key(ctx, facts.item_id)
-        spill.append((key, blob.data))
-        return seal.seal_reference(ctx.keys, binding, key).text
+        return seal_reasoning(
+            ctx, "responses.reasoning", facts.call_ids, payload, spill=spill, spill_id=facts.item_id
+        )
 
     return seal_item
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreReport:
-    """What `restore_reasoning` did: messages given reasoning back (from a blob of ours, or from
-    the text the client sent), and blobs not used (ours that did not verify; foreign ones)."""
-
-    restored: int = 0
-    unverified: int = 0
-    foreign: int = 0
 
 
 def spilled_keys(turns: Sequence[RestoreTurn], ctx: SealContext) -> list[str]:
@@ -112,9 +84,9 @@ def spilled_keys(turns: Sequence[RestoreTurn], ctx: SealContext) -> list[str]:
     for turn in turns:
         for item in turn.items:
             if seal.is_ours(item.encrypted_content):
-                opened = _opened(ctx, str(item.encrypted_content), turn.tool_call_ids)
-                if isinstance(opened, seal.Reference):
-                    keys.append(opened.key)
+                key = reference_key(ctx, KIND, _id_sets(turn.tool_call_ids), str(item.encrypted_content))
+                if key is not None:
+                    keys.append(key)
     return keys
 
 
@@ -136,7 +108,9 @@ def restore_reasoning(
             payload = None
             if item.encrypted_content is not None:
                 if seal.is_ours(item.encrypted_content):
-                    payload = _open(ctx, item.encrypted_content, turn.tool_call_ids, spilled or {})
+                    payload = open_reasoning(
+                        ctx, KIND, _id_sets(turn.tool_call_ids), item.encrypted_content, spilled or {}
+                    )
                     if payload is None:
                         unverified += 1
                 else:
@@ -166,31 +140,10 @@ def restore_reasoning(
     return RestoreReport(restored, unverified, foreign)
 
 
-def _open(
-    ctx: SealContext, text: str, call_ids: Sequence[str], spilled: Mapping[str, bytes | None]
-) -> dict[str, Any] | None:
-    """A reasoning blob's payload (a reference's from `spilled`; an expired one is missing)."""
-    opened = _opened(ctx, text, call_ids)
-    if isinstance(opened, seal.Inline):
-        return opened.payload
-    if isinstance(opened, seal.Reference):
-        data = spilled.get(opened.key)
-        try:
-            payload = jsonio.loads(data) if data else None
-        except ValueError:
-            return None
-        return payload if isinstance(payload, dict) else None
-    return None
-
-
-def _opened(ctx: SealContext, text: str, call_ids: Sequence[str]) -> seal.Opened | None:
-    """A reasoning blob opened: bound to the calls it preceded (all of the turn's, when the
-    reasoning came right before them), or to none (reasoning before a text answer)."""
-    for ids in (call_ids, ()) if call_ids else ((),):
-        opened = seal.open_blob(ctx.keys, ctx.binding("responses.reasoning", ids), text)
-        if opened is not None:
-            return opened
-    return None
+def _id_sets(call_ids: Sequence[str]) -> tuple[Sequence[str], ...]:
+    """The bindings a reasoning blob may have: the calls it preceded (all of the turn's, when the
+    reasoning came right before them), or none (reasoning before a text answer)."""
+    return (call_ids, ()) if call_ids else ((),)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""The Messages front door's response side, bridged: what the response pipeline writes for a chat
+answer (normalized chat-completion SSE, or one completion body) → what an Anthropic client reads.
+
+Pure and incremental, like the Responses door's transcoder (proxy.core.protocols.responses_stream):
+the chat path runs unchanged (normalization, trace, replay capture, the review gate) and its output
+is translated last. `MessagesTranscoder.feed(bytes)` takes the pipeline's output in any split and
+returns the events it completes (proxy.core.protocols.messages_events):
+
+- a `data:` chunk → the encoder; `data: [DONE]` → message_delta + message_stop (an `error` event
+  when no finish reason came); an error chunk (the pipeline's own mid-stream failure event, an
+  upstream's error) → an `error` event;
+- comment lines: the proxy's keep-alives (`: keep-alive`, written while a reviewer decides) become
+  Anthropic's `ping` event; every other comment (the trace's `: trace {…}`) passes as it is: the
+  Anthropic SDKs skip comments, and no event type is invented for the trace.
+
+The first bytes of the stream are `message_start` and a `ping`, as Anthropic's API sends them.
+`close()` ends a stream that stopped without `[DONE]` with an `error` event (never one that looks
+complete). `completion(body)` is the non-stream form: the chat completion → the `Message` JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from proxy.core.protocols.messages_events import IdFactory, MessagesEncoder, ThinkingSeal, error_event
+from proxy.core.protocols.responses_output import error_facts, first_choice, frames
+from proxy.core.stream import jsonio
+from proxy.core.stream.sse import SSEDecoder
+
+__all__ = ["CUT_SHORT", "MessagesTranscoder", "message_from_completion"]
+
+DONE: Final = b"[DONE]"
+CUT_SHORT: Final = "the answer ended before it was complete (the stream stopped without its end)"
+KEEPALIVE: Final = b": keep-alive"
+PING: Final = b'event: ping\ndata: {"type":"ping"}\n\n'
+# The pipeline bounds events itself; this decoder only re-reads what the pipeline wrote.
+_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
+
+
+class MessagesTranscoder:
+    """One message's translation (stream or non-stream, not both)."""
+
+    def __init__(
+        self,
+        message_id: str,
+        model: str,
+        *,
+        seal: ThinkingSeal,
+        new_id: IdFactory,
+        show_thinking: bool = True,
+    ) -> None:
+        self._args = (message_id, model)
+        self._seal, self._new_id, self._show = seal, new_id, show_thinking
+        self._encoder = MessagesEncoder(
+            message_id, model, seal=seal, new_id=new_id, show_thinking=show_thinking
+        )
+        self._decoder = SSEDecoder(_MAX_EVENT_BYTES)
+        self.final: dict[str, Any] | None = None  # the Message once whole
+
+    def start(self) -> bytes:
+        """`message_start` and a `ping`, once."""
+        events = self._encoder.start()
+        return frames(events) + PING if events else b""
+
+    def feed(self, data: bytes) -> bytes:
+        out: list[bytes] = [self.start()]
+        for event in self._decoder.feed(data):
+            self._event(event.raw, event.data, out)
+        return b"".join(out)
+
+    def close(self) -> bytes:
+        out: list[bytes] = [self.start()]
+        for event in self._decoder.flush():
+            self._event(event.raw, event.data, out)
+        if not self._encoder.finished:
+            out.append(frames(self._encoder.fail(CUT_SHORT)))
+        return b"".join(out)
+
+    def completion(self, body: bytes) -> bytes:
+        try:
+            parsed = jsonio.loads(body)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, Mapping):
+            parsed = {"error": {"message": "the upstream's answer is not a JSON object"}}
+        message = message_from_completion(
+            parsed, *self._args, seal=self._seal, new_id=self._new_id, show_thinking=self._show
+        )
+        if message.get("type") == "message":
+            self.final = message
+        return jsonio.dumps(message)
+
+    def _event(self, raw: bytes, data: bytes | None, out: list[bytes]) -> None:
+        if data is None:
+            lines = [line for line in raw.splitlines() if line.startswith(b":")]
+            comments = [line + b"\n" for line in lines if line != KEEPALIVE]
+            if comments:
+                out.append(b"".join(comments) + b"\n")
+            if len(comments) < len(lines) and not self._encoder.finished:
+                out.append(PING)
+            return
+        if data == DONE:
+            events = self._encoder.end()
+        else:
+            try:
+                chunk = jsonio.loads(data)
+            except ValueError:
+                chunk = None
+            events = self._encoder.feed(chunk) if isinstance(chunk, dict) else []
+        if events and events[-1]["type"] == "message_stop":
+            self.final = self._encoder.message()
+        out.append(frames(events))
+
+
+def message_from_completion(
+    completion: Mapping[str, Any],
+    message_id: str,
+    model: str,
+    *,
+    seal: ThinkingSeal,
+    new_id: IdFactory,
+    show_thinking: bool = True,
+) -> dict[str, Any]:
+    """The `Message` object of a whole chat completion (the non-stream form): choice 0's message as
+    one chunk through the encoder (reasoning, then text, then the tool calls); an error body as an
+    Anthropic error object. A completion without a finish reason counts as finished ("stop"): its
+    body arrived whole."""
+    encoder = MessagesEncoder(message_id, model, seal=seal, new_id=new_id, show_thinking=show_thinking)
+    error = completion.get("error")
+    if error is not None:
+        return error_event(error_facts(error)[0])
+    choice = first_choice(completion.get("choices"))
+    if choice is None:
+        return error_event("the upstream's answer has no choice")
+    message = choice.get("message")
+    delta = dict(message) if isinstance(message, Mapping) else {}
+    calls = delta.get("tool_calls")
+    if isinstance(calls, list):
+        delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, Mapping)]
+    finish = choice.get("finish_reason")
+    finish = finish if isinstance(finish, str) and finish else "stop"
+    chunk = {
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "usage": completion.get("usage"),
+    }
+    events = encoder.feed(chunk) + encoder.end()
+    if events and events[-1]["type"] == "error":
+        return events[-1]
+    return encoder.message()
