@@ -39,7 +39,7 @@ OutputSink = Callable[[list[dict[str, Any]]], None]
 
 # The routes on which a model answers through the proxy's core (a GenAI operation, for metrics
 # and spans): chat completions and the Responses front door.
-MODEL_ROUTES = frozenset({"chat", "responses"})
+MODEL_ROUTES = frozenset({"chat", "responses", "messages"})
 
 
 @dataclass(slots=True)
@@ -56,7 +56,7 @@ class AccessRecord:
     upstream_route: str | None = None  # the name of the routes-file route the request took
     response_headers: list[tuple[str, str]] = field(default_factory=list)
     # What listeners (proxy.core.events) read at the end of a request; the access line shows only some.
-    route: str = "passthrough"  # "chat", "responses" (MODEL_ROUTES) or "passthrough"
+    route: str = "passthrough"  # "chat", "responses", "messages" (MODEL_ROUTES) or "passthrough"
     model: str | None = None  # the request's model, as the client sent it
     level_requested: str | None = None
     thinking_method: str | None = None  # "params" or "prompt" when a level was applied

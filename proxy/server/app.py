@@ -1,7 +1,8 @@
 """The Starlette application: its routes and the wiring of its services, nothing else.
 
 Routes: `POST /v1/chat/completions` (rewritten, normalized, traced), `POST /v1/responses` and
-its stored responses (proxy.server.responses_door), `GET /v1/models` (merged across routes),
+its stored responses (proxy.server.responses_door), `POST /v1/messages` and its token count
+(proxy.server.messages_door), `GET /v1/models` (merged across routes),
 every other `/v1/*` path forwarded transparently, `GET /healthz`, and the
 capabilities' own (metrics, console, reviews). The handlers are proxy.server.handlers; what they
 decide is proxy.core.plan's.
@@ -36,6 +37,7 @@ from proxy.server.access_log import configure_logging
 from proxy.server.browser_guard import BrowserGuard, HostRule
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
+from proxy.server.messages_door import MessagesDoor
 from proxy.server.replay_service import ReplayService
 from proxy.server.responses_door import ResponsesDoor
 from proxy.server.upstream.factory import build_upstream
@@ -110,6 +112,7 @@ def create_app(
     )
     proxy = Proxy(services)
     responses = ResponsesDoor(proxy)
+    messages = MessagesDoor(proxy)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -135,6 +138,8 @@ def create_app(
         Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
         WebSocketRoute("/v1/responses", responses.refuse_websocket),
+        Route("/v1/messages", messages.create, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,

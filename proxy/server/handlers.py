@@ -47,6 +47,10 @@ from proxy.settings import Settings
 
 logger = logging.getLogger("thinkproxy.app")
 
+# A front door's own error body for the proxy's errors (the Messages door's Anthropic shape);
+# None: the OpenAI shape every other route answers with.
+ErrorBody = Callable[[ProxyError], bytes]
+
 
 @dataclass(frozen=True, slots=True)
 class Services:
@@ -76,11 +80,14 @@ def defaults_of(settings: Settings) -> plan.Defaults:
     )
 
 
-def json_error(exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = ()) -> Response:
+def json_error(
+    exc: ProxyError, extra_headers: Sequence[tuple[str, str]] = (), render: ErrorBody | None = None
+) -> Response:
     headers = dict(extra_headers)
     if exc.status in BODY_LEFT_UNREAD:
         headers["connection"] = "close"  # the edge discards the rest, then closes (proxy.server.edge)
-    return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
+    body = exc.body() if render is None else render(exc)
+    return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
 
 
 def arrival_of(request: Request) -> plan.Arrival:
@@ -168,10 +175,15 @@ class Proxy:
         return await self.guarded(request, "chat" if chat else "passthrough", run)
 
     async def guarded(
-        self, request: Request, route: str, run: Callable[[AccessRecord, float], Awaitable[Response]]
+        self,
+        request: Request,
+        route: str,
+        run: Callable[[AccessRecord, float], Awaitable[Response]],
+        render: ErrorBody | None = None,
     ) -> Response:
         """One request's record and its ending, whatever happens: a refusal is an OpenAI-shaped
-        error, a client gone mid-body a 499, anything unexpected a 500 (never a text page)."""
+        error (`render`: a front door's own shape), a client gone mid-body a 499, anything
+        unexpected a 500 (never a text page)."""
         started = time.perf_counter()
         record, bad_request_id = self._record(request, route)
         try:
@@ -181,17 +193,19 @@ class Proxy:
         except ClientDisconnect:  # gone while still sending its body: nothing was forwarded
             return client_gone(record, started, self.finish)
         except ProxyError as exc:
-            return self.error(exc, record, started)
+            return self.error(exc, record, started, render)
         except Exception:  # the one catch-all before a response starts: a 500, never a text page
             logger.exception("Unexpected error while handling %s %s", request.method, request.url.path)
             failure = ProxyError("The proxy failed to handle this request (an internal error; see its log).")
-            return self.error(failure, record, started)
+            return self.error(failure, record, started, render)
 
-    def error(self, exc: ProxyError, record: AccessRecord, started: float) -> Response:
+    def error(
+        self, exc: ProxyError, record: AccessRecord, started: float, render: ErrorBody | None = None
+    ) -> Response:
         record.status = exc.status
         record.error = exc.code
         self.finish(record, started)
-        return json_error(exc, record.response_headers)
+        return json_error(exc, record.response_headers, render)
 
     async def forward(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
         arrival, intent, tgt = await self.arrive(request, record, parse=chat)

@@ -407,3 +407,49 @@ def test_a_responses_function_call_is_withheld_until_decided(
         assert [c.name for c in calls] == ["send_email"] and response.status == "completed"
     else:
         assert calls == [] and "rejected by a reviewer" in response.output_text
+
+
+MESSAGES_EMAIL_TOOL = {
+    "name": EMAIL_TOOL["function"]["name"],
+    "description": EMAIL_TOOL["function"]["description"],
+    "input_schema": EMAIL_TOOL["function"]["parameters"],
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("verdict", ["approve", "reject"])
+def test_a_messages_tool_use_block_is_withheld_until_decided(
+    proxy: BackgroundServer, stream: bool, verdict: str
+) -> None:
+    """The Messages front door runs the chat path, gate included: a covered tool_use block reaches
+    an Anthropic client only once a reviewer approved it."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0, timeout=30)
+
+    def run() -> Any:
+        kwargs: dict[str, Any] = {
+            "model": "deepseek-v4",
+            "max_tokens": 256,
+            "messages": [{"role": "user", "content": ASK[0]["content"]}],
+            "tools": [MESSAGES_EMAIL_TOOL],
+        }
+        if not stream:
+            return client.messages.create(**kwargs)
+        with client.messages.stream(**kwargs) as events:
+            for _ in events:
+                pass
+            return events.get_final_message()
+
+    call = in_background(run)
+    (review,) = pending(proxy)
+    assert review["tool"] == "send_email"
+    assert call.thread is not None and call.thread.is_alive()  # held: the client has no answer yet
+    assert decide(proxy, review["id"], {"decision": verdict, "comment": "no"}).status_code == 200
+    message = call.join()
+    uses = [b for b in message.content if b.type == "tool_use"]
+    if verdict == "approve":
+        assert [u.name for u in uses] == ["send_email"] and message.stop_reason == "tool_use"
+    else:
+        texts = "".join(b.text for b in message.content if b.type == "text")
+        assert uses == [] and "rejected by a reviewer" in texts and message.stop_reason == "end_turn"

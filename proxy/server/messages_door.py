@@ -1,0 +1,204 @@
+"""The Anthropic Messages front door: `POST /v1/messages` and `POST /v1/messages/count_tokens` onto
+the same core as chat completions (docs/messages.md).
+
+Bridged (every upstream today): the request is mapped to the internal chat request
+(proxy.core.protocols.messages_request), reasoning put back from the thinking blocks' sealed
+signatures (proxy.core.protocols.messages_state); then the chat path runs as for any chat request
+(proxy.server.handlers.Proxy.run_chat: replay store, level rewrite, normalization, trace, review
+gate, relay), and its output is translated last (`MessagesOutput`, a FrontDoor). Upstream errors
+come back with their status and body unchanged; the proxy's own errors in Anthropic's shape.
+
+The I/O lives here: the state store (reasoning too large to seal inline), the clock, ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.core import plan, seal
+from proxy.core.controls import LEVEL_HEADER
+from proxy.core.errors import ProxyError
+from proxy.core.events import AccessRecord
+from proxy.core.gateway import presented_key
+from proxy.core.protocols.messages_events import error_body
+from proxy.core.protocols.messages_request import (
+    BridgedMessages,
+    bridge_messages,
+    chat_headers,
+    estimate_tokens,
+)
+from proxy.core.protocols.messages_state import RestoreReport, restore_thinking, spilled_keys, thinking_sealer
+from proxy.core.protocols.messages_stream import MessagesTranscoder
+from proxy.core.protocols.sealing import SealContext
+from proxy.core.replay_keys import tenant_of
+from proxy.core.stream import jsonio
+from proxy.core.stream.trace import TraceBuilder
+from proxy.server.handlers import Proxy
+from proxy.server.replay_service import deployment_secret
+from proxy.server.responses_door import CHAT_PATH, OMITTED_TOOLS_HEADER
+from proxy.state.base import StateStore
+
+logger = logging.getLogger("thinkproxy.messages")
+
+ROUTE = "messages"
+
+
+def anthropic_error(exc: ProxyError) -> bytes:
+    return error_body(exc.status, exc.message)
+
+
+def new_id(prefix: str) -> str:
+    """An id in Anthropic's style (`msg_…`, `toolu_…`): 24 random hex digits."""
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+@dataclass(slots=True)
+class MessagesOutput:
+    """The bridged answer in the Messages protocol (a proxy.core.plan.FrontDoor): the translation
+    is pure (MessagesTranscoder); writing large reasoning to the state store is this edge's I/O."""
+
+    transcoder: MessagesTranscoder
+    notes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    # Reasoning payloads too large to seal inline (messages_state.thinking_sealer): written to the
+    # state store at the next settle, before the block that refers to them goes out.
+    spill: list[tuple[str, bytes]] = field(default_factory=list)
+    spill_store: StateStore | None = None
+
+    def planned(self, trace: TraceBuilder | None) -> None:
+        if trace is not None:
+            for en, zh, fields in self.notes:
+                trace.add_note(en, zh, **fields)
+
+    def feed(self, data: bytes) -> bytes:
+        return self.transcoder.feed(data)
+
+    def close(self) -> bytes:
+        return self.transcoder.close()
+
+    def completion(self, body: bytes) -> bytes:
+        return self.transcoder.completion(body)
+
+    async def settle(self) -> None:
+        if self.spill and self.spill_store is not None:
+            entries, self.spill[:] = list(self.spill), []
+            try:
+                await self.spill_store.put_many(entries)
+            except Exception:  # (the next turn then finds it missing: the miss policy applies)
+                logger.warning("Storing %d large reasoning payload(s) failed.", len(entries))
+
+
+class MessagesDoor:
+    """The handlers of `/v1/messages*`, bound to one app's proxy."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        s = proxy.s
+        self.store = s.replay.store if s.replay is not None else None
+        self.secret = s.replay.secret if s.replay is not None else deployment_secret(s.settings)
+        old_secrets = s.settings.state_old_secrets
+        listed = old_secrets.get_secret_value().split(",") if old_secrets is not None else []
+        self.keys = seal.SealKeys(self.secret, [o.strip().encode() for o in listed if o.strip()])
+
+    # -- POST /v1/messages ----------------------------------------------------------------------
+    async def create(self, request: Request) -> Response:
+        async def run(record: AccessRecord, started: float) -> Response:
+            return await self._create(request, record, started)
+
+        return await self.proxy.guarded(request, ROUTE, run, anthropic_error)
+
+    # -- POST /v1/messages/count_tokens ----------------------------------------------------------
+    async def count_tokens(self, request: Request) -> Response:
+        async def run(record: AccessRecord, started: float) -> Response:
+            _, _, tgt = await self.proxy.arrive(request, record, parse=True)
+            assert tgt.parsed is not None
+            record.model = tgt.model
+            bridged = bridge_messages(tgt.parsed)
+            out = jsonio.dumps({"input_tokens": estimate_tokens(bridged.body)})
+            record.status, record.bytes_out = 200, len(out)
+            self.proxy.finish(record, started)
+            return Response(out, media_type="application/json", headers=dict(record.response_headers))
+
+        return await self.proxy.guarded(request, ROUTE, run, anthropic_error)
+
+    async def _create(self, request: Request, record: AccessRecord, started: float) -> Response:
+        proxy = self.proxy
+        s = proxy.s
+        arrival, intent, tgt = await proxy.arrive(request, record, parse=True)
+        assert tgt.parsed is not None
+        parsed = tgt.parsed
+        dialect = plan.chat_dialect(s.table, tgt)
+        record.model = tgt.model
+        record.stream = parsed.get("stream") is True
+        bridged = bridge_messages(parsed)
+        chat = bridged.body
+        tenant = tenant_of(self.secret, presented_key(request.headers.items()))
+        ctx = SealContext(self.keys, tenant, dialect.name, tgt.destination.base_url, int(time.time()))
+        spilled = await self._spilled(spilled_keys(bridged.thinking, ctx))
+        report = restore_thinking(chat["messages"], bridged.thinking, ctx, spilled)
+        if LEVEL_HEADER not in request.headers and bridged.level is not None:
+            intent = replace(intent, controls=replace(intent.controls, level=bridged.level))
+        spill: list[tuple[str, bytes]] = []
+        transcoder = MessagesTranscoder(
+            new_id("msg"),
+            str(chat.get("model") or ""),
+            seal=thinking_sealer(ctx, spill if self.store is not None else None),
+            new_id=new_id,
+            show_thinking=bridged.show_thinking,
+        )
+        door = MessagesOutput(transcoder, notes=_notes(bridged, report), spill=spill, spill_store=self.store)
+        if bridged.omitted_tools:
+            record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(bridged.omitted_tools)))
+        chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), arrival.query, arrival.headers)
+        chat_tgt = plan.Target(tgt.destination, jsonio.dumps(chat), chat, chat_headers(tgt.headers))
+        return await proxy.run_chat(request, chat_arrival, intent, chat_tgt, chat, record, started, door=door)
+
+    async def _spilled(self, keys: list[str]) -> dict[str, bytes | None]:
+        """The large reasoning payloads the history's signatures refer to (a store fault: none)."""
+        if not keys or self.store is None:
+            return {}
+        try:
+            values = await self.store.get_many(keys)
+        except Exception:
+            logger.warning("The state store did not answer for large reasoning payloads.")
+            return {}
+        return dict(zip(keys, values, strict=True))
+
+
+def _notes(bridged: BridgedMessages, report: RestoreReport) -> list[tuple[str, str, dict[str, Any]]]:
+    """What the trace says about the bridge: tools left out, fields dropped, signatures not used."""
+    notes: list[tuple[str, str, dict[str, Any]]] = []
+    if bridged.omitted_tools:
+        names = ", ".join(bridged.omitted_tools)
+        notes.append(
+            (
+                f"Server tools left out (the upstream cannot run them): {names}",
+                f"已省略上游无法运行的服务端工具：{names}",
+                {"code": "omitted_tools", "tools": list(bridged.omitted_tools)},
+            )
+        )
+    if bridged.dropped:
+        names = ", ".join(bridged.dropped)
+        notes.append(
+            (
+                f"Request fields not carried to a chat upstream: {names}",
+                f"未转发到聊天接口的请求字段：{names}",
+                {"code": "dropped_fields", "fields": list(bridged.dropped)},
+            )
+        )
+    unused = report.unverified + report.foreign
+    if unused:
+        notes.append(
+            (
+                f"Thinking not used: {unused} signature(s) did not verify or were not the proxy's",
+                f"未使用的思考块：{unused} 个签名无法验证或非本代理生成",
+                {"code": "unverified_reasoning", "count": unused},
+            )
+        )
+    return notes

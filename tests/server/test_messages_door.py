@@ -1,0 +1,319 @@
+"""The Anthropic Messages front door end to end: a real proxy in front of the simulated DeepSeek
+(which enforces its reasoning-replay rule), driven by raw HTTP and the Anthropic Python SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pydantic
+import pytest
+from anthropic.types import Message, RawMessageStreamEvent
+
+from proxy.demo import simulated_table
+from proxy.mock import MockOptions, create_mock_app
+from proxy.server.app import create_app
+from proxy.server.serving import BackgroundServer
+from tests.helpers import make_settings
+
+EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(RawMessageStreamEvent)
+MODEL = "deepseek-v4-pro"
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+ASK = "What's the weather in Paris? Use get_weather."
+
+
+@pytest.fixture(scope="module")
+def mock() -> Iterator[BackgroundServer]:
+    with BackgroundServer(create_mock_app(MockOptions(default_dialect="deepseek"))) as server:
+        yield server
+
+
+def proxy_for(mock: BackgroundServer, **overrides: Any) -> BackgroundServer:
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", **overrides)
+    return BackgroundServer(create_app(settings, table=simulated_table(mock.port)))
+
+
+@pytest.fixture(scope="module")
+def proxy(mock: BackgroundServer) -> Iterator[BackgroundServer]:
+    with proxy_for(mock, state="off") as server:
+        yield server
+
+
+def client(proxy: BackgroundServer, key: str = "sk-test") -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0, timeout=20)
+
+
+def upstream_requests(mock: BackgroundServer) -> list[dict[str, Any]]:
+    log: list[dict[str, Any]] = httpx.get(f"{mock.url}/_mock/requests").json()
+    return log
+
+
+def last_upstream(mock: BackgroundServer) -> dict[str, Any]:
+    record: dict[str, Any] = httpx.get(f"{mock.url}/_mock/requests/last").json()
+    return record
+
+
+def sse_events(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    events, comments = [], []
+    for block in text.split("\n\n"):
+        lines = block.splitlines()
+        comments += [line for line in lines if line.startswith(":")]
+        names = [line[7:] for line in lines if line.startswith("event: ")]
+        data = [line[6:] for line in lines if line.startswith("data: ")]
+        if data:
+            event = json.loads("\n".join(data))
+            assert names == [event["type"]], (names, event["type"])
+            events.append(event)
+    return events, comments
+
+
+def test_a_stream_is_anthropic_events_with_the_trace_as_comments(mock: BackgroundServer) -> None:
+    with proxy_for(mock, trace="detailed") as proxy:
+        body = {
+            "model": MODEL,
+            "max_tokens": 1024,
+            "messages": [{"role": "user", "content": ASK}],
+            "tools": [WEATHER],
+            "stream": True,
+            "thinking": {"type": "enabled", "budget_tokens": 20000},
+        }
+        headers = {"x-api-key": "sk-k", "anthropic-version": "2023-06-01"}
+        r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    assert r.headers["x-thinking-level-applied"] == "deep" and r.headers["x-thinking-provider"] == "deepseek"
+    events, comments = sse_events(r.text)
+    for event in events:
+        if event["type"] not in ("ping", "error"):
+            EVENT.validate_python(event)
+    types = [e["type"] for e in events]
+    assert types[:2] == ["message_start", "ping"] and types[-2:] == ["message_delta", "message_stop"]
+    assert comments and all(c.startswith(": trace {") for c in comments)
+    assert "[DONE]" not in r.text
+    starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    assert starts == ["thinking", "tool_use"]
+    assert events[-2]["delta"]["stop_reason"] == "tool_use"
+    sent = last_upstream(mock)
+    # The SDK's key reached the chat upstream as a bearer token; Anthropic's headers did not.
+    assert sent["headers"].get("authorization", "").startswith("Bearer ")  # (the mock masks the key)
+    assert "anthropic-version" not in sent["headers"] and "x-api-key" not in sent["headers"]
+    assert sent["body"]["thinking"] == {"type": "enabled"} and sent["body"]["reasoning_effort"] == "max"
+
+
+def test_the_sdk_streams_thinking_and_text(proxy: BackgroundServer) -> None:
+    with client(proxy).messages.stream(
+        model=MODEL,
+        max_tokens=1024,
+        messages=[{"role": "user", "content": "Think about 2+2."}],
+        thinking={"type": "adaptive"},
+    ) as stream:
+        kinds = [event.type for event in stream]
+        message = stream.get_final_message()
+    assert "thinking" in kinds and "text" in kinds and "signature" in kinds
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    thinking = message.content[0]
+    assert thinking.type == "thinking" and thinking.thinking and thinking.signature.startswith("tp1.")
+    assert message.stop_reason == "end_turn" and message.usage.output_tokens > 0
+
+
+def test_non_stream_is_one_message(proxy: BackgroundServer, mock: BackgroundServer) -> None:
+    message = client(proxy).messages.create(
+        model=MODEL,
+        max_tokens=512,
+        system="Be brief.",
+        messages=[{"role": "user", "content": ASK}],
+        tools=[WEATHER],
+        thinking={"type": "enabled", "budget_tokens": 2048},
+    )
+    assert isinstance(message, Message) and message.id.startswith("msg_")
+    assert [b.type for b in message.content] == ["thinking", "tool_use"]
+    assert message.stop_reason == "tool_use"
+    sent = last_upstream(mock)["body"]
+    assert sent["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert sent["thinking"] == {"type": "enabled"} and "reasoning_effort" not in sent  # standard
+
+
+def tool_loop(proxy: BackgroundServer, mock: BackgroundServer, edit: Any = None) -> Any:
+    """A two-turn tool loop through the SDK; `edit` changes the first answer's blocks before
+    they are sent back. Returns the second turn's answer (or raises the SDK's error)."""
+    sdk = client(proxy)
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 1024,
+        "tools": [WEATHER],
+        "thinking": {"type": "enabled", "budget_tokens": 4096},
+    }
+    first = sdk.messages.create(messages=[{"role": "user", "content": ASK}], **kwargs)
+    call = next(b for b in first.content if b.type == "tool_use")
+    blocks = [b.model_dump(exclude_none=True) for b in first.content]
+    if edit is not None:
+        blocks = edit(blocks)
+    history = [
+        {"role": "user", "content": ASK},
+        {"role": "assistant", "content": blocks},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny, 21 C"}],
+        },
+    ]
+    return sdk.messages.create(messages=history, **kwargs)
+
+
+def test_a_tool_loop_works_because_the_signed_thinking_carried_the_reasoning(
+    proxy: BackgroundServer, mock: BackgroundServer
+) -> None:
+    """The state store is off: only the thinking block's signature can carry DeepSeek's
+    reasoning_content to the second turn, which DeepSeek refuses without it."""
+    second = tool_loop(proxy, mock)
+    assert second.stop_reason == "end_turn" and any(b.type == "text" for b in second.content)
+    turn = next(m for m in last_upstream(mock)["body"]["messages"] if m.get("tool_calls"))
+    assert turn["reasoning_content"]
+
+
+@pytest.mark.parametrize("how", ["dropped", "tampered", "anthropic"])
+def test_without_a_verified_signature_deepseek_refuses_and_its_error_passes_back(
+    proxy: BackgroundServer, mock: BackgroundServer, how: str
+) -> None:
+    def edit(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if how == "dropped":
+            return [b for b in blocks if b["type"] != "thinking"]
+        for b in blocks:
+            if b["type"] == "thinking":
+                b["signature"] = b["signature"][:-4] + "AAAA" if how == "tampered" else "EqQBCkgIARAB"
+        return blocks
+
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        tool_loop(proxy, mock, edit)
+    # DeepSeek's own 400, unchanged (OpenAI-shaped: it is the upstream's body).
+    assert "reasoning_content" in json.dumps(caught.value.body)
+    sent = json.dumps(last_upstream(mock)["body"])
+    assert "tp1." not in sent and "EqQB" not in sent
+
+
+def test_thinking_disabled_is_level_off(proxy: BackgroundServer, mock: BackgroundServer) -> None:
+    r = httpx.post(
+        f"{proxy.url}/v1/messages",
+        json={
+            "model": MODEL,
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "thinking": {"type": "disabled"},
+        },
+    )
+    assert r.status_code == 200 and r.headers["x-thinking-level-applied"] == "off"
+    assert [b["type"] for b in r.json()["content"]] == ["text"]
+    assert last_upstream(mock)["body"]["thinking"] == {"type": "disabled"}
+
+
+def test_the_level_header_wins(proxy: BackgroundServer, mock: BackgroundServer) -> None:
+    r = httpx.post(
+        f"{proxy.url}/v1/messages",
+        json={
+            "model": MODEL,
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "thinking": {"type": "disabled"},
+        },
+        headers={"x-thinking-level": "deep"},
+    )
+    assert r.headers["x-thinking-level-applied"] == "deep"
+    assert last_upstream(mock)["body"]["reasoning_effort"] == "max"
+
+
+def test_server_tools_are_omitted_and_said(proxy: BackgroundServer, mock: BackgroundServer) -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "tools": [WEATHER, {"type": "web_search_20250305", "name": "web_search"}],
+    }
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body)
+    assert r.status_code == 200 and r.headers["x-thinking-omitted-tools"] == "web_search_20250305"
+    assert [t["function"]["name"] for t in last_upstream(mock)["body"]["tools"]] == ["get_weather"]
+
+
+def test_the_proxys_own_errors_are_anthropic_shaped(proxy: BackgroundServer) -> None:
+    r = httpx.post(f"{proxy.url}/v1/messages", json={"model": MODEL, "messages": []})
+    assert r.status_code == 400
+    assert r.json() == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "messages must be a non-empty list of messages.",
+        },
+    }
+    with pytest.raises(anthropic.BadRequestError, match=r"thinking\.type"):
+        client(proxy).messages.create(
+            model=MODEL,
+            max_tokens=8,
+            messages=[{"role": "user", "content": "x"}],
+            thinking={"type": "x"},  # type: ignore[typeddict-item]
+        )
+
+
+def test_gateway_keys_are_read_from_x_api_key(mock: BackgroundServer) -> None:
+    with proxy_for(mock, client_keys=["ck-1"], upstream_api_key="sk-upstream") as proxy:
+        unknown = httpx.post(f"{proxy.url}/v1/messages", json={}, headers={"x-api-key": "nope"})
+        assert unknown.status_code == 401 and unknown.json()["error"]["type"] == "authentication_error"
+        message = client(proxy, key="ck-1").messages.create(
+            model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
+        )
+    assert message.content
+    assert last_upstream(mock)["headers"]["authorization"].startswith("Bearer ")
+
+
+def test_count_tokens_is_an_estimate(proxy: BackgroundServer) -> None:
+    sdk = client(proxy)
+    short = sdk.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "Hi"}])
+    long = sdk.messages.count_tokens(
+        model=MODEL,
+        messages=[{"role": "user", "content": "word " * 400}],
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert 0 < short.input_tokens < long.input_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_error_passes_back_unchanged(
+    proxy: BackgroundServer, mock: BackgroundServer, stream: bool
+) -> None:
+    headers = {"authorization": "Bearer k", "x-mock-fault": "429"}
+    body = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "stream": stream}
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+    direct = httpx.post(
+        f"{mock.url}/deepseek/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
+        headers=headers,
+    )
+    assert r.status_code == direct.status_code == 429
+    assert r.json() == direct.json()
+
+
+def test_a_stream_cut_upstream_ends_with_an_error_event(proxy: BackgroundServer) -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 512,
+        "messages": [{"role": "user", "content": "A long story."}],
+        "stream": True,
+    }
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers={"x-mock-fault": "disconnect"})
+    events, _ = sse_events(r.text)
+    assert events[-1]["type"] == "error" and events[-1]["error"]["type"] in ("api_error", "timeout_error")
+    assert "message_stop" not in [e["type"] for e in events]
+    with (
+        pytest.raises(anthropic.APIStatusError),
+        client(proxy).messages.stream(
+            model=MODEL,
+            max_tokens=512,
+            messages=[{"role": "user", "content": "A long story."}],
+            extra_headers={"x-mock-fault": "disconnect"},
+        ) as stream,
+    ):
+        for _ in stream:
+            pass
