@@ -352,3 +352,21 @@ def tool_input(arguments: str) -> dict[str, Any]:
     except ValueError:
         return {"arguments": arguments}
     return parsed if isinstance(parsed, dict) else {"arguments": arguments}
+
+
+# The proxy's own errors by HTTP status, as Anthropic's error types (anthropic.types.shared.ErrorType).
+_STATUS_TYPES: Final[Mapping[int, str]] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def error_body(status: int, message: str) -> bytes:
+    """A proxy error in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`."""
+    return jsonio.dumps(error_event(message, _STATUS_TYPES.get(status, "api_error")))
