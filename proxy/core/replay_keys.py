@@ -78,7 +78,10 @@ class Need(NamedTuple):
 
     `text` / `details`: the policy wants reasoning text / reasoning_details on it and the client
     sent none (these count in the outcome). `signatures`: some of its tool calls came without the
-    `extra_content` their provider attached (current turn only; counted only when put back).
+    `extra_content` their provider attached (counted only when put back). Asked of every tool-call
+    turn, not only the current one: a turn replayed with its signature on one request and without
+    it on the next (once a user message follows) changes the history's bytes, and the upstream's
+    prefix cache misses from there on.
     `timing`: its tool results end the history, so their round trip can be measured.
     (A NamedTuple: one is built per assistant message of every history, so it must be cheap.)
     """
@@ -119,7 +122,7 @@ def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan
     them, so they travel as they came.
 
     Runs on every chat request with the store on, over the whole history: one backward pass to find
-    where the history's last user message and trailing tool results are, then one forward pass
+    where the history's trailing tool results are, then one forward pass
     that looks at assistant messages only, with the policy's questions answered once up front."""
     if not isinstance(messages, list) or not messages:
         return NOTHING
@@ -127,8 +130,7 @@ def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan
     calls_only = policy.mode == "tool_calls"
     wants_details = policy.field == "reasoning_details"
     inline = policy.field == "inline_think"
-    # Backward: the trailing tool results (their assistant message's calls get a duration), then
-    # the last user message (only tool-call turns after it get their signatures back).
+    # Backward: the trailing tool results (their assistant message's calls get a duration).
     last = len(messages) - 1
     index = last
     while index >= 0:
@@ -141,12 +143,6 @@ def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan
         message = messages[index]
         if type(message) is dict and message.get("role") == "assistant":
             timing_index = index
-    last_user = index
-    while last_user >= 0:
-        message = messages[last_user]
-        if type(message) is dict and message.get("role") == "user":
-            break
-        last_user -= 1
     needs: list[Need] = []
     seen: dict[str, bool] = {}  # key → named by more than one message
     repeated = False
@@ -174,7 +170,7 @@ def plan_lookups(messages: Any, policy: ReplayPolicy, tenant: str) -> ReplayPlan
                         content = message.get("content")
                         text = not (inline and type(content) is str and "<think>" in content)
         if first_id is not None:
-            signatures = position > last_user and _lacks_extra_content(calls)
+            signatures = _lacks_extra_content(calls)
             timing = position == timing_index
             if not (text or details or signatures or timing):
                 continue

@@ -71,14 +71,18 @@ def test_only_tool_call_turns_without_reasoning_are_looked_up_under_tool_calls_p
     assert plan.keys == (store_key(TENANT, "t", "call_a"), store_key(TENANT, "t", "call_b"))
 
 
-def test_strip_policy_needs_nothing_but_the_timing_of_the_last_calls() -> None:
+def test_strip_policy_needs_nothing_but_signatures_and_the_timing_of_the_last_calls() -> None:
     messages = history(assistant(call("call_a")), assistant(call("call_b")))
     messages.append({"role": "user", "content": "thanks"})
     messages.append(assistant(call("call_c"), extra_content=None))
     messages[-1]["tool_calls"][0]["extra_content"] = {"google": {"thought_signature": "s"}}
     messages.append({"role": "tool", "tool_call_id": "call_c", "content": "sun"})
     plan = plan_lookups(messages, STRIP, TENANT)
-    assert [(n.position, n.counted, n.signatures, n.timing) for n in plan.needs] == [(6, False, False, True)]
+    assert [(n.position, n.counted, n.signatures, n.timing) for n in plan.needs] == [
+        (1, False, True, False),  # earlier turns: their signatures, whatever turn they were in
+        (3, False, True, False),
+        (6, False, False, True),  # the last calls carry theirs: only their timing
+    ]
 
 
 def test_keep_policy_keys_a_turn_without_tool_calls_by_its_content() -> None:
@@ -96,10 +100,14 @@ def test_not_a_list_of_messages_plans_nothing() -> None:
     assert plan_lookups(None, TOOL_CALLS, TENANT).empty
 
 
-def test_signatures_only_for_the_current_turn() -> None:
+def test_signatures_also_for_turns_before_the_last_user_message() -> None:
+    # Restored on one request and not on the next (once a user message follows), the turn's bytes
+    # would change and the upstream's prefix cache would miss from there on.
     messages = [*history(assistant(call("call_g"))), {"role": "assistant", "content": "Rain."}]
     messages.append({"role": "user", "content": "thanks"})
-    assert plan_lookups(messages, STRIP, TENANT).empty
+    plan = plan_lookups(messages, STRIP, TENANT)
+    assert [(n.position, n.signatures, n.counted) for n in plan.needs] == [(1, True, False)]
+    assert plan.keys == (store_key(TENANT, "t", "call_g"),)
 
 
 def test_store_key_of_a_huge_id_is_not_cached() -> None:

@@ -36,6 +36,7 @@ from proxy.mock.dialects.base import (
 )
 from proxy.mock.dialects.deepseek import DeepSeek
 from proxy.mock.dialects.gemini import Gemini
+from proxy.mock.dialects.groq import Groq
 from proxy.mock.dialects.kimi import Kimi
 from proxy.mock.dialects.local import Local
 from proxy.mock.dialects.minimax import MiniMax, MiniMaxSplit
@@ -61,6 +62,7 @@ __all__ = [
     "Depth",
     "Dialect",
     "Gemini",
+    "Groq",
     "Kimi",
     "Local",
     "MiniMax",
@@ -97,6 +99,7 @@ _ALL: tuple[Dialect, ...] = (
     OpenAI(),
     VLLM(),
     Gemini(),
+    Groq(),
 )
 REGISTRY: Mapping[str, Dialect] = {d.name: d for d in _ALL}
 DIALECTS: tuple[str, ...] = tuple(REGISTRY)

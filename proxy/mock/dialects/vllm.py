@@ -13,16 +13,34 @@ does (a wrong switch has no effect, exactly as upstream):
 
 The other families' reasoning arrives in `delta.reasoning` / `message.reasoning`, as vLLM sends it
 when started with `--reasoning-parser` (the field was renamed from `reasoning_content` in 2026).
+
+On the way in, vLLM reads an earlier assistant turn's reasoning from `reasoning` only and hands it
+to the chat template; a `reasoning_content` is silently dropped
+(github.com/vllm-project/vllm/issues/38488: `_parse_chat_message_content` reads
+`message.get("reasoning")`). The template renders what it got into the prompt, so this server
+counts the `reasoning` of history messages in `usage.prompt_tokens`, and nothing of a
+`reasoning_content`: the reasoning a client sent in the wrong field is lost, as upstream, and the
+prompt count shows it (github.com/BerriAI/litellm/pull/41380 saw 43% of a prompt vanish this way).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
-from proxy.mock.dialects.base import JSON, Dialect, Rejection, ResponsesTraits, Turn, tool_call_items
+from proxy.mock.dialects.base import (
+    JSON,
+    Counts,
+    Dialect,
+    Rejection,
+    ResponsesTraits,
+    Turn,
+    tokens,
+    tool_call_items,
+)
 from proxy.mock.dialects.knobs import lower
 from proxy.mock.dialects.shapes import inline_think_pieces, inline_think_text
 from proxy.mock.scenarios import Depth, Script
@@ -44,6 +62,18 @@ def family(model: object) -> str:
     if "qwen3" in name or "glm-4.5" in name or "glm-4.6" in name or "glm-4.7" in name:
         return "enable_thinking"
     return "other"
+
+
+def history_reasoning(body: Mapping[str, Any]) -> list[str]:
+    """The reasoning of earlier assistant turns as vLLM reads it: `reasoning` only."""
+    messages = body.get("messages")
+    found = []
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            reasoning = message.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                found.append(reasoning)
+    return found
 
 
 def _kwargs(body: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -94,6 +124,18 @@ class VLLM(Dialect):
         return orjson.dumps(
             {"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}}
         )
+
+    def frames(self, script: Script, turn: Turn, counts: Counts) -> list[bytes]:
+        return super().frames(script, turn, self._rendered(turn, counts))
+
+    def completion(self, script: Script, turn: Turn, counts: Counts) -> JSON:
+        return super().completion(script, turn, self._rendered(turn, counts))
+
+    @staticmethod
+    def _rendered(turn: Turn, counts: Counts) -> Counts:
+        """The prompt count with the history's reasoning the template rendered (see the docstring)."""
+        extra = sum(tokens(text) for text in history_reasoning(turn.body))
+        return replace(counts, prompt=counts.prompt + extra) if extra else counts
 
     def _implicit(self, turn: Turn) -> bool:
         return family(turn.model) == "implicit"
