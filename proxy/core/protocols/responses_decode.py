@@ -47,6 +47,9 @@ DONE: Final = b"data: [DONE]\n\n"
 ERROR_TYPE: Final = "upstream_error"
 INCOMPLETE_FINISH: Final = {"max_output_tokens": "length", "content_filter": "content_filter"}
 CALLS: Final = ("function_call", "custom_tool_call")
+# Templates learned per stream at most: a slot whose events never match their template (some
+# field varies that event_template does not know) is then just decoded, without a learning cost.
+MAX_LEARNS: Final = 16
 REASONING: Final = ("summary_text", "reasoning_text")
 
 # A text slot: (kind, output index, part index). Kinds are the part types (output_text, refusal,
@@ -66,28 +69,28 @@ _DELTA_FIELD: Final = {"output_text": "content", "refusal": "refusal"}
 
 
 class _Run:
-    """A slot's delta events taken as a run (event_template): each one's text recorded, and its
-    chat chunk written as the learned chunk's bytes around the event's text token, copied as it
-    came (a valid JSON string: the template only matches one)."""
+    """A slot's delta events taken as a run (event_template): their texts recorded, and their chat
+    chunks written as the learned chunk's bytes around each text token, copied as it came (a
+    valid JSON string: the template only takes one)."""
 
-    __slots__ = ("hits", "out", "prefix", "slot", "suffix", "template", "texts")
+    __slots__ = ("hits", "prefix", "slot", "suffix", "template", "texts")
 
     def __init__(
-        self,
-        template: EventTemplate,
-        slot: Slot,
-        frame: tuple[bytes, bytes],
-        texts: list[str],
-        out: list[bytes],
+        self, template: EventTemplate, slot: Slot, frame: tuple[bytes, bytes], texts: list[str]
     ) -> None:
-        self.template, self.slot, self.texts, self.out = template, slot, texts, out
+        self.template, self.slot, self.texts = template, slot, texts
         self.prefix, self.suffix = frame
         self.hits = 0
 
-    def tell(self, token: bytes, text: str) -> None:
-        self.texts.append(text)
-        self.out.append(self.prefix + token + self.suffix)
-        self.hits += 1
+    def take(self, data: bytes, start: int, max_event_bytes: int, out: list[bytes]) -> int:
+        """Where the run from `start` ends, its chunks added to `out`."""
+        end, tokens, texts = self.template.take_run(data, start, max_event_bytes)
+        if tokens:
+            self.texts += texts
+            prefix, suffix = self.prefix, self.suffix
+            out.append(prefix + (suffix + prefix).join(tokens) + suffix)
+            self.hits += len(tokens)
+        return end
 
 
 class ResponsesDecoder:
@@ -116,6 +119,8 @@ class ResponsesDecoder:
         # decoded, and what that event's chunk was, to be learned after it (_text sets it).
         self._run: _Run | None = None
         self._learn: tuple[Slot, str, bytes] | None = None
+        self._learns = 0
+        self._held = bytearray()  # the start of an event not whole yet (_feed_by_runs)
 
     @property
     def finished(self) -> bool:
@@ -138,7 +143,17 @@ class ResponsesDecoder:
     def _feed_by_runs(self, data: bytes) -> None:
         """Runs of the learned template's events are taken from their bytes (a fast upstream's
         read holds hundreds); each event between runs is decoded alone, so that a template
-        learned from it serves the rest of the read."""
+        learned from it serves the rest of the read. The part of an event at the end of a read
+        is held here until the read that completes it (with an idle SSE decoder, the decoder would
+        only hold it too): the whole event can then be taken as part of a run."""
+        held = self._held
+        if held:
+            whole = data.find(b"\n\n") >= 0 or (held.endswith(b"\n") and data.startswith(b"\n"))
+            if not whole and data.find(b"\r") < 0 and len(held) + len(data) <= self._max_event_bytes:
+                held += data  # (still not whole: kept without copying what came before)
+                return
+            data = bytes(held) + data
+            held.clear()
         pos, size = 0, len(data)
         while pos < size and not self._finished:
             run = self._run
@@ -148,11 +163,14 @@ class ResponsesDecoder:
                 and data.startswith(run.template.parts[0], pos)
                 and self._run_holds(run.slot)
             ):
-                taken = run.template.take_run(data, pos, self._max_event_bytes, run.tell)
+                taken = run.take(data, pos, self._max_event_bytes, self._out)
                 if taken > pos:
                     pos = taken
                     continue
             end = data.find(b"\n\n", pos)
+            if end < 0 and self._sse.idle and size - pos <= self._max_event_bytes:
+                held += memoryview(data)[pos:]
+                return
             end = size if end < 0 else end + 2
             self._decode(data[pos:end])
             pos = end
@@ -168,6 +186,9 @@ class ResponsesDecoder:
     def close(self) -> bytes:
         """The upstream body ended: the rest, and an error chunk when no terminal event came."""
         cut = False
+        if self._held and not self._finished:
+            self._decode(bytes(self._held))
+        self._held.clear()
         for event in [] if self._finished else self._sse.flush():  # (at most one, unterminated)
             if event.raw.endswith((b"\n\n", b"\r\r", b"\n\r", b"\r\r\n", b"\n\r\n")):
                 self._events([event])  # (complete after all: its last line end was a held CR)
@@ -265,7 +286,8 @@ class ResponsesDecoder:
             plain, key = plain and kind == "arguments", "arguments"
         else:
             return
-        if plain and (self._run is None or self._run.slot != slot or self._run.hits):
+        run = self._run
+        if plain and (run is None or run.slot != slot or not run.hits) and self._learns < MAX_LEARNS:
             self._learn = (slot, key, self._out[-1])
 
     def _learn_run(self, raw: bytes, event: dict[str, Any], slot: Slot, key: str, frame: bytes) -> None:
@@ -273,9 +295,10 @@ class ResponsesDecoder:
         it gave are templates (else the last run stays)."""
         template = learn(raw, event) if str(event.get("type")).endswith(".delta") else None
         span = value_span(frame, key) if template is not None else None
+        self._learns += 1
         if template is not None and span is not None:
             halves = (frame[: span[0]], frame[span[1] :])
-            self._run = _Run(template, slot, halves, self._texts[slot], self._out)
+            self._run = _Run(template, slot, halves, self._texts[slot])
 
     def _catch_up(self, slot: Slot, whole: str) -> None:
         """What of a slot's whole text its deltas did not deliver (none when they differ)."""

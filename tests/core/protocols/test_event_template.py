@@ -36,20 +36,29 @@ def learned(payload: dict[str, Any] | None = None) -> EventTemplate:
 
 
 def run(template: EventTemplate, data: bytes, limit: int = 1 << 20) -> tuple[int, list[tuple[bytes, str]]]:
-    told: list[tuple[bytes, str]] = []
-    end = template.take_run(data, 0, limit, lambda token, text: told.append((token, text)))
-    return end, told
+    end, tokens, texts = template.take_run(data, 0, limit)
+    assert len(tokens) == len(texts)
+    return end, list(zip(tokens, texts, strict=True))
 
 
 def test_a_run_differs_only_in_text_counter_and_pad() -> None:
     template = learned()
-    assert template.strings == (False, True, True) and template.text_hole == 1
+    assert template.keys == ("sequence_number", "delta", "obfuscation")
     texts = ["Hel", 'lo "you"', "\\n", "café ✓", ',"logprobs":[],"obfuscation":"', "}\n"]
     data = b"".join(frame(event(t, seq=10 + i, pad="x" * i)) for i, t in enumerate(texts))
     end, told = run(template, data)
     assert end == len(data)
     assert [text for _, text in told] == texts
     assert [orjson.loads(token) for token, _ in told] == texts
+
+
+def test_templates_of_other_items_share_one_compiled_pattern() -> None:
+    """Real ids differ in every response: what is compiled depends on the hole keys only."""
+    first = learned(event("a"))
+    other = learned({**event("a"), "item_id": "msg_2", "output_index": 7})
+    assert first.parts != other.parts and first.keys == other.keys
+    data = frame({**event("b"), "item_id": "msg_2", "output_index": 7})
+    assert run(first, data)[0] == 0 and run(other, data)[0] == len(data)
 
 
 def test_a_token_is_passed_as_it_came() -> None:
@@ -101,7 +110,7 @@ def test_events_without_an_event_line_or_a_counter_are_templates_too() -> None:
     payload = {"type": DELTA, "item_id": "msg_1", "delta": "a"}
     data = b"data: " + orjson.dumps(payload) + b"\n\n"
     template = learn(data, payload)
-    assert template is not None and template.strings == (True,)
+    assert template is not None and template.keys == ("delta",)
     more = b"data: " + orjson.dumps({**payload, "delta": "b"}) + b"\n\n"
     assert run(template, more + more)[0] == 2 * len(more)
 

@@ -374,6 +374,25 @@ def test_an_event_too_large_ends_the_stream_with_an_error() -> None:
     assert chunks(out)[-1]["error"]["code"] == "upstream_event_too_large" and decoder.close() == b""
 
 
+@pytest.mark.parametrize("piece", [1, 7, 40])
+def test_an_event_too_large_in_pieces_ends_the_stream_with_an_error(piece: int) -> None:
+    """(The start of an event is held until it is whole, never beyond the limit.)"""
+    decoder = ResponsesDecoder(max_event_bytes=64)
+    data = sse(CREATED) + b"data: " + b"x" * 100 + b"\n\n"
+    out = b"".join(decoder.feed(data[i : i + piece]) for i in range(0, len(data), piece))
+    assert chunks(out)[-1]["error"]["code"] == "upstream_event_too_large" and decoder.close() == b""
+
+
+@pytest.mark.parametrize("end", [b"", b"\n"])
+def test_an_event_without_its_blank_line_at_the_end_is_a_cut(end: bytes) -> None:
+    """(Held until whole, the start of the last event still reaches the SSE decoder at close.)"""
+    body = upstream("text", True)
+    cut = body[: body.rindex(b"\n\n")] + end
+    out = decode([cut])
+    assert chunks(out)[-1]["error"]["message"].endswith("ended in the middle of an event.")
+    assert decode([cut[i : i + 1] for i in range(len(cut))]) == out
+
+
 # --------------------------------------------------------------------------------------------------
 # Text is never dropped
 # --------------------------------------------------------------------------------------------------
