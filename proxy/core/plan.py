@@ -331,17 +331,26 @@ UPSTREAM_API_HEADER = "x-thinking-upstream-api"
 
 
 def responses_effort(dialect: Dialect, parsed: dict[str, Any], level: Level | None) -> str | None:
-    """The `reasoning.effort` to send over the Responses API when this chat request must go there
-    (the entry's `chat_tools_with_reasoning: responses`, function tools, a level other than off
-    with an effort for it); None: chat completions as usual."""
-    if dialect.chat_tools_with_reasoning != "responses" or level is None or level is Level.OFF:
-        return None
-    tools = parsed.get("tools")
-    if not isinstance(tools, list) or not any(
-        isinstance(t, dict) and t.get("type") == "function" for t in tools
-    ):
+    """The `reasoning.effort` to send over the Responses API when this chat request goes there: a
+    level other than off with an effort for it, and either the entry's `reasoning_visible:
+    responses` or its `chat_tools_with_reasoning: responses` with function tools in the request.
+    None: chat completions as usual."""
+    if level is None or level is Level.OFF or over_responses_why(dialect, parsed) is None:
         return None
     return dialect.responses.effort_for(level)
+
+
+def over_responses_why(dialect: Dialect, parsed: dict[str, Any]) -> str | None:
+    """Which rule of the entry sends this chat request over the Responses API (when it has a
+    level): `reasoning_visible` or `chat_tools_with_reasoning`; None when neither applies."""
+    if dialect.reasoning_visible == "responses":
+        return "reasoning_visible"
+    if dialect.chat_tools_with_reasoning != "responses":
+        return None
+    tools = parsed.get("tools")
+    if isinstance(tools, list) and any(isinstance(t, dict) and t.get("type") == "function" for t in tools):
+        return "chat_tools_with_reasoning"
+    return None
 
 
 def plan_responses(

@@ -260,8 +260,9 @@ class Proxy:
         record.request_messages = parsed.get("messages")
         record.level_requested = controls.level.value if controls.level is not None else None
         dialect = plan.chat_dialect(s.table, tgt)
-        # Function tools with a level on an upstream whose chat completions refuses them: over its
-        # Responses API, where its encrypted reasoning is replayed with the calls it preceded.
+        # Function tools with a level on an upstream whose chat completions refuses them, or any
+        # level where the entry wants the reasoning seen: over its Responses API, where its
+        # encrypted reasoning is replayed with the calls it preceded.
         effort = plan.responses_effort(dialect, parsed, controls.level) if door is None else None
         if effort is not None:
             dialect = replace(dialect, replay=plan.RESPONSES_REPLAY)
@@ -300,7 +301,8 @@ class Proxy:
         if prepared is not None:
             prepared.annotate(trace)
         if effort is not None and trace is not None:
-            trace.add_note(*over_responses_note(dropped), code="upstream_responses_api", fields=list(dropped))
+            note = over_responses_note(dropped, plan.over_responses_why(dialect, parsed))
+            trace.add_note(*note, code="upstream_responses_api", fields=list(dropped))
         capture = prepared.capture if prepared is not None else None
         gate = None
         if s.review is not None:

@@ -95,6 +95,34 @@ def test_tools_that_are_not_a_list_are_not_function_tools() -> None:
     assert effort_for(OPENAI, body("gpt-5.4", {"type": "function"}), Level.DEEP) is None  # type: ignore[arg-type]
 
 
+VISIBLE = ProvidersTable.from_text(
+    TABLE_TEXT.replace(
+        "chat_tools_with_reasoning: responses",
+        "chat_tools_with_reasoning: responses\n        reasoning_visible: responses",
+    )
+)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("tools", [None, [WEATHER]], ids=["no_tools", "tools"])
+def test_reasoning_visible_sends_every_leveled_request_over_responses(
+    level: Level | None, tools: list[Any] | None
+) -> None:
+    parsed = body("gpt-5.4", tools)
+    dialect = VISIBLE.match(OPENAI, "gpt-5.4")
+    assert dialect.reasoning_visible == "responses"
+    assert plan.responses_effort(dialect, parsed, level) == EFFORT.get(level)  # type: ignore[arg-type]
+    why = "chat_tools_with_reasoning" if tools else None
+    assert plan.over_responses_why(TABLE.match(OPENAI, "gpt-5.4"), parsed) == why
+    assert plan.over_responses_why(dialect, parsed) == "reasoning_visible"
+
+
+def test_reasoning_visible_is_per_entry_and_off_by_default() -> None:
+    assert VISIBLE.match(OPENAI, "gpt-5.2").reasoning_visible == "chat"
+    assert TABLE.match(OPENAI, "gpt-5.4").reasoning_visible == "chat"
+    assert effort_for(OPENAI, body("gpt-5.4"), Level.DEEP) is None
+
+
 @pytest.mark.parametrize("base_url", [OPENAI, AZURE])
 @pytest.mark.parametrize(
     "model", ["gpt-5.2", "gpt-5.1", "gpt-5", "gpt-5-mini", "gpt-4o", "gpt-4.1", "o3", "o4-mini"]

@@ -195,3 +195,48 @@ def test_chat_tools_with_reasoning_chat_forwards_and_openais_400_comes_back(mock
     assert last_upstream(mock)["path"] == "/openai/v1/chat/completions"
     assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_effort"
     assert "use /v1/responses" in r.json()["error"]["message"]
+
+
+def visible_table(mock: BackgroundServer) -> Any:
+    """The shipped table with OpenAI's gpt-5.4+ entry asking `reasoning_visible: responses`."""
+    text = (
+        default_providers_path()
+        .read_text()
+        .replace(
+            "chat_tools_with_reasoning: responses",
+            "chat_tools_with_reasoning: responses\n        reasoning_visible: responses",
+        )
+    )
+    return simulated_table(mock.port, ProvidersTable.from_text(text))
+
+
+def test_reasoning_visible_sends_every_leveled_request_over_responses(mock: BackgroundServer) -> None:
+    with proxy_for(mock, table=visible_table(mock)) as proxy:
+        answer = sdk(proxy).chat.completions.with_raw_response.create(model=MODEL, messages=ASK)
+        sent = last_upstream(mock)
+        assert sent["path"] == "/openai/v1/responses" and sent["body"]["reasoning"]["effort"] == "medium"
+        assert answer.headers["x-thinking-upstream-api"] == "responses"
+        message = answer.parse().choices[0].message
+        assert message.content and message.model_extra and message.model_extra["reasoning_content"]
+        chunks = list(
+            sdk(proxy, level="deep").chat.completions.create(model=MODEL, messages=ASK, stream=True)
+        )
+        assert last_upstream(mock)["body"]["reasoning"]["effort"] == "high"
+        assert "".join(
+            (c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices
+        )
+        # Off and no level stay on chat completions, as without the setting.
+        sdk(proxy, level="off").chat.completions.create(model=MODEL, messages=ASK)
+        assert last_upstream(mock)["path"] == "/openai/v1/chat/completions"
+        sdk(proxy, level=None).chat.completions.create(model=MODEL, messages=ASK)
+        assert last_upstream(mock)["path"] == "/openai/v1/chat/completions"
+
+
+def test_reasoning_visible_says_why_in_the_trace(mock: BackgroundServer) -> None:
+    body = {"model": MODEL, "messages": ASK, "stream": True}
+    headers = {"authorization": "Bearer k", "x-thinking-level": "standard"}
+    with proxy_for(mock, table=visible_table(mock)) as proxy:
+        shown = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers).text
+    notes = [json.loads(line[len(": trace ") :]) for line in shown.splitlines() if '"type":"note"' in line]
+    assert notes and notes[0]["code"] == "upstream_responses_api"
+    assert "does not return the reasoning" in notes[0]["message"]

@@ -261,10 +261,17 @@ def wants_usage(chat: Mapping[str, Any]) -> bool:
     return isinstance(options, Mapping) and options.get("include_usage") is True
 
 
-def over_responses_note(dropped: tuple[str, ...]) -> tuple[str, str]:
-    """The trace note that says the request went over the Responses API (English, Chinese)."""
-    en = "Sent over the upstream's Responses API: its chat completions refuses function tools with a level"
-    zh = "经上游 Responses API 发送：其聊天接口不支持工具与推理级别同时使用"
+def over_responses_note(dropped: tuple[str, ...], rule: str | None = None) -> tuple[str, str]:
+    """The trace note that says the request went over the Responses API (English, Chinese), and
+    why: the entry's `chat_tools_with_reasoning` (the default reason) or `reasoning_visible`."""
+    if rule == "reasoning_visible":
+        en = "Sent over the upstream's Responses API: its chat completions does not return the reasoning"
+        zh = "经上游 Responses API 发送：其聊天接口不返回推理内容"
+    else:
+        en = (
+            "Sent over the upstream's Responses API: its chat completions refuses function tools with a level"
+        )
+        zh = "经上游 Responses API 发送：其聊天接口不支持工具与推理级别同时使用"
     if dropped:
         en += f" (not carried: {', '.join(dropped)})"
         zh += f"（未转发：{', '.join(dropped)}）"
