@@ -28,7 +28,7 @@ Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import orjson
 
@@ -97,6 +97,35 @@ class EventTemplate:
             return start, [], []
         texts: list[str] = orjson.loads(b"[" + b",".join(tokens) + b"]")
         return ends[good - 1], tokens, texts
+
+
+Key = TypeVar("Key")
+
+
+class Run(Generic[Key]):
+    """A template in use: its events' texts recorded in `texts`, and each event's output written
+    as `frame` (the bytes before and after the text in what the consumer writes for one event)
+    around its text token, copied as it came (a valid JSON string: take_run only takes one).
+    `key`: what the consumer's state calls the text (the Responses decoder: its slot)."""
+
+    __slots__ = ("hits", "key", "prefix", "suffix", "template", "texts")
+
+    def __init__(
+        self, template: EventTemplate, key: Key, frame: tuple[bytes, bytes], texts: list[str]
+    ) -> None:
+        self.template, self.key, self.texts = template, key, texts
+        self.prefix, self.suffix = frame
+        self.hits = 0
+
+    def take(self, data: bytes, start: int, max_event_bytes: int, out: list[bytes]) -> int:
+        """Where the run from `start` ends, its output added to `out`."""
+        end, tokens, texts = self.template.take_run(data, start, max_event_bytes)
+        if tokens:
+            self.texts += texts
+            prefix, suffix = self.prefix, self.suffix
+            out.append(prefix + (suffix + prefix).join(tokens) + suffix)
+            self.hits += len(tokens)
+        return end
 
 
 def _last_stop(data: bytes, cur: int, tail: bytes) -> int:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from proxy.core.errors import error_payload
-from proxy.core.protocols.event_template import EventTemplate, learn
+from proxy.core.protocols.event_template import Run, learn
 from proxy.core.protocols.responses_output import count
 from proxy.core.stream import jsonio
 from proxy.core.stream.chunk_template import value_span
@@ -68,31 +68,6 @@ _TEXT_EVENTS: Final = {
 _DELTA_FIELD: Final = {"output_text": "content", "refusal": "refusal"}
 
 
-class _Run:
-    """A slot's delta events taken as a run (event_template): their texts recorded, and their chat
-    chunks written as the learned chunk's bytes around each text token, copied as it came (a
-    valid JSON string: the template only takes one)."""
-
-    __slots__ = ("hits", "prefix", "slot", "suffix", "template", "texts")
-
-    def __init__(
-        self, template: EventTemplate, slot: Slot, frame: tuple[bytes, bytes], texts: list[str]
-    ) -> None:
-        self.template, self.slot, self.texts = template, slot, texts
-        self.prefix, self.suffix = frame
-        self.hits = 0
-
-    def take(self, data: bytes, start: int, max_event_bytes: int, out: list[bytes]) -> int:
-        """Where the run from `start` ends, its chunks added to `out`."""
-        end, tokens, texts = self.template.take_run(data, start, max_event_bytes)
-        if tokens:
-            self.texts += texts
-            prefix, suffix = self.prefix, self.suffix
-            out.append(prefix + (suffix + prefix).join(tokens) + suffix)
-            self.hits += len(tokens)
-        return end
-
-
 class ResponsesDecoder:
     """One upstream Responses stream as chat SSE. After the end ([DONE] written) every call
     returns nothing; `finished` tells."""
@@ -117,7 +92,7 @@ class ResponsesDecoder:
         self._max_event_bytes = max_event_bytes
         # Runs of more of the same (the bulk of a stream): the template of the last delta event
         # decoded, and what that event's chunk was, to be learned after it (_text sets it).
-        self._run: _Run | None = None
+        self._run: Run[Slot] | None = None
         self._learn: tuple[Slot, str, bytes] | None = None
         self._learns = 0
         self._held = bytearray()  # the start of an event not whole yet (_feed_by_runs)
@@ -161,7 +136,7 @@ class ResponsesDecoder:
                 run is not None
                 and self._sse.idle
                 and data.startswith(run.template.parts[0], pos)
-                and self._run_holds(run.slot)
+                and self._run_holds(run.key)
             ):
                 taken = run.take(data, pos, self._max_event_bytes, self._out)
                 if taken > pos:
@@ -287,7 +262,7 @@ class ResponsesDecoder:
         else:
             return
         run = self._run
-        if plain and (run is None or run.slot != slot or not run.hits) and self._learns < MAX_LEARNS:
+        if plain and (run is None or run.key != slot or not run.hits) and self._learns < MAX_LEARNS:
             self._learn = (slot, key, self._out[-1])
 
     def _learn_run(self, raw: bytes, event: dict[str, Any], slot: Slot, key: str, frame: bytes) -> None:
@@ -298,7 +273,7 @@ class ResponsesDecoder:
         self._learns += 1
         if template is not None and span is not None:
             halves = (frame[: span[0]], frame[span[1] :])
-            self._run = _Run(template, slot, halves, self._texts[slot])
+            self._run = Run(template, slot, halves, self._texts[slot])
 
     def _catch_up(self, slot: Slot, whole: str) -> None:
         """What of a slot's whole text its deltas did not deliver (none when they differ)."""
