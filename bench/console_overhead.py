@@ -33,7 +33,7 @@ def stream() -> list[bytes]:
             "id": "chatcmpl-1",
             "object": "chat.completion.chunk",
             "created": 1,
-            "model": "deepseek-chat",
+            "model": "deepseek-flash",
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
         return b"data: " + orjson.dumps(body) + b"\n\n"

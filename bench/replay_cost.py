@@ -63,7 +63,7 @@ def history(turns: int) -> dict[str, Any]:
             }
         )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": "rain, 12 °C"})
-    return {"model": "deepseek-chat", "messages": messages, "tools": TOOLS}
+    return {"model": "deepseek-flash", "messages": messages, "tools": TOOLS}
 
 
 def turn_chunks(call_id: str) -> list[dict[str, Any]]:
@@ -81,7 +81,7 @@ async def seed(service: ReplayService, dialect: Any, turns: int) -> None:
     for i in range(turns):
         record = AccessRecord("POST", "/v1/chat/completions", status=200)
         prepared = await service.prepare(
-            {"messages": [], "tools": TOOLS}, dialect, "deepseek-chat", HEADERS, record
+            {"messages": [], "tools": TOOLS}, dialect, "deepseek-flash", HEADERS, record
         )
         for chunk in turn_chunks(f"call_{i:04d}_0123456789abcdef"):
             assert prepared.capture is not None
@@ -93,7 +93,7 @@ async def seed(service: ReplayService, dialect: Any, turns: int) -> None:
 
 async def measure(store: StateStore, n: int) -> dict[str, dict[str, float]]:
     table = ProvidersTable.load()
-    dialect = table.match("https://api.deepseek.com/v1", "deepseek-chat")
+    dialect = table.match("https://api.deepseek.com/v1", "deepseek-flash")
     service = ReplayService(store, b"bench-secret")
     out: dict[str, dict[str, float]] = {}
     for turns in (3, 300):
@@ -104,7 +104,7 @@ async def measure(store: StateStore, n: int) -> dict[str, dict[str, float]]:
         for i in range(rounds + 50):
             record = AccessRecord("POST", "/v1/chat/completions", status=200)
             start = time.perf_counter()
-            prepared = await service.prepare(body, dialect, "deepseek-chat", HEADERS, record)
+            prepared = await service.prepare(body, dialect, "deepseek-flash", HEADERS, record)
             # the capture of the answer (one tool-call turn), as at the end of a response
             capture = prepared.capture
             assert capture is not None

@@ -58,7 +58,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 CHAT_PATH = "/v1/chat/completions"
 INFLIGHT_PATH = "/_soak/inflight"
-MODEL = "deepseek-chat"
+MODEL = "deepseek-flash"
 TRACEBACK = b"Traceback (most recent call last)"
 
 # A request silent this long is hung. Not shorter: on a saturated box a new connection can wait

@@ -50,7 +50,7 @@ def sdk(base_url: str) -> openai.OpenAI:
 
 def test_sdk_gets_the_same_chunks_as_direct(mock: BackgroundServer) -> None:
     def collect(base: str) -> list[dict[str, object]]:
-        stream = sdk(base).chat.completions.create(model="deepseek-chat", messages=MESSAGES, stream=True)
+        stream = sdk(base).chat.completions.create(model="deepseek-flash", messages=MESSAGES, stream=True)
         # ids and timestamps differ per response, like a real provider's; everything else must match
         return [c.model_dump(exclude={"id", "created"}) for c in stream]
 
@@ -63,7 +63,7 @@ def test_sdk_gets_the_same_chunks_as_direct(mock: BackgroundServer) -> None:
 
 def test_non_stream_same_as_direct(mock: BackgroundServer) -> None:
     def ask(base: str) -> dict[str, object]:
-        return sdk(base).chat.completions.create(model="deepseek-chat", messages=MESSAGES).model_dump()
+        return sdk(base).chat.completions.create(model="deepseek-flash", messages=MESSAGES).model_dump()
 
     direct = ask(f"{mock.url}/v1")
     with proxy_for(f"{mock.url}/v1") as proxy:
@@ -77,7 +77,7 @@ def test_non_stream_same_as_direct(mock: BackgroundServer) -> None:
 def test_upstream_400_byte_for_byte_stream_and_non_stream(mock: BackgroundServer) -> None:
     with proxy_for(f"{mock.url}/v1") as proxy:
         for stream in (False, True):
-            body = {"model": "deepseek-chat", "messages": MESSAGES, "stream": stream}
+            body = {"model": "deepseek-flash", "messages": MESSAGES, "stream": stream}
             headers = {"x-mock-fault": "400", "authorization": "Bearer sk-test"}
             direct = httpx.post(f"{mock.url}/v1/chat/completions", json=body, headers=headers)
             via = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers)
@@ -91,7 +91,7 @@ def test_sdk_sees_mid_stream_failure_as_an_error(mock: BackgroundServer) -> None
         with httpx.stream(
             "POST",
             f"{proxy.url}/v1/chat/completions",
-            json={"model": "deepseek-chat", "messages": MESSAGES, "stream": True},
+            json={"model": "deepseek-flash", "messages": MESSAGES, "stream": True},
             headers={"x-mock-fault": "disconnect"},
             timeout=10,
         ) as r:
@@ -102,7 +102,7 @@ def test_sdk_sees_mid_stream_failure_as_an_error(mock: BackgroundServer) -> None
         assert error["type"] == "upstream_error" and error["message"]
 
         stream = sdk(f"{proxy.url}/v1").chat.completions.create(
-            model="deepseek-chat",
+            model="deepseek-flash",
             messages=MESSAGES,
             stream=True,
             extra_headers={"x-mock-fault": "disconnect"},
@@ -232,7 +232,7 @@ def test_mid_stream_cut_is_reported_the_same_on_both_transports(
     with proxy_for(f"{mock.url}/v1", http_transport=transport) as proxy:
         r = httpx.post(
             f"{proxy.url}/v1/chat/completions",
-            json={"model": "deepseek-chat", "messages": MESSAGES, "stream": True},
+            json={"model": "deepseek-flash", "messages": MESSAGES, "stream": True},
             headers={"x-mock-fault": "disconnect"},
             timeout=10,
         )

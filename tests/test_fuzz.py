@@ -1716,7 +1716,7 @@ def deepseek() -> Dialect:
 
 
 def test_regression_rewrite_message_role_of_an_unhashable_type() -> None:
-    body = {"model": "deepseek-chat", "messages": [{"role": ["user"], "content": "hi"}]}
+    body = {"model": "deepseek-flash", "messages": [{"role": ["user"], "content": "hi"}]}
     result = rewrite_body(body, Level.STANDARD, deepseek())
     assert result.body["messages"] == body["messages"]
 

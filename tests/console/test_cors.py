@@ -70,12 +70,12 @@ async def test_cross_origin_response_exposes_the_thinking_headers() -> None:
     async with app_with(cors_origins=["https://app.example"]) as client:
         r = await client.post(
             "/v1/chat/completions",
-            json={"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]},
+            json={"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]},
             headers={"origin": "https://app.example", "x-thinking-level": "deep"},
         )
         plain = await client.post(
             "/v1/chat/completions",
-            json={"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]},
+            json={"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]},
             headers={"x-thinking-level": "deep"},
         )
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"

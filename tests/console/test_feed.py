@@ -90,7 +90,7 @@ def test_summary_carries_the_request_facts_and_tool_calls() -> None:
         feed,
         record(
             provider="deepseek",
-            model="deepseek-chat",
+            model="deepseek-flash",
             level_requested="deep",
             level="deep",
             thinking_method="params",
@@ -99,7 +99,7 @@ def test_summary_carries_the_request_facts_and_tool_calls() -> None:
         events,
     )
     (entry,) = feed.local()
-    assert entry["provider"] == "deepseek" and entry["model"] == "deepseek-chat"
+    assert entry["provider"] == "deepseek" and entry["model"] == "deepseek-flash"
     assert entry["level_requested"] == "deep" and entry["level"] == "deep"
     assert entry["thinking_method"] == "params" and entry["status"] == 200 and entry["stream"] is True
     assert entry["tool_calls"] == [{"name": "kb"}] and entry["finish_reason"] == "tool_calls"

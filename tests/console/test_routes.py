@@ -28,7 +28,7 @@ WEATHER_TOOL = {
     },
 }
 TOOL_BODY = {
-    "model": "deepseek-chat",
+    "model": "deepseek-flash",
     "stream": True,
     "messages": [{"role": "user", "content": "Weather in Paris?"}],
     "tools": [WEATHER_TOOL],
@@ -91,7 +91,7 @@ async def test_requests_lists_a_tool_call_with_its_detailed_trace_even_with_trac
         listing = (await client.get("/thinkproxy/requests")).json()
     assert listing["object"] == "list" and listing["shared"] is False
     (entry,) = listing["data"]
-    assert entry["provider"] == "deepseek" and entry["model"] == "deepseek-chat"
+    assert entry["provider"] == "deepseek" and entry["model"] == "deepseek-flash"
     assert entry["level_requested"] == "deep" and entry["level"] == "deep" and entry["status"] == 200
     assert entry["finish_reason"] == "tool_calls" and entry["tool_calls"] == [{"name": "get_weather"}]
     assert None not in (entry["ttft_ms"], entry["reasoning_ms"], entry["total_ms"])
@@ -141,7 +141,7 @@ def test_events_stream_a_snapshot_then_each_request_live(mock: BackgroundServer)
                 if any(name == b"request" for name, _ in seen):
                     break
     name, snapshot = seen[0]
-    assert name == b"snapshot" and [e["model"] for e in snapshot["data"]] == ["deepseek-chat"]
+    assert name == b"snapshot" and [e["model"] for e in snapshot["data"]] == ["deepseek-flash"]
     kinds = [name for name, _ in seen]
     assert b"progress" in kinds  # the request in flight, as its trace events happened
     finished = next(data for name, data in seen if name == b"request")

@@ -19,7 +19,7 @@ from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings
 from tests.realredis import free_port, running_redis
 
-BODY = {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]}
+BODY = {"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @pytest.fixture(scope="module")

@@ -79,7 +79,7 @@ def open_live(page: Any, url: str) -> None:
 def tool_conversation(url: str, headers: dict[str, str], tool: dict[str, Any] = WEATHER_TOOL) -> None:
     """Another client: a tool call, then the tool's result and the answer (no trace asked for)."""
     body: dict[str, Any] = {
-        "model": "deepseek-chat",
+        "model": "deepseek-flash",
         "stream": True,
         "messages": [{"role": "user", "content": PROMPT}],
         "tools": [tool],
@@ -127,7 +127,7 @@ def test_live_view_shows_another_clients_tool_call_with_its_timeline(
         )
         rows = page.locator('[data-role="request"]')
         newest, oldest = rows.nth(0).inner_text(), rows.nth(1).inner_text()
-        assert "deepseek" in newest and "deepseek-chat" in newest and "deep" in newest
+        assert "deepseek" in newest and "deepseek-flash" in newest and "deep" in newest
         assert "get_weather" in oldest  # the tool call is listed with its request
         rows.nth(1).click()
         page.wait_for_selector('[data-role="detail"]:not([hidden])')
@@ -151,7 +151,7 @@ def test_live_view_shows_another_clients_tool_call_with_its_timeline(
 def test_playground_streams_thinking_and_answer(proxy: BackgroundServer, page: Any) -> None:
     page.goto(f"{proxy.url}/ui#playground")
     page.fill('[data-role="api-key"]', "sk-playground-key-91c2")
-    page.fill('[data-role="model"]', "deepseek-chat")
+    page.fill('[data-role="model"]', "deepseek-flash")
     page.select_option('[data-role="level"]', "deep")
     page.select_option('[data-role="trace-mode"]', "detailed")
     page.fill('[data-role="prompt"]', "Is 1,000,003 a prime number?")
@@ -200,7 +200,7 @@ def test_html_in_model_output_and_tool_names_never_runs(
         open_live(page, proxy.url)
         evil_tool = {**WEATHER_TOOL, "function": {**WEATHER_TOOL["function"], "name": XSS_TOOL}}
         body = {
-            "model": "deepseek-chat",
+            "model": "deepseek-flash",
             "stream": True,
             "messages": [{"role": "user", "content": XSS}],
             "tools": [evil_tool],
@@ -252,7 +252,7 @@ def test_gateway_console_asks_for_an_admin_key_and_refuses_a_client_key(
         assert page.is_hidden('[data-role="admin-auth"]')
         r = httpx.post(
             f"{proxy.url}/v1/chat/completions",
-            json={"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]},
+            json={"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]},
             headers={"authorization": f"Bearer {CLIENT_KEY}"},
             timeout=10,
         )
@@ -286,7 +286,7 @@ def held_weather_call(url: str, results: list[Any]) -> Any:
 
     def run() -> None:
         body = {
-            "model": "deepseek-chat",
+            "model": "deepseek-flash",
             "messages": [{"role": "user", "content": PROMPT}],
             "tools": [WEATHER_TOOL],
         }

@@ -137,7 +137,7 @@ def test_each_route_sends_its_own_key_and_the_default_the_upstream_key() -> None
     def key(model: str) -> list[tuple[str, str]]:
         return auth.upstream_headers(client, table.destination(model))
 
-    assert key("deepseek-chat") == [("authorization", "Bearer sk-ds")]
+    assert key("deepseek-flash") == [("authorization", "Bearer sk-ds")]
     assert key("openrouter/x/y") == [("authorization", "Bearer sk-or")]
     assert key("local-llama") == []  # a route without api_key_env sends no key at all
     assert key("grok-4") == [("authorization", "Bearer sk-default")]  # the implicit last route

@@ -30,7 +30,7 @@ from tests.core.test_replay_keys import (
 def remembered(reasoning: str | None = "I should look it up.", **kw: Any) -> Remembered:
     base: dict[str, Any] = {
         "provider": "deepseek",
-        "model": "deepseek-chat",
+        "model": "deepseek-flash",
         "reasoning": reasoning,
         "details": None,
         "signatures": {},
@@ -44,7 +44,7 @@ def restore(
     body: dict[str, Any], policy: ReplayPolicy, found: dict[str, Remembered | None], **kw: Any
 ) -> Any:
     plan = plan_lookups(body["messages"], policy, TENANT)
-    args: dict[str, Any] = {"provider": "deepseek", "model": "deepseek-chat", "now_ms": 10_000.0}
+    args: dict[str, Any] = {"provider": "deepseek", "model": "deepseek-flash", "now_ms": 10_000.0}
     args.update(kw)
     return plan, apply_restore(body, plan, found, policy=policy, **args)
 
@@ -84,7 +84,7 @@ def test_malformed_messages_are_left_alone(message: Any) -> None:
 
 
 def test_restored_text_equals_the_original_and_the_callers_body_is_untouched() -> None:
-    body = {"model": "deepseek-chat", "messages": history(assistant(call("call_b")))}
+    body = {"model": "deepseek-flash", "messages": history(assistant(call("call_b")))}
     before = copy.deepcopy(body)
     _, result = restore(body, TOOL_CALLS, {store_key(TENANT, "t", "call_b"): remembered("Let me check.")})
     assert body == before

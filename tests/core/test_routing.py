@@ -49,7 +49,7 @@ def table(text: str = EXAMPLE, default: str | None = None) -> RouteTable:
 @pytest.mark.parametrize(
     ("model", "upstream", "sent"),
     [
-        ("deepseek-chat", "https://api.deepseek.com/v1", None),
+        ("deepseek-flash", "https://api.deepseek.com/v1", None),
         ("DeepSeek-Reasoner", "https://api.deepseek.com/v1", None),  # globs ignore case
         ("qwen3-max", "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", None),  # trailing / gone
         ("QwQ-32B", "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", None),
@@ -75,9 +75,9 @@ def test_a_later_route_never_takes_what_an_earlier_one_matched() -> None:
     text = """
 routes:
   - {models: ["deepseek-*"], upstream: "https://api.deepseek.com/v1"}
-  - {models: ["deepseek-chat"], upstream: "https://other.example/v1"}
+  - {models: ["deepseek-flash"], upstream: "https://other.example/v1"}
 """
-    assert table(text).destination("deepseek-chat").base_url == "https://api.deepseek.com/v1"
+    assert table(text).destination("deepseek-flash").base_url == "https://api.deepseek.com/v1"
 
 
 def test_no_route_is_a_404_naming_the_model_and_the_patterns() -> None:
@@ -95,7 +95,7 @@ routes:
     with pytest.raises(NotFound, match="names no model"):
         table(text).destination(None)
     with pytest.raises(NotFound, match="names no model"):
-        table(text).destination(["deepseek-chat"])
+        table(text).destination(["deepseek-flash"])
 
 
 def test_the_configured_upstream_is_the_implicit_last_route() -> None:
@@ -104,7 +104,7 @@ def test_the_configured_upstream_is_the_implicit_last_route() -> None:
     last = routes.routes[-1]
     assert last.implicit and last.name == DEFAULT_ROUTE_NAME and last.upstream == "https://api.x.ai/v1"
     assert routes.destination("grok-4") == Destination("https://api.x.ai/v1", last, None)
-    assert routes.destination("deepseek-chat").base_url == "https://api.deepseek.com/v1"
+    assert routes.destination("deepseek-flash").base_url == "https://api.deepseek.com/v1"
     # a request that names no model (e.g. GET /v1/files) goes to the configured upstream
     assert routes.destination(None) == Destination("https://api.x.ai/v1", last, None)
 
@@ -143,7 +143,7 @@ def test_route_keys_come_from_the_environment_and_gateway_mode_needs_them() -> N
     [
         ("/v1/embeddings", b'{"model": "text-embedding-3-small", "input": "x"}', "text-embedding-3-small"),
         ("/v1/models/openrouter%2Fx%2Fy", b"", "openrouter/x/y"),
-        ("/v1/models/deepseek-chat", b"", "deepseek-chat"),
+        ("/v1/models/deepseek-flash", b"", "deepseek-flash"),
         ("/v1/embeddings", b'{"input": "x"}', None),
         ("/v1/embeddings", b'{"model": 3}', None),
         ("/v1/files", b"--boundary\r\n", None),
@@ -185,16 +185,16 @@ routes:
     payload, missing = merge_models(
         routes,
         [
-            (ds, items("deepseek-chat", "deepseek-reasoner", "other-model")),
+            (ds, items("deepseek-flash", "deepseek-v4-pro", "other-model")),
             (op, items("anthropic/claude-sonnet-4.5", "deepseek/deepseek-v3.2")),
             (dead, None),
-            (local, items("deepseek-chat", "Qwen/Qwen3-8B")),  # deepseek-chat is the first route's
+            (local, items("deepseek-flash", "Qwen/Qwen3-8B")),  # deepseek-flash is the first route's
         ],
     )
     ids = [m["id"] for m in payload["data"]]
     assert ids == [
-        "deepseek-chat",
-        "deepseek-reasoner",
+        "deepseek-flash",
+        "deepseek-v4-pro",
         "openrouter/anthropic/claude-sonnet-4.5",
         "openrouter/deepseek/deepseek-v3.2",
         "Qwen/Qwen3-8B",
@@ -220,8 +220,8 @@ def test_route_keys_may_live_in_a_dotenv_file_the_environment_wins(tmp_path: Pat
 
 def test_destinations_are_cached_per_model_and_long_names_are_not_kept() -> None:
     routes = table()
-    first = routes.destination("deepseek-chat")
-    assert routes.destination("deepseek-chat") is first
+    first = routes.destination("deepseek-flash")
+    assert routes.destination("deepseek-flash") is first
     long_name = "openrouter/" + "x" * 10_000
     assert routes.destination(long_name).model == "x" * 10_000
     assert long_name not in routes._cache

@@ -47,7 +47,7 @@ BINDING = Binding(
 PAYLOAD: dict[str, Any] = {
     "reasoning": "The user wants the weather in Paris; I should call get_weather with city=Paris.",
     "details": [{"type": "reasoning.text", "text": "…", "signature": None}],
-    "model": "deepseek-reasoner",
+    "model": "deepseek-v4-pro",
     "tool_call_ids": ["call_0_8f1d2c3b"],
     "created": 1767225600,
 }

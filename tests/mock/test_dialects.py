@@ -86,12 +86,37 @@ async def test_switching_thinking_off_removes_reasoning(
 
 
 async def test_deepseek_shape_matches_the_real_chunks(client: httpx.AsyncClient) -> None:
-    chunks = await stream(client, "deepseek", model="deepseek-reasoner")
+    chunks = await stream(client, "deepseek", model="deepseek-v4-pro")
     assert all(c["system_fingerprint"].startswith("fp_") for c in chunks)
     assert deltas(chunks)[0] == {"role": "assistant", "content": None, "reasoning_content": ""}
     assert deltas(chunks)[1]["content"] is None
     assert list(chunks[1]) == ["id", "object", "created", "model", "system_fingerprint", "choices"]
     assert list(chunks[1]["choices"][0]) == ["index", "delta", "logprobs", "finish_reason"]
+
+
+@pytest.mark.parametrize("model", ["deepseek-chat", "DeepSeek-Reasoner"])
+async def test_deepseek_refuses_a_retired_model_as_the_real_api_does(
+    client: httpx.AsyncClient, model: str
+) -> None:
+    body = {"model": model, "messages": [{"role": "user", "content": QUESTION}], "stream": True}
+    response = await client.post("/deepseek/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    supported = "deepseek-flash, deepseek-v4-pro"
+    assert response.json() == {
+        "error": {
+            "message": f"The supported API model names are {supported}, but you passed {model}.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_request_error",
+        }
+    }
+
+
+async def test_deepseek_lists_and_serves_its_current_models(client: httpx.AsyncClient) -> None:
+    listed = (await client.get("/deepseek/v1/models")).json()
+    assert [m["id"] for m in listed["data"]] == ["deepseek-flash", "deepseek-v4-pro"]
+    for model in ("deepseek-flash", "deepseek-v4-pro", "deepseek-v4-flash"):
+        assert (await complete(client, "deepseek", model=model))["model"] == model
 
 
 async def test_kimi_reports_usage_inside_the_finishing_choice(client: httpx.AsyncClient) -> None:

@@ -8,12 +8,12 @@ import pytest
 
 from tests.helpers import Recorder, make_settings
 
-CHAT = {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]}
+CHAT = {"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION = {
     "id": "c1",
     "object": "chat.completion",
     "created": 1,
-    "model": "deepseek-chat",
+    "model": "deepseek-flash",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
 }
 DEEPSEEK_400 = (
@@ -57,7 +57,7 @@ async def test_no_level_forwards_body_byte_identical_and_strips_control_headers(
     rec = Recorder(ok_json)
     client = proxy_client(rec)
     raw = (
-        b'{"model": "deepseek-chat",  "messages": [{"role":"user","content":"hi"}], '
+        b'{"model": "deepseek-flash",  "messages": [{"role":"user","content":"hi"}], '
         b'"thinking": {"type": "x"}}'
     )
     r = await client.post(
@@ -257,7 +257,7 @@ async def test_client_gone_while_sending_its_body_forwards_nothing() -> None:
 
 def deep_chat(depth: int) -> bytes:
     """A chat body nested `depth` levels deep in all (the body object is level 1)."""
-    return b'{"model":"deepseek-chat","messages":[],"x":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+    return b'{"model":"deepseek-flash","messages":[],"x":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
 
 
 @pytest.mark.parametrize("depth", [255, 300, 1100])
@@ -287,7 +287,8 @@ async def test_integers_above_64_bits_survive_a_rewrite(proxy_client) -> None:
     rec = Recorder(ok_json)
     client = proxy_client(rec)
     raw = (
-        b'{"model":"deepseek-chat","messages":[{"role":"user","content":"hi"}],"seed":1180591620717411303424}'
+        b'{"model":"deepseek-flash","messages":[{"role":"user","content":"hi"}],'
+        b'"seed":1180591620717411303424}'
     )
     headers = {"content-type": "application/json", "x-thinking-level": "deep"}
     r = await client.post("/v1/chat/completions", content=raw, headers=headers)

@@ -28,12 +28,12 @@ from proxy.server.serving import BackgroundServer
 from proxy.server.upstream.policy import UpstreamPolicy, parse_allowed
 from tests.helpers import make_settings
 
-CHAT = {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]}
+CHAT = {"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION = {
     "id": "c1",
     "object": "chat.completion",
     "created": 1,
-    "model": "deepseek-chat",
+    "model": "deepseek-flash",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
 }
 

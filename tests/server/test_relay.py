@@ -21,14 +21,14 @@ from tests.helpers import chat_scope, make_settings
 from tests.raw_upstream import HOLD, RESET, RawUpstream, Received, Step, chunked, response
 
 TRANSPORTS = ["aiohttp", "httpx"]
-ASK = {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]}
+ASK = {"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]}
 STREAM = {**ASK, "stream": True}
 COMPLETION = orjson.dumps(
     {
         "id": "c1",
         "object": "chat.completion",
         "created": 1,
-        "model": "deepseek-chat",
+        "model": "deepseek-flash",
         "choices": [
             {"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}
         ],
@@ -41,7 +41,7 @@ def sse_chunk(content: str) -> bytes:
         "id": "c1",
         "object": "chat.completion.chunk",
         "created": 1,
-        "model": "deepseek-chat",
+        "model": "deepseek-flash",
         "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}],
     }
     return b"data: " + orjson.dumps(chunk) + b"\n\n"

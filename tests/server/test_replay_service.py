@@ -147,7 +147,7 @@ def langchain_loop(proxy: BackgroundServer, streamed: bool) -> AIMessage:
     llm = ChatOpenAI(
         base_url=f"{proxy.url}/v1",
         api_key="sk-tenant-a",  # type: ignore[arg-type]
-        model="deepseek-chat",
+        model="deepseek-flash",
         max_retries=0,
         timeout=20,
         default_headers={"X-Thinking-Level": "standard"},
@@ -196,16 +196,16 @@ def test_langchain_tool_loop_passes_with_the_store_and_gets_its_own_reasoning_ba
 def test_openai_sdk_plain_dict_loop(mock: BackgroundServer, stream: bool) -> None:
     with proxy_for(mock, state="off") as proxy:
         client = sdk(proxy)
-        messages, _ = plain_dict_loop_turn_one(client, "deepseek-chat")
+        messages, _ = plain_dict_loop_turn_one(client, "deepseek-flash")
         with pytest.raises(openai.BadRequestError):
-            client.chat.completions.create(model="deepseek-chat", messages=messages)  # type: ignore[arg-type]
+            client.chat.completions.create(model="deepseek-flash", messages=messages)  # type: ignore[arg-type]
     with proxy_for(mock) as proxy:
         client = sdk(proxy)
         if stream:
             messages = []
             chunks = list(
                 client.chat.completions.create(
-                    model="deepseek-chat",
+                    model="deepseek-flash",
                     messages=[{"role": "user", "content": QUESTION}],
                     tools=[WEATHER_TOOL],  # type: ignore[list-item]
                     stream=True,
@@ -217,9 +217,9 @@ def test_openai_sdk_plain_dict_loop(mock: BackgroundServer, stream: bool) -> Non
             calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or []) if tc.id]
             messages = one_call_history(calls[0].id)
         else:
-            messages, first = plain_dict_loop_turn_one(client, "deepseek-chat")
+            messages, first = plain_dict_loop_turn_one(client, "deepseek-flash")
             said = first.choices[0].message.model_extra["reasoning_content"]
-        raw = client.chat.completions.with_raw_response.create(model="deepseek-chat", messages=messages)  # type: ignore[arg-type]
+        raw = client.chat.completions.with_raw_response.create(model="deepseek-flash", messages=messages)  # type: ignore[arg-type]
     assert raw.http_response.status_code == 200
     assert raw.headers[REPLAY] == "restored=1, placeholder=0, missing=0"
     assert said and last_upstream_body(mock)["messages"][1]["reasoning_content"] == said
@@ -228,7 +228,7 @@ def test_openai_sdk_plain_dict_loop(mock: BackgroundServer, stream: bool) -> Non
 def test_no_header_when_the_history_needs_nothing(mock: BackgroundServer) -> None:
     with proxy_for(mock) as proxy:
         raw = sdk(proxy).chat.completions.with_raw_response.create(
-            model="deepseek-chat", messages=[{"role": "user", "content": "hi"}]
+            model="deepseek-flash", messages=[{"role": "user", "content": "hi"}]
         )
     assert REPLAY not in raw.headers
 
@@ -345,15 +345,15 @@ def test_gemini_signature_restored_only_to_gemini(mock: BackgroundServer) -> Non
 
 def test_one_tenant_never_reads_another_tenants_turns(mock: BackgroundServer) -> None:
     with proxy_for(mock) as proxy:
-        messages, _ = plain_dict_loop_turn_one(sdk(proxy, "sk-tenant-a"), "deepseek-chat")
+        messages, _ = plain_dict_loop_turn_one(sdk(proxy, "sk-tenant-a"), "deepseek-flash")
         raw_b = sdk(proxy, "sk-tenant-b").chat.completions.with_raw_response.create(
-            model="deepseek-chat",
+            model="deepseek-flash",
             messages=messages,  # type: ignore[arg-type]
         )
         assert raw_b.headers[REPLAY] == "restored=0, placeholder=1, missing=0"
         assert last_upstream_body(mock)["messages"][1]["reasoning_content"] == ""
         raw_a = sdk(proxy, "sk-tenant-a").chat.completions.with_raw_response.create(
-            model="deepseek-chat",
+            model="deepseek-flash",
             messages=messages,  # type: ignore[arg-type]
         )
         assert raw_a.headers[REPLAY] == "restored=1, placeholder=0, missing=0"
@@ -361,12 +361,12 @@ def test_one_tenant_never_reads_another_tenants_turns(mock: BackgroundServer) ->
 
 def test_gateway_mode_tenant_is_the_client_key(mock: BackgroundServer) -> None:
     with proxy_for(mock, upstream_api_key="sk-upstream", client_keys="ck-one,ck-two") as proxy:
-        messages, _ = plain_dict_loop_turn_one(sdk(proxy, "ck-one"), "deepseek-chat")
+        messages, _ = plain_dict_loop_turn_one(sdk(proxy, "ck-one"), "deepseek-flash")
         two = sdk(proxy, "ck-two").chat.completions.with_raw_response.create(
-            model="deepseek-chat", messages=messages
+            model="deepseek-flash", messages=messages
         )  # type: ignore[arg-type]
         one = sdk(proxy, "ck-one").chat.completions.with_raw_response.create(
-            model="deepseek-chat", messages=messages
+            model="deepseek-flash", messages=messages
         )  # type: ignore[arg-type]
     assert two.headers[REPLAY].startswith("restored=0")
     assert one.headers[REPLAY].startswith("restored=1")
@@ -379,7 +379,7 @@ def test_remembered_turns_expire_after_the_ttl(mock: BackgroundServer) -> None:
         assert isinstance(store, MemoryStore)
         store.clock = lambda: clock[0]
         client = sdk(proxy)
-        messages, _ = plain_dict_loop_turn_one(client, "deepseek-chat")
+        messages, _ = plain_dict_loop_turn_one(client, "deepseek-flash")
         # The turn is stored when the response ends, on the server's thread: wait for it before
         # moving the clock, or it would be stored at the later time (a race, not an expiry).
         deadline = time.monotonic() + 10
@@ -387,9 +387,9 @@ def test_remembered_turns_expire_after_the_ttl(mock: BackgroundServer) -> None:
             time.sleep(0.01)
         assert len(store) >= 1
         clock[0] += 59
-        fresh = client.chat.completions.with_raw_response.create(model="deepseek-chat", messages=messages)  # type: ignore[arg-type]
+        fresh = client.chat.completions.with_raw_response.create(model="deepseek-flash", messages=messages)  # type: ignore[arg-type]
         clock[0] += 2
-        stale = client.chat.completions.with_raw_response.create(model="deepseek-chat", messages=messages)  # type: ignore[arg-type]
+        stale = client.chat.completions.with_raw_response.create(model="deepseek-flash", messages=messages)  # type: ignore[arg-type]
     assert fresh.headers[REPLAY].startswith("restored=1")
     assert stale.headers[REPLAY] == "restored=0, placeholder=1, missing=0"
 
@@ -397,8 +397,8 @@ def test_remembered_turns_expire_after_the_ttl(mock: BackgroundServer) -> None:
 def test_trace_says_what_was_restored_and_how_long_the_tools_took(mock: BackgroundServer) -> None:
     with proxy_for(mock) as proxy:
         client = sdk(proxy, **{"X-Trace": "detailed"})
-        messages, _ = plain_dict_loop_turn_one(client, "deepseek-chat")
-        body = client.chat.completions.create(model="deepseek-chat", messages=messages).model_dump()  # type: ignore[arg-type]
+        messages, _ = plain_dict_loop_turn_one(client, "deepseek-flash")
+        body = client.chat.completions.create(model="deepseek-flash", messages=messages).model_dump()  # type: ignore[arg-type]
     trace = body["trace"]
     assert [e.get("stage") for e in trace[:2]] == ["analyzing", "replaying"]
     assert {k: trace[1][k] for k in ("restored", "placeholder", "missing")} == {
@@ -456,8 +456,8 @@ def test_two_replicas_share_one_redis(mock: BackgroundServer, redis_server: Redi
         proxy_for(mock, state_url=redis_server.url) as one,
         proxy_for(mock, state_url=redis_server.url) as two,
     ):
-        messages, first = plain_dict_loop_turn_one(sdk(one), "deepseek-chat")
-        raw = sdk(two).chat.completions.with_raw_response.create(model="deepseek-chat", messages=messages)  # type: ignore[arg-type]
+        messages, first = plain_dict_loop_turn_one(sdk(one), "deepseek-flash")
+        raw = sdk(two).chat.completions.with_raw_response.create(model="deepseek-flash", messages=messages)  # type: ignore[arg-type]
     assert raw.http_response.status_code == 200
     assert raw.headers[REPLAY] == "restored=1, placeholder=0, missing=0"
     assert (
@@ -484,7 +484,7 @@ def test_redis_outage_is_a_miss_the_tool_loop_goes_on_and_is_reported(
     caplog.set_level(logging.WARNING, logger="thinkproxy.replay")
     with proxy_for(mock, state_url=redis_server.url) as proxy:
         client = sdk(proxy)
-        messages, _ = plain_dict_loop_turn_one(client, "deepseek-chat")
+        messages, _ = plain_dict_loop_turn_one(client, "deepseek-flash")
         assert healthz(proxy) == (200, {"status": "ok"})
         redis_server.stop()
         # Turn 2: the store's fault is a miss, and DeepSeek's miss policy sends the placeholder it
@@ -493,7 +493,7 @@ def test_redis_outage_is_a_miss_the_tool_loop_goes_on_and_is_reported(
         for _ in range(3):
             response = httpx.post(
                 f"{proxy.url}/v1/chat/completions",
-                json={"model": "deepseek-chat", "messages": messages},
+                json={"model": "deepseek-flash", "messages": messages},
                 headers={"Authorization": "Bearer sk-tenant-a", "X-Thinking-Level": "standard"},
                 timeout=20,
             )
@@ -507,7 +507,7 @@ def test_redis_outage_is_a_miss_the_tool_loop_goes_on_and_is_reported(
         assert healthz(proxy) == (200, {"status": "degraded", "state": "unreachable"})
         # A request that needs nothing is served normally, and its capture fails quietly.
         fine = client.chat.completions.create(
-            model="deepseek-chat",
+            model="deepseek-flash",
             messages=[{"role": "user", "content": QUESTION}],
             tools=[WEATHER_TOOL],  # type: ignore[list-item]
         )
@@ -554,7 +554,7 @@ async def test_hundreds_of_tool_calls_cost_one_redis_round_trip(redis_server: Re
     from proxy.server.replay_service import ReplayService
     from proxy.state import RedisStore
 
-    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-chat")
+    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-flash")
     service = ReplayService(RedisStore(redis_server.url, ttl=60), b"secret")
     headers = [("authorization", "Bearer sk-tenant-a")]
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
@@ -562,7 +562,7 @@ async def test_hundreds_of_tool_calls_cost_one_redis_round_trip(redis_server: Re
         for i in range(300):  # remember 300 tool-call turns, as if the proxy had served them
             record = AccessRecord("POST", "/v1/chat/completions", status=200)
             prepared = await service.prepare(
-                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-chat", headers, record
+                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-flash", headers, record
             )
             assert prepared.capture is not None
             call = {
@@ -580,7 +580,7 @@ async def test_hundreds_of_tool_calls_cost_one_redis_round_trip(redis_server: Re
         admin = sync_redis.Redis.from_url(redis_server.url)
         admin.config_resetstat()
         record = AccessRecord("POST", "/v1/chat/completions", status=200)
-        prepared = await service.prepare({"messages": messages}, dialect, "deepseek-chat", headers, record)
+        prepared = await service.prepare({"messages": messages}, dialect, "deepseek-flash", headers, record)
         stats = admin.info("commandstats")
         admin.close()
     finally:
@@ -599,7 +599,7 @@ async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_
     from proxy.server.replay_service import ReplayService
     from proxy.state import RedisStore
 
-    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-chat")
+    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-flash")
     # A generous timeout: what is tested is that callers wait for one of the few connections
     # instead of failing at once, not how fast this machine is.
     store = RedisStore(redis_server.url, ttl=60, max_connections=16, timeout=10.0)
@@ -609,7 +609,7 @@ async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_
     try:
         record = AccessRecord("POST", "/v1/chat/completions", status=200)
         prepared = await service.prepare(
-            {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-chat", headers, record
+            {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-flash", headers, record
         )
         assert prepared.capture is not None
         prepared.capture.chunk({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
@@ -622,7 +622,7 @@ async def test_a_burst_of_concurrent_requests_is_served_by_a_bounded_pool(redis_
 
         async def one() -> dict[str, int]:
             record = AccessRecord("POST", "/v1/chat/completions", status=200)
-            done = await service.prepare(history, dialect, "deepseek-chat", headers, record)
+            done = await service.prepare(history, dialect, "deepseek-flash", headers, record)
             assert done.result is not None
             return done.result.counts.as_dict()
 
@@ -641,7 +641,7 @@ async def test_a_plain_chat_is_not_collected_and_a_tool_loop_is() -> None:
     from proxy.state import MemoryStore
 
     table = ProvidersTable.load()
-    deepseek = table.match("https://api.deepseek.com/v1", "deepseek-chat")  # tool_calls policy
+    deepseek = table.match("https://api.deepseek.com/v1", "deepseek-flash")  # tool_calls policy
     service = ReplayService(MemoryStore(ttl=60), b"secret")
     headers = [("authorization", "Bearer sk-tenant-a")]
     record = AccessRecord("POST", "/v1/chat/completions", status=200)
@@ -706,7 +706,7 @@ def test_the_next_turn_sent_the_moment_an_answer_ended_gets_its_reasoning(
     app = create_app(settings, table=table_for(mock), transport=_SlowClosingTransport())
     headers = {"Authorization": "Bearer sk-tenant-race", "X-Thinking-Level": "standard"}
     first_body = {
-        "model": "deepseek-chat",
+        "model": "deepseek-flash",
         "messages": [{"role": "user", "content": QUESTION}],
         "tools": [WEATHER_TOOL],
         "stream": stream,
@@ -730,7 +730,7 @@ def test_the_next_turn_sent_the_moment_an_answer_ended_gets_its_reasoning(
         history = one_call_history(call_id)
         second = client.post(
             "/v1/chat/completions",
-            json={"model": "deepseek-chat", "messages": history, "tools": [WEATHER_TOOL]},
+            json={"model": "deepseek-flash", "messages": history, "tools": [WEATHER_TOOL]},
             headers=headers,
         )
     assert second.status_code == 200
@@ -764,7 +764,7 @@ async def test_a_lookup_waits_for_the_open_response_that_carries_the_turn(backen
     from proxy.server.replay_service import WRITE_WAIT_S, ReplayService
     from proxy.state import MemoryStore, RedisStore, StateStore
 
-    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-chat")
+    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-flash")
     headers = [("authorization", "Bearer sk-tenant-a")]
     with running_redis() if backend == "redis" else _no_redis() as redis:
         store: StateStore = RedisStore(redis.url, ttl=60) if redis else MemoryStore(ttl=60)
@@ -772,7 +772,7 @@ async def test_a_lookup_waits_for_the_open_response_that_carries_the_turn(backen
         try:
             first = AccessRecord("POST", "/v1/chat/completions", status=200)
             prepared = await service.prepare(
-                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-chat", headers, first
+                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-flash", headers, first
             )
             assert prepared.capture is not None
             prepared.capture.chunk(_tool_chunk("call_open"))
@@ -780,7 +780,7 @@ async def test_a_lookup_waits_for_the_open_response_that_carries_the_turn(backen
             # Another open response of the tenant that carries nothing asked for: never waited on.
             other = AccessRecord("POST", "/v1/chat/completions", status=200)
             unrelated = await service.prepare(
-                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-chat", headers, other
+                {"messages": [], "tools": TOOLS_F}, dialect, "deepseek-flash", headers, other
             )
             assert unrelated.capture is not None
             unrelated.capture.chunk(_tool_chunk("call_other"))

@@ -13,11 +13,11 @@ from proxy.core.events import AccessRecord
 from proxy.server.request_ids import rename_upstream_request_id, take_request_id
 from tests.helpers import Recorder
 
-CHAT = {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]}
+CHAT = {"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION = {
     "id": "c1",
     "object": "chat.completion",
-    "model": "deepseek-chat",
+    "model": "deepseek-flash",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
 }
 

@@ -95,7 +95,7 @@ _FLOOD = textwrap.dedent(
         items = []
         for i in range(100):
             n = batch * 100 + i
-            record = {"p": "deepseek", "m": "deepseek-reasoner", "r": f"A tool: {n}.", "t": 1.7e12 + n}
+            record = {"p": "deepseek", "m": "deepseek-v4-pro", "r": f"A tool: {n}.", "t": 1.7e12 + n}
             items.append((f"thinkproxy:replay:{n:040x}", orjson.dumps(record)))
         store.put_now(items)
     gc.collect()

@@ -288,14 +288,14 @@ def test_the_replay_stores_own_outcomes_are_counted(mock: BackgroundServer) -> N
     asked = {"role": "user", "content": "What is the weather in Paris?"}
     with proxy(mock) as p:
         # DeepSeek: a tool loop whose client drops reasoning_content; the store puts it back.
-        first = chat(p, {"model": "deepseek-chat", "messages": [asked], "tools": [WEATHER]}).json()
+        first = chat(p, {"model": "deepseek-flash", "messages": [asked], "tools": [WEATHER]}).json()
         calls = first["choices"][0]["message"]["tool_calls"]
         history = [
             asked,
             {"role": "assistant", "content": "", "tool_calls": calls},
             {"role": "tool", "tool_call_id": calls[0]["id"], "content": "rain"},
         ]
-        again = chat(p, {"model": "deepseek-chat", "messages": history})
+        again = chat(p, {"model": "deepseek-flash", "messages": history})
         assert again.headers["x-thinking-replay"] == "restored=1, placeholder=0, missing=0"
         # Kimi: a turn the store never saw gets the documented placeholder.
         unseen = [{**history[1], "tool_calls": [{**calls[0], "id": "call_elsewhere"}]}]

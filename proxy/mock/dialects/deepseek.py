@@ -18,8 +18,15 @@ class DeepSeek(PairedReasoning):
     """api.deepseek.com: `reasoning_content` next to `content: null`, a system_fingerprint, cache usage."""
 
     name = "deepseek"
-    default_model = "deepseek-chat"
-    models = ("deepseek-chat", "deepseek-reasoner")
+    # What GET /models lists since V4.1-Flash (2026-09-10): api-docs.deepseek.com/quick_start/pricing
+    # names `deepseek-flash` and `deepseek-v4-pro`; `deepseek-v4-flash` is still accepted as an alias.
+    default_model = "deepseek-flash"
+    models = ("deepseek-flash", "deepseek-v4-pro")
+    # Retired on 2026-07-24 15:59 UTC (api-docs.deepseek.com/updates/#date-2026-04-24): a request
+    # naming one is refused with 400 like any unknown model (github.com/duanyytop/agents-radar/pull/2311),
+    # the message listing the supported names (github.com/kolega-ai/kolega-code/pull/695).
+    retired = ("deepseek-chat", "deepseek-reasoner")
+    retired_message = "The supported API model names are {supported}, but you passed {model}."
     owned_by = "deepseek"
     fingerprint = "fp_ffc7281d48_prod0820_fp8_kvcache"
     replay_message = "The reasoning_content in the thinking mode must be passed back to the API."
@@ -33,6 +40,10 @@ class DeepSeek(PairedReasoning):
         return Depth.DEEP if effort is Depth.DEEP else Depth.STANDARD
 
     def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        model = body.get("model")
+        if isinstance(model, str) and model.lower() in self.retired:
+            message = self.retired_message.format(supported=", ".join(self.models), model=model)
+            return Rejection(400, self.error_body(message))
         # Measured on the live API: only tool-call turns after the last user message must carry
         # reasoning_content ("" accepted); earlier rounds are ignored.
         if depth is not Depth.NONE and missing_replay(body, current_round_only=True) is not None:

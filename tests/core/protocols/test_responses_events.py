@@ -52,7 +52,7 @@ def ids() -> Any:
 
 
 def make_frame(summary: bool = False, **echo: Any) -> ResponseFrame:
-    return ResponseFrame("resp_1", "deepseek-reasoner", 1_700_000_000, summary=summary, echo=echo)
+    return ResponseFrame("resp_1", "deepseek-v4-pro", 1_700_000_000, summary=summary, echo=echo)
 
 
 def encoder(summary: bool = False, seal: Sealer | None = None) -> ResponsesEncoder:
@@ -242,7 +242,7 @@ def test_typical_reasoning_tool_call_turn_with_summary() -> None:
     }
     assert seal.facts == [
         ReasoningItemFacts(
-            "rs_0", "resp_1", "deepseek-reasoner", "The user wants the weather.", call_ids=("call_a",)
+            "rs_0", "resp_1", "deepseek-v4-pro", "The user wants the weather.", call_ids=("call_a",)
         )
     ]
     Response.model_validate(response)
@@ -542,13 +542,13 @@ def test_frame_for_request_echoes_the_request() -> None:
         "store": False,
         "stream": True,
     }
-    made = ResponseFrame.for_request(request, response_id="resp_9", model="deepseek-chat", created_at=1.5)
+    made = ResponseFrame.for_request(request, response_id="resp_9", model="deepseek-flash", created_at=1.5)
     assert made.summary
     enc = ResponsesEncoder(made, seal=Sealer(), new_id=ids())
     events = checked(enc.start() + enc.feed(chunk(reasoning_content="r", finish="stop")) + enc.end())
     response = events[-1]["response"]
     assert response["instructions"] == "Be brief." and response["parallel_tool_calls"] is False
-    assert response["model"] == "deepseek-chat" and response["id"] == "resp_9"
+    assert response["model"] == "deepseek-flash" and response["id"] == "resp_9"
     assert "store" not in response and "input" not in response
     assert events[-1]["response"]["output"][0]["summary"][0]["text"] == "r"
     assert not ResponseFrame.for_request(

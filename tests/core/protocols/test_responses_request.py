@@ -46,7 +46,7 @@ def conforms(adapter: TypeAdapter[Any], value: Any) -> None:
 
 
 def bridged(body: dict[str, Any], **kwargs: Any) -> BridgedRequest:
-    out = bridge_request({"model": "deepseek-reasoner", "stream": True, **body}, **kwargs)
+    out = bridge_request({"model": "deepseek-v4-pro", "stream": True, **body}, **kwargs)
     conforms(CHAT, out.body)
     assert_valid_chat(out)
     return out
@@ -113,7 +113,7 @@ DOCS_NAMESPACE = {
     ],
 }
 CODEX = {
-    "model": "deepseek-reasoner",
+    "model": "deepseek-v4-pro",
     "instructions": "You are Codex, a coding agent.",
     "input": [
         {

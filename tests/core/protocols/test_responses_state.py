@@ -44,7 +44,7 @@ def data(value: Any) -> bytes:
 
 def answer(ctx: SealContext, *chunks: dict[str, Any]) -> list[dict[str, Any]]:
     """The output items of one streamed answer, sealed with `ctx` (what the client received)."""
-    frame = ResponseFrame("resp_1", "deepseek-reasoner", 1_700_000_000)
+    frame = ResponseFrame("resp_1", "deepseek-v4-pro", 1_700_000_000)
     coder = ResponsesTranscoder(frame, seal=reasoning_sealer(ctx), new_id=ids())
     coder.feed(b"".join(data(c) for c in chunks) + b"data: [DONE]\n\n")
     assert coder.final is not None and coder.final["status"] == "completed", coder.final
@@ -426,7 +426,7 @@ def test_reasoning_over_the_inline_cap_is_spilled_and_restored_from_the_store(
 ) -> None:
     monkeypatch.setattr(seal, "INLINE_CAP", 16)  # (any real reasoning is over it now)
     spill: list[tuple[str, bytes]] = []
-    frame = ResponseFrame("resp_1", "deepseek-reasoner", 1_700_000_000)
+    frame = ResponseFrame("resp_1", "deepseek-v4-pro", 1_700_000_000)
     coder = ResponsesTranscoder(frame, seal=reasoning_sealer(CTX, spill), new_id=ids())
     reasoning = "Look up the weather first, then answer in one line. " * 20
     coder.feed(
@@ -460,7 +460,7 @@ def test_reasoning_over_the_inline_cap_is_spilled_and_restored_from_the_store(
 
 def test_without_a_store_reasoning_over_the_cap_has_no_blob(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(seal, "INLINE_CAP", 16)
-    frame = ResponseFrame("resp_1", "deepseek-reasoner", 1_700_000_000)
+    frame = ResponseFrame("resp_1", "deepseek-v4-pro", 1_700_000_000)
     coder = ResponsesTranscoder(frame, seal=reasoning_sealer(CTX), new_id=ids())
     coder.feed(
         data(chunk(reasoning_content="x" * 500))

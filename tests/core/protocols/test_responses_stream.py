@@ -99,12 +99,12 @@ def realistic_stream() -> bytes:
     (one namespaced), usage, trace comments interleaved, `[DONE]`."""
     return b"".join(
         [
-            trace(type="request", model="deepseek-reasoner", level="high"),
+            trace(type="request", model="deepseek-v4-pro", level="high"),
             data(chunk(role="assistant", content="")),
             data(chunk(reasoning_content="The user wants ")),
             b": keep-alive\n\n",
             data(chunk(reasoning_content="the weather in Zürich ✓, ")),
-            data({**chunk(reasoning_content="and the account."), "model": "deepseek-reasoner"}),
+            data({**chunk(reasoning_content="and the account."), "model": "deepseek-v4-pro"}),
             trace(type="first_token", ms=412.5),
             data(chunk(content="Checking both…")),
             data(chunk(tool_calls=[{**call(0, "call_a", "get_weather", "")[0], "extra_content": SIGNATURE}])),
@@ -436,7 +436,7 @@ def test_custom_and_function_calls_side_by_side() -> None:
 COMPLETION = {
     "id": "chatcmpl-9",
     "object": "chat.completion",
-    "model": "deepseek-reasoner",
+    "model": "deepseek-v4-pro",
     "choices": [
         {
             "index": 0,

@@ -147,7 +147,7 @@ async def test_observer_sees_detailed_trace_and_one_end_while_client_trace_is_of
         r = await client.post(
             "/v1/chat/completions",
             json={
-                "model": "deepseek-reasoner",
+                "model": "deepseek-v4-pro",
                 "stream": True,
                 "messages": [{"role": "user", "content": "hi"}],
             },
@@ -161,7 +161,7 @@ async def test_observer_sees_detailed_trace_and_one_end_while_client_trace_is_of
         types[0] == "status" and "reasoning.end" in types and "tool_call.end" in types and types[-1] == "done"
     )
     (record,) = spy.ended
-    assert record.route == "chat" and record.model == "deepseek-reasoner" and record.stream
+    assert record.route == "chat" and record.model == "deepseek-v4-pro" and record.stream
     assert record.level_requested == "deep" and record.level == "deep" and record.thinking_method == "params"
     assert record.status == 200
     assert rec.requests[0].headers["traceparent"].startswith("00-111")
@@ -188,7 +188,7 @@ async def test_observer_ends_once_on_refused_and_passthrough_requests() -> None:
 COMPLETION = {
     "id": "chatcmpl-9",
     "object": "chat.completion",
-    "model": "deepseek-reasoner-0528",
+    "model": "deepseek-v4-pro-0813",
     "choices": [
         {
             "index": 0,
@@ -221,7 +221,7 @@ async def test_observers_headers_replace_the_clients_and_reach_every_response(st
     ) as client:
         theirs = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
         body = {
-            "model": "deepseek-reasoner",
+            "model": "deepseek-v4-pro",
             "stream": stream,
             "messages": [{"role": "user", "content": "hi"}],
         }
@@ -235,7 +235,7 @@ async def test_observers_headers_replace_the_clients_and_reach_every_response(st
     record = listener.spies[0].ended[0]
     expected_id = "chatcmpl-9" if not stream else "c"
     assert record.response_id == expected_id
-    assert record.response_model == ("deepseek-reasoner-0528" if not stream else "")
+    assert record.response_model == ("deepseek-v4-pro-0813" if not stream else "")
 
 
 def test_answer_keeping_builder_hands_over_text_and_tool_calls_once_and_shows_the_client_the_same() -> None:

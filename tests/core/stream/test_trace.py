@@ -48,7 +48,7 @@ from tests.core.stream.trace_steps import (
 
 def request_with_tool_results() -> dict[str, Any]:
     return {
-        "model": "deepseek-chat",
+        "model": "deepseek-flash",
         "messages": [
             {"role": "system", "content": f"You are a support bot. {SYSTEM_SENTINEL}"},
             {"role": "user", "content": "Old question"},
@@ -449,7 +449,7 @@ def completion_body(*, with_tools: bool) -> dict[str, Any]:
         "id": "chatcmpl-9",
         "object": "chat.completion",
         "created": 1761725211,
-        "model": "deepseek-chat",
+        "model": "deepseek-flash",
         "choices": [
             {"index": 0, "message": message, "finish_reason": "tool_calls" if with_tools else "stop"}
         ],
@@ -506,12 +506,12 @@ def test_comment_frames_bytes() -> None:
 
 
 def test_event_frames_bytes() -> None:
-    meta = ChunkMeta(id="chatcmpl-7a1", model="deepseek-chat", created=1761725211)
+    meta = ChunkMeta(id="chatcmpl-7a1", model="deepseek-flash", created=1761725211)
     event = {"type": "error", "seq": 3, "t_ms": 9, "message": "boom", "code": "x"}
     frame = event_frames([event], meta)
     assert frame == (
         b'event: trace\ndata: {"id":"chatcmpl-7a1","object":"chat.completion.chunk","created":1761725211,'
-        b'"model":"deepseek-chat","choices":[],"trace":{"type":"error","seq":3,"t_ms":9,"message":"boom",'
+        b'"model":"deepseek-flash","choices":[],"trace":{"type":"error","seq":3,"t_ms":9,"message":"boom",'
         b'"code":"x"}}\n\n'
     )
     data = orjson.loads(frame.split(b"data: ", 1)[1])
@@ -532,7 +532,7 @@ def test_frames_have_one_line_per_event() -> None:
 
 
 def test_chunk_meta() -> None:
-    assert chunk_meta(chunk()) == ChunkMeta(id="chatcmpl-7a1", model="deepseek-chat", created=1761725211)
+    assert chunk_meta(chunk()) == ChunkMeta(id="chatcmpl-7a1", model="deepseek-flash", created=1761725211)
     assert chunk_meta({"id": "x"}) == ChunkMeta(id="x", model="", created=0)
     assert chunk_meta({"choices": []}) is None
 

@@ -44,7 +44,7 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> Chu
         "id": "chatcmpl-7a1",
         "object": "chat.completion.chunk",
         "created": 1761725211,
-        "model": "deepseek-chat",
+        "model": "deepseek-flash",
         "choices": [{"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}],
     }
 

@@ -18,7 +18,7 @@ from tests.helpers import make_settings
 from tests.raw_upstream import RawUpstream, response
 
 TRANSPORTS = ["aiohttp", "httpx"]
-CHAT = orjson.dumps({"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}]})
+CHAT = orjson.dumps({"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]})
 COMPLETION = orjson.dumps(
     {
         "id": "c1",
