@@ -12,6 +12,8 @@ hooks do nothing and whose flags say "not interested" by default:
   watching observer says so the trace is built brief.
 - `record.outcome` (with `wants_outcome`): what the trace builder saw of the answer (usage and
   times), read once at the end; a chat request it watches keeps a builder even with `X-Trace: off`.
+  `record.usage` is the answer's token counts read once for everyone (proxy.core.usage: cached
+  input, one reasoning count reported or estimated); read it, not the usage in the outcome.
 - `on_stream()`: the relay starts sending a streamed answer.
 - `on_output(messages)` (with `wants_output`; content, so only for an opted-in capture such as
   OpenTelemetry's): choice 0's text and tool calls once the answer is complete.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from proxy.core.stream.trace import TraceOutcome
+    from proxy.core.usage import TokenUsage
 
 TraceEvents = Sequence[dict[str, Any]]
 OutputSink = Callable[[list[dict[str, Any]]], None]
@@ -78,6 +81,10 @@ class AccessRecord:
     response_model: str | None = None
     # What the trace builder saw of a finished chat answer (usage, times), for listeners.
     outcome: TraceOutcome | None = None
+    # The answer's token counts, the one reading every listener uses (proxy.core.usage.account):
+    # cached input tokens, and one reasoning count, reported or estimated. None when the proxy
+    # did not read an answer.
+    usage: TokenUsage | None = None
 
 
 class RequestObserver:

@@ -38,6 +38,7 @@ from proxy.core.plan import ChatContext, UpstreamRequest
 from proxy.core.review_rules import HeldCall
 from proxy.core.stream.pipeline import StreamPipeline, process_completion
 from proxy.core.stream.trace import TraceBuilder
+from proxy.core.usage import ReasoningTally, account
 from proxy.review.service import ReviewService, audit_undecided
 from proxy.server.asgi import (
     ClientWatch,
@@ -86,14 +87,19 @@ _BAD_VALUE_CHAR = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 LogAccess = Callable[[AccessRecord, float], None]
 
 
-def note_response(record: AccessRecord, trace: TraceBuilder | None) -> None:
-    """The answer's id and model, usage and times, for listeners (the trace builder saw them go by)."""
-    if trace is None:
-        return
-    if trace.response is not None:
-        record.response_id = trace.response.id
-        record.response_model = trace.response.model
-    record.outcome = trace.outcome()
+def note_response(record: AccessRecord, trace: TraceBuilder | None, tally: ReasoningTally) -> None:
+    """The answer's id and model, usage and times, for listeners (the trace builder saw them go
+    by), and its token counts: the usage as the client got it, with the reasoning estimate from
+    the text the tally counted (proxy.core.usage)."""
+    outcome = None
+    if trace is not None:
+        if trace.response is not None:
+            record.response_id = trace.response.id
+            record.response_model = trace.response.model
+        outcome = record.outcome = trace.outcome()
+    estimate = tally.estimate()
+    if outcome is not None or estimate is not None:  # (an answer the proxy did not read has none)
+        record.usage = account(outcome.usage if outcome is not None else None, estimate)
 
 
 def client_gone(record: AccessRecord, started: float, log: LogAccess) -> Response:
@@ -201,13 +207,15 @@ class Relay:
             await response.aclose()
             raise
 
+        tally = ReasoningTally()  # the answer's reasoning text, counted for its token estimate
+
         async def close(error: str | None) -> None:
             try:
                 await response.aclose()
             except Exception:  # nothing left to tell the client; the request is still logged
                 logger.exception("Closing the upstream response failed.")
             if chat is not None:
-                note_response(record, chat.trace)
+                note_response(record, chat.trace, tally)
             record.status = response.status
             if error is not None:
                 record.error = record.error or error
@@ -231,7 +239,9 @@ class Relay:
             return (time.perf_counter() - started) * 1000.0
 
         if not is_sse:
-            return await self._completion(watch, response, record, started, extra_headers, chat, elapsed_ms)
+            return await self._completion(
+                watch, response, record, started, extra_headers, chat, elapsed_ms, tally
+            )
         if chat.gate is not None and chat.trace is not None:
             chat.trace.hold_done()  # the gate may hold a call: `done` must include the hold
         pipeline = StreamPipeline(
@@ -240,6 +250,7 @@ class Relay:
             trace_format=chat.trace_format,
             max_event_bytes=self.settings.max_sse_event_bytes,
             capture=chat.capture,
+            tally=tally,
         )
         headers = (
             filter_headers(response.headers, DROP_RESPONSE_DECODED | {"cache-control"})
@@ -274,6 +285,7 @@ class Relay:
         extra_headers: list[tuple[str, str]],
         chat: ChatContext,
         elapsed_ms: ElapsedMs,
+        tally: ReasoningTally,
     ) -> Response:
         try:
             raw = await watch.run(read_all(response, watch, self.settings.max_response_bytes))
@@ -297,8 +309,9 @@ class Relay:
             request_body=chat.request_body,
             now_ms=elapsed_ms(),
             capture=chat.capture,
+            tally=tally,
         )
-        note_response(record, chat.trace)
+        note_response(record, chat.trace, tally)
         headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
         status = response.status
         held = (

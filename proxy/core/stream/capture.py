@@ -178,6 +178,10 @@ class TurnCollector:
             turn.details.extend(details)
 
     # -- result ---------------------------------------------------------------------------------
+    def reasoning_texts(self) -> list[str]:
+        """Every reasoning text collected so far, all choices (the token estimate reads them)."""
+        return [text for turn in self._turns.values() for text in turn.reasoning]
+
     def first_call_ids(self) -> list[str]:
         """Each turn's first tool-call id so far: what `turns()` would key them by, without
         joining any text (asked while the response is still under way)."""

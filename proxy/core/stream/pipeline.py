@@ -23,6 +23,7 @@ from proxy.core.stream.reasoning import ReasoningOptions, StreamReasoningExtract
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, comment_frames, event_frames
+from proxy.core.usage import ReasoningTally, fill_final_usage, tally_completion
 
 DONE = b"[DONE]"
 # Chunks a stream may (re)learn its template from without a single match before it stops trying.
@@ -68,6 +69,7 @@ class StreamPipeline:
         max_event_bytes: int,
         capture: TurnCollector | None = None,
         templates: bool = True,
+        tally: ReasoningTally | None = None,
     ) -> None:
         self._decoder = SSEDecoder(max_event_bytes)
         self._max_event_bytes = max_event_bytes
@@ -75,8 +77,13 @@ class StreamPipeline:
         self._capture = capture
         if capture is not None and reasoning.hide:
             capture.raw_details_first = True  # hiding takes the text out of reasoning_details
+        # The reasoning text's tally for the token estimate (proxy.core.usage): told each text, or
+        # reading the capture's when it collects them anyway (then nothing more per chunk).
+        self._tally = tally
+        if tally is not None and capture is not None:
+            tally.follow(capture.reasoning_texts)
         self._extractor = StreamReasoningExtractor(
-            reasoning, capture.reasoning if capture is not None else None
+            reasoning, capture.reasoning if capture is not None else tally
         )
         self._hide = reasoning.hide
         self._trace = trace
@@ -208,6 +215,7 @@ class StreamPipeline:
         trace = self._trace
         capture = self._capture
         template = self._template
+        tally = self._tally
         for event in events:
             data = event.data
             if self._done_sent:
@@ -244,6 +252,8 @@ class StreamPipeline:
                 capture.chunk(chunk)
             else:
                 outcome = extract(chunk)
+            # The answer's last usage gets the reasoning estimate before anyone reads it.
+            filled = tally is not None and chunk.get("usage") is not None and fill_final_usage(chunk, tally)
             if trace is not None:
                 if self._meta is None:
                     self._start_meta(chunk, append)
@@ -251,7 +261,7 @@ class StreamPipeline:
                 caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
                 if caused:
                     append(self._trace_bytes(caused))
-            if outcome.changed:
+            if outcome.changed or filled:
                 append(self._reencoded(event, chunk, now_ms))
             else:
                 append(event.raw)
@@ -397,8 +407,10 @@ def process_completion(
     request_body: dict[str, Any] | None,
     now_ms: float,
     capture: TurnCollector | None = None,
+    tally: ReasoningTally | None = None,
 ) -> bytes:
-    """A non-stream 2xx answer: normalize `choices[].message`, add the `trace` array.
+    """A non-stream 2xx answer: normalize `choices[].message`, add the `trace` array; with a
+    `tally`, count the reasoning text and write the estimate into `usage` (proxy.core.usage).
 
     Anything that is not a JSON object is returned as it came; an unchanged answer with no trace
     keeps its original bytes. When reasoning is hidden, an answer that cannot be parsed and
@@ -421,6 +433,8 @@ def process_completion(
     had_reasoning = _has_reasoning(parsed)
     if capture is not None:
         _capture_messages(parsed, capture)
+    if tally is not None:
+        changed = tally_completion(parsed, tally) or changed
     if reasoning.hide:
         hide_only = replace(reasoning, tags=(), implicit_open=False)
         changed = normalize_completion(parsed, hide_only) or changed
