@@ -110,6 +110,8 @@ def test_every_entry_and_level_gives_the_exact_upstream_body(entry: str, level_i
         ("dashscope", "qwq-plus", Level.OFF, None),
         ("dashscope", "qwq-plus", Level.DEEP, {}),
         ("kimi", "kimi-k2-thinking", Level.OFF, None),
+        ("kimi", "kimi-k3", Level.OFF, None),
+        ("kimi", "kimi-k3.1-pro", Level.DEEP, {}),
         ("kimi", "moonshot-v1-8k", Level.OFF, {}),
         ("kimi", "moonshot-v1-8k", Level.STANDARD, None),
         ("siliconflow", "deepseek-ai/DeepSeek-R1", Level.DEEP, {"thinking_budget": 32768}),
