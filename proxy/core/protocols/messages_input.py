@@ -10,12 +10,16 @@ Pure: values in, values out. Order is kept block by block:
   text part, a base64 PDF → a `file` part (OpenAI's shape); other document sources are refused.
 - assistant `tool_use` blocks → `tool_calls` (arguments: the input as JSON).
 - user `tool_result` blocks → one `tool` message each, in order; text in a result is its content,
-  images in a result move to one user message after the results (chat tool messages carry text).
+  images in a result move to one user message after the results (chat tool messages carry text);
+  a `tool_reference` block (a client-side tool search's answer) reads "Tool loaded: NAME" and
+  loads that deferred tool (`MappedMessages.loaded_tools`, proxy.core.protocols.messages_request).
 - `thinking` blocks are not put in the body: they are returned as `ThinkingTurn`s, attached to the
   assistant message they are in, with their signature untouched, for the edge to verify and put
   back in the provider's field. `redacted_thinking` (Anthropic's own encrypted reasoning) means
   nothing to a chat upstream: dropped and counted.
 - server tool blocks (`server_tool_use`, `web_search_tool_result`, …) are refused naming the block.
+- a `role: system` message after the first (Anthropic's mid-conversation system messages, which
+  Claude Code sends) → a chat `system` message at the same place; text blocks only.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class MappedMessages:
     messages: list[dict[str, Any]]
     thinking: tuple[ThinkingTurn, ...]
     redacted: int  # redacted_thinking blocks dropped
+    loaded_tools: frozenset[str] = frozenset()  # deferred tools a tool_reference block loaded
 
 
 @dataclass(slots=True)
@@ -63,6 +68,7 @@ class _Walk:
     messages: list[dict[str, Any]] = field(default_factory=list)
     thinking: list[ThinkingTurn] = field(default_factory=list)
     redacted: int = 0
+    loaded: set[str] = field(default_factory=set)
 
 
 def map_messages(system: Any, messages: Any) -> MappedMessages:
@@ -80,9 +86,15 @@ def map_messages(system: Any, messages: Any) -> MappedMessages:
             _user(walk, content, param)
         elif role == "assistant":
             _assistant(walk, content, param)
+        elif role == "system" and i > 0:
+            walk.messages.append({"role": "system", "content": _system_message(content, param)})
         else:
-            raise BadRequest(f"{param}.role must be user or assistant, got {role!r}.", param=f"{param}.role")
-    return MappedMessages(walk.messages, tuple(walk.thinking), walk.redacted)
+            raise BadRequest(
+                f"{param}.role must be user or assistant (or system after the first message; "
+                f"a first system prompt goes in the top-level system), got {role!r}.",
+                param=f"{param}.role",
+            )
+    return MappedMessages(walk.messages, tuple(walk.thinking), walk.redacted, frozenset(walk.loaded))
 
 
 def _system(system: Any) -> str:
@@ -91,6 +103,12 @@ def _system(system: Any) -> str:
     if isinstance(system, list):
         return PART_SEPARATOR.join(_text(block, f"system[{j}]") for j, block in enumerate(system))
     raise BadRequest("system must be a string or a list of text blocks.", param="system")
+
+
+def _system_message(content: Any, param: str) -> str:
+    """A mid-conversation `role: system` message: a string or text blocks (cache_control ignored)."""
+    blocks = _blocks(content, param)
+    return PART_SEPARATOR.join(_text(block, f"{param}.content[{j}]") for j, block in enumerate(blocks))
 
 
 def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
@@ -114,7 +132,7 @@ def _user(walk: _Walk, content: Any, param: str) -> None:
             if parts:  # (text before a result: kept before it, in order)
                 walk.messages.append(_message("user", parts))
                 parts = []
-            walk.messages.append(_tool_result(block, at, media))
+            walk.messages.append(_tool_result(block, at, media, walk.loaded))
         elif kind == "text":
             parts.append({"type": "text", "text": _text(block, at)})
         elif kind == "image":
@@ -195,7 +213,9 @@ def _tool_use(block: dict[str, Any], at: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _tool_result(block: dict[str, Any], at: str, media: list[dict[str, Any]]) -> dict[str, Any]:
+def _tool_result(
+    block: dict[str, Any], at: str, media: list[dict[str, Any]], loaded: set[str]
+) -> dict[str, Any]:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise BadRequest(f"{at}.tool_use_id must be a non-empty string.", param=f"{at}.tool_use_id")
@@ -214,8 +234,14 @@ def _tool_result(block: dict[str, Any], at: str, media: list[dict[str, Any]]) ->
                 found.append(_image(part, where))
             elif kind == "document":
                 found.append(_document(part, where))
+            elif kind == "tool_reference" and isinstance(part.get("tool_name"), str) and part["tool_name"]:
+                loaded.add(part["tool_name"])
+                texts.append(f"Tool loaded: {part['tool_name']}")
             else:
-                raise BadRequest(f"{where}: a tool result holds text, image or document blocks.", param=where)
+                raise BadRequest(
+                    f"{where}: a tool result holds text, image, document or tool_reference blocks.",
+                    param=where,
+                )
     else:
         raise BadRequest(f"{at}.content must be a string or a list of blocks.", param=f"{at}.content")
     if found:

@@ -115,7 +115,7 @@ def bridge_messages(body: Mapping[str, Any], *, server_tools: ServerTools = "omi
         if stops:
             chat["stop"] = stops
     _metadata(present.get("metadata"), chat, dropped)
-    omitted = _tools(present, chat, server_tools, dropped)
+    omitted = _tools(present, chat, server_tools, dropped, mapped.loaded_tools)
     output_config = present.get("output_config")
     if output_config is not None and not isinstance(output_config, dict):
         raise BadRequest("output_config must be an object (effort, format).", param="output_config")
@@ -150,13 +150,21 @@ def _metadata(metadata: Any, chat: dict[str, Any], dropped: list[str]) -> None:
 
 
 def _tools(
-    present: Mapping[str, Any], chat: dict[str, Any], server: ServerTools, dropped: list[str]
+    present: Mapping[str, Any],
+    chat: dict[str, Any],
+    server: ServerTools,
+    dropped: list[str],
+    loaded: frozenset[str],
 ) -> tuple[str, ...]:
+    """Client tools → chat function tools. A tool with `defer_loading: true` is not in the model's
+    context until a `tool_reference` in the history names it (a client-side tool search's answer):
+    left out until then, and listed in `dropped`."""
     tools = present.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("tools must be a list of tools.", param="tools")
     functions: list[dict[str, Any]] = []
     omitted: list[str] = []
+    deferred: list[str] = []
     for i, tool in enumerate(tools or ()):
         param = f"tools[{i}]"
         if not isinstance(tool, dict):
@@ -172,6 +180,9 @@ def _tools(
             raise BadRequest(
                 f"{param}.input_schema must be a JSON schema object.", param=f"{param}.input_schema"
             )
+        if tool.get("defer_loading") is True and name not in loaded:
+            deferred.append(name)
+            continue
         function: dict[str, Any] = {"name": name, "parameters": schema}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
@@ -183,6 +194,8 @@ def _tools(
             code="unsupported_tool",
             param="tools",
         )
+    if deferred:
+        dropped.append(f"tools deferred and not loaded: {', '.join(deferred)}")
     choice, parallel = _tool_choice(present.get("tool_choice"), functions, omitted, dropped)
     if functions:
         chat["tools"] = functions

@@ -143,11 +143,48 @@ def test_an_image_in_a_tool_result_follows_the_results_in_a_user_message() -> No
     assert media["role"] == "user" and media["content"][1]["type"] == "image_url"
 
 
+def test_a_mid_conversation_system_message_stays_where_it_was() -> None:
+    """Claude Code 2.1 sends its environment section as a `role: system` message after the first
+    user turn (Anthropic's mid-conversation system messages): a chat `system` message in place."""
+    mapped = map_messages(
+        [{"type": "text", "text": "You are an agent."}],
+        [
+            {"role": "user", "content": [{"type": "text", "text": "Run it."}]},
+            {
+                "role": "system",
+                "content": [
+                    {"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}},
+                    {"type": "text", "text": "cwd: /tmp"},
+                ],
+            },
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Thanks."},
+            {"role": "system", "content": "Be brief from here on."},
+        ],
+    )
+    assert mapped.messages == [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Run it."},
+        {"role": "system", "content": "# Environment\n\ncwd: /tmp"},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Thanks."},
+        {"role": "system", "content": "Be brief from here on."},
+    ]
+
+
 @pytest.mark.parametrize(
     ("messages", "param"),
     [
         ([], "messages"),
         ([{"role": "system", "content": "x"}], "messages[0].role"),
+        ([{"role": "tool", "content": "x"}], "messages[0].role"),
+        (
+            [
+                {"role": "user", "content": "Hi"},
+                {"role": "system", "content": [{"type": "image", "source": PNG}]},
+            ],
+            "messages[1].content[0]",
+        ),
         (
             [{"role": "user", "content": [{"type": "server_tool_use", "id": "s", "name": "web_search"}]}],
             "messages[0].content[0]",

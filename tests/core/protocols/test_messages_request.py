@@ -115,6 +115,51 @@ def test_tools_become_functions_and_server_tools_are_omitted() -> None:
     assert out.omitted_tools == ("web_search_20250305", "bash_20250124")
 
 
+def test_deferred_tools_reach_the_upstream_once_a_tool_reference_loads_them() -> None:
+    """`defer_loading: true` keeps a tool out of the model's context until a `tool_reference` block
+    (what a client-side tool search such as Claude Code's ToolSearch returns) names it; Claude Code
+    also sends a DeferredToolPlaceholder that must never be called."""
+    search = {"name": "ToolSearch", "input_schema": {"type": "object"}}
+    placeholder = {
+        "name": "DeferredToolPlaceholder",
+        "description": "never call this tool",
+        "input_schema": {"type": "object", "properties": {}},
+        "defer_loading": True,
+    }
+    grep = {"name": "Grep", "input_schema": {"type": "object"}, "defer_loading": True}
+    tools = [search, placeholder, {**WEATHER, "defer_loading": True}, grep]
+
+    first = bridge(tools=tools)
+    assert [t["function"]["name"] for t in first.body["tools"]] == ["ToolSearch"]
+    assert "tools deferred and not loaded: DeferredToolPlaceholder, get_weather, Grep" in first.dropped
+
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "c1", "name": "ToolSearch", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "c1",
+                    "content": [{"type": "tool_reference", "tool_name": "get_weather"}],
+                }
+            ],
+        },
+    ]
+    loaded = bridge(tools=tools, messages=history)
+    assert [t["function"]["name"] for t in loaded.body["tools"]] == ["ToolSearch", "get_weather"]
+    assert "defer_loading" not in str(loaded.body["tools"])
+    assert loaded.body["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "Tool loaded: get_weather",
+    }
+
+
 def test_server_tools_can_be_refused() -> None:
     with pytest.raises(BadRequest, match="web_search_20250305"):
         bridge_messages(
