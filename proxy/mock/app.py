@@ -208,6 +208,7 @@ class _MockUpstream:
         self.log.append(
             {
                 "path": request.url.path,
+                "query": request.url.query,
                 "method": request.method,
                 "dialect": dialect,
                 "headers": headers,

@@ -91,10 +91,15 @@ def text_of(content: Any) -> str:
     return ""
 
 
+# Context an agent harness adds to the user's turn (Claude Code's `<system-reminder>` blocks): not
+# the user's words, so not what the simulated model quotes or puts in a tool's arguments.
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+
+
 def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
-            return text_of(message.get("content"))
+            return _REMINDER.sub("", text_of(message.get("content"))).strip()
     return ""
 
 

@@ -155,7 +155,8 @@ class MessagesDoor:
         door = MessagesOutput(transcoder, notes=_notes(bridged, report), spill=spill, spill_store=self.store)
         if bridged.omitted_tools:
             record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(bridged.omitted_tools)))
-        chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), arrival.query, arrival.headers)
+        # (the query is Anthropic's, `?beta=true` from Claude Code and the SDKs' beta calls: not sent on)
+        chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), b"", arrival.headers)
         chat_tgt = plan.Target(tgt.destination, jsonio.dumps(chat), chat, chat_headers(tgt.headers))
         return await proxy.run_chat(request, chat_arrival, intent, chat_tgt, chat, record, started, door=door)
 

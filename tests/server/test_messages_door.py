@@ -238,6 +238,19 @@ def test_server_tools_are_omitted_and_said(proxy: BackgroundServer, mock: Backgr
     assert [t["function"]["name"] for t in last_upstream(mock)["body"]["tools"]] == ["get_weather"]
 
 
+def test_the_anthropic_query_string_stays_at_the_door(
+    proxy: BackgroundServer, mock: BackgroundServer
+) -> None:
+    """Claude Code and the Anthropic SDKs' beta calls post to `/v1/messages?beta=true`: Anthropic's
+    flag, nothing a chat upstream should read."""
+    body = {"model": MODEL, "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}
+    r = httpx.post(f"{proxy.url}/v1/messages?beta=true", json=body, headers={"anthropic-beta": "x-2025"})
+    assert r.status_code == 200, r.text
+    sent = last_upstream(mock)
+    assert sent["path"] == "/deepseek/v1/chat/completions" and sent["query"] == ""
+    assert "anthropic-beta" not in sent["headers"]
+
+
 def test_the_proxys_own_errors_are_anthropic_shaped(proxy: BackgroundServer) -> None:
     r = httpx.post(f"{proxy.url}/v1/messages", json={"model": MODEL, "messages": []})
     assert r.status_code == 400
