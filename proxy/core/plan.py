@@ -52,6 +52,7 @@ from proxy.core.routing import Destination, RouteTable, replace_model, request_m
 from proxy.core.stream import jsonio
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.gate import StreamGate
+from proxy.core.stream.harmony import speaks_harmony
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
 
@@ -286,7 +287,9 @@ def plan_chat(
         content,
         client_chosen=tgt.destination.client_chosen,
     )
-    reasoning = reasoning_options(dialect.reasoning.tags, dialect.reasoning.implicit_open, defaults, intent)
+    reasoning = reasoning_options(
+        dialect.reasoning.tags, dialect.reasoning.implicit_open, defaults, intent, model=tgt.model
+    )
     return ChatPlan(request, dialect, applied, method if applied else None, response_headers, reasoning, zh)
 
 
@@ -307,15 +310,19 @@ def thinking_headers(
 
 
 def reasoning_options(
-    tags: Sequence[str], implicit_open: bool, defaults: Defaults, intent: Intent
+    tags: Sequence[str], implicit_open: bool, defaults: Defaults, intent: Intent, *, model: str | None = None
 ) -> ReasoningOptions:
     """How the pipeline normalizes the answer's reasoning: the dialect's inline tags, the output
-    field the settings name, hidden when the client asked."""
+    field the settings name, hidden when the client asked. A gpt-oss `model` speaks harmony on any
+    upstream (proxy.core.stream.harmony): its content is read as harmony first, and never as
+    implicitly inside a think block (its template opens none, whatever the entry says of others)."""
+    harmony = speaks_harmony(model)
     return ReasoningOptions(
         tags=tuple(tags),
-        implicit_open=implicit_open,
+        implicit_open=implicit_open and not harmony,
         output_field=defaults.reasoning_field,
         hide=intent.controls.visibility is ReasoningVisibility.HIDE,
+        harmony=harmony,
     )
 
 

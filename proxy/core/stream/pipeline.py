@@ -16,10 +16,10 @@ import orjson
 
 from proxy.core.controls import TraceFormat
 from proxy.core.errors import UNREADABLE_ANSWER_CODE, UnreadableAnswer, error_payload
-from proxy.core.stream import chunk_template, jsonio
+from proxy.core.stream import chunk_template, harmony, jsonio
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.chunk_template import ChunkTemplate
-from proxy.core.stream.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
+from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, comment_frames, event_frames
@@ -82,9 +82,7 @@ class StreamPipeline:
         self._tally = tally
         if tally is not None and capture is not None:
             tally.follow(capture.reasoning_texts)
-        self._extractor = StreamReasoningExtractor(
-            reasoning, capture.reasoning if capture is not None else tally
-        )
+        self._extractor = harmony.extractor(reasoning, capture.reasoning if capture is not None else tally)
         self._hide = reasoning.hide
         self._trace = trace
         self._event_format = trace_format is TraceFormat.EVENT
@@ -429,15 +427,17 @@ def process_completion(
     # Normalize with reasoning visible first so the trace knows whether the model reasoned, then
     # hide it. The hide pass must not parse tags again: content is tag-free by then, and with
     # implicit_open a second parse would take the answer itself for reasoning.
-    changed = normalize_completion(parsed, replace(reasoning, hide=False) if reasoning.hide else reasoning)
+    changed = harmony.normalize_completion(
+        parsed, replace(reasoning, hide=False) if reasoning.hide else reasoning
+    )
     had_reasoning = _has_reasoning(parsed)
     if capture is not None:
         _capture_messages(parsed, capture)
     if tally is not None:
         changed = tally_completion(parsed, tally) or changed
     if reasoning.hide:
-        hide_only = replace(reasoning, tags=(), implicit_open=False)
-        changed = normalize_completion(parsed, hide_only) or changed
+        hide_only = replace(reasoning, tags=(), implicit_open=False, harmony=False)
+        changed = harmony.normalize_completion(parsed, hide_only) or changed
     if trace is not None:
         events = trace.begin(request_body, now_ms)
         events += trace.on_completion(parsed, had_reasoning, now_ms)

@@ -1,16 +1,15 @@
 """Reasoning extraction: every upstream form of reasoning into one field, tags out of content.
 
-Pure and incremental. `StreamReasoningExtractor` takes the parsed `chat.completion.chunk` dicts of
-one streamed response in order and normalizes each in place; `normalize_message` /
-`normalize_completion` do the same for a non-streamed answer. For the same answer both give the
-same reasoning text and the same content text.
+Pure and incremental. `StreamReasoningExtractor` takes the parsed `chat.completion.chunk` dicts of one
+streamed response in order and normalizes each in place; `normalize_message` / `normalize_completion` do
+the same for a non-streamed answer. For the same answer both give the same reasoning and content text.
 
-Reasoning is read from (per choice): `reasoning_content`, `reasoning`, `reasoning_details[]` text
-and summary items (one of them, in that order of precedence: OpenRouter sends the same text in
-`reasoning` and `reasoning_details`), Mistral `thinking` content parts, and inline tags in content
-(`<think>…</think>` and the like). Tags are found however the text is split across chunks: a
-possible tag start at the end of a chunk is held back (at most the longest tag's length) until the
-next chunk decides it.
+Reasoning is read from (per choice): `reasoning_content`, `reasoning`, `reasoning_details[]` text and
+summary items (one of them, in that order of precedence: OpenRouter sends the same text in `reasoning`
+and `reasoning_details`), Mistral `thinking` content parts, and inline tags in content (`<think>…</think>`
+and the like; gpt-oss harmony channels: proxy.core.stream.harmony). Tags are found however the text is
+split: a possible tag start at the end of a chunk is held back (at most the longest tag's length) until
+the next chunk decides it.
 """
 
 from __future__ import annotations
@@ -38,12 +37,14 @@ class ReasoningOptions:
     apply to a choice whose upstream already sent reasoning in a field before any content: that
     server has split reasoning off itself. `output_field`: where reasoning goes. `hide`: reasoning
     text is removed from what the client gets (replay-only data such as signatures stays).
+    `harmony`: content is gpt-oss harmony text, read first by proxy.core.stream.harmony.
     """
 
     tags: tuple[str, ...] = ()
     implicit_open: bool = False
     output_field: ReasoningField = ReasoningField.REASONING_CONTENT
     hide: bool = False
+    harmony: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +186,7 @@ class _Writer:
                 obj[key] = text
                 changed = True
         for key in self.others:
-            # `null` is left as sent; any other value would be a second place (or, as "", would
-            # shadow the real field in clients reading `reasoning_content ?? reasoning`).
+            # `null` stays; any other value is a second place (or, as "", shadows the real field).
             if obj.get(key) is not None:
                 del obj[key]
                 changed = True
