@@ -1,7 +1,7 @@
 """What one finished request tells telemetry, read the same way by metrics and traces.
 
-Pure: an `AccessRecord` and an answer's usage in, small values out. Nothing here reads
-content: only statuses, error codes, names and token counts.
+Pure: an `AccessRecord` in, small values out. Nothing here reads content: only statuses, error
+codes and names. Token counts are the record's own (`record.usage`, proxy.core.usage).
 
 Replay outcomes: the replay store tells telemetry what it did to a request's history through
 `record.notes["replay.outcome"]`, a dict of outcome → number of assistant messages in that request
@@ -12,8 +12,7 @@ had nothing but the provider requires the field, `missing`: nothing found and no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from proxy.core.events import AccessRecord
 
@@ -110,29 +109,6 @@ def error_type(record: AccessRecord) -> str | None:
     if record.status >= 400:
         return str(record.status)
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    input: int | None = None
-    output: int | None = None
-    reasoning: int | None = None
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def usage_of(usage: Any) -> Usage:
-    """Token counts from an answer's `usage` (OpenAI's shape, as the upstream sent it, or the
-    `done` event's; reasoning tokens from `completion_tokens_details.reasoning_tokens`)."""
-    if not isinstance(usage, dict):
-        return Usage()
-    details = usage.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return Usage(
-        _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), _count(reasoning)
-    )
 
 
 _GLOB = frozenset("*?[")

@@ -15,7 +15,8 @@ Names and labels are part of the interface (docs/observability.md):
 | `thinkproxy_requests_total` | route, provider, level, method, status |
 | `thinkproxy_time_to_first_token_seconds` | provider, level (streams) |
 | `thinkproxy_reasoning_seconds` | provider, level (responses that reasoned) |
-| `thinkproxy_reasoning_tokens` | provider |
+| `thinkproxy_reasoning_tokens` | provider, source (reported, estimated) |
+| `thinkproxy_cached_input_tokens_total` | gen_ai_provider_name, gen_ai_request_model |
 | `thinkproxy_active_streams` | — |
 | `thinkproxy_upstream_errors_total` | provider, kind |
 | `thinkproxy_replay_total` | outcome |
@@ -54,7 +55,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver, TraceEvents
-from proxy.telemetry.facts import error_type, replay_counts, state_errors, upstream_error_kind, usage_of
+from proxy.core.usage import account
+from proxy.telemetry.facts import error_type, replay_counts, state_errors, upstream_error_kind
 from proxy.telemetry.instruments import Instruments
 
 # The GenAI semantic conventions' boundaries (gen_ai.client.operation.duration, in seconds, and
@@ -177,11 +179,23 @@ class Metrics:
             ["provider", "level"],
             LONG_DURATION_BUCKETS,
         )
+        # One count per response (proxy.core.usage), labelled with where it came from: the
+        # upstream's usage, or the proxy's estimate from the reasoning text when the upstream
+        # reports none (a label, not a second metric: the sum over both is every response).
         self.reasoning_tokens_of = make.histogram(
             "thinkproxy_reasoning_tokens",
-            "Reasoning tokens per response (usage.completion_tokens_details.reasoning_tokens).",
-            ["provider"],
+            "Reasoning tokens per response: as the upstream reported them (source=reported) or "
+            "estimated from the reasoning text when it reports none (source=estimated).",
+            ["provider", "source"],
             GENAI_TOKEN_BUCKETS,
+        )
+        # Labelled like gen_ai_client_token_usage, so the cache-hit share of input tokens is one
+        # division of two series with the same labels.
+        self.cached_input_tokens_of = make.counter(
+            "thinkproxy_cached_input_tokens",
+            "Input tokens the upstream served from its prompt cache (usually billed at a fraction); "
+            "part of gen_ai_client_token_usage's input tokens.",
+            ["gen_ai_provider_name", "gen_ai_request_model"],
         )
         self.active_streams = make.gauge(
             "thinkproxy_active_streams", "Chat completion streams being relayed right now."
@@ -242,13 +256,15 @@ class Metrics:
         answer = record.outcome
         if answer is None:
             return  # the answer never finished
-        usage = usage_of(answer.usage)
+        usage = record.usage if record.usage is not None else account(answer.usage)
         if usage.input is not None:
             self.token_usage_of("chat", provider, model, "input").observe(usage.input)
         if usage.output is not None:
             self.token_usage_of("chat", provider, model, "output").observe(usage.output)
+        if usage.cached_input:
+            self.cached_input_tokens_of(provider, model).inc(usage.cached_input)
         if usage.reasoning is not None:
-            self.reasoning_tokens_of(provider).observe(usage.reasoning)
+            self.reasoning_tokens_of(provider, usage.reasoning.source).observe(usage.reasoning.value)
         if record.stream and answer.ttft_ms is not None:
             self.ttft_of(provider, level).observe(answer.ttft_ms / 1000.0)
         if answer.reasoning_ms is not None:

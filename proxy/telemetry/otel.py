@@ -25,7 +25,8 @@ from urllib.parse import urlsplit
 import orjson
 
 from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver, TraceEvents
-from proxy.telemetry.facts import error_type, usage_of
+from proxy.core.usage import account
+from proxy.telemetry.facts import error_type
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -233,17 +234,20 @@ def span_attributes(record: AccessRecord, done: dict[str, Any] | None) -> dict[s
         if where.hostname:
             attributes["server.address"] = where.hostname
             attributes["server.port"] = where.port or (443 if where.scheme == "https" else 80)
-    if done is not None:
-        if isinstance(reason := done.get("finish_reason"), str):
-            attributes["gen_ai.response.finish_reasons"] = [reason]
-        usage = usage_of(done.get("usage"))
-        for key, value in (
-            ("gen_ai.usage.input_tokens", usage.input),
-            ("gen_ai.usage.output_tokens", usage.output),
-            ("gen_ai.usage.reasoning.output_tokens", usage.reasoning),
-        ):
-            if value is not None:
-                attributes[key] = value
+    if done is not None and isinstance(reason := done.get("finish_reason"), str):
+        attributes["gen_ai.response.finish_reasons"] = [reason]
+    usage = record.usage if record.usage is not None else account(done and done.get("usage"))
+    reasoning = usage.reasoning
+    for key, value in (
+        ("gen_ai.usage.input_tokens", usage.input),
+        ("gen_ai.usage.output_tokens", usage.output),
+        ("gen_ai.usage.cache_read.input_tokens", usage.cached_input),
+        ("gen_ai.usage.reasoning.output_tokens", reasoning.value if reasoning else None),
+        # (Not a convention: whether the count above is the upstream's or the proxy's estimate.)
+        ("thinkproxy.usage.reasoning.source", reasoning.source if reasoning else None),
+    ):
+        if value is not None:
+            attributes[key] = value
     return attributes
 
 

@@ -12,7 +12,6 @@ from proxy.telemetry.facts import (
     note_replay,
     replay_counts,
     upstream_error_kind,
-    usage_of,
 )
 
 
@@ -69,16 +68,6 @@ def test_error_kind_and_type(fields: dict[str, Any], kind: str | None, etype: st
     rec = record(**fields)
     assert upstream_error_kind(rec) == kind
     assert error_type(rec) == etype
-
-
-def test_usage_reads_openai_shape_and_ignores_junk() -> None:
-    usage = usage_of(
-        {"prompt_tokens": 12, "completion_tokens": 40, "completion_tokens_details": {"reasoning_tokens": 30}}
-    )
-    assert (usage.input, usage.output, usage.reasoning) == (12, 40, 30)
-    junk = usage_of({"prompt_tokens": "12", "completion_tokens": True, "completion_tokens_details": 3})
-    assert (junk.input, junk.output, junk.reasoning) == (None, None, None)
-    assert usage_of(None).input is None and usage_of({}).output is None and usage_of([1]).input is None
 
 
 def test_replay_notes_add_up_and_reject_unknown_outcomes() -> None:

@@ -501,8 +501,10 @@ def test_real_prometheus_scrapes_two_workers_and_sums_them(
         )
         assert query(url, 'sum(thinkproxy_time_to_first_token_seconds_count{provider="deepseek"})') == 7
         assert query(url, 'sum(thinkproxy_reasoning_seconds_count{level="deep"})') == 7
-        # Only the deep DeepSeek streams report reasoning tokens (prompted thinking is plain output).
-        assert query(url, "sum(thinkproxy_reasoning_tokens_count)") == 6
+        # The deep DeepSeek streams report reasoning tokens; prompted thinking (plain output to the
+        # upstream) and the truncated stream (no usage came) are estimated from their reasoning text.
+        assert query(url, 'sum(thinkproxy_reasoning_tokens_count{source="reported"})') == 6
+        assert query(url, 'sum(thinkproxy_reasoning_tokens_count{source="estimated"})') == 2
         assert query(url, 'sum(gen_ai_client_operation_duration_seconds_count{error_type="429"})') == 1
         assert query(url, 'sum(gen_ai_client_token_usage_count{gen_ai_token_type="input"})') == 7
         assert query(url, "sum(thinkproxy_active_streams)") == 0
