@@ -13,6 +13,7 @@ The I/O lives here: the state store (reasoning too large to seal inline), the cl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Message, Send
 
 from proxy.core import plan, seal
 from proxy.core.controls import LEVEL_HEADER
@@ -35,11 +37,12 @@ from proxy.core.protocols.messages_request import (
     estimate_tokens,
 )
 from proxy.core.protocols.messages_state import RestoreReport, restore_thinking, spilled_keys, thinking_sealer
-from proxy.core.protocols.messages_stream import MessagesTranscoder
+from proxy.core.protocols.messages_stream import PING, MessagesTranscoder
 from proxy.core.protocols.sealing import SealContext
 from proxy.core.replay_keys import tenant_of
 from proxy.core.stream import jsonio
 from proxy.core.stream.trace import TraceBuilder
+from proxy.server.asgi import BodyProducer, RelayResponse, body_piece
 from proxy.server.handlers import Proxy
 from proxy.server.replay_service import deployment_secret
 from proxy.server.responses_door import CHAT_PATH, OMITTED_TOOLS_HEADER
@@ -158,7 +161,12 @@ class MessagesDoor:
         # (the query is Anthropic's, `?beta=true` from Claude Code and the SDKs' beta calls: not sent on)
         chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), b"", arrival.headers)
         chat_tgt = plan.Target(tgt.destination, jsonio.dumps(chat), chat, chat_headers(tgt.headers))
-        return await proxy.run_chat(request, chat_arrival, intent, chat_tgt, chat, record, started, door=door)
+        response = await proxy.run_chat(
+            request, chat_arrival, intent, chat_tgt, chat, record, started, door=door
+        )
+        if record.stream and isinstance(response, RelayResponse):
+            response.produce = with_pings(response.produce, s.settings.review_keepalive, record)
+        return response
 
     async def _spilled(self, keys: list[str]) -> dict[str, bytes | None]:
         """The large reasoning payloads the history's signatures refer to (a store fault: none)."""
@@ -170,6 +178,49 @@ class MessagesDoor:
             logger.warning("The state store did not answer for large reasoning payloads.")
             return {}
         return dict(zip(keys, values, strict=True))
+
+
+def with_pings(produce: BodyProducer, interval: float, record: AccessRecord) -> BodyProducer:
+    """A Messages stream that sends a `ping` event whenever nothing was written for `interval`
+    seconds (the keep-alive interval, THINKPROXY_REVIEW_KEEPALIVE), as Anthropic does while the model
+    is quiet. Pings start after the first write (message_start) and go between whole writes (the
+    door writes whole events); the upstream's read timeout still counts its silence."""
+
+    async def produce_with_pings(send: Send) -> None:
+        lock = asyncio.Lock()
+        started = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+
+        async def sent(message: Message) -> None:
+            nonlocal last
+            async with lock:
+                await send(message)
+                last = loop.time()
+            if message.get("body"):
+                started.set()
+
+        async def pinger() -> None:
+            nonlocal last
+            await started.wait()
+            while True:
+                quiet = loop.time() - last
+                if quiet < interval:
+                    await asyncio.sleep(interval - quiet)
+                    continue
+                async with lock:
+                    await send(body_piece(PING))
+                    record.bytes_out += len(PING)
+                    last = loop.time()
+
+        task = asyncio.ensure_future(pinger())
+        try:
+            await produce(sent)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    return produce_with_pings
 
 
 def _notes(bridged: BridgedMessages, report: RestoreReport) -> list[tuple[str, str, dict[str, Any]]]:

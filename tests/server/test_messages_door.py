@@ -330,3 +330,43 @@ def test_a_stream_cut_upstream_ends_with_an_error_event(proxy: BackgroundServer)
     ):
         for _ in stream:
             pass
+
+
+SLOW = {"x-mock-pace-ms": "250", "x-mock-chunk-chars": "24"}
+
+
+def test_a_silent_upstream_gets_pings_between_events(mock: BackgroundServer) -> None:
+    """Anthropic sends `ping` events while nothing else is said; the door does so after the
+    keep-alive interval of silence (THINKPROXY_REVIEW_KEEPALIVE, here 10 ms against an upstream
+    that pauses 250 ms between chunks), always between whole events."""
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "stream": True,
+        "thinking": {"type": "disabled"},
+    }
+    with proxy_for(mock, state="off", review_keepalive=0.01) as proxy:
+        r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=SLOW)
+    assert r.status_code == 200, r.text
+    events, _ = sse_events(r.text)
+    for event in events:
+        if event["type"] != "ping":
+            EVENT.validate_python(event)
+    types = [e["type"] for e in events]
+    first_delta, last_delta = (
+        types.index("content_block_delta"),
+        len(types) - 1 - types[::-1].index("content_block_delta"),
+    )
+    assert "ping" in types[first_delta:last_delta], types  # while the upstream paused mid-answer
+    assert types[0] == "message_start" and types[-2:] == ["message_delta", "message_stop"], types
+    text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    assert text.startswith('You said: "Hi".'), text
+
+
+def test_no_pings_while_the_upstream_keeps_talking(proxy: BackgroundServer) -> None:
+    """With the default interval (10 s) a brisk stream has only the ping after message_start."""
+    body = {"model": MODEL, "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body)
+    events, _ = sse_events(r.text)
+    assert [e["type"] for e in events].count("ping") == 1
