@@ -6,7 +6,7 @@ import argparse
 import os
 import secrets
 import sys
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.core.gateway import GatewayAuth
     from proxy.core.providers import ProvidersTable
     from proxy.core.tool_titles import load_tool_titles
+    from proxy.policy.loader import load_policy
     from proxy.server.access_log import configure_logging
     from proxy.server.app import load_routes
     from proxy.server.serving import raise_fd_limit
@@ -103,7 +104,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             ProvidersTable.load(settings.providers_file)
         with _naming("THINKPROXY_ROUTES_FILE"):
             routes, keys = load_routes(settings)
-        GatewayAuth.from_settings(settings, keys)  # (its messages name their variables)
+        gateway = GatewayAuth.from_settings(settings, keys)  # (its messages name their variables)
+        if settings.policy_file is not None:
+            load_policy(settings.policy_file, gateway.client_keys)
         UpstreamPolicy.from_settings(settings)
         with _naming("THINKPROXY_TOOL_TITLES_FILE"):
             load_tool_titles(settings.tool_titles_file)
@@ -259,11 +262,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 1
     print(f"{path}: OK ({len(table.entry_names)} entries: {', '.join(table.entry_names)})")
+    environ = key_environment(os.environ)
+    policy_path = args.policy or environ.get("THINKPROXY_POLICY_FILE") or None
+    if policy_path is not None and _check_policy(Path(policy_path), environ) != 0:
+        return 1
     routes_path = args.routes or os.environ.get("THINKPROXY_ROUTES_FILE") or None
     if routes_path is None:
         return 0
     # The same checks as `serve`: the file itself, and in gateway mode every route's key variable.
-    environ = key_environment(os.environ)
     gateway = bool(environ.get("THINKPROXY_CLIENT_KEYS", "").strip())
     try:
         routes = RouteTable.load(Path(routes_path), environ.get("THINKPROXY_UPSTREAM_BASE_URL") or None)
@@ -274,6 +280,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{routes_path}: OK ({len(routes.routes)} routes)")
     for route in routes.routes:
         print(f"  {routes.describe(route)}; provider entry {table.match(route.upstream).name}")
+    return 0
+
+
+def _check_policy(path: Path, environ: Mapping[str, str]) -> int:
+    """The policy file, checked against the client keys as `serve` would (0: fine)."""
+    from proxy.core.gateway import parse_client_keys
+    from proxy.policy.loader import load_policy
+
+    items = [item for item in environ.get("THINKPROXY_CLIENT_KEYS", "").split(",") if item.strip()]
+    try:
+        policy = load_policy(path, parse_client_keys(items))
+    except ConfigError as exc:
+        print(f"thinkproxy: {exc}", file=sys.stderr)
+        return 1
+    budgets = ", ".join(f"{name} {budget.limit}/{budget.per}" for name, budget in policy.budgets.items())
+    rules, prices = len(policy.keys), len(policy.prices)
+    print(f"{path}: OK ({rules} key rule(s); budgets: {budgets or 'none'}; {prices} price(s))")
     return 0
 
 
@@ -337,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a providers file (and a routes file)")
     check.add_argument("file", nargs="?", help="default: the providers.yaml in use")
     check.add_argument("--routes", help="routes file to validate too (default: THINKPROXY_ROUTES_FILE)")
+    check.add_argument(
+        "--policy",
+        help="policy file to validate too, against THINKPROXY_CLIENT_KEYS (default: THINKPROXY_POLICY_FILE)",
+    )
     check.set_defaults(func=cmd_check)
     return parser
 

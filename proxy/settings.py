@@ -41,6 +41,11 @@ class Settings(BaseSettings):
         default=None,
         description="routes.yaml: models to upstreams (first match wins); see docs/routing.md",
     )
+    policy_file: Path | None = Field(
+        default=None,
+        description="policy.yaml: per client key, a thinking-level ceiling and a reasoning-token budget; "
+        "see docs/policy.md",
+    )
     allowed_upstreams: CommaList = Field(
         default_factory=list,
         description="Patterns a client may name in X-Upstream-Base-URL (comma-separated); empty = refused",

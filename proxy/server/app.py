@@ -10,6 +10,7 @@ decide is proxy.core.plan's.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -22,6 +23,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from proxy.console import Console
 from proxy.console.cors import CORSMiddleware
+from proxy.console.routes import AdminAccess
 from proxy.core.events import Listener
 from proxy.core.gateway import GatewayAuth, parse_client_keys
 from proxy.core.providers import ProvidersTable
@@ -31,6 +33,9 @@ from proxy.core.routing import (
     resolve_route_keys,
 )
 from proxy.core.tool_titles import load_tool_titles
+from proxy.policy import reload
+from proxy.policy.api import UsageAPI
+from proxy.policy.service import ThinkingPolicy
 from proxy.review.api import ReviewAPI
 from proxy.review.service import ReviewService
 from proxy.server.access_log import configure_logging
@@ -96,6 +101,9 @@ def create_app(
     replay = ReplayService.from_settings(settings)
     if replay is not None:
         listeners = (*listeners, replay)
+    thinking = ThinkingPolicy.from_settings(settings, gateway.client_keys)
+    if thinking is not None:
+        listeners = (*listeners, thinking)
     telemetry = build_telemetry(settings, environ, configured_models(table, route_table))
     services = Services(
         settings,
@@ -109,6 +117,7 @@ def create_app(
         review,
         tool_titles=titles,
         replay=replay,
+        thinking=thinking,
     )
     proxy = Proxy(services)
     responses = ResponsesDoor(proxy)
@@ -116,9 +125,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # SIGHUP reads the policy and routes files again (proxy.policy.reload).
+        remove = reload.install(
+            asyncio.get_running_loop(), lambda: reload.reload_files(proxy, thinking, load_routes)
+        )
         try:
             yield
         finally:
+            remove()
+            if thinking is not None:
+                await thinking.aclose()
             await services.upstream.aclose()
             if services.review is not None:
                 await services.review.hub.aclose()
@@ -147,6 +163,9 @@ def create_app(
         ),
         *(console.routes() if console is not None else ()),
     ]
+    if thinking is not None:
+        names = [key.name for key in gateway.client_keys if key.name is not None]
+        routes += UsageAPI(thinking, AdminAccess.from_settings(settings), names).routes()
     if review is not None:
         admin = parse_client_keys(
             (k.get_secret_value() for k in settings.admin_keys), "THINKPROXY_ADMIN_KEYS"
@@ -158,6 +177,7 @@ def create_app(
         middleware.append(Middleware(CORSMiddleware, origins=settings.cors_origins))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
+    app.state.proxy = proxy
     app.state.console = console
     return app
 

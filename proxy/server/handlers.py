@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from proxy.core import plan
-from proxy.core.controls import UPSTREAM_HEADER, TraceFormat, TraceMode
+from proxy.core.controls import UPSTREAM_HEADER, Level, TraceFormat, TraceMode
 from proxy.core.errors import ProxyError
 from proxy.core.events import AccessRecord, Listener, notify_end, start_observers
 from proxy.core.gateway import GatewayAuth
@@ -33,6 +33,9 @@ from proxy.core.review_rules import refuse_unreviewed_route
 from proxy.core.routing import RouteTable
 from proxy.core.stream.taps import build_trace, needs_outcome, output_sink, tap_needs_detail, trace_tap
 from proxy.core.tool_titles import NO_TITLES, ToolTitles
+from proxy.policy.service import HEADER as POLICY_HEADER
+from proxy.policy.service import BudgetExceeded, ThinkingPolicy
+from proxy.policy.service import Decision as PolicyDecision
 from proxy.review.service import ReviewService
 from proxy.server.access_log import log_access
 from proxy.server.asgi import BODY_LEFT_UNREAD, read_body
@@ -68,6 +71,8 @@ class Services:
     tool_titles: ToolTitles = field(default_factory=lambda: NO_TITLES)
     # The replay store (proxy.server.replay_service); None with THINKPROXY_STATE=off.
     replay: ReplayService | None = None
+    # The thinking policy (proxy.policy): None without THINKPROXY_POLICY_FILE.
+    thinking: ThinkingPolicy | None = None
 
 
 def defaults_of(settings: Settings) -> plan.Defaults:
@@ -238,6 +243,20 @@ class Proxy:
         tgt = plan.target(destination, arrival, body, parsed, s.gateway, record.forward_headers)
         return arrival, intent, tgt
 
+    async def thinking_policy(
+        self, thinking: ThinkingPolicy, level: Level | None, record: AccessRecord
+    ) -> PolicyDecision:
+        """The policy's decision for this key and level; `X-Thinking-Policy` on the response when it
+        changed the level or refused (a refusal also says when to retry)."""
+        try:
+            decision = await thinking.decide(record.client, level)
+        except BudgetExceeded as exc:
+            record.response_headers += [(POLICY_HEADER, exc.rule), ("retry-after", str(exc.retry_after))]
+            raise
+        if decision.rule is not None:
+            record.response_headers.append((POLICY_HEADER, decision.rule))
+        return decision
+
     async def run_chat(
         self,
         request: Request,
@@ -259,6 +278,13 @@ class Proxy:
         record.stream = parsed.get("stream") is True
         record.request_messages = parsed.get("messages")
         record.level_requested = controls.level.value if controls.level is not None else None
+        policy_note = None
+        if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
+            decision = await self.thinking_policy(s.thinking, controls.level, record)
+            if decision.rule is not None:
+                policy_note = (*decision.note(controls.level), decision.rule)
+                controls = replace(controls, level=decision.level)
+                intent = replace(intent, controls=controls)
         dialect = plan.chat_dialect(s.table, tgt)
         # Function tools with a level on an upstream whose chat completions refuses them, or any
         # level where the entry wants the reasoning seen: over its Responses API, where its
@@ -300,6 +326,9 @@ class Proxy:
         )
         if prepared is not None:
             prepared.annotate(trace)
+        if policy_note is not None and trace is not None:
+            en, zh, rule = policy_note
+            trace.add_note(en, zh, code="thinking_policy", rule=rule)
         if effort is not None and trace is not None:
             note = over_responses_note(dropped, plan.over_responses_why(dialect, parsed))
             trace.add_note(*note, code="upstream_responses_api", fields=list(dropped))

@@ -64,7 +64,14 @@ async def forward_native(
         refuse_unreviewed_route(arrival.method, arrival.path, tgt.body)
     assert tgt.parsed is not None
     header = LEVEL_HEADER in request.headers
-    changed, applied = native_body(tgt.parsed, intent.controls.level, dialect, header=header)
+    level = intent.controls.level
+    if s.thinking is not None:
+        # The key's ceiling and budget apply to the level the client's effort asks as well.
+        asked = level if header else native_body(tgt.parsed, level, dialect, header=False)[1]
+        decision = await proxy.thinking_policy(s.thinking, asked, record)
+        if decision.rule is not None:
+            level, header = decision.level, True
+    changed, applied = native_body(tgt.parsed, level, dialect, header=header)
     record.level_requested = intent.controls.level.value if intent.controls.level is not None else None
     record.provider = dialect.name
     record.level = applied.value if applied is not None else "none"

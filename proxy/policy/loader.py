@@ -1,0 +1,36 @@
+"""Reading the policy file, at start (`serve` and `check` refuse a bad one before binding a port)
+and again on SIGHUP (proxy.policy.reload keeps the running policy when the new file is bad)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from proxy.core.errors import ConfigError
+from proxy.core.gateway import ClientKey
+from proxy.core.policy_file import Policy, parse_policy
+
+SETTING = "THINKPROXY_POLICY_FILE"
+
+
+def load_policy(path: Path, client_keys: Sequence[ClientKey]) -> Policy:
+    """The policy in `path` for these client keys; ConfigError (one line per fault) when the file
+    cannot be read or is wrong, or when the keys cannot carry a policy: budgets and usage are
+    counted per key name, so gateway mode with every key named is required."""
+    if not client_keys:
+        raise ConfigError(
+            f"{SETTING} needs gateway mode: set THINKPROXY_CLIENT_KEYS (named keys, alice:ck-…), "
+            "whose names the policy's keys are"
+        )
+    unnamed = sum(1 for key in client_keys if key.name is None)
+    if unnamed:
+        raise ConfigError(
+            f"{SETTING}: {unnamed} of THINKPROXY_CLIENT_KEYS has no name; budgets and usage are counted "
+            "per name, so write each as name:key"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{SETTING}: cannot read {path}: {exc.strerror or exc}") from None
+    names = [key.name for key in client_keys if key.name is not None]
+    return parse_policy(text, str(path), names)

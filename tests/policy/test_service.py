@@ -1,0 +1,169 @@
+"""The thinking policy at work (proxy.policy.service), with the in-process budget store and a
+clock the test sets: ceilings announced, budgets refused or turned off when spent and back when the
+window rolls on, spend counted from each answer's one reasoning count, and a budget store that
+fails letting the request through."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from proxy.core.controls import Level
+from proxy.core.events import AccessRecord
+from proxy.core.policy_file import parse_policy
+from proxy.core.usage import ReasoningTokens, TokenUsage
+from proxy.policy.service import BudgetExceeded, Decision, ThinkingPolicy
+from proxy.policy.store import MemoryBudgets
+from proxy.state.base import StoreUnavailable
+
+POLICY = """\
+default: {max_level: deep}
+keys:
+  alice: {max_level: standard}
+  bob: {reasoning_tokens: {limit: 100, per: hour}}
+  carol: {reasoning_tokens: {limit: 100, per: hour}, on_exhausted: "off", max_level: "off"}
+prices:
+  "deepseek-*": {input: 1.0, output: 2.0, cached_input: 0.5}
+"""
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def policy(store: object | None = None) -> tuple[ThinkingPolicy, Clock]:
+    clock = Clock()
+    parsed = parse_policy(POLICY, "policy.yaml", ["alice", "bob", "carol", "dave"])
+    return ThinkingPolicy(parsed, store or MemoryBudgets(), clock=clock), clock  # type: ignore[arg-type]
+
+
+def answer(
+    client: str, reasoning: int, source: str = "reported", model: str = "deepseek-v4-pro"
+) -> AccessRecord:
+    record = AccessRecord("POST", "/v1/chat/completions", route="chat", client=client, model=model)
+    record.usage = TokenUsage(
+        input=1000,
+        output=500,
+        cached_input=400,
+        reasoning=ReasoningTokens(reasoning, source),  # type: ignore[arg-type]
+    )
+    return record
+
+
+def decide(thinking: ThinkingPolicy, client: str | None, level: Level | None) -> Decision:
+    return asyncio.run(thinking.decide(client, level))
+
+
+@pytest.mark.parametrize(
+    ("client", "asked", "sent", "rule"),
+    [
+        ("alice", Level.DEEP, Level.STANDARD, "max_level=standard"),
+        ("alice", Level.STANDARD, Level.STANDARD, None),
+        ("alice", Level.OFF, Level.OFF, None),
+        ("alice", None, None, None),  # no level: the upstream's default, untouched
+        ("dave", Level.DEEP, Level.DEEP, None),  # the default's ceiling is deep
+        ("carol", Level.DEEP, Level.OFF, "max_level=off"),
+        ("carol", None, Level.OFF, "max_level=off"),  # a ceiling of off holds without a level too
+    ],
+)
+def test_a_level_above_the_ceiling_is_sent_at_the_ceiling(
+    client: str, asked: Level | None, sent: Level | None, rule: str | None
+) -> None:
+    thinking, _ = policy()
+    assert decide(thinking, client, asked) == Decision(sent, rule)
+
+
+def test_the_note_says_what_was_asked_and_sent() -> None:
+    en, zh = Decision(Level.STANDARD, "max_level=standard").note(Level.DEEP)
+    assert en == "Thinking policy max_level=standard: asked deep, sent standard" and "standard" in zh
+
+
+async def spend(thinking: ThinkingPolicy, records: Sequence[AccessRecord]) -> None:
+    for record in records:
+        thinking.spend(record)
+    await thinking.drain()
+
+
+def test_a_spent_budget_is_refused_until_the_window_rolls_on() -> None:
+    thinking, clock = policy()
+    assert decide(thinking, "bob", Level.DEEP) == Decision(Level.DEEP)
+    asyncio.run(spend(thinking, [answer("bob", 60)]))
+    clock.now += 600
+    asyncio.run(spend(thinking, [answer("bob", 40)]))
+    with pytest.raises(BudgetExceeded) as caught:
+        decide(thinking, "bob", Level.DEEP)
+    exc = caught.value
+    assert exc.status == 429 and exc.type == exc.code == "reasoning_budget_exceeded"
+    assert "'bob'" in exc.message and "100 reasoning tokens per hour" in exc.message
+    assert exc.rule == "reasoning_tokens=100/hour; on_exhausted=refuse"
+    # The first 60 tokens leave the window an hour after their bucket: then there is room.
+    assert T0 % 60 == 0 and exc.retry_after == 3600 - 600
+    clock.now += exc.retry_after - 1
+    with pytest.raises(BudgetExceeded):
+        decide(thinking, "bob", Level.DEEP)
+    clock.now += 1
+    assert decide(thinking, "bob", Level.DEEP) == Decision(Level.DEEP)
+    assert decide(thinking, "alice", Level.DEEP).level is Level.STANDARD  # (other keys unaffected)
+
+
+def test_a_spent_budget_with_on_exhausted_off_sends_thinking_off() -> None:
+    thinking, _ = policy()
+    asyncio.run(spend(thinking, [answer("carol", 150)]))
+    assert decide(thinking, "carol", Level.STANDARD) == Decision(
+        Level.OFF, "reasoning_tokens=100/hour; on_exhausted=off"
+    )
+    assert decide(thinking, "carol", Level.OFF) == Decision(Level.OFF)  # (nothing to change)
+
+
+def test_estimated_reasoning_counts_against_the_budget_and_the_book_keeps_them_apart() -> None:
+    thinking, _ = policy()
+    asyncio.run(spend(thinking, [answer("bob", 70, "estimated"), answer("bob", 50)]))
+    with pytest.raises(BudgetExceeded):
+        decide(thinking, "bob", None)
+    (row,) = thinking.book.rows()
+    assert row["client"] == "bob" and row["requests"] == 2
+    assert row["reasoning_tokens"] == 50 and row["reasoning_tokens_estimated"] == 70
+    # 600 uncached input at 1.0, 400 cached at 0.5, 500 output at 2.0, per million, twice
+    assert row["cost_usd"] == pytest.approx(2 * (600 * 1.0 + 400 * 0.5 + 500 * 2.0) / 1e6)
+
+
+def test_a_model_without_a_price_has_no_cost() -> None:
+    thinking, _ = policy()
+    asyncio.run(spend(thinking, [answer("dave", 0, model="gpt-5.4")]))
+    assert thinking.book.rows()[0]["cost_usd"] is None
+
+
+def test_the_budget_left_for_the_usage_report() -> None:
+    thinking, _ = policy()
+    asyncio.run(spend(thinking, [answer("bob", 30)]))
+    assert asyncio.run(thinking.left("bob")) == {"limit": 100, "per": "hour", "spent": 30, "left": 70}
+    assert asyncio.run(thinking.left("alice")) is None
+
+
+class DownStore(MemoryBudgets):
+    name = "down"
+
+    async def counts(self, key: str) -> dict[int, int]:
+        raise StoreUnavailable("redis: ConnectionError")
+
+    async def add(self, key: str, bucket: int, tokens: int, ttl: int, stale: Sequence[int]) -> None:
+        raise StoreUnavailable("redis: ConnectionError")
+
+
+def test_a_budget_store_that_fails_lets_requests_through_and_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    thinking, _ = policy(DownStore())
+    assert decide(thinking, "bob", Level.DEEP) == Decision(Level.DEEP)
+    asyncio.run(spend(thinking, [answer("bob", 500)]))
+    assert decide(thinking, "bob", Level.DEEP) == Decision(Level.DEEP)
+    assert thinking.store_errors == 3
+    assert "the request was let through" in caplog.text
+    assert asyncio.run(thinking.left("bob")) == {"limit": 100, "per": "hour", "spent": None, "left": None}
