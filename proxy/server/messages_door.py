@@ -154,6 +154,7 @@ class MessagesDoor:
             seal=thinking_sealer(ctx, spill if self.store is not None else None),
             new_id=new_id,
             show_thinking=bridged.show_thinking,
+            stop_sequences=tuple(chat.get("stop") or ()),
         )
         door = MessagesOutput(transcoder, notes=_notes(bridged, report), spill=spill, spill_store=self.store)
         if bridged.omitted_tools:

@@ -12,6 +12,10 @@ import httpx
 import pydantic
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
@@ -370,3 +374,44 @@ def test_no_pings_while_the_upstream_keeps_talking(proxy: BackgroundServer) -> N
     r = httpx.post(f"{proxy.url}/v1/messages", json=body)
     events, _ = sse_events(r.text)
     assert [e["type"] for e in events].count("ping") == 1
+
+
+def vllm_stopped_at_end() -> Starlette:
+    """A vLLM-like upstream whose answer ended at the stop string `END`, which it names."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **choice: Any) -> bytes:
+        body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish, **choice}]
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    async def chat(request: Request) -> Response:
+        if (await request.json()).get("stream"):
+            frames = chunk({"role": "assistant", "content": "Hi"}) + chunk({}, "stop", stop_reason="END")
+            return Response(frames + b"data: [DONE]\n\n", media_type="text/event-stream")
+        choice = {"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}
+        body = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]}
+        body["choices"][0]["stop_reason"] = "END"
+        return Response(json.dumps(body), media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_stop_sequence_the_upstream_names_is_the_stop_reason(stream: bool) -> None:
+    body = {
+        "model": "m",
+        "max_tokens": 9,
+        "stop_sequences": ["END"],
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    with (
+        BackgroundServer(vllm_stopped_at_end()) as upstream,
+        BackgroundServer(create_app(make_settings(upstream_base_url=f"{upstream.url}/v1"))) as proxy,
+    ):
+        if stream:
+            with client(proxy).messages.stream(**body) as events:  # type: ignore[arg-type]
+                message = events.get_final_message()
+        else:
+            message = client(proxy).messages.create(**body)  # type: ignore[arg-type]
+    assert message.stop_reason == "stop_sequence" and message.stop_sequence == "END"
+    assert [b.type for b in message.content] == ["text"]

@@ -37,8 +37,9 @@ from proxy.core.stream import jsonio
 
 __all__ = ["STOP_REASONS", "IdFactory", "MessagesEncoder", "ThinkingFacts", "ThinkingSeal", "error_event"]
 
-# Chat finish reasons → Anthropic stop reasons. Chat says `stop` for a stop sequence too: it
-# becomes end_turn (the sequence that matched is not known).
+# Chat finish reasons → Anthropic stop reasons. Chat says `stop` for a stop sequence too, and
+# leaves the matched string out of the text: it is `stop_sequence` only when the upstream names the
+# match (`matched_stop`) and it is one of the sequences asked for; otherwise end_turn.
 STOP_REASONS: Final[Mapping[str, str]] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -46,6 +47,9 @@ STOP_REASONS: Final[Mapping[str, str]] = {
     "length": "max_tokens",
     "content_filter": "refusal",
 }
+# Where an upstream names the stop string that ended the answer, on the choice: vLLM's
+# `stop_reason` (a string, or a stop token's id), SGLang's `matched_stop`.
+MATCHED_STOP_FIELDS: Final = ("stop_reason", "matched_stop")
 NO_FINISH_MESSAGE: Final = "the upstream stream ended without a finish reason"
 # Error types by the chat error's code (anything else is api_error).
 _ERROR_TYPES: Final[Mapping[str, str]] = {
@@ -89,6 +93,15 @@ def error_event(message: str, type_: str = "api_error") -> Event:
     return {"type": "error", "error": {"type": type_, "message": message}}
 
 
+def matched_stop(choice: Mapping[str, Any], stop_sequences: tuple[str, ...]) -> str | None:
+    """The requested stop sequence the upstream says ended the answer, if it says so."""
+    for name in MATCHED_STOP_FIELDS:
+        value = choice.get(name)
+        if isinstance(value, str) and value in stop_sequences:
+            return value
+    return None
+
+
 class MessagesEncoder:
     """The events of one message, from its chunks; after `message_stop` or `error` every call
     returns no events."""
@@ -101,8 +114,11 @@ class MessagesEncoder:
         seal: ThinkingSeal,
         new_id: IdFactory,
         show_thinking: bool = True,
+        stop_sequences: tuple[str, ...] = (),
     ) -> None:
         self._id = message_id
+        self._stops = stop_sequences
+        self._stop_sequence: str | None = None
         self._model = model
         self._seal = seal
         self._new_id = new_id
@@ -150,6 +166,8 @@ class MessagesEncoder:
         finish = choice.get("finish_reason")
         if isinstance(finish, str) and finish:
             self._finish = finish
+            if finish == "stop":
+                self._stop_sequence = matched_stop(choice, self._stops)
             self._stop_current(out, None)
             self._stop_unnamed(out)
         return out
@@ -164,7 +182,7 @@ class MessagesEncoder:
             message = NO_FINISH_MESSAGE if finish is None else f"the upstream stopped: {finish}"
             return out + self._fail(message, "api_error")
         self._finished = True
-        delta = {"stop_reason": STOP_REASONS[finish], "stop_sequence": None}
+        delta = {"stop_reason": self._stop_reason(finish), "stop_sequence": self._stop_sequence}
         out.append({"type": "message_delta", "delta": delta, "usage": self._delta_usage()})
         out.append({"type": "message_stop"})
         return out
@@ -183,12 +201,15 @@ class MessagesEncoder:
             "role": "assistant",
             "model": self._model,
             "content": [self._block_dict(b) for b in self._blocks],
-            "stop_reason": STOP_REASONS.get(finish) if finish is not None else None,
-            "stop_sequence": None,
+            "stop_reason": self._stop_reason(finish) if finish is not None else None,
+            "stop_sequence": self._stop_sequence,
             "usage": self._usage_dict(),
         }
 
     # ----------------------------------------------------------------------------------------------
+    def _stop_reason(self, finish: str) -> str | None:
+        return "stop_sequence" if self._stop_sequence is not None else STOP_REASONS.get(finish)
+
     def _delta(self, delta: Mapping[str, Any], out: list[Event]) -> None:
         reasoning = delta.get("reasoning_content")
         if not (isinstance(reasoning, str) and reasoning):

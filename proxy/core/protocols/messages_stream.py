@@ -23,7 +23,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from proxy.core.protocols.messages_events import IdFactory, MessagesEncoder, ThinkingSeal, error_event
+from proxy.core.protocols.messages_events import (
+    MATCHED_STOP_FIELDS,
+    IdFactory,
+    MessagesEncoder,
+    ThinkingSeal,
+    error_event,
+)
 from proxy.core.protocols.responses_output import error_facts, first_choice, frames
 from proxy.core.stream import jsonio
 from proxy.core.stream.sse import SSEDecoder
@@ -49,11 +55,18 @@ class MessagesTranscoder:
         seal: ThinkingSeal,
         new_id: IdFactory,
         show_thinking: bool = True,
+        stop_sequences: tuple[str, ...] = (),
     ) -> None:
         self._args = (message_id, model)
         self._seal, self._new_id, self._show = seal, new_id, show_thinking
+        self._stops = stop_sequences
         self._encoder = MessagesEncoder(
-            message_id, model, seal=seal, new_id=new_id, show_thinking=show_thinking
+            message_id,
+            model,
+            seal=seal,
+            new_id=new_id,
+            show_thinking=show_thinking,
+            stop_sequences=stop_sequences,
         )
         self._decoder = SSEDecoder(_MAX_EVENT_BYTES)
         self.final: dict[str, Any] | None = None  # the Message once whole
@@ -85,7 +98,12 @@ class MessagesTranscoder:
         if not isinstance(parsed, Mapping):
             parsed = {"error": {"message": "the upstream's answer is not a JSON object"}}
         message = message_from_completion(
-            parsed, *self._args, seal=self._seal, new_id=self._new_id, show_thinking=self._show
+            parsed,
+            *self._args,
+            seal=self._seal,
+            new_id=self._new_id,
+            show_thinking=self._show,
+            stop_sequences=self._stops,
         )
         if message.get("type") == "message":
             self.final = message
@@ -121,12 +139,20 @@ def message_from_completion(
     seal: ThinkingSeal,
     new_id: IdFactory,
     show_thinking: bool = True,
+    stop_sequences: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The `Message` object of a whole chat completion (the non-stream form): choice 0's message as
     one chunk through the encoder (reasoning, then text, then the tool calls); an error body as an
     Anthropic error object. A completion without a finish reason counts as finished ("stop"): its
     body arrived whole."""
-    encoder = MessagesEncoder(message_id, model, seal=seal, new_id=new_id, show_thinking=show_thinking)
+    encoder = MessagesEncoder(
+        message_id,
+        model,
+        seal=seal,
+        new_id=new_id,
+        show_thinking=show_thinking,
+        stop_sequences=stop_sequences,
+    )
     error = completion.get("error")
     if error is not None:
         return error_event(error_facts(error)[0])
@@ -140,8 +166,9 @@ def message_from_completion(
         delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, Mapping)]
     finish = choice.get("finish_reason")
     finish = finish if isinstance(finish, str) and finish else "stop"
+    reported = {name: choice[name] for name in MATCHED_STOP_FIELDS if name in choice}
     chunk = {
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, **reported}],
         "usage": completion.get("usage"),
     }
     events = encoder.feed(chunk) + encoder.end()

@@ -291,3 +291,49 @@ def test_the_transcoder_completion_matches_the_stream() -> None:
 def test_an_error_body_is_an_anthropic_error_object() -> None:
     out = message_from_completion({"error": {"message": "boom"}}, "msg_1", "m", seal=sign, new_id=ids)
     assert out == {"type": "error", "error": {"type": "api_error", "message": "boom"}}
+
+
+def stop_chunk(finish: str, **choice: Any) -> bytes:
+    body = {"id": "c", "object": "chat.completion.chunk", "model": "m"}
+    body["choices"] = [{"index": 0, "delta": {}, "finish_reason": finish, **choice}]
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("report", "stop_reason", "stop_sequence"),
+    [
+        ({"stop_reason": "END"}, "stop_sequence", "END"),  # vLLM names the string that matched
+        ({"matched_stop": "###"}, "stop_sequence", "###"),  # SGLang
+        ({}, "end_turn", None),  # DeepSeek, OpenAI, …: `stop` either way, nothing says which
+        ({"stop_reason": None}, "end_turn", None),  # vLLM, the model's own end
+        ({"stop_reason": 128009}, "end_turn", None),  # vLLM, a stop token id: not a stop sequence
+        ({"stop_reason": "STOP"}, "end_turn", None),  # not one of the sequences asked for
+    ],
+)
+def test_a_stop_sequence_is_reported_only_when_the_upstream_says_which_matched(
+    report: dict[str, Any], stop_reason: str, stop_sequence: str | None
+) -> None:
+    """Chat completions say `finish_reason: stop` for a stop string as for the model's own end, and
+    leave the string out of the text: only an upstream that names the match tells them apart."""
+    stops = ("END", "###")
+    t = transcoder(stop_sequences=stops)
+    raw = t.feed(chunk({"content": "Hi"}) + stop_chunk("stop", **report) + b"data: [DONE]\n\n") + t.close()
+    events, _ = events_of(raw)
+    assert events[-2]["delta"] == {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+    message = accumulate(events)
+    assert (message.stop_reason, message.stop_sequence) == (stop_reason, stop_sequence)
+    assert t.final is not None and (t.final["stop_reason"], t.final["stop_sequence"]) == (
+        stop_reason,
+        stop_sequence,
+    )
+    # The non-stream form reads the same report.
+    body = completion({"content": "Hi"})
+    body["choices"][0].update(report)
+    whole = message_from_completion(body, "msg_1", "m", seal=sign, new_id=ids, stop_sequences=stops)
+    assert (whole["stop_reason"], whole["stop_sequence"]) == (stop_reason, stop_sequence)
+
+
+def test_a_reported_match_without_stop_sequences_asked_is_not_a_stop_sequence() -> None:
+    t = transcoder()
+    events, _ = events_of(t.feed(stop_chunk("stop", stop_reason="END") + b"data: [DONE]\n\n"))
+    assert events[-2]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
