@@ -169,15 +169,20 @@ def render_levels_table(table: ProvidersTable) -> str:
 
 
 def render_entries_table(table: ProvidersTable) -> str:
-    """Markdown: every entry -> its patterns, reasoning format, replay policy and docs."""
-    out = ["| entry | matches | reasoning (inline tags) | replay | docs |", "|---|---|---|---|---|"]
+    """Markdown: every entry -> its patterns, reasoning format, replay policy, docs and the date
+    the docs were last re-read against it (`verified`, "—" when the entry has none)."""
+    out = [
+        "| entry | matches | reasoning (inline tags) | replay | docs | verified |",
+        "|---|---|---|---|---|---|",
+    ]
     for summary in table.summaries():
         for name, models, dialect in _rows(summary):
             if name:
                 matches = "<br>".join(f"`{p}`" for p in summary.patterns)
                 docs = f"[docs]({summary.docs})"
+                verified = summary.verified.isoformat() if summary.verified else "—"
             else:
-                matches, docs = f"model {models}", ""
+                matches, docs, verified = f"model {models}", "", ""
             tags = ", ".join(f"`<{t}>`" for t in dialect.reasoning.tags) or "—"
             if dialect.reasoning.implicit_open:
                 tags += " (implicit open)"
@@ -186,7 +191,8 @@ def render_entries_table(table: ProvidersTable) -> str:
             )
             if dialect.replay.missing == "placeholder":
                 replay += ", placeholder on a miss"
-            out.append(f"| {f'**{name}**' if name else ''} | {matches} | {tags} | {replay} | {docs} |")
+            entry = f"**{name}**" if name else ""
+            out.append(f"| {entry} | {matches} | {tags} | {replay} | {docs} | {verified} |")
     return "\n".join(out)
 
 

@@ -5,7 +5,14 @@ from pathlib import Path
 import pytest
 
 from proxy.core.providers import ProvidersTable
-from proxy.explain import BEGIN_MARK, END_MARK, main, render_levels_table, update_generated_section
+from proxy.explain import (
+    BEGIN_MARK,
+    END_MARK,
+    main,
+    render_entries_table,
+    render_levels_table,
+    update_generated_section,
+)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "providers.md"
 TABLE = ProvidersTable.load()
@@ -28,6 +35,22 @@ def test_every_entry_and_level_appears_in_the_levels_table() -> None:
     overrides = sum(len(s.overrides) for s in TABLE.summaries())
     assert len(rows) == len(TABLE.entry_names) + overrides
     assert all(row.count(" | ") == 4 for row in rows)
+
+
+def test_the_entries_table_shows_each_entry_s_verified_date() -> None:
+    header, _, *rows = render_entries_table(TABLE).splitlines()
+    assert header.endswith("| docs | verified |")
+    for summary in TABLE.summaries():
+        assert summary.verified is not None
+        row = next(r for r in rows if r.startswith(f"| **{summary.name}** |"))
+        assert row.endswith(f"| {summary.verified.isoformat()} |")
+    # model override rows leave the column empty; an entry without a date shows a dash
+    assert all(row.endswith("|  |  |") for row in rows if row.startswith("|  |"))
+    bare = ProvidersTable.from_text(
+        "providers:\n  fallback: {docs: 'https://f.example', match: ['*'], levels: {}, conflicts: [],"
+        " reasoning: {tags: []}, replay: {mode: strip}}\n"
+    )
+    assert render_entries_table(bare).splitlines()[2].endswith("| [docs](https://f.example) | — |")
 
 
 def test_prompt_levels_and_unsupported_levels_are_visible() -> None:

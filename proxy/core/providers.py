@@ -11,6 +11,7 @@ import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -142,6 +143,9 @@ class _ModelOverride(_Strict):
 
 class _Entry(_Strict):
     docs: str
+    # The day `docs` was last re-read against this entry (or the page's own date when older). The
+    # shipped table carries one on every entry; an operator's own file may leave it out.
+    verified: date | None = None
     match: tuple[str, ...] = Field(min_length=1)
     levels: _Levels
     conflicts: tuple[str, ...]
@@ -162,6 +166,13 @@ class _Entry(_Strict):
         if not _URL.match(docs):
             raise ValueError(f"{docs!r} is not an http(s) URL")
         return docs
+
+    @field_validator("verified", mode="before")
+    @classmethod
+    def _check_verified(cls, value: object) -> object:
+        if value is not None and not isinstance(value, (date, str)):  # a number would read as a timestamp
+            raise ValueError(f"{value!r} is not a date (write YYYY-MM-DD)")
+        return value
 
     @field_validator("conflicts")
     @classmethod
@@ -217,6 +228,7 @@ class EntrySummary:
     patterns: tuple[str, ...]
     dialect: Dialect
     overrides: tuple[Dialect, ...]
+    verified: date | None = None  # when `docs` was last re-read against the entry
 
 
 # --------------------------------------------------------------------------------------------------
@@ -240,6 +252,7 @@ class _CompiledEntry:
     patterns: tuple[UrlPattern, ...]
     dialect: Dialect
     overrides: tuple[tuple[tuple[re.Pattern[str], ...], Dialect], ...]
+    verified: date | None = None
 
     def dialect_for(self, model: str | None) -> Dialect:
         if model is not None:
@@ -298,7 +311,7 @@ class ProvidersTable:
             except ValueError as exc:
                 raise ConfigError(f"{self._source}: entry {entry!r}, extra pattern [{i}]: {exc}") from None
         entries = tuple(
-            _CompiledEntry(e.name, e.docs, e.patterns + tuple(extra), e.dialect, e.overrides)
+            _CompiledEntry(e.name, e.docs, e.patterns + tuple(extra), e.dialect, e.overrides, e.verified)
             if e.name == entry
             else e
             for e in self._entries
@@ -333,7 +346,12 @@ class ProvidersTable:
     def summaries(self) -> list[EntrySummary]:
         return [
             EntrySummary(
-                e.name, e.docs, tuple(p.text for p in e.patterns), e.dialect, tuple(d for _, d in e.overrides)
+                e.name,
+                e.docs,
+                tuple(p.text for p in e.patterns),
+                e.dialect,
+                tuple(d for _, d in e.overrides),
+                e.verified,
             )
             for e in self._entries
         ]
@@ -463,7 +481,9 @@ def _compile(parsed: _ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
             for i, override in enumerate(entry.models)
         )
         compiled.append(
-            _CompiledEntry(name, entry.docs, tuple(patterns), build(name, entry, None, ""), overrides)
+            _CompiledEntry(
+                name, entry.docs, tuple(patterns), build(name, entry, None, ""), overrides, entry.verified
+            )
         )
     if len(catch_alls) != 1:
         found = f"found {len(catch_alls)}: {', '.join(catch_alls)}" if catch_alls else "found none"

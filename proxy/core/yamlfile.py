@@ -1,7 +1,8 @@
 """Reading the operator's YAML files (providers.yaml, the routes file, tool titles). Pure.
 
-One loader for all of them: YAML 1.2 booleans (so `off:` or `no` stay strings) and a duplicate key
-is an error instead of silently replacing the first — in a config file that is always a mistake.
+One loader for all of them: YAML 1.2 booleans (so `off:` or `no` stay strings), a duplicate key
+is an error instead of silently replacing the first — in a config file that is always a mistake —
+and a bare YYYY-MM-DD is a `datetime.date` (a date-shaped impossible one stays a string).
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ def _unique_mapping(loader: ConfigLoader, node: yaml.MappingNode, deep: bool = F
 
 
 ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _timestamp(loader: ConfigLoader, node: yaml.ScalarNode) -> Any:
+    """A date such as 2026-12-02 (a `datetime.date`); one shaped like a date but not a real one
+    (2026-13-01) stays a string, so the schema that reads it names the field instead of YAML failing."""
+    try:
+        return loader.construct_yaml_timestamp(node)
+    except ValueError:
+        return loader.construct_scalar(node)
+
+
+ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
 
 
 def load_config(text: str, source: str, what: str = "YAML") -> Any:

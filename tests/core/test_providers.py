@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,14 @@ def test_default_path_is_the_repository_copy_in_a_checkout() -> None:
 def test_every_shipped_entry_cites_its_docs() -> None:
     for summary in SHIPPED.summaries():
         assert summary.docs.startswith("https://"), summary.name
+
+
+def test_every_shipped_entry_says_when_its_docs_were_last_checked_within_a_year() -> None:
+    today = date.today()
+    for summary in SHIPPED.summaries():
+        assert summary.verified is not None, f"{summary.name}: no verified date"
+        age = today - summary.verified
+        assert timedelta(0) <= age <= timedelta(days=366), f"{summary.name}: verified {summary.verified}"
 
 
 def test_shipped_instructions_exist_in_both_languages_and_ask_for_think_tags() -> None:
@@ -509,6 +518,26 @@ def test_broken_files_name_the_entry_and_field(old: str, new: str, message: str)
 def test_minimal_file_is_valid() -> None:
     table = ProvidersTable.from_text(MINIMAL)
     assert table.entry_names == ["alpha", "fallback"]
+
+
+def with_verified(written: str) -> str:
+    return MINIMAL.replace(
+        "    match: [api.alpha.example]\n", f"    verified: {written}\n    match: [api.alpha.example]\n"
+    )
+
+
+@pytest.mark.parametrize("written", ["2026-12-02", "'2026-12-02'", '"2026-12-02"'])
+def test_verified_is_a_date_written_bare_or_quoted_and_optional(written: str) -> None:
+    alpha, fallback = ProvidersTable.from_text(with_verified(written)).summaries()
+    assert alpha.verified == date(2026, 12, 2)
+    assert fallback.verified is None  # an operator's own file need not carry one
+    assert ProvidersTable.from_text(MINIMAL).summaries()[0].verified is None
+
+
+@pytest.mark.parametrize("written", ["last week", "2026-13-01", "20261202", "[2026, 12, 2]"])
+def test_a_verified_that_is_not_a_date_names_the_entry_and_field(written: str) -> None:
+    with pytest.raises(ConfigError, match=r"^providers\.yaml: entry 'alpha', field 'verified': "):
+        ProvidersTable.from_text(with_verified(written))
 
 
 def test_bad_replay_values_are_one_line_each() -> None:

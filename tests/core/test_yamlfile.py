@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
 
 from proxy.core.errors import ConfigError
@@ -10,6 +12,14 @@ from proxy.core.yamlfile import load_config
 
 def test_yaml_1_2_booleans_keep_words_as_strings() -> None:
     assert load_config("off: no\non: yes\nflag: true\n", "x.yaml") == {"off": "no", "on": "yes", "flag": True}
+
+
+def test_a_bare_date_is_a_date_and_an_impossible_one_stays_text() -> None:
+    assert load_config("a: 2026-12-02\nb: '2026-12-02'\nc: 2026-13-01\n", "x.yaml") == {
+        "a": date(2026, 12, 2),
+        "b": "2026-12-02",
+        "c": "2026-13-01",
+    }
 
 
 def test_a_duplicate_key_names_the_file_and_the_key() -> None:
