@@ -62,8 +62,10 @@ def test_templates_of_other_items_share_one_compiled_pattern() -> None:
 
 
 def test_a_token_is_passed_as_it_came() -> None:
-    data = frame(b'{"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_1",'
-                 b'"output_index":1,"content_index":0,"delta":"caf\\u00e9","logprobs":[],"obfuscation":""}')  # fmt: skip
+    data = frame(
+        b'{"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_1","output_index":1,'
+        b'"content_index":0,"delta":"caf\\u00e9","logprobs":[],"obfuscation":""}'
+    )
     end, told = run(learned(), data)
     assert end == len(data) and told == [(b'"caf\\u00e9"', "café")]
 
