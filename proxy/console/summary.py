@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from proxy.core.events import AccessRecord
+    from proxy.core.usage import TokenUsage
 
 MAX_EVENTS = 200  # trace events kept per request (a long agent turn is cut, and says so)
 MAX_TOOLS = 64  # tool calls listed per request
@@ -43,13 +44,14 @@ class RecordFacts(NamedTuple):
     status: int
     upstream_status: int | None
     error: str | None
+    usage: TokenUsage | None  # the answer's one token reading (proxy.core.usage)
 
     @classmethod
     def of(cls, r: AccessRecord) -> RecordFacts:
         # Cut here, not only when summarized: the ring keeps these for as long as it keeps the request.
         return cls(
             r.method, clip(r.path) or "", r.route, r.stream, r.provider, clip(r.model), r.level_requested,
-            r.level, r.thinking_method, r.status, r.upstream_status, clip(r.error),
+            r.level, r.thinking_method, r.status, r.upstream_status, clip(r.error), r.usage,
         )  # fmt: skip
 
 
@@ -159,7 +161,7 @@ def request_held(
 # ring; and the dict of each tool call it lists (its strings are the event's: see clip).
 _SUMMARY_BYTES = 2048
 _TOOL_ENTRY_BYTES = 232
-_FACTS_BYTES = 1024  # the facts' tuple (12 slots) and their short strings
+_FACTS_BYTES = 1280  # the facts' tuple (13 slots), their short strings and the token reading
 
 
 def _values_held(values: Iterable[Any]) -> int:
@@ -186,11 +188,20 @@ def tool_entry(event: Mapping[str, Any]) -> dict[str, Any]:
     return tool
 
 
-def usage_of(done: Mapping[str, Any] | None) -> dict[str, int] | None:
+def usage_of(done: Mapping[str, Any] | None, tokens: TokenUsage | None = None) -> dict[str, Any] | None:
+    """The counts shown: the upstream's usage as the `done` event carried it, and from the
+    request's one reading (once it ended) the cached input tokens and the reasoning tokens with
+    their source (`reported`, or `estimated` by the proxy)."""
     usage = done.get("usage") if done else None
-    if not isinstance(usage, dict):
-        return None
-    counts = {k: v for k in USAGE_KEYS if isinstance(v := usage.get(k), int) and not isinstance(v, bool)}
+    counts: dict[str, Any] = {}
+    if isinstance(usage, dict):
+        counts = {k: v for k in USAGE_KEYS if isinstance(v := usage.get(k), int) and not isinstance(v, bool)}
+    if tokens is not None:
+        if tokens.cached_input is not None:
+            counts["cached_tokens"] = tokens.cached_input
+        if tokens.reasoning is not None:
+            counts["reasoning_tokens"] = tokens.reasoning.value
+            counts["reasoning_tokens_source"] = tokens.reasoning.source
     return counts or None
 
 
@@ -228,7 +239,7 @@ def summarize(
         "reasoning_ms": done.get("reasoning_ms") if done else None,
         "total_ms": round(duration_ms, 1) if duration_ms is not None else None,
         "finish_reason": clip(done.get("finish_reason")) if done else None,
-        "usage": usage_of(done),
+        "usage": usage_of(done, record.usage),
         "tool_calls": list(tools),
         "events": list(events),
         "events_dropped": events_dropped,

@@ -167,9 +167,22 @@ def reported_reasoning(usage: Mapping[str, Any]) -> tuple[int | None, bool]:
     return None, False
 
 
+def capped(usage: Mapping[str, Any], estimate: int | None) -> int | None:
+    """The estimate, never above the answer's output tokens when the upstream counted them
+    (reasoning is part of the output; a rough estimate must not claim more than all of it)."""
+    if estimate is None:
+        return None
+    output = count(usage.get("completion_tokens"))
+    if output is None:
+        output = count(usage.get("output_tokens"))
+    return estimate if output is None else min(estimate, output)
+
+
 def reasoning_of(usage: Any, estimate: int | None) -> ReasoningTokens | None:
     """The one reasoning count of an answer: reported when the upstream's usage has it (and it is
     not a 0 beside reasoning text), else the estimate when reasoning text was seen, else None."""
+    if isinstance(usage, Mapping):
+        estimate = capped(usage, estimate)
     reported, marked = reported_reasoning(usage) if isinstance(usage, Mapping) else (None, False)
     if reported is not None:
         if marked:
@@ -202,6 +215,7 @@ def fill_reasoning(usage: dict[str, Any], estimate: int | None) -> bool:
     reported no reasoning count (or a 0 beside reasoning text): `completion_tokens_details` gets
     `reasoning_tokens` and the `reasoning_tokens_estimated: true` marker; nothing else changes.
     True when it wrote. Never with no estimate (no reasoning text seen), never a reported count."""
+    estimate = capped(usage, estimate)
     if not estimate:
         return False
     details = usage.get("completion_tokens_details")

@@ -28,6 +28,9 @@ def log_access(record: AccessRecord, started: float) -> None:
 
 
 def access_fields(record: AccessRecord, duration_ms: float) -> dict[str, Any]:
+    # The answer's one token reading (proxy.core.usage), as every other reader shows it.
+    usage = record.usage
+    reasoning = usage.reasoning if usage is not None else None
     return {
         "method": record.method,
         "path": record.path,
@@ -43,6 +46,9 @@ def access_fields(record: AccessRecord, duration_ms: float) -> dict[str, Any]:
         "request_id": record.request_id,
         "trace_id": record.trace_id,
         "upstream_request_id": record.upstream_request_id,
+        "cached_tokens": usage.cached_input if usage is not None else None,
+        "reasoning_tokens": reasoning.value if reasoning is not None else None,
+        "reasoning_tokens_source": reasoning.source if reasoning is not None else None,
     }
 
 

@@ -135,6 +135,21 @@ def test_without_usage_the_estimate_still_counts_and_without_text_nothing_is_kno
     assert account({"prompt_tokens": 3}).reasoning is None
 
 
+def test_junk_in_usage_is_no_count() -> None:
+    junk = {"prompt_tokens": "12", "completion_tokens": True, "completion_tokens_details": 3}
+    assert account(junk) == TokenUsage()
+    assert account({}) == TokenUsage() and account([1]) == TokenUsage()
+    assert account({"completion_tokens_details": {"reasoning_tokens": -1}}).reasoning is None
+
+
+def test_an_estimate_never_claims_more_than_the_output_tokens() -> None:
+    usage: dict[str, Any] = {"completion_tokens": 20}
+    assert account(usage, estimate=31).reasoning == ReasoningTokens(20, ESTIMATED)
+    assert fill_reasoning(usage, 31)
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == 20
+    assert account({"output_tokens": 5}, estimate=31).reasoning == ReasoningTokens(5, ESTIMATED)
+
+
 # -- what the client gets --------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from proxy.core.events import AccessRecord
+from proxy.core.usage import ReasoningTokens, TokenUsage
 from proxy.server import access_log
 from proxy.server.access_log import AccessFormatter, access_fields, configure_logging, log_access
 
@@ -55,7 +56,20 @@ def test_log_access_emits_one_structured_record(caplog) -> None:  # type: ignore
         "request_id",
         "trace_id",
         "upstream_request_id",
+        "cached_tokens",
+        "reasoning_tokens",
+        "reasoning_tokens_source",
     }
+
+
+def test_the_access_line_carries_the_answers_token_reading(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="thinkproxy.access")
+    rec = AccessRecord(method="POST", path="/v1/chat/completions", status=200)
+    rec.usage = TokenUsage(100, 50, 64, ReasoningTokens(31, "estimated"))
+    log_access(rec, started=0.0)
+    [logged] = caplog.records
+    got = {k: logged.access[k] for k in ("cached_tokens", "reasoning_tokens", "reasoning_tokens_source")}  # type: ignore[attr-defined]
+    assert got == {"cached_tokens": 64, "reasoning_tokens": 31, "reasoning_tokens_source": "estimated"}
 
 
 def text_line(fields: dict[str, object]) -> str:

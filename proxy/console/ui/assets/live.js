@@ -152,6 +152,11 @@ function renderDetail() {
   fact(dl, "fact.total", entry.total_ms !== null && entry.total_ms !== undefined ? ms(entry.total_ms) : null);
   fact(dl, "fact.finish", entry.finish_reason);
   if (entry.usage) fact(dl, "fact.tokens", `${entry.usage.prompt_tokens ?? "—"} / ${entry.usage.completion_tokens ?? "—"}`);
+  fact(dl, "fact.cached", entry.usage?.cached_tokens != null ? String(entry.usage.cached_tokens) : null);
+  // An estimate (the upstream reported no count) says so: it is the proxy's, not the provider's.
+  const reasoning = entry.usage?.reasoning_tokens;
+  const estimated = entry.usage?.reasoning_tokens_source === "estimated" ? ` (${t("fact.estimated")})` : "";
+  fact(dl, "fact.reasoning_tokens", reasoning != null ? `${reasoning}${estimated}` : null);
   fact(dl, "fact.tools", toolsText(entry));
   if (state.shared) fact(dl, "fact.replica", entry.replica);
 
