@@ -106,7 +106,7 @@ def simulated_providers_file(directory: Path, mock_port: int) -> Path:
         data["providers"][entry]["match"].append(f"127.0.0.1:{mock_port}/{prefix}")
     path = directory / "providers.yaml"
     # Dumped as JSON (a YAML subset): no YAML 1.1 reading of `off` as a boolean on the way back.
-    path.write_text(json.dumps(data, ensure_ascii=False))
+    path.write_text(json.dumps(data, ensure_ascii=False, default=str))  # (verified: dates as text)
     return path
 
 
