@@ -35,7 +35,17 @@ GROUP = "thinkproxy_core"
 # builds of the suite were run against. Asked for only when this machine can compile (see
 # `dependencies`): mypy needs compiled dependencies of its own that have no wheel on some
 # platforms, and a build that will not compile must not fail for want of them.
-COMPILE_REQUIRES = ["mypy==2.4.1", "setuptools>=70", "orjson>=3.10"]
+# The protocols' adapters import pydantic (providers' models), cryptography (the sealed blobs) and
+# PyYAML: mypyc type-checks what a compiled module imports, so they are in the build environment too.
+COMPILE_REQUIRES = [
+    "mypy==2.4.1",
+    "setuptools>=70",
+    "orjson>=3.10",
+    "pydantic>=2.7",
+    "cryptography>=44",
+    "pyyaml>=6.0",
+    "types-PyYAML",
+]
 # Far more than a compile takes (~1 min on one core), so a stuck compiler fails the build instead
 # of hanging it.
 COMPILE_TIMEOUT_S = 1800

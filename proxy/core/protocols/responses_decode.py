@@ -66,6 +66,7 @@ _TEXT_EVENTS: Final = {
     "response.custom_tool_call_input": ("input", ""),
 }
 _DELTA_FIELD: Final = {"output_text": "content", "refusal": "refusal"}
+_PART_KINDS: Final = frozenset((*_DELTA_FIELD, *REASONING))  # the text parts of message and reasoning items
 
 
 class ResponsesDecoder:
@@ -426,7 +427,7 @@ def _parts(item: Mapping[str, Any]) -> list[tuple[str, int, str]]:
     for field in ("summary", "content"):
         for number, part in enumerate(_list(item.get(field))):
             kind = part.get("type") if isinstance(part, Mapping) else None
-            if kind in (*_DELTA_FIELD, *REASONING) and isinstance(part.get(_text_field(kind)), str):
+            if kind in _PART_KINDS and isinstance(part.get(_text_field(kind)), str):
                 out.append((kind, number, part[_text_field(kind)]))
     return out
 
