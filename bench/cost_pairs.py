@@ -62,6 +62,13 @@ RESULTS_DIR = BENCH_DIR / "results"
 LIMIT_PCT = 5.0
 
 
+# Gateway mode for the policy pair: the wrk scripts' Authorization is this client key.
+GATEWAY_ENV = {
+    "THINKPROXY_CLIENT_KEYS": "bench:sk-bench-not-a-key",
+    "THINKPROXY_UPSTREAM_API_KEY": "sk-bench-upstream",
+}
+
+
 @dataclass(frozen=True)
 class Pair:
     key: str  # its name on the command line
@@ -91,6 +98,14 @@ PAIRS = [
         {},
         {"json": "responses_json", "burst": "responses_burst", "paced": "responses_paced"},
     ),
+    # Not a default: the Anthropic Messages front door (bridged) against chat completions.
+    Pair(
+        "messages",
+        "the Messages door over chat completions",
+        {},
+        {},
+        {"json": "messages_json", "burst": "messages_burst", "paced": "messages_paced"},
+    ),
     # Not a default: a chat request with a tool and a level to OpenAI gpt-5.4, over the upstream's
     # Responses API (decoded back to chat chunks) against over chat completions; the providers
     # files make the fake upstream the `openai` entry, one with each chat_tools_with_reasoning.
@@ -102,9 +117,18 @@ PAIRS = [
         {"burst": "tools_burst"},
         {"burst": "tools_burst"},
     ),
+    # Not a default: the thinking policy (a ceiling and a budget for the bench's client key, read
+    # before and written after every request) against the same gateway without a policy file.
+    Pair(
+        "policy",
+        "thinking policy (ceiling + budget, in-process counts)",
+        {**GATEWAY_ENV, "THINKPROXY_POLICY_FILE": str(RESULTS_DIR / "policy-bench.yaml")},
+        GATEWAY_ENV,
+    ),
 ]
 PAIR_KEYS = {pair.key: pair for pair in PAIRS}
-NOT_DEFAULTS = {"responses", "chat_over_responses"}  # measured when named: not features one turns off
+# Measured when named: not features one turns off.
+NOT_DEFAULTS = {"responses", "messages", "chat_over_responses", "policy"}
 
 
 def write_providers_files() -> None:
@@ -116,6 +140,10 @@ def write_providers_files() -> None:
     (RESULTS_DIR / "providers-responses.yaml").write_text(text, encoding="utf-8")
     chat = text.replace("chat_tools_with_reasoning: responses", "chat_tools_with_reasoning: chat")
     (RESULTS_DIR / "providers-chat.yaml").write_text(chat, encoding="utf-8")
+    # The policy pair's file: a ceiling above what is asked (checked, never applied) and a budget
+    # too large to be spent, so every request reads it and every answer adds to it.
+    policy = "keys:\n  bench: {max_level: deep, reasoning_tokens: {limit: 1000000000000, per: day}}\n"
+    (RESULTS_DIR / "policy-bench.yaml").write_text(policy, encoding="utf-8")
 
 
 # (key, wrk script, connections per target, unit of one request)

@@ -1,0 +1,6 @@
+-- wrk script: the "paced" scenario (see bench/fake_upstream.py) through the Anthropic Messages front door.
+local dir = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local common = dofile(dir .. "common.lua")
+common.setup("paced", "messages_stream.json")
+wrk.path = "/v1/messages"
+done = common.done
