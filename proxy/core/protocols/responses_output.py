@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from proxy.core.stream import jsonio
+from proxy.core.usage import ESTIMATED_MARKER
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
@@ -187,7 +188,8 @@ def responses_usage(usage: Any) -> dict[str, Any] | None:
 
     prompt_tokens → input_tokens; prompt_tokens_details.cached_tokens (or DeepSeek's
     prompt_cache_hit_tokens) → input_tokens_details.cached_tokens; completion_tokens →
-    output_tokens; completion_tokens_details.reasoning_tokens → output_tokens_details.reasoning_tokens;
+    output_tokens; completion_tokens_details.reasoning_tokens → output_tokens_details.reasoning_tokens
+    (with the proxy's `reasoning_tokens_estimated` marker when it estimated the count);
     total_tokens (or their sum). `cache_write_tokens`, which the type requires, is the provider's
     prompt_tokens_details.cache_write_tokens when it sends one, else 0."""
     if not isinstance(usage, Mapping):
@@ -196,7 +198,10 @@ def responses_usage(usage: Any) -> dict[str, Any] | None:
     input_tokens = count(usage, "prompt_tokens")
     output_tokens = count(usage, "completion_tokens")
     cached = count(prompt_details, "cached_tokens") or count(usage, "prompt_cache_hit_tokens")
-    reasoning = count(usage.get("completion_tokens_details"), "reasoning_tokens")
+    completion_details = usage.get("completion_tokens_details")
+    reasoning_details: dict[str, Any] = {"reasoning_tokens": count(completion_details, "reasoning_tokens")}
+    if isinstance(completion_details, Mapping) and completion_details.get(ESTIMATED_MARKER) is True:
+        reasoning_details[ESTIMATED_MARKER] = True  # the proxy's estimate says so (proxy.core.usage)
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {
@@ -204,7 +209,7 @@ def responses_usage(usage: Any) -> dict[str, Any] | None:
             "cache_write_tokens": count(prompt_details, "cache_write_tokens"),
         },
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "output_tokens_details": reasoning_details,
         "total_tokens": count(usage, "total_tokens") or input_tokens + output_tokens,
     }
 

@@ -22,6 +22,7 @@ from proxy.core.protocols.responses_events import (
 )
 from proxy.core.protocols.responses_output import responses_usage
 from proxy.core.protocols.responses_stream import response_from_completion
+from proxy.core.usage import ReasoningTokens, account
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
@@ -627,3 +628,18 @@ def test_every_event_is_its_declared_type() -> None:
             "ResponseInProgressEvent",
         ]
         assert type(parsed[-1]).__name__ == "ResponseCompletedEvent"
+
+
+def test_an_estimated_reasoning_count_keeps_its_marker() -> None:
+    """The proxy's estimate (proxy.core.usage) is marked in the chat usage; the Responses usage
+    says so too, and reads back as estimated."""
+    estimated = {
+        "prompt_tokens": 3,
+        "completion_tokens": 40,
+        "completion_tokens_details": {"reasoning_tokens": 31, "reasoning_tokens_estimated": True},
+    }
+    mapped = run([chunk(content="x", finish="stop", usage=estimated)])[-1]["response"]["usage"]
+    assert mapped["output_tokens_details"] == {"reasoning_tokens": 31, "reasoning_tokens_estimated": True}
+    assert account(mapped).reasoning == ReasoningTokens(31, "estimated")
+    reported = responses_usage({**estimated, "completion_tokens_details": {"reasoning_tokens": 31}})
+    assert reported is not None and reported["output_tokens_details"] == {"reasoning_tokens": 31}
