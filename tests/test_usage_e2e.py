@@ -100,7 +100,6 @@ def test_a_completion_without_a_count_gets_it_too(proxy: BackgroundServer, mock:
     assert answer.usage.completion_tokens_details.model_extra == {"reasoning_tokens_estimated": True}
 
 
-
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_responses_door_keeps_the_estimate_marked(
     proxy: BackgroundServer, mock: BackgroundServer, stream: bool
@@ -115,6 +114,7 @@ def test_the_responses_door_keeps_the_estimate_marked(
     details = response.usage.output_tokens_details
     assert details.reasoning_tokens and details.reasoning_tokens <= response.usage.output_tokens
     assert details.model_extra == {"reasoning_tokens_estimated": True}
+
 
 def test_a_reported_count_passes_as_it_came(proxy: BackgroundServer, mock: BackgroundServer) -> None:
     before = metric(proxy, "thinkproxy_reasoning_tokens_sum", source="reported", provider="deepseek")
