@@ -50,7 +50,7 @@ from proxy.mock.dialects import (
 )
 from proxy.mock.faults import Abort, BadMockHeader, Canned, Fault, Plan, Sleep, Step
 from proxy.mock.responses import ResponsesApi
-from proxy.mock.scenarios import Script, answer
+from proxy.mock.scenarios import Script, answer, cut, output_limit
 
 __all__ = ["DIALECTS", "MockDisconnect", "MockOptions", "create_mock_app"]
 
@@ -362,7 +362,7 @@ class _MockUpstream:
         if rejection is not None:
             return Response(rejection.body, rejection.status, headers, media_type="application/json")
 
-        script = answer(body, depth)
+        script, _ = cut(answer(body, depth), output_limit(body))
         streaming = body.get("stream") is True
         stream_options = body.get("stream_options")
         created = int(time.time())

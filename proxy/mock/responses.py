@@ -43,10 +43,10 @@ from proxy.mock.responses_input import (
     summary,
     validate,
 )
-from proxy.mock.responses_output import Head, Shape, cut, events, frame, output_items, response_object
+from proxy.mock.responses_output import Head, Shape, events, frame, output_items, response_object
 from proxy.mock.responses_replay import Origin, replay_problem, resolve_references
 from proxy.mock.responses_seal import Ids, call_id
-from proxy.mock.scenarios import JSON, Depth, Script, answer
+from proxy.mock.scenarios import JSON, Depth, Script, answer, cut
 
 STORED_RESPONSES = 256
 REMEMBERED_ITEMS = 4096

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from proxy.mock.dialects import Counts, split_arguments, split_text, tokens
+from proxy.mock.dialects import Counts, split_arguments, split_text
 from proxy.mock.responses_input import custom_input, effort, summary
 from proxy.mock.responses_seal import Ids, seal
 from proxy.mock.scenarios import JSON, Script, ToolCall
@@ -49,21 +49,6 @@ class Shape:
     obfuscation: bool  # the provider pads delta events
     chunk_chars: int
     custom_tools: frozenset[str]  # tool names that are `custom` tools (free-text input)
-
-
-# --- the model's answer, cut to max_output_tokens ------------------------------------------------
-
-
-def cut(script: Script, limit: int | None) -> tuple[Script, bool]:
-    """The script as far as `limit` output tokens reach, and whether it was cut. Reasoning comes
-    first, as the model spends its budget; a tool call that does not fit whole is dropped."""
-    arguments = sum(tokens(c.name) + tokens(c.arguments) for c in script.tool_calls)
-    used = tokens(script.reasoning) + tokens(script.content) + arguments
-    if limit is None or used <= limit:
-        return script, False
-    reasoning = script.reasoning[: limit * 4]
-    left = max(0, limit - tokens(reasoning))
-    return Script(reasoning=reasoning, content=script.content[: left * 4]), True
 
 
 # --- output items --------------------------------------------------------------------------------

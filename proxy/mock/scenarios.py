@@ -9,6 +9,10 @@ Scenarios, in order of precedence:
 2. the request has `tools` (and `tool_choice` is not "none") -> brief reasoning, then a tool call
    (two parallel calls when there are several tools and the user asks for two things);
 3. otherwise -> a short answer that quotes the first words of the last user message.
+
+An output limit (`cut`: chat's `max_completion_tokens` or `max_tokens`, the Responses API's
+`max_output_tokens`) is spent as a model spends it: reasoning first, so a small one leaves no
+answer at all (finish_reason `length`).
 """
 
 from __future__ import annotations
@@ -53,9 +57,12 @@ class Script:
     reasoning: str
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
+    truncated: bool = False  # cut at the request's output limit
 
     @property
     def finish_reason(self) -> str:
+        if self.truncated:
+            return "length"
         return "tool_calls" if self.tool_calls else "stop"
 
 
@@ -69,6 +76,32 @@ def answer(body: Mapping[str, Any], depth: Depth) -> Script:
     if tools and body.get("tool_choice") != "none":
         return _tool_call(body, tools, last_user_text(messages), quote, depth)
     return Script(reasoning=_reasoning_plain(quote, depth), content=_plain_answer(quote))
+
+
+def tokens(text: str) -> int:
+    """The simulated tokenizer: about four characters a token."""
+    return (len(text) + 3) // 4
+
+
+def output_limit(body: Mapping[str, Any]) -> int | None:
+    """A chat request's output limit: `max_completion_tokens`, else `max_tokens` (None: none)."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if type(value) is int and value > 0:
+            return value
+    return None
+
+
+def cut(script: Script, limit: int | None) -> tuple[Script, bool]:
+    """The script as far as `limit` output tokens reach, and whether it was cut. Reasoning comes
+    first, as the model spends its budget; a tool call that does not fit whole is dropped."""
+    arguments = sum(tokens(c.name) + tokens(c.arguments) for c in script.tool_calls)
+    used = tokens(script.reasoning) + tokens(script.content) + arguments
+    if limit is None or used <= limit:
+        return script, False
+    reasoning = script.reasoning[: limit * 4]
+    left = max(0, limit - tokens(reasoning))
+    return Script(reasoning=reasoning, content=script.content[: left * 4], truncated=True), True
 
 
 # --- reading the request -------------------------------------------------------------------

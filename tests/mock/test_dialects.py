@@ -458,3 +458,34 @@ async def test_vllm_always_thinking_families_open_think_in_the_template(
     assert not field_text(chunks, "reasoning")
     message = (await complete(client, "vllm", model=model))["choices"][0]["message"]
     assert message["content"] == text
+
+
+# --- an output limit: the answer is cut where max_tokens runs out -------------------------------
+
+
+@pytest.mark.parametrize("limit", [{"max_tokens": 8}, {"max_completion_tokens": 8}])
+async def test_a_small_output_limit_spent_on_reasoning_leaves_no_answer(
+    client: httpx.AsyncClient, limit: dict[str, int]
+) -> None:
+    """Reasoning comes first and counts against the limit (DeepSeek's max_tokens, OpenAI's
+    max_completion_tokens): a limit the reasoning uses up ends the answer with finish_reason
+    length and no content."""
+    chunks = await stream(client, "deepseek", reasoning_effort="high", **limit)
+    assert field_text(chunks, "reasoning_content") and not content_text(chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    completion = await complete(client, "deepseek", reasoning_effort="high", **limit)
+    choice = completion["choices"][0]
+    assert choice["finish_reason"] == "length" and not choice["message"]["content"]
+    assert choice["message"]["reasoning_content"]
+    usage = completion["usage"]
+    assert usage["completion_tokens"] == usage["completion_tokens_details"]["reasoning_tokens"] == 8
+
+
+async def test_an_output_limit_past_the_reasoning_cuts_the_answer(client: httpx.AsyncClient) -> None:
+    whole = (await complete(client, "deepseek"))["choices"][0]
+    cut = (await complete(client, "deepseek", max_tokens=40))["choices"][0]
+    assert whole["finish_reason"] == "stop" and cut["finish_reason"] == "length"
+    assert cut["message"]["reasoning_content"] == whole["message"]["reasoning_content"]
+    assert whole["message"]["content"].startswith(cut["message"]["content"]) and cut["message"]["content"]
+    roomy = (await complete(client, "deepseek", max_tokens=4096))["choices"][0]
+    assert roomy == whole | {"message": roomy["message"]} and roomy["message"] == whole["message"]

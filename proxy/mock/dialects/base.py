@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from proxy.mock.scenarios import Depth, Script, ToolCall, text_of
+from proxy.mock.scenarios import Depth, Script, ToolCall, text_of, tokens
 
 JSON = dict[str, Any]
 
@@ -92,10 +92,6 @@ def split_arguments(arguments: str, size: int) -> list[str]:
     """Arguments arrive in several pieces (three at least, when long enough), as real models send them."""
     piece = max(1, min(size, -(-len(arguments) // 3)))
     return split_text(arguments, piece) or [""]
-
-
-def tokens(text: str) -> int:
-    return (len(text) + 3) // 4
 
 
 def count_tokens(body: Mapping[str, Any], script: Script) -> Counts:
