@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from proxy.mock.scenarios import Depth, Script, ToolCall, text_of, tokens
+from proxy.mock.scenarios import Depth, Script, ToolCall, text_of
+from proxy.mock.scenarios import tokens as tokens  # (the dialects read it here)
 
 JSON = dict[str, Any]
 
