@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from proxy.core.stream.trace import TraceOutcome
+    from proxy.core.stream.trace_outcome import TraceOutcome
     from proxy.core.usage import TokenUsage
 
 TraceEvents = Sequence[dict[str, Any]]

@@ -51,6 +51,8 @@ _EVENT_FIELDS = (
     "ttft_ms",
     "reasoning_ms",
     "total_ms",
+    "reasoning_tokens",
+    "max_tokens",
 )
 _CONTENT_FIELDS = ("input_summary", "output_summary")
 

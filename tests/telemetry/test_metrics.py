@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.core.events import AccessRecord
-from proxy.core.stream.trace import TraceOutcome
+from proxy.core.stream.trace_outcome import TraceOutcome
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app

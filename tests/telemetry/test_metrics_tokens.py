@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.core.events import AccessRecord
-from proxy.core.stream.trace import TraceOutcome
+from proxy.core.stream.trace_outcome import TraceOutcome
 from proxy.core.usage import ESTIMATED, REPORTED, ReasoningTokens, TokenUsage, account
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.otel import span_attributes

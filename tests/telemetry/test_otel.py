@@ -189,6 +189,19 @@ def test_mid_stream_failure_sets_error_type_and_an_error_event(
     assert "error" in [event.name for event in span.events]
 
 
+
+def test_reasoning_that_ate_the_answer_is_a_warning_span_event(
+    mock: BackgroundServer, receiver: Receiver
+) -> None:
+    with proxy(mock) as p:
+        r = chat(p, {**STREAM, "max_tokens": 8}, **{"x-thinking-level": "deep"})
+        assert r.status_code == 200
+    _, span, attrs = only_span(receiver)
+    assert attrs["gen_ai.response.finish_reasons"] == ["length"]
+    [warning] = [attributes(e.attributes) for e in span.events if e.name == "warning"]
+    assert warning["code"] == "reasoning_starved"
+    assert (warning["reasoning_tokens"], warning["max_tokens"]) == (8, 8)
+
 def test_a_prompted_level_is_recorded_with_method_prompt(mock: BackgroundServer, receiver: Receiver) -> None:
     with proxy(mock, gateway=False) as p:
         r = chat(

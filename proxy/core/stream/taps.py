@@ -20,7 +20,7 @@ from proxy.core.stream.trace import TraceBuilder
 Tap = Callable[[TraceEvents], None]
 
 # What `X-Trace: brief` shows of the detailed timeline (see docs/trace-events.md).
-BRIEF_TYPES = frozenset({"status", "tool_call.start", "error", "done"})
+BRIEF_TYPES = frozenset({"status", "note", "tool_call.start", "warning", "error", "done"})
 
 
 def trace_tap(observers: Sequence[RequestObserver]) -> Tap | None:

@@ -1,30 +1,31 @@
 """The trace: a summarized timeline of what the model is doing, built from one response.
 
 Pure: chunks (already normalized by the reasoning extractor) and clock readings in, event dicts
-out. The event vocabulary is documented in docs/trace-events.md and
-docs/trace-event.schema.json. This module is the state machine (stages, reasoning, tool calls,
-`done`); the parts it leans on are modules of their own: which call a streamed tool-call
-fragment belongs to and when its arguments close (proxy.core.stream.tool_args), what it reads
-out of requests and whole completions (proxy.core.stream.trace_input), and how events are
-written into a stream (proxy.core.stream.trace_format).
+out. The event vocabulary is documented in docs/trace-events.md and docs/trace-event.schema.json.
+This module is the state machine (stages, reasoning, tool calls, `done`); the parts it leans on
+are modules of their own: which call a streamed tool-call fragment belongs to and when its
+arguments close (proxy.core.stream.tool_args), what it reads out of requests and whole completions
+(proxy.core.stream.trace_input), how events are written into a stream (proxy.core.stream.trace_format)
+and what a finished answer showed (proxy.core.stream.trace_outcome: its outcome, the warning).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 from proxy.core.controls import TraceMode
 from proxy.core.stream.summaries import output_is_error, summarize_output
 from proxy.core.stream.tool_args import ToolCall, ToolCalls
-from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, duration_text, ms
+from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, duration_text, ms, replay_text
 from proxy.core.stream.trace_input import (
     answered_tool_calls,
     completion_as_chunks,
     first_choice,
     writable_usage,
 )
+from proxy.core.stream.trace_outcome import TraceOutcome, output_limit, starved_warning
 
 # Bound on client- or model-controlled text copied into an `error` event.
 _MAX_ERROR_CHARS = 300
@@ -43,16 +44,6 @@ _STAGE_TEXT: dict[Stage, tuple[str, str]] = {
     Stage.TOOL_CALLING: ("Calling tools", "正在调用工具"),
     Stage.ANSWERING: ("Writing the answer", "正在整理答案"),
 }
-
-
-class TraceOutcome(NamedTuple):
-    """What a finished response showed, for telemetry (none of its content): the upstream's
-    usage as it came, and the times of the trace (ms): to the first token, and spent thinking
-    (None when the model did not reason)."""
-
-    usage: dict[str, Any] | None
-    ttft_ms: float | None
-    reasoning_ms: float | None
 
 
 class TraceBuilder:
@@ -75,10 +66,10 @@ class TraceBuilder:
     # in a shared-key instance dict (30); past that each instance got a dict of its own, slower
     # to fill and to read on every call.
     __slots__ = (
-        "_begun", "_detailed", "_done", "_finish_reason", "_held_done", "_hold_done", "_last_t",
-        "_level", "_method", "_notes", "_off", "_origin", "_provider", "_quiet",
-        "_reasoned", "_reasoning_since", "_reasoning_total", "_replay", "_seq", "_stage", "_titles",
-        "_tool_durations", "_tools", "_ttft", "_usage", "_viewed", "_zh", "response",
+        "_answered", "_begun", "_detailed", "_done", "_finish_reason", "_held_done", "_hold_done",
+        "_last_t", "_level", "_max_tokens", "_method", "_notes", "_off", "_origin", "_provider",
+        "_quiet", "_reasoned", "_reasoning_since", "_reasoning_total", "_replay", "_seq", "_stage",
+        "_starved", "_titles", "_tool_durations", "_tools", "_ttft", "_usage", "_viewed", "_zh", "response",
     )  # fmt: skip
 
     def __init__(
@@ -112,6 +103,9 @@ class TraceBuilder:
         self._reasoning_since: float | None = None
         self._reasoning_total = 0.0
         self._reasoned = False
+        # Answer text came; reasoning used the request's output limit, leaving none (trace_outcome).
+        self._answered = self._starved = False
+        self._max_tokens: int | None = None
         self._ttft: float | None = None
         # Tool calls in order of appearance, and which call each later fragment belongs to.
         self._tools = ToolCalls()
@@ -156,11 +150,15 @@ class TraceBuilder:
         if self._off or self._begun:
             return []
         self._begun = True
+        self._max_tokens = output_limit(request_body)
         t = self._clock(now_ms)
         out: list[dict[str, Any]] = []
         self._set_stage(Stage.ANALYZING, t, out)
         if self._replay is not None:
-            out.append(self._replay_event(t, self._replay))
+            replay = self._replay
+            out.append(
+                self._event("status", t, self._text(*replay_text(replay)), stage="replaying", **replay)
+            )
         for en, zh, fields in self._notes:
             out.append(self._event("note", t, self._text(en, zh), **fields))
         if self._detailed and isinstance(request_body, dict):
@@ -185,12 +183,6 @@ class TraceBuilder:
                     )
                 )
         return out
-
-    def _replay_event(self, t: float, counts: dict[str, int]) -> dict[str, Any]:
-        restored, placeholder, missing = counts["restored"], counts["placeholder"], counts["missing"]
-        en = f"Reasoning of earlier turns: {restored} restored, {placeholder} placeholder, {missing} missing"
-        zh = f"历史推理：恢复 {restored}，占位 {placeholder}，缺失 {missing}"
-        return self._event("status", t, self._text(en, zh), stage="replaying", **counts)
 
     def on_chunk(self, chunk: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
         """The events one normalized `chat.completion.chunk` causes (usually none)."""
@@ -253,6 +245,13 @@ class TraceBuilder:
         t = self._clock(now_ms)
         self._close_reasoning(t, out)
         self._close_calls(t, out)
+        answered = self._answered or bool(self._tools.calls)
+        warning = starved_warning(
+            self._finish_reason, self._reasoned, answered, self._usage, self._max_tokens, self._zh
+        )
+        if warning is not None:
+            self._starved = True
+            out.append(self._event("warning", t, warning[0], **warning[1]))
         self._done = True
         total = t
         fields: dict[str, Any] = {"finish_reason": self._finish_reason}
@@ -310,7 +309,7 @@ class TraceBuilder:
         if not self._done:
             return None
         reasoning = self._reasoning_total if self._reasoned else None
-        return TraceOutcome(self._usage, self._ttft, reasoning)
+        return TraceOutcome(self._usage, self._ttft, reasoning, self._starved)
 
     def on_completion(self, body: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
         """A whole non-stream `chat.completion`: the events its stream would have caused, then done."""
@@ -363,6 +362,7 @@ class TraceBuilder:
             # Models often emit a line break between their reasoning and a tool call: that is not
             # the start of an answer.
             if not (isinstance(content, str) and content.isspace()):
+                self._answered = True
                 self._close_reasoning(t, out)
                 self._close_calls(t, out)
                 self._set_stage(Stage.ANSWERING, t, out)

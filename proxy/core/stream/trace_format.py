@@ -74,3 +74,10 @@ def duration_text(ms: float) -> tuple[str, str]:
         whole = round(ms)  # (the same digits as `:.0f`, without a float formatter)
         return f"{whole} ms", f"{whole} 毫秒"
     return f"{ms / 1000:.1f} s", f"{ms / 1000:.1f} 秒"
+
+
+def replay_text(counts: dict[str, int]) -> tuple[str, str]:
+    """The `replaying` status's message (English, Chinese): the replay store's counts."""
+    restored, placeholder, missing = counts["restored"], counts["placeholder"], counts["missing"]
+    en = f"Reasoning of earlier turns: {restored} restored, {placeholder} placeholder, {missing} missing"
+    return en, f"历史推理：恢复 {restored}，占位 {placeholder}，缺失 {missing}"

@@ -209,11 +209,11 @@ def test_the_outcome_is_what_the_done_event_says(mode: TraceMode) -> None:
 def test_the_outcome_tells_a_model_that_did_not_reason_from_one_that_reasoned_in_no_time() -> None:
     plain = builder()
     plain.on_completion({"id": "x", "choices": [{"message": {"content": "Hi"}}]}, False, 40.0)
-    assert plain.outcome() == (None, 40.0, None)
+    assert plain.outcome() == (None, 40.0, None, False)
     thought = builder()
     body = {"id": "x", "choices": [{"message": {"content": "Hi", "reasoning_content": "hmm"}}]}
     thought.on_completion(body, True, 40.0)
-    assert thought.outcome() == (None, 40.0, 0.0)  # a whole answer: its thinking took no time here
+    assert thought.outcome() == (None, 40.0, 0.0, False)  # a whole answer: its thinking took no time here
 
 
 def test_a_builder_that_is_off_has_no_outcome() -> None:
@@ -542,8 +542,9 @@ def test_documented_examples_validate_and_cover_every_type() -> None:
     examples = [orjson.loads(line) for line in doc.splitlines() if line.startswith('{"type":')]
     assert_valid(examples)
     # (The review gate's own events are made by proxy.review: tests/review/test_trace.py; `note`
-    # only when a front door adds one: test_a_front_doors_notes_follow_analyzing below.)
-    other_types = {"review.request", "review.decision", "note"}
+    # only when a front door adds one: test_a_front_doors_notes_follow_analyzing below; `warning`
+    # only when the reasoning ate the answer: test_trace_outcome.py.)
+    other_types = {"review.request", "review.decision", "note", "warning"}
     assert {e["type"] for e in examples} == ALL_TYPES | other_types
     assert {ref["$ref"].removeprefix("#/$defs/") for ref in SCHEMA["oneOf"]} == ALL_TYPES | other_types
 
