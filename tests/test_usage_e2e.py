@@ -68,7 +68,7 @@ def metric(proxy: BackgroundServer, name: str, **labels: str) -> float:
 def test_an_upstream_without_a_count_gets_the_estimate_marked_in_the_stream(
     proxy: BackgroundServer, mock: BackgroundServer, dialect: str
 ) -> None:
-    before = metric(proxy, "thinkproxy_reasoning_tokens_count", source="estimated")
+    before = metric(proxy, "thinkproxy_reasoning_tokens_total", source="estimated")
     stream = client(proxy, mock, dialect).chat.completions.create(
         model="m",
         messages=ASK,
@@ -90,7 +90,8 @@ def test_an_upstream_without_a_count_gets_the_estimate_marked_in_the_stream(
     assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (
         upstream["prompt_tokens"], upstream["completion_tokens"], upstream["total_tokens"],
     )  # fmt: skip
-    assert metric(proxy, "thinkproxy_reasoning_tokens_count", source="estimated") == before + 1
+    after = metric(proxy, "thinkproxy_reasoning_tokens_total", source="estimated")
+    assert after == before + details.reasoning_tokens
 
 
 def test_a_completion_without_a_count_gets_it_too(proxy: BackgroundServer, mock: BackgroundServer) -> None:
@@ -117,26 +118,28 @@ def test_the_responses_door_keeps_the_estimate_marked(
 
 
 def test_a_reported_count_passes_as_it_came(proxy: BackgroundServer, mock: BackgroundServer) -> None:
-    before = metric(proxy, "thinkproxy_reasoning_tokens_sum", source="reported", provider="deepseek")
+    before = metric(
+        proxy, "thinkproxy_reasoning_tokens_total", source="reported", gen_ai_provider_name="deepseek"
+    )
     answer = client(proxy, mock, "deepseek").chat.completions.create(model="m", messages=ASK)  # type: ignore[arg-type]
     reported = direct_usage(mock, "deepseek")["completion_tokens_details"]["reasoning_tokens"]
     assert answer.usage is not None and answer.usage.completion_tokens_details is not None
     assert answer.usage.completion_tokens_details.reasoning_tokens == reported
     assert not answer.usage.completion_tokens_details.model_extra
-    after = metric(proxy, "thinkproxy_reasoning_tokens_sum", source="reported", provider="deepseek")
+    after = metric(
+        proxy, "thinkproxy_reasoning_tokens_total", source="reported", gen_ai_provider_name="deepseek"
+    )
     assert after == before + reported
 
 
 def test_a_stream_without_usage_gets_none_but_is_counted(
     proxy: BackgroundServer, mock: BackgroundServer
 ) -> None:
-    before = metric(proxy, "thinkproxy_reasoning_tokens_count", source="estimated", provider="ollama")
+    ollama = {"source": "estimated", "gen_ai_provider_name": "ollama"}
+    before = metric(proxy, "thinkproxy_reasoning_tokens_total", **ollama)
     chunks = list(client(proxy, mock, "ollama").chat.completions.create(model="m", messages=ASK, stream=True))  # type: ignore[arg-type]
     assert all(c.usage is None for c in chunks)
-    assert (
-        metric(proxy, "thinkproxy_reasoning_tokens_count", source="estimated", provider="ollama")
-        == before + 1
-    )
+    assert metric(proxy, "thinkproxy_reasoning_tokens_total", **ollama) > before
 
 
 CACHED_ANSWER = {

@@ -12,10 +12,12 @@ Names and labels are part of the interface (docs/observability.md):
 
 | metric | labels |
 |---|---|
-| `thinkproxy_requests_total` | route, provider, level, method, status |
+| `thinkproxy_requests_total` | route, provider, level, method, status, client |
 | `thinkproxy_time_to_first_token_seconds` | provider, level (streams) |
 | `thinkproxy_reasoning_seconds` | provider, level (responses that reasoned) |
-| `thinkproxy_reasoning_tokens` | provider, source (reported, estimated) |
+| `thinkproxy_reasoning_tokens_total` | client, gen_ai_provider_name, gen_ai_request_model, level, |
+|   | source (reported, estimated) |
+| `thinkproxy_reasoning_starved_total` | client, gen_ai_provider_name, gen_ai_request_model |
 | `thinkproxy_cached_input_tokens_total` | gen_ai_provider_name, gen_ai_request_model |
 | `thinkproxy_active_streams` | — |
 | `thinkproxy_upstream_errors_total` | provider, kind |
@@ -29,7 +31,10 @@ Label values are names the proxy chose (routes, providers.yaml entries, levels, 
 the request's model, which is bounded (ModelLabels): a model the configuration names (routes file,
 providers.yaml) is always its own label; any other keeps its name only once an upstream served it
 (a 2xx), while fewer than `THINKPROXY_METRICS_MAX_MODELS` such names are kept, and is `other`
-otherwise, from its first request. Nothing else from a request (no key, no header, no content)
+otherwise, from its first request. `client` is the name of the gateway client key the request
+presented, bounded by the configured keys (`THINKPROXY_CLIENT_KEYS`; names are unique), never
+by what a client sends: empty in bring-your-own-key mode, for an unnamed key and for a request
+refused before its key was read. Nothing else from a request (no key, no header, no content)
 becomes a label.
 
 Several worker processes (`--workers N`): prometheus-client's multiprocess mode, enabled when
@@ -163,9 +168,10 @@ class Metrics:
         # Each `*_of(label values…)` is the child to update.
         self.requests_of = make.counter(
             "thinkproxy_requests",
-            "Requests answered, by route (chat, responses, passthrough), providers.yaml entry, thinking "
-            "level applied, how it was applied (params, prompt) and the HTTP status the client got.",
-            ["route", "provider", "level", "method", "status"],
+            "Requests answered, by route (chat, responses, messages, passthrough), providers.yaml entry, "
+            "thinking level applied, how it was applied (params, prompt), the HTTP status the client "
+            "got and the gateway client key's name (empty: none, or unnamed).",
+            ["route", "provider", "level", "method", "status", "client"],
         )
         self.ttft_of = make.histogram(
             "thinkproxy_time_to_first_token_seconds",
@@ -179,15 +185,24 @@ class Metrics:
             ["provider", "level"],
             LONG_DURATION_BUCKETS,
         )
-        # One count per response (proxy.core.usage), labelled with where it came from: the
-        # upstream's usage, or the proxy's estimate from the reasoning text when the upstream
-        # reports none (a label, not a second metric: the sum over both is every response).
-        self.reasoning_tokens_of = make.histogram(
+        # Each answer's one count (proxy.core.usage) added up, by who spent it (the client key),
+        # on what (provider, model, level applied) and where the count came from: the upstream's
+        # usage, or the proxy's estimate from the reasoning text when the upstream reports none
+        # (a label, not a second metric: the sum over both is every answer's). Provider and model
+        # are labelled like gen_ai_client_token_usage, so the reasoning share of output tokens is
+        # one division.
+        self.reasoning_tokens_of = make.counter(
             "thinkproxy_reasoning_tokens",
-            "Reasoning tokens per response: as the upstream reported them (source=reported) or "
-            "estimated from the reasoning text when it reports none (source=estimated).",
-            ["provider", "source"],
-            GENAI_TOKEN_BUCKETS,
+            "Reasoning tokens, as the upstream reported them (source=reported) or estimated from the "
+            "reasoning text when it reports none (source=estimated), by gateway client key, provider, "
+            "model and thinking level applied.",
+            ["client", "gen_ai_provider_name", "gen_ai_request_model", "level", "source"],
+        )
+        self.reasoning_starved_of = make.counter(
+            "thinkproxy_reasoning_starved",
+            "Answers the reasoning ate: ended at the output limit (finish_reason length) after "
+            "reasoning, with no text and no tool call (trace warning reasoning_starved).",
+            ["client", "gen_ai_provider_name", "gen_ai_request_model"],
         )
         # Labelled like gen_ai_client_token_usage, so the cache-hit share of input tokens is one
         # division of two series with the same labels.
@@ -235,8 +250,9 @@ class Metrics:
         builder saw: proxy.core.stream.trace.TraceOutcome), never from the answer itself."""
         provider = record.provider or "none"
         level = record.level or "none"
+        client = record.client or ""
         self.requests_of(
-            record.route, provider, level, record.thinking_method or "none", str(record.status)
+            record.route, provider, level, record.thinking_method or "none", str(record.status), client
         ).inc()
         kind = upstream_error_kind(record)
         if kind is not None:
@@ -263,8 +279,11 @@ class Metrics:
             self.token_usage_of("chat", provider, model, "output").observe(usage.output)
         if usage.cached_input:
             self.cached_input_tokens_of(provider, model).inc(usage.cached_input)
-        if usage.reasoning is not None:
-            self.reasoning_tokens_of(provider, usage.reasoning.source).observe(usage.reasoning.value)
+        if usage.reasoning is not None and usage.reasoning.value:
+            reasoning = usage.reasoning
+            self.reasoning_tokens_of(client, provider, model, level, reasoning.source).inc(reasoning.value)
+        if answer.starved:
+            self.reasoning_starved_of(client, provider, model).inc()
         if record.stream and answer.ttft_ms is not None:
             self.ttft_of(provider, level).observe(answer.ttft_ms / 1000.0)
         if answer.reasoning_ms is not None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -84,6 +85,26 @@ def chat(server: BackgroundServer, body: dict[str, Any], **headers: str) -> http
     return httpx.post(f"{server.url}/v1/chat/completions", json=body, headers={**AUTH, **headers}, timeout=20)
 
 
+def usage_of(stream_text: str) -> dict[str, Any]:
+    """The `usage` of a stream's last chunk that carries one."""
+    chunks = [orjson.loads(line[6:]) for line in stream_text.splitlines() if line.startswith("data: {")]
+    usage: dict[str, Any] = [c["usage"] for c in chunks if c.get("usage")][-1]
+    return usage
+
+
+def genai_of(labels: dict[str, str]) -> dict[str, str]:
+    """The provider and model labels of a GenAI label set (token counters carry no operation)."""
+    return {k: v for k, v in labels.items() if k != "gen_ai_operation_name"}
+
+
+def deep_reasoning_tokens(mock: BackgroundServer) -> int:
+    """The reasoning tokens the simulated DeepSeek reports for one deep answer to ASK."""
+    body = {**ASK, "reasoning_effort": "max", "thinking": {"type": "enabled"}}
+    usage = httpx.post(f"{mock.url}/deepseek/v1/chat/completions", json=body).json()["usage"]
+    tokens: int = usage["completion_tokens_details"]["reasoning_tokens"]
+    return tokens
+
+
 def test_a_deep_stream_counts_request_ttft_thinking_tokens_and_genai_histograms(
     mock: BackgroundServer,
 ) -> None:
@@ -92,17 +113,19 @@ def test_a_deep_stream_counts_request_ttft_thinking_tokens_and_genai_histograms(
         assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
         text = scrape(p)
     labels = {"route": "chat", "provider": "deepseek", "level": "deep", "method": "params", "status": "200"}
-    assert value(text, "thinkproxy_requests_total", **labels) == 1
+    assert value(text, "thinkproxy_requests_total", **labels, client="") == 1  # BYOK: no key name
     assert value(text, "thinkproxy_time_to_first_token_seconds_count", provider="deepseek", level="deep") == 1
     assert value(text, "thinkproxy_reasoning_seconds_count", provider="deepseek", level="deep") == 1
     assert value(text, "thinkproxy_reasoning_seconds_sum", provider="deepseek", level="deep") >= 0
-    assert value(text, "thinkproxy_reasoning_tokens_count", provider="deepseek") == 1
-    assert value(text, "thinkproxy_reasoning_tokens_sum", provider="deepseek") > 0
     genai = {
         "gen_ai_operation_name": "chat",
         "gen_ai_provider_name": "deepseek",
         "gen_ai_request_model": "deepseek-v4",
     }
+    reported = usage_of(r.text)["completion_tokens_details"]["reasoning_tokens"]
+    reasoning = {"client": "", "level": "deep", "source": "reported"}
+    assert value(text, "thinkproxy_reasoning_tokens_total", **genai_of(genai), **reasoning) == reported > 0
+    assert value(text, "thinkproxy_reasoning_starved_total") == 0
     assert value(text, "gen_ai_client_operation_duration_seconds_count", **genai, error_type="") == 1
     assert value(text, "gen_ai_client_token_usage_count", **genai, gen_ai_token_type="input") == 1
     assert value(text, "gen_ai_client_token_usage_count", **genai, gen_ai_token_type="output") == 1
@@ -240,13 +263,37 @@ def test_a_client_leaving_mid_stream_ends_its_active_stream(mock: BackgroundServ
     assert value(text, duration, error_type="client_disconnected") == 1
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_named_client_keys_answers_are_counted_under_its_name(mock: BackgroundServer, stream: bool) -> None:
+    """Gateway mode: the key's name labels its requests, reasoning tokens and starved answers; a
+    small max_tokens that the reasoning uses up is a starved answer (finish_reason length)."""
+    keys = {"upstream_api_key": "sk-upstream", "client_keys": [f"alice:{SECRET}", "ck-unnamed-key"]}
+    with proxy(mock, **keys) as p:
+        body = {**(STREAM if stream else ASK), "max_tokens": 8}
+        assert chat(p, body, **{"x-thinking-level": "deep"}).status_code == 200
+        assert (
+            httpx.post(
+                f"{p.url}/v1/chat/completions", json=ASK, headers={"authorization": "Bearer ck-unnamed-key"}
+            ).status_code
+            == 200
+        )
+        text = scrape(p)
+    assert value(text, "thinkproxy_requests_total", client="alice", status="200") == 1
+    assert value(text, "thinkproxy_requests_total", client="", status="200") == 1  # the unnamed key
+    genai = {"gen_ai_provider_name": "deepseek", "gen_ai_request_model": "deepseek-v4"}
+    assert value(text, "thinkproxy_reasoning_tokens_total", client="alice", level="deep", **genai) == 8
+    assert value(text, "thinkproxy_reasoning_starved_total", client="alice", **genai) == 1
+    assert value(text, "thinkproxy_reasoning_starved_total", client="") == 0
+    assert SECRET not in text and "ck-unnamed-key" not in text
+
+
 def test_a_non_stream_answer_counts_tokens_but_no_time_to_first_token(mock: BackgroundServer) -> None:
     with proxy(mock) as p:
         assert chat(p, ASK, **{"x-thinking-level": "deep"}).status_code == 200
         text = scrape(p)
     assert value(text, "gen_ai_client_token_usage_count", gen_ai_token_type="input") == 1
     assert value(text, "gen_ai_client_token_usage_sum", gen_ai_token_type="output") > 0
-    assert value(text, "thinkproxy_reasoning_tokens_count", provider="deepseek") == 1
+    assert value(text, "thinkproxy_reasoning_tokens_total", gen_ai_provider_name="deepseek") > 0
     assert value(text, "thinkproxy_reasoning_seconds_count", provider="deepseek", level="deep") == 1
     assert value(text, "thinkproxy_time_to_first_token_seconds_count") == 0
 
@@ -259,7 +306,7 @@ def test_a_client_asking_for_no_trace_is_counted_all_the_same(mock: BackgroundSe
         assert r.status_code == 200 and "trace" not in r.text
         text = scrape(p)
     assert value(text, "gen_ai_client_token_usage_count", gen_ai_token_type="output") == 1
-    assert value(text, "thinkproxy_reasoning_tokens_count", provider="deepseek") == 1
+    assert value(text, "thinkproxy_reasoning_tokens_total", gen_ai_provider_name="deepseek") > 0
     assert value(text, "thinkproxy_reasoning_seconds_count", provider="deepseek", level="deep") == 1
     assert value(text, "thinkproxy_time_to_first_token_seconds_count") == (1 if stream else 0)
 
@@ -501,10 +548,14 @@ def test_real_prometheus_scrapes_two_workers_and_sums_them(
         )
         assert query(url, 'sum(thinkproxy_time_to_first_token_seconds_count{provider="deepseek"})') == 7
         assert query(url, 'sum(thinkproxy_reasoning_seconds_count{level="deep"})') == 7
-        # The deep DeepSeek streams report reasoning tokens; prompted thinking (plain output to the
-        # upstream) and the truncated stream (no usage came) are estimated from their reasoning text.
-        assert query(url, 'sum(thinkproxy_reasoning_tokens_count{source="reported"})') == 6
-        assert query(url, 'sum(thinkproxy_reasoning_tokens_count{source="estimated"})') == 2
+        # The deep DeepSeek streams report reasoning tokens (one worker counted them all); prompted
+        # thinking (plain output to the upstream) and the truncated stream (no usage came) are
+        # estimated from their reasoning text (the other worker's). No client key: client="".
+        reported = 'sum(thinkproxy_reasoning_tokens_total{source="reported",level="deep",client=""})'
+        assert query(url, reported) == 6 * deep_reasoning_tokens(mock)
+        estimated = query(url, 'sum(thinkproxy_reasoning_tokens_total{source="estimated"})')
+        assert estimated and estimated == value(text, "thinkproxy_reasoning_tokens_total", source="estimated")
+        assert query(url, 'sum(thinkproxy_requests_total{client=""})') == 9
         assert query(url, 'sum(gen_ai_client_operation_duration_seconds_count{error_type="429"})') == 1
         assert query(url, 'sum(gen_ai_client_token_usage_count{gen_ai_token_type="input"})') == 7
         assert query(url, "sum(thinkproxy_active_streams)") == 0
