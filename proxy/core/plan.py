@@ -47,7 +47,7 @@ from proxy.core.gateway import GatewayAuth
 from proxy.core.headers import filter_headers
 from proxy.core.protocols.responses_upstream import responses_request
 from proxy.core.providers import Dialect, ProvidersTable, ReplayPolicy
-from proxy.core.rewrite import rewrite_body
+from proxy.core.rewrite import rewrite_body, with_budget
 from proxy.core.routing import Destination, RouteTable, replace_model, request_model
 from proxy.core.stream import jsonio
 from proxy.core.stream.capture import TurnCollector
@@ -121,6 +121,9 @@ class Intent:
     controls: Controls
     destination: Destination | None
     vet: str | None = None
+    # A numeric thinking budget the client asked (the Messages API's `budget_tokens`), sent in
+    # place of the level's own where the dialect's level carries one (rewrite.with_budget).
+    budget_tokens: int | None = None
 
 
 def read_controls(headers: HeaderView, defaults: Defaults) -> Controls:
@@ -276,10 +279,15 @@ def plan_chat(
     applied: Level | None = None
     method: str | None = None
     result = rewrite_body(body, level, dialect, zh=zh)
-    if level is not None or result.body is not body:  # (no level: history fields fitted, if needed)
+    rewritten, budget_param = result.body, None
+    if intent.budget_tokens is not None and result.method == "params" and level is not Level.OFF:
+        rewritten, budget_param = with_budget(rewritten, intent.budget_tokens)
+    if level is not None or rewritten is not body:  # (no level: history fields fitted, if needed)
         applied, method = result.level_applied, result.method
-        content = jsonio.dumps(result.body)  # integers above 64 bits kept exact
+        content = jsonio.dumps(rewritten)  # integers above 64 bits kept exact
     response_headers = thinking_headers(applied, dialect.name, method)
+    if budget_param is not None:
+        response_headers.append((BUDGET_HEADER, f"{budget_param}={intent.budget_tokens}"))
     request = UpstreamRequest(
         "POST",
         upstream_url(arrival, tgt.destination, gateway_mode=gateway_mode),
@@ -334,6 +342,8 @@ def reasoning_options(
 # made the calls) must go back with the calls they preceded: OpenAI refuses a replayed
 # function_call without its reasoning item (store: false).
 RESPONSES_REPLAY = ReplayPolicy(mode="tool_calls", field="reasoning_details")
+# Says that the client's numeric thinking budget was sent, and in which param.
+BUDGET_HEADER = "x-thinking-budget-applied"
 UPSTREAM_API_HEADER = "x-thinking-upstream-api"
 
 

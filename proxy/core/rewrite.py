@@ -172,6 +172,35 @@ def _replay(message: dict[str, Any], dialect: Dialect, *, prompted: bool) -> dic
     return _strip(message, _inline_patterns(dialect.reasoning.tags, dialect.reasoning.implicit_open))
 
 
+# Where a level's params carry a numeric thinking budget (providers.yaml): DashScope's and
+# SiliconFlow's `thinking_budget`, Anthropic's `thinking.budget_tokens`, OpenRouter's
+# `reasoning.max_tokens`. A client's own budget (the Messages API's `budget_tokens`) replaces it.
+BUDGET_PATHS: tuple[tuple[str, ...], ...] = (
+    ("thinking_budget",),
+    ("thinking", "budget_tokens"),
+    ("reasoning", "max_tokens"),
+)
+
+
+def with_budget(body: dict[str, Any], budget: int) -> tuple[dict[str, Any], str | None]:
+    """`body` (a rewritten request) with `budget` in the numeric budget its level's params set, and
+    that param's dotted name; the same body and None when they set none: a dialect whose knob is
+    only a switch or an effort has no number to take, and none is invented."""
+    for path in BUDGET_PATHS:
+        node: Any = body
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and type(node.get(path[-1])) is int:
+            out = dict(body)
+            parent = out
+            for key in path[:-1]:
+                parent[key] = dict(parent[key])
+                parent = parent[key]
+            parent[path[-1]] = budget
+            return out, ".".join(path)
+    return body, None
+
+
 def fit_history(body: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     """`body` with the reasoning of its assistant messages in the field the upstream reads, when no
     level is applied (the same object when nothing needed it, so the original bytes can go).

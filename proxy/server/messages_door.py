@@ -146,7 +146,8 @@ class MessagesDoor:
         spilled = await self._spilled(spilled_keys(bridged.thinking, ctx))
         report = restore_thinking(chat["messages"], bridged.thinking, ctx, spilled)
         if LEVEL_HEADER not in request.headers and bridged.level is not None:
-            intent = replace(intent, controls=replace(intent.controls, level=bridged.level))
+            controls = replace(intent.controls, level=bridged.level)
+            intent = replace(intent, controls=controls, budget_tokens=bridged.budget_tokens)
         spill: list[tuple[str, bytes]] = []
         transcoder = MessagesTranscoder(
             new_id("msg"),

@@ -13,7 +13,8 @@ Levels (docs/messages.md, "Levels"): `thinking: {type: disabled}` → off; `{typ
 budget_tokens: N}` → standard below `DEEP_BUDGET` tokens, deep from it on; `{type: adaptive}` →
 by `output_config.effort` (low, medium → standard; high, xhigh, max → deep; none → standard: the
 model decides how hard to think, as with a level that sends no intensity knob); no `thinking` →
-no level. The budget itself is not forwarded: providers.yaml levels carry fixed parameters.
+no level. The budget itself is sent where the level's params carry a numeric budget (DashScope's
+`thinking_budget`, Anthropic's `budget_tokens`…; proxy.core.rewrite.with_budget), else dropped.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class BridgedMessages:
     omitted_tools: tuple[str, ...]  # server tool types left out (X-Thinking-Omitted-Tools)
     dropped: tuple[str, ...]  # request fields (and notes) not carried upstream
     redacted: int  # redacted_thinking blocks dropped
+    budget_tokens: int | None = None  # `thinking.budget_tokens`, sent where the dialect has a budget
 
 
 def bridge_messages(body: Mapping[str, Any], *, server_tools: ServerTools = "omit") -> BridgedMessages:
@@ -122,6 +124,9 @@ def bridge_messages(body: Mapping[str, Any], *, server_tools: ServerTools = "omi
     effort = _effort(output_config)
     _format(output_config, chat)
     level, show = _thinking(present.get("thinking"), effort)
+    thinking = present.get("thinking")
+    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    budget = budget if level is not None and level is not Level.OFF and type(budget) is int else None
     if mapped.redacted:
         dropped.append(
             f"redacted_thinking ({mapped.redacted} block(s): Anthropic's own, unreadable elsewhere)"
@@ -135,6 +140,7 @@ def bridge_messages(body: Mapping[str, Any], *, server_tools: ServerTools = "omi
         omitted_tools=omitted,
         dropped=tuple(dropped),
         redacted=mapped.redacted,
+        budget_tokens=budget,
     )
 
 

@@ -230,3 +230,19 @@ def test_the_estimate_grows_with_the_request() -> None:
     longer = estimate_tokens(bridge(messages=[{"role": "user", "content": "word " * 400}]).body)
     assert 0 < short < 20 and 450 < longer < 600
     assert estimate_tokens(bridge(tools=[WEATHER]).body) > short
+
+
+@pytest.mark.parametrize(
+    ("thinking", "budget"),
+    [
+        ({"type": "enabled", "budget_tokens": 5000}, 5000),
+        ({"type": "enabled", "budget_tokens": DEEP_BUDGET}, DEEP_BUDGET),
+        ({"type": "enabled"}, None),
+        ({"type": "adaptive"}, None),
+        ({"type": "disabled", "budget_tokens": 5000}, None),  # (off takes no budget)
+        (None, None),
+    ],
+)
+def test_a_numeric_budget_rides_beside_the_level(thinking: Any, budget: int | None) -> None:
+    fields = {} if thinking is None else {"thinking": thinking}
+    assert bridge(**fields).budget_tokens == budget
