@@ -189,7 +189,6 @@ def test_mid_stream_failure_sets_error_type_and_an_error_event(
     assert "error" in [event.name for event in span.events]
 
 
-
 def test_reasoning_that_ate_the_answer_is_a_warning_span_event(
     mock: BackgroundServer, receiver: Receiver
 ) -> None:
@@ -201,6 +200,7 @@ def test_reasoning_that_ate_the_answer_is_a_warning_span_event(
     [warning] = [attributes(e.attributes) for e in span.events if e.name == "warning"]
     assert warning["code"] == "reasoning_starved"
     assert (warning["reasoning_tokens"], warning["max_tokens"]) == (8, 8)
+
 
 def test_a_prompted_level_is_recorded_with_method_prompt(mock: BackgroundServer, receiver: Receiver) -> None:
     with proxy(mock, gateway=False) as p:
