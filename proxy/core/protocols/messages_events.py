@@ -87,6 +87,7 @@ class _Block:
     call_id: str = ""
     name: str = ""
     stopped: bool = False
+    frame: tuple[bytes, bytes] | None = None  # a plain delta's bytes around its text (delta_frame)
 
 
 def error_event(message: str, type_: str = "api_error") -> Event:
@@ -171,6 +172,33 @@ class MessagesEncoder:
             self._stop_current(out, None)
             self._stop_unnamed(out)
         return out
+
+    def delta_frame(self, reasoning: bool) -> tuple[bytes, bytes] | None:
+        """For a plain text delta (one text, nothing else) of this kind while its block is open (the
+        text block for content, the thinking block for reasoning): the bytes `feed` writes for it
+        before and after the text's JSON string, `(b"", b"")` when it writes nothing (thinking not
+        shown). None when such a delta would do more than continue the open block."""
+        block = self._current
+        if block is None or self._finished or self._finish is not None:
+            return None
+        if block.kind != ("thinking" if reasoning else "text"):
+            return None
+        frame = block.frame
+        if frame is None:
+            if reasoning and not self._show:
+                frame = (b"", b"")
+            else:
+                kind = b'"thinking_delta","thinking":' if reasoning else b'"text_delta","text":'
+                head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+                frame = (head + str(block.index).encode() + b',"delta":{"type":' + kind, b"}}\n\n")
+            block.frame = frame
+        return frame
+
+    def extend(self, texts: list[str]) -> None:
+        """The texts of plain deltas that continue the open block (`delta_frame` said so)."""
+        block = self._current
+        assert block is not None
+        block.text += texts
 
     def end(self) -> list[Event]:
         """`[DONE]`: message_delta and message_stop, or an error when no finish reason came."""

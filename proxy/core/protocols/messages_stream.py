@@ -13,6 +13,13 @@ returns the events it completes (proxy.core.protocols.messages_events):
   Anthropic's `ping` event; every other comment (the trace's `: trace {…}`) passes as it is: the
   Anthropic SDKs skip comments, and no event type is invented for the trace.
 
+Most of a stream is runs of chunks of more of the same (the next piece of reasoning or of the
+answer; the pipeline passes them on as the upstream's bytes). A run is read the pipeline's way, by
+the ChunkTemplate of the last such chunk decoded (proxy.core.stream.chunk_template), without
+decoding each chunk: while the matching block is open, each text joins it and its
+`content_block_delta` is written as fixed bytes around the text's JSON string (nothing for thinking
+not shown), byte for byte what decoding it would write.
+
 The first bytes of the stream are `message_start` and a `ping`, as Anthropic's API sends them.
 `close()` ends a stream that stopped without `[DONE]` with an `error` event (never one that looks
 complete). `completion(body)` is the non-stream form: the chat completion → the `Message` JSON.
@@ -23,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+import orjson
+
 from proxy.core.protocols.messages_events import (
     MATCHED_STOP_FIELDS,
     IdFactory,
@@ -30,8 +39,10 @@ from proxy.core.protocols.messages_events import (
     ThinkingSeal,
     error_event,
 )
+from proxy.core.protocols.messages_runs import take_run
 from proxy.core.protocols.responses_output import error_facts, first_choice, frames
-from proxy.core.stream import jsonio
+from proxy.core.stream import chunk_template, jsonio
+from proxy.core.stream.chunk_template import ChunkTemplate
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = ["CUT_SHORT", "MessagesTranscoder", "message_from_completion"]
@@ -56,6 +67,7 @@ class MessagesTranscoder:
         new_id: IdFactory,
         show_thinking: bool = True,
         stop_sequences: tuple[str, ...] = (),
+        templates: bool = True,
     ) -> None:
         self._args = (message_id, model)
         self._seal, self._new_id, self._show = seal, new_id, show_thinking
@@ -69,6 +81,12 @@ class MessagesTranscoder:
             stop_sequences=stop_sequences,
         )
         self._decoder = SSEDecoder(_MAX_EVENT_BYTES)
+        # The shape of the last plain text chunk decoded; `templates=False` (the tests' reference:
+        # every event decoded) never learns one.
+        self._template: ChunkTemplate | None = None
+        self._templates = templates
+        self._decoded = 0  # chunks decoded
+        self.hits = 0  # chunks read by their template, not decoded
         self.final: dict[str, Any] | None = None  # the Message once whole
 
     def start(self) -> bytes:
@@ -78,9 +96,45 @@ class MessagesTranscoder:
 
     def feed(self, data: bytes) -> bytes:
         out: list[bytes] = [self.start()]
-        for event in self._decoder.feed(data):
-            self._event(event.raw, event.data, out)
+        pos, size = 0, len(data)
+        decoder = self._decoder
+        while pos < size:
+            template = self._template
+            if (
+                template is not None
+                and template.event_prefix is not None
+                and decoder.idle
+                and data.startswith(template.event_prefix, pos)
+            ):
+                end = self._run(template, data, pos, out)
+                if end > pos:
+                    pos = end
+                    continue
+            cut = data.find(b"\n\n", pos)
+            end = size if cut < 0 else cut + 2
+            for event in decoder.feed(data[pos:end] if pos or end < size else data):
+                self._event(event.raw, event.data, out)
+            pos = end
         return b"".join(out)
+
+    def _run(self, template: ChunkTemplate, data: bytes, start: int, out: list[bytes]) -> int:
+        """Where the run of `template`'s chunks from `start` ends (`start`: none taken), their
+        events added to `out`."""
+        frame = self._encoder.delta_frame(template.reasoning)
+        if frame is None:
+            return start
+        assert template.event_prefix is not None
+        end, tokens, texts, canonical = take_run(data, start, template.event_prefix, template.suffix)
+        if not tokens:
+            return start
+        self._encoder.extend(texts)
+        self.hits += len(tokens)
+        head, tail = frame
+        if head:
+            if not canonical:
+                tokens = [orjson.dumps(text) for text in texts]  # (as the encoder writes each one)
+            out.append(head + (tail + head).join(tokens) + tail)
+        return end
 
     def close(self) -> bytes:
         out: list[bytes] = [self.start()]
@@ -125,10 +179,26 @@ class MessagesTranscoder:
                 chunk = jsonio.loads(data)
             except ValueError:
                 chunk = None
-            events = self._encoder.feed(chunk) if isinstance(chunk, dict) else []
+            events = []
+            if isinstance(chunk, dict):
+                events = self._encoder.feed(chunk)
+                if self._templates:
+                    self._learn(data, chunk)
         if events and events[-1]["type"] == "message_stop":
             self.final = self._encoder.message()
         out.append(frames(events))
+
+    def _learn(self, data: bytes, chunk: dict[str, Any]) -> None:
+        """The template of a plain text chunk of choice 0 (the shape of more of the same). Not
+        the stream's first chunk: it usually carries what no later chunk does (`role`)."""
+        self._decoded += 1
+        template = self._template
+        if self._decoded == 1:
+            return
+        if chunk.get("error") is None and (template is None or template.text_of(data) is None):
+            learned = chunk_template.learn(data, chunk)
+            if learned is not None and learned.index == 0:
+                self._template = learned
 
 
 def message_from_completion(
