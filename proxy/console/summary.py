@@ -45,13 +45,18 @@ class RecordFacts(NamedTuple):
     upstream_status: int | None
     error: str | None
     usage: TokenUsage | None  # the answer's one token reading (proxy.core.usage)
+    client: str | None  # the gateway client key's name (configured, never a key)
+    cost_usd: float | None  # by the thinking policy's price table, when it has one for the model
+    reasoning_starved: bool  # the reasoning used the output limit and left no answer
 
     @classmethod
     def of(cls, r: AccessRecord) -> RecordFacts:
         # Cut here, not only when summarized: the ring keeps these for as long as it keeps the request.
+        starved = r.outcome is not None and r.outcome.starved
         return cls(
             r.method, clip(r.path) or "", r.route, r.stream, r.provider, clip(r.model), r.level_requested,
-            r.level, r.thinking_method, r.status, r.upstream_status, clip(r.error), r.usage,
+            r.level, r.thinking_method, r.status, r.upstream_status, clip(r.error), r.usage, r.client,
+            r.cost_usd, starved,
         )  # fmt: skip
 
 
@@ -157,11 +162,11 @@ def request_held(
     return total + _TOOL_ENTRY_BYTES * min(listed, MAX_TOOLS)
 
 
-# The summary dict (summarize: ~25 keys, its `usage`), with the object that holds a request in the
+# The summary dict (summarize: ~28 keys, its `usage`), with the object that holds a request in the
 # ring; and the dict of each tool call it lists (its strings are the event's: see clip).
 _SUMMARY_BYTES = 2048
 _TOOL_ENTRY_BYTES = 232
-_FACTS_BYTES = 1280  # the facts' tuple (13 slots), their short strings and the token reading
+_FACTS_BYTES = 1344  # the facts' tuple (16 slots), their short strings, the token reading, the cost
 
 
 def _values_held(values: Iterable[Any]) -> int:
@@ -240,6 +245,10 @@ def summarize(
         "total_ms": round(duration_ms, 1) if duration_ms is not None else None,
         "finish_reason": clip(done.get("finish_reason")) if done else None,
         "usage": usage_of(done, record.usage),
+        "client": record.client,
+        "cost_usd": record.cost_usd,
+        # (Known once the answer ended: a request in flight has no facts yet.)
+        "reasoning_starved": record.reasoning_starved if isinstance(record, RecordFacts) else False,
         "tool_calls": list(tools),
         "events": list(events),
         "events_dropped": events_dropped,

@@ -85,6 +85,10 @@ class AccessRecord:
     # cached input tokens, and one reasoning count, reported or estimated. None when the proxy
     # did not read an answer.
     usage: TokenUsage | None = None
+    # The answer's cost in USD by the thinking policy's price table (None: no policy, no price for
+    # the model, or no token counts). Set by the policy's observer at the end, which runs before
+    # the console's (proxy.server.app registers it first), so the console shows it.
+    cost_usd: float | None = None
 
 
 class RequestObserver:

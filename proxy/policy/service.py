@@ -136,9 +136,10 @@ class ThinkingPolicy:
 
     # -- after the answer -----------------------------------------------------------------------
     def spend(self, record: AccessRecord) -> None:
-        """Count a finished request: its usage in the book, its reasoning tokens in the budget."""
+        """Count a finished request: its usage in the book (its cost on its record, for the
+        console), its reasoning tokens in the budget."""
         usage = record.usage
-        self.book.add(record, self.policy.price_for(record.response_model or record.model))
+        record.cost_usd = self.book.add(record, self.policy.price_for(record.response_model or record.model))
         reasoning = usage.reasoning.value if usage is not None and usage.reasoning is not None else 0
         budget = self.policy.rule_for(record.client).reasoning_tokens
         if record.client is None or budget is None or reasoning <= 0:

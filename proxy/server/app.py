@@ -92,6 +92,10 @@ def create_app(
     route_table, route_keys = load_routes(settings, environ)
     gateway = GatewayAuth.from_settings(settings, route_keys)
     titles = load_tool_titles(settings.tool_titles_file)
+    # The policy's observer ends before the console's: it puts each answer's cost on the record.
+    thinking = ThinkingPolicy.from_settings(settings, gateway.client_keys)
+    if thinking is not None:
+        listeners = (*listeners, thinking)
     console = Console.from_settings(settings, titles) if settings.ui else None
     if console is not None:
         listeners = (*listeners, console.feed)
@@ -101,9 +105,6 @@ def create_app(
     replay = ReplayService.from_settings(settings)
     if replay is not None:
         listeners = (*listeners, replay)
-    thinking = ThinkingPolicy.from_settings(settings, gateway.client_keys)
-    if thinking is not None:
-        listeners = (*listeners, thinking)
     telemetry = build_telemetry(settings, environ, configured_models(table, route_table))
     services = Services(
         settings,

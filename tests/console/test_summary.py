@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from proxy.console.summary import usage_of
+from typing import Any
+
+from proxy.console.summary import RecordFacts, summarize, usage_of
+from proxy.core.events import AccessRecord
+from proxy.core.stream.trace_outcome import TraceOutcome
 from proxy.core.usage import ESTIMATED, ReasoningTokens, TokenUsage
 
 
@@ -26,3 +30,23 @@ def test_in_flight_or_unknown_counts_are_left_out() -> None:
         "reasoning_tokens": 5,
         "reasoning_tokens_source": "estimated",
     }
+
+
+def summary(of: AccessRecord | RecordFacts) -> dict[str, Any]:
+    return summarize(
+        of, request_id="r", replica="x", started_at_ms=0, events=[], events_dropped=0, tools=[], done=None,
+        duration_ms=5.0 if isinstance(of, RecordFacts) else None,
+    )  # fmt: skip
+
+
+def test_a_finished_request_shows_its_cost_and_whether_the_reasoning_ate_its_answer() -> None:
+    record = AccessRecord(method="POST", path="/v1/chat/completions", route="chat", status=200)
+    in_flight = summary(record)
+    assert in_flight["cost_usd"] is None and in_flight["reasoning_starved"] is False
+    record.client, record.cost_usd = "alice", 0.000123
+    record.outcome = TraceOutcome(None, None, 12.0, starved=True)
+    finished = summary(RecordFacts.of(record))
+    assert finished["cost_usd"] == 0.000123 and finished["reasoning_starved"] is True
+    assert finished["client"] == "alice"
+    plain = summary(RecordFacts.of(AccessRecord(method="GET", path="/v1/models")))
+    assert plain["cost_usd"] is None and plain["reasoning_starved"] is False and plain["client"] is None

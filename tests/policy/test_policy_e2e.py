@@ -152,6 +152,26 @@ def test_the_usage_report_is_for_admin_keys(mock: BackgroundServer, policy_file:
     assert report["budget_store"] == {"name": "memory", "errors": 0}
 
 
+def test_the_console_lists_each_requests_cost(mock: BackgroundServer, policy_file: Path) -> None:
+    settings = make_settings(
+        upstream_base_url=f"{mock.url}/deepseek/v1",
+        upstream_api_key="sk-operator",
+        client_keys=KEYS,
+        admin_keys=["ops:ak-ops"],
+        policy_file=policy_file,
+        ui=True,
+    )
+    with BackgroundServer(create_app(settings, table=simulated_table(mock.port))) as proxy:
+        assert ask(proxy, "ck-alice").status_code == 200
+        admin = {"authorization": "Bearer ak-ops"}
+        [listed] = httpx.get(f"{proxy.url}/thinkproxy/requests", headers=admin).json()["data"]
+        report = httpx.get(f"{proxy.url}/thinkproxy/usage", headers=admin).json()
+    assert listed["client"] == "alice" and listed["cost_usd"] > 0
+    assert listed["cost_usd"] == pytest.approx(
+        report["clients"]["alice"]["cost_usd"], abs=1e-6
+    )  # (rounded there)
+
+
 def test_a_reload_takes_a_good_file_and_keeps_the_old_one_for_a_bad_one(
     mock: BackgroundServer, policy_file: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -140,6 +140,15 @@ def test_a_model_without_a_price_has_no_cost() -> None:
     assert thinking.book.rows()[0]["cost_usd"] is None
 
 
+def test_each_answer_gets_its_cost_on_its_record() -> None:
+    """The console reads a request's cost from its record (proxy.core.events.AccessRecord.cost_usd)."""
+    thinking, _ = policy()
+    priced, unpriced = answer("bob", 10), answer("dave", 0, model="gpt-5.4")
+    asyncio.run(spend(thinking, [priced, unpriced]))
+    assert priced.cost_usd == pytest.approx((600 * 1.0 + 400 * 0.5 + 500 * 2.0) / 1e6)
+    assert unpriced.cost_usd is None
+
+
 def test_the_budget_left_for_the_usage_report() -> None:
     thinking, _ = policy()
     asyncio.run(spend(thinking, [answer("bob", 30)]))

@@ -1,7 +1,8 @@
 // The console's entry point: language, panels (one <section data-panel> each, chosen by the URL
-// hash: #live by default, #playground, #reviews), and each panel's module. A new panel adds its section,
+// hash: #live by default, #playground, #reviews, #clients), and each panel's module. A new panel adds its section,
 // its nav link and one line below.
 
+import { initClients } from "./clients.js";
 import { applyStatic, lang, setLang } from "./i18n.js";
 import { initLive } from "./live.js";
 import { initPlayground } from "./playground.js";
@@ -11,6 +12,7 @@ const PANELS = {
   live: initLive,
   playground: initPlayground,
   reviews: initReviews,
+  clients: initClients,
 };
 
 function showPanel() {

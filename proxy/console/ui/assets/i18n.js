@@ -1,6 +1,8 @@
 // Chinese or English, from the browser's language, switched by the [data-role=lang] button.
 // Static text carries data-i18n / data-i18n-placeholder keys; code calls t(key, ...args).
 
+const PER_ZH = { minute: "分钟", hour: "小时", day: "天", week: "周" };
+
 const TEXT = {
   en: {
     "lang.other": "中文",
@@ -72,6 +74,33 @@ const TEXT = {
     "fact.tools": "Tool calls",
     "fact.replica": "Replica",
     "fact.stream": "Stream",
+    "fact.client": "Client key",
+    "fact.cost": "Cost",
+    "fact.warning": "Warning",
+    "col.cost": "Cost",
+    "starved.badge": "reasoning ate the answer",
+    "starved.title": "The answer ended at its output limit (finish_reason length) after reasoning, with nothing said: raise max_tokens or lower the thinking level.",
+    "ev.warning": "Warning",
+    "nav.clients": "Clients",
+    "cl.intro": "Per client key since this process started: requests, reasoning tokens, spend by the policy's price table (THINKPROXY_POLICY_FILE) and what each reasoning-token budget has left.",
+    "cl.prompt": "This proxy is a gateway: spend and budgets need one of its admin keys (THINKPROXY_ADMIN_KEYS).",
+    "cl.submit": "Show clients",
+    "cl.off": "No thinking policy on this proxy: spend and budgets are kept only with THINKPROXY_POLICY_FILE.",
+    "cl.offline": "The proxy did not answer.",
+    "cl.empty": "No named client keys (THINKPROXY_CLIENT_KEYS=name:key).",
+    "cl.col.client": "Client key",
+    "cl.col.max_level": "Max level",
+    "cl.col.requests": "Requests",
+    "cl.col.reasoning": "Reasoning tokens",
+    "cl.col.spend": "Spend",
+    "cl.col.budget": "Budget left",
+    "cl.nobudget": "no budget",
+    "cl.budget": (left, limit, per) => `${left} of ${limit} per ${per}`,
+    "cl.budget.unknown": (limit, per) => `unknown (budget store unavailable) of ${limit} per ${per}`,
+    "cl.exhausted.refuse": "spent: refused (429)",
+    "cl.exhausted.off": "spent: sent with thinking off",
+    "cl.reasoning.estimated": (total, estimated) => `${total} (${estimated} estimated)`,
+    "cl.since": (since, store, errors) => `since ${since} · this replica's requests · budgets in ${store}` + (errors ? ` (${errors} store errors)` : ""),
     "stage.analyzing": "Analyzing the request",
     "stage.thinking": "Thinking",
     "stage.tool_calling": "Calling tools",
@@ -186,6 +215,33 @@ const TEXT = {
     "fact.tools": "工具调用",
     "fact.replica": "副本",
     "fact.stream": "流式",
+    "fact.client": "客户端密钥",
+    "fact.cost": "费用",
+    "fact.warning": "警告",
+    "col.cost": "费用",
+    "starved.badge": "推理耗尽了回答",
+    "starved.title": "推理用尽了输出上限（finish_reason length），没有留下回答：请调高 max_tokens，或降低思考级别。",
+    "ev.warning": "警告",
+    "nav.clients": "客户端",
+    "cl.intro": "自本进程启动以来，按客户端密钥统计：请求数、推理 Token、按策略价格表计算的花费（THINKPROXY_POLICY_FILE），以及推理 Token 预算的剩余额度。",
+    "cl.prompt": "此代理为网关模式：花费与预算需要管理员密钥（THINKPROXY_ADMIN_KEYS）。",
+    "cl.submit": "查看客户端",
+    "cl.off": "此代理未配置思考策略：花费与预算只在设置 THINKPROXY_POLICY_FILE 时记录。",
+    "cl.offline": "代理没有响应。",
+    "cl.empty": "没有具名的客户端密钥（THINKPROXY_CLIENT_KEYS=名称:密钥）。",
+    "cl.col.client": "客户端密钥",
+    "cl.col.max_level": "最高级别",
+    "cl.col.requests": "请求数",
+    "cl.col.reasoning": "推理 Token",
+    "cl.col.spend": "花费",
+    "cl.col.budget": "预算剩余",
+    "cl.nobudget": "无预算",
+    "cl.budget": (left, limit, per) => `每${PER_ZH[per] ?? per} ${limit}，剩余 ${left}`,
+    "cl.budget.unknown": (limit, per) => `每${PER_ZH[per] ?? per} ${limit}，剩余未知（预算存储不可用）`,
+    "cl.exhausted.refuse": "已用完：拒绝请求（429）",
+    "cl.exhausted.off": "已用完：关闭思考后发送",
+    "cl.reasoning.estimated": (total, estimated) => `${total}（其中估算 ${estimated}）`,
+    "cl.since": (since, store, errors) => `自 ${since} 起 · 本副本的请求 · 预算存储：${store}` + (errors ? `（${errors} 次存储错误）` : ""),
     "stage.analyzing": "正在分析请求",
     "stage.thinking": "正在思考",
     "stage.tool_calling": "正在调用工具",
@@ -249,6 +305,14 @@ export function t(key, ...args) {
 
 export function ms(value) {
   return value === null || value === undefined ? "—" : t("ms", value);
+}
+
+// A cost in US dollars, to the digits that matter (a request costs fractions of a cent).
+export function usd(value) {
+  if (value === null || value === undefined) return "—";
+  if (value === 0) return "$0";
+  if (value < 0.000001) return "<$0.000001";
+  return `$${value.toFixed(value >= 1 ? 2 : value >= 0.01 ? 4 : 6)}`;
 }
 
 export function applyStatic(root = document) {

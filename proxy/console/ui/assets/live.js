@@ -2,8 +2,9 @@
 // GET /thinkproxy/events; opening one shows its timeline. Summaries only: the feed never carries
 // reasoning text, prompts, tool payloads or keys.
 
+import { adminHeaders, adminKey, setAdminKey } from "./admin.js";
 import { clear, h, role } from "./dom.js";
-import { lang, ms, onLangChange, t } from "./i18n.js";
+import { lang, ms, onLangChange, t, usd } from "./i18n.js";
 import { readEvents } from "./sse.js";
 import { BRIEF_TYPES, toolTitle, traceItem } from "./timeline.js";
 
@@ -16,7 +17,6 @@ const state = {
   titles: {},
   selected: null,
   mode: "detailed",
-  adminKey: null, // in this page's memory only
   controller: null,
   skipped: 0, // updates the proxy dropped for this page while it was behind (`gap` events)
   resync: null, // the listing being re-read after a gap
@@ -35,8 +35,7 @@ function onGap(data) {
   state.skipped += dropped;
   setConnection("gap", state.skipped);
   if (state.resync) return;
-  const headers = { Accept: "application/json" };
-  if (state.adminKey) headers.Authorization = `Bearer ${state.adminKey}`;
+  const headers = adminHeaders({ Accept: "application/json" });
   state.resync = fetch("/thinkproxy/requests", { headers, cache: "no-store" })
     .then((response) => (response.ok ? response.json() : null))
     .then((listing) => {
@@ -82,7 +81,16 @@ function toolsText(entry) {
 function statusCell(entry) {
   if (entry.in_flight) return h("span", { class: "badge run" }, t("live.inflight"));
   const ok = entry.status >= 200 && entry.status < 300 && !entry.error;
-  return h("span", { class: `badge ${ok ? "ok" : "bad"}` }, String(entry.status ?? ""), entry.error ? ` ${entry.error}` : "");
+  return [
+    h("span", { class: `badge ${ok ? "ok" : "bad"}` }, String(entry.status ?? ""), entry.error ? ` ${entry.error}` : ""),
+    starvedBadge(entry),
+  ];
+}
+
+// The reasoning used the whole output limit and left no answer (trace warning reasoning_starved).
+function starvedBadge(entry) {
+  if (!entry.reasoning_starved) return null;
+  return h("span", { class: "badge warn", "data-role": "starved", title: t("starved.title") }, t("starved.badge"));
 }
 
 function row(entry) {
@@ -104,6 +112,7 @@ function row(entry) {
     h("td", { class: "num" }, ms(entry.ttft_ms)),
     h("td", { class: "num" }, ms(entry.reasoning_ms)),
     h("td", { class: "num" }, ms(entry.total_ms)),
+    h("td", { class: "num", "data-role": "cost" }, entry.cost_usd != null ? usd(entry.cost_usd) : ""),
     h("td", { class: "tools" }, toolsText(entry)),
   );
   tr.addEventListener("click", () => select(entry.id));
@@ -140,6 +149,7 @@ function renderDetail() {
   }
   const dl = role("detail-facts");
   clear(dl);
+  fact(dl, "fact.client", entry.client);
   fact(dl, "fact.provider", entry.provider);
   fact(dl, "fact.model", entry.model);
   if (entry.route === "chat") fact(dl, "fact.level", `${entry.level_requested ?? "—"} → ${entry.level ?? "—"}`);
@@ -151,12 +161,14 @@ function renderDetail() {
   fact(dl, "fact.thinking", entry.reasoning_ms !== null && entry.reasoning_ms !== undefined ? ms(entry.reasoning_ms) : null);
   fact(dl, "fact.total", entry.total_ms !== null && entry.total_ms !== undefined ? ms(entry.total_ms) : null);
   fact(dl, "fact.finish", entry.finish_reason);
+  if (entry.reasoning_starved) fact(dl, "fact.warning", h("span", {}, starvedBadge(entry), " ", t("starved.title")));
   if (entry.usage) fact(dl, "fact.tokens", `${entry.usage.prompt_tokens ?? "—"} / ${entry.usage.completion_tokens ?? "—"}`);
   fact(dl, "fact.cached", entry.usage?.cached_tokens != null ? String(entry.usage.cached_tokens) : null);
   // An estimate (the upstream reported no count) says so: it is the proxy's, not the provider's.
   const reasoning = entry.usage?.reasoning_tokens;
   const estimated = entry.usage?.reasoning_tokens_source === "estimated" ? ` (${t("fact.estimated")})` : "";
   fact(dl, "fact.reasoning_tokens", reasoning != null ? `${reasoning}${estimated}` : null);
+  fact(dl, "fact.cost", entry.cost_usd != null ? usd(entry.cost_usd) : null);
   fact(dl, "fact.tools", toolsText(entry));
   if (state.shared) fact(dl, "fact.replica", entry.replica);
 
@@ -214,12 +226,11 @@ async function connect() {
   let delay = 1000;
   while (!controller.signal.aborted) {
     setConnection("connecting");
-    const headers = { Accept: "text/event-stream" };
-    if (state.adminKey) headers.Authorization = `Bearer ${state.adminKey}`;
+    const headers = adminHeaders({ Accept: "text/event-stream" });
     try {
       const response = await fetch("/thinkproxy/events", { headers, signal: controller.signal, cache: "no-store" });
       if (response.status === 401) {
-        askForKey(state.adminKey !== null);
+        askForKey(adminKey() !== null);
         return;
       }
       if (!response.ok) throw new Error(String(response.status));
@@ -256,7 +267,7 @@ export function initLive() {
   role("admin-auth").addEventListener("submit", (e) => {
     e.preventDefault();
     const input = role("admin-key");
-    state.adminKey = input.value.trim() || null;
+    setAdminKey(input.value.trim());
     input.value = "";
     connect();
   });

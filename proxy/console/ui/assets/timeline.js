@@ -5,8 +5,8 @@
 import { h } from "./dom.js";
 import { ms, t } from "./i18n.js";
 
-// The review gate's events are shown in both modes, as the client gets them in both.
-export const BRIEF_TYPES = new Set(["status", "tool_call.start", "error", "done", "review.request", "review.decision"]);
+// The review gate's events, notes and warnings are shown in both modes, as the client gets them in both.
+export const BRIEF_TYPES = new Set(["status", "note", "tool_call.start", "warning", "error", "done", "review.request", "review.decision"]);
 
 // A call held for a reviewer: the hold opens at `review.request` and closes at `review.decision`
 // (its `t_ms` minus the request's is the wait; both times are on the timeline).
@@ -82,6 +82,13 @@ export function traceItem(event, { titles = {}, language = "en" } = {}) {
       break;
     case "error":
       body = h("span", { class: "error" }, `${t("ev.error")}: ${String(event.message ?? "")}`);
+      break;
+    case "warning":
+      // (The reasoning-starved warning in the page's language; any other, its own message.)
+      body = h("span", { class: "warning" }, `${t("ev.warning")}: `,
+        event.code === "reasoning_starved" ? t("starved.title") : String(event.message ?? ""),
+        event.reasoning_tokens !== undefined ? h("span", { class: "muted" }, ` · ${t("fact.reasoning_tokens")} ${event.reasoning_tokens}`) : null,
+        event.max_tokens !== undefined ? h("span", { class: "muted" }, ` · max_tokens ${event.max_tokens}`) : null);
       break;
     case "review.request":
     case "review.decision":

@@ -1,0 +1,17 @@
+// The admin key (THINKPROXY_ADMIN_KEYS) the proxy's live data asks for in gateway mode, in this
+// page's memory only (never stored), shared by the panels that read that data: entered in one,
+// it serves the others.
+
+let key = null;
+
+export function adminKey() {
+  return key;
+}
+
+export function setAdminKey(value) {
+  key = value || null;
+}
+
+export function adminHeaders(headers = {}) {
+  return key ? { ...headers, Authorization: `Bearer ${key}` } : headers;
+}
