@@ -37,10 +37,13 @@ SIMULATED_ROUTES = {
 
 def simulated_table(mock_port: int, table: ProvidersTable | None = None) -> ProvidersTable:
     """The providers table with the simulated upstream's path prefixes mapped onto the real
-    entries, so `http://127.0.0.1:PORT/deepseek/v1` is treated exactly like api.deepseek.com."""
+    entries, so `http://127.0.0.1:PORT/deepseek/v1` is treated exactly like api.deepseek.com, but
+    for the Messages door: an entry's native Messages API is a real host (DeepSeek's /anthropic),
+    and the simulated providers serve chat, so their Messages door bridges."""
     table = table or ProvidersTable.load()
     for prefix, entry in SIMULATED_ROUTES.items():
         table = table.with_extra_patterns(entry, [f"127.0.0.1:{mock_port}/{prefix}"])
+        table = table.with_messages_bridged(entry)
     return table
 
 

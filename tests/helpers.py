@@ -104,6 +104,9 @@ def simulated_providers_file(directory: Path, mock_port: int) -> Path:
     data = load_config(default_providers_path().read_text(), "providers.yaml")
     for prefix, entry in SIMULATED_ROUTES.items():
         data["providers"][entry]["match"].append(f"127.0.0.1:{mock_port}/{prefix}")
+        # (the simulated providers serve chat: their Messages door bridges, as in simulated_table)
+        for rules in (data["providers"][entry], *data["providers"][entry].get("models", ())):
+            rules.pop("messages", None)
     path = directory / "providers.yaml"
     # Dumped as JSON (a YAML subset): no YAML 1.1 reading of `off` as a boolean on the way back.
     path.write_text(json.dumps(data, ensure_ascii=False, default=str))  # (verified: dates as text)

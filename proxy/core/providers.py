@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from types import MappingProxyType
@@ -20,6 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from proxy.core.controls import Level
 from proxy.core.errors import ConfigError
+from proxy.core.front_door_rules import BRIDGE as BRIDGE  # re-exported: part of an entry
+from proxy.core.front_door_rules import MESSAGES_BRIDGE as MESSAGES_BRIDGE
+from proxy.core.front_door_rules import MessagesRule as MessagesRule
+from proxy.core.front_door_rules import ResponsesRule as ResponsesRule
 from proxy.core.replay_policy import ReplayPolicy as ReplayPolicy  # re-exported: part of an entry
 from proxy.core.url_patterns import UrlPattern, UrlTarget
 from proxy.core.yamlfile import load_config
@@ -55,33 +59,6 @@ class ReasoningFormat(_Strict):
             if not _TAG.match(tag):
                 raise ValueError(f"{tag!r} is not a tag name (write think, not <think>)")
         return tags
-
-
-class ResponsesRule(_Strict):
-    """How `POST /v1/responses` reaches this upstream (docs/responses.md). `bridge` (the default):
-    translated to chat completions. `native`: forwarded to the upstream's own `/responses`, the
-    level sent as `reasoning.effort` (`effort`: the value per level; a level left out sends
-    nothing); `docs` is the source that says the upstream serves the Responses API."""
-
-    mode: Literal["native", "bridge"] = "bridge"
-    docs: str | None = None
-    effort: dict[Literal["off", "standard", "deep"], str] = Field(default_factory=dict)
-
-    def effort_for(self, level: Level) -> str | None:
-        """The `reasoning.effort` this entry sends for `level` over the Responses API (None: none)."""
-        for name, effort in self.effort.items():
-            if name == level.value:
-                return effort
-        return None
-
-    @model_validator(mode="after")
-    def _native_needs_a_source(self) -> ResponsesRule:
-        if self.mode == "native" and (self.docs is None or not _URL.match(self.docs)):
-            raise ValueError("mode native needs docs: the http(s) URL that says the upstream serves it")
-        return self
-
-
-BRIDGE = ResponsesRule()
 
 
 class LevelRule(_Strict):
@@ -124,6 +101,7 @@ class _ModelOverride(_Strict):
     reasoning: ReasoningFormat | None = None
     replay: ReplayPolicy | None = None
     responses: ResponsesRule | None = None
+    messages: MessagesRule | None = None
     chat_tools_with_reasoning: Literal["responses", "chat"] | None = None
     reasoning_visible: Literal["responses", "chat"] | None = None
 
@@ -152,6 +130,7 @@ class _Entry(_Strict):
     reasoning: ReasoningFormat
     replay: ReplayPolicy
     responses: ResponsesRule = BRIDGE
+    messages: MessagesRule = MESSAGES_BRIDGE
     # A chat request with function tools and a level: over the upstream's Responses API, when its
     # chat completions refuses that combination (OpenAI GPT-5.4+); `chat` forwards it as it is.
     chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"
@@ -215,6 +194,7 @@ class Dialect:
     instruction_texts: frozenset[str] = frozenset()
     model_override: tuple[str, ...] | None = None  # the globs of the override that applied, if any
     responses: ResponsesRule = BRIDGE  # how POST /v1/responses reaches this upstream
+    messages: MessagesRule = MESSAGES_BRIDGE  # how POST /v1/messages reaches this upstream
     chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"  # (see _Entry)
     reasoning_visible: Literal["responses", "chat"] = "chat"  # (see _Entry)
 
@@ -312,6 +292,23 @@ class ProvidersTable:
                 raise ConfigError(f"{self._source}: entry {entry!r}, extra pattern [{i}]: {exc}") from None
         entries = tuple(
             _CompiledEntry(e.name, e.docs, e.patterns + tuple(extra), e.dialect, e.overrides, e.verified)
+            if e.name == entry
+            else e
+            for e in self._entries
+        )
+        return ProvidersTable(entries, self._source)
+
+    def with_messages_bridged(self, entry: str) -> ProvidersTable:
+        """A copy in which `entry`'s Messages door bridges (for a simulated upstream serving chat only)."""
+        entries = tuple(
+            _CompiledEntry(
+                e.name,
+                e.docs,
+                e.patterns,
+                replace(e.dialect, messages=MESSAGES_BRIDGE),
+                tuple((globs, replace(d, messages=MESSAGES_BRIDGE)) for globs, d in e.overrides),
+                e.verified,
+            )
             if e.name == entry
             else e
             for e in self._entries
@@ -446,6 +443,7 @@ def _compile(parsed: _ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
             instruction_texts=texts,
             model_override=override.match if override else None,
             responses=override.responses if override and override.responses is not None else entry.responses,
+            messages=override.messages if override and override.messages is not None else entry.messages,
             chat_tools_with_reasoning=(
                 override.chat_tools_with_reasoning
                 if override and override.chat_tools_with_reasoning is not None

@@ -7,6 +7,7 @@ Routes (a `{dialect}` path prefix picks the provider shape; without it, the defa
     POST [/{dialect}]/v1/chat/completions     (also [/{dialect}]/chat/completions)
     POST [/{dialect}]/v1/responses            (also [/{dialect}]/responses): OpenAI's Responses
                                                API where the provider has one (`responses`)
+    POST [/{prefix}]/v1/messages              Anthropic's Messages API (proxy.mock.messages)
     GET  [/{dialect}]/v1/models
     POST [/{dialect}]/v1/embeddings
     GET  /_mock/requests, GET /_mock/requests/last, DELETE /_mock/requests
@@ -49,6 +50,7 @@ from proxy.mock.dialects import (
     tokens,
 )
 from proxy.mock.faults import Abort, BadMockHeader, Canned, Fault, Plan, Sleep, Step
+from proxy.mock.messages import messages_routes
 from proxy.mock.responses import ResponsesApi
 from proxy.mock.scenarios import Script, answer, cut, output_limit
 
@@ -160,6 +162,7 @@ def create_mock_app(options: MockOptions = MockOptions()) -> Starlette:
         Route("/{dialect}/responses", mock.responses, methods=["POST"]),
         Route("/{dialect}/v1/models", mock.models, methods=["GET"]),
         Route("/{dialect}/v1/embeddings", mock.embeddings, methods=["POST"]),
+        *messages_routes(mock._record),
     ]
     app = Starlette(routes=routes)
     app.state.mock = mock

@@ -1,7 +1,9 @@
 """The Anthropic Messages front door: `POST /v1/messages` and `POST /v1/messages/count_tokens` onto
 the same core as chat completions (docs/messages.md).
 
-Bridged (every upstream today): the request is mapped to the internal chat request
+Per providers.yaml entry (`messages: native | bridge`). Native (Anthropic, DeepSeek's
+`/anthropic`): forwarded to the upstream's own Messages API (proxy.server.messages_native).
+Bridged: the request is mapped to the internal chat request
 (proxy.core.protocols.messages_request), reasoning put back from the thinking blocks' sealed
 signatures (proxy.core.protocols.messages_state); then the chat path runs as for any chat request
 (proxy.server.handlers.Proxy.run_chat: replay store, level rewrite, normalization, trace, review
@@ -44,6 +46,7 @@ from proxy.core.stream import jsonio
 from proxy.core.stream.trace import TraceBuilder
 from proxy.server.asgi import BodyProducer, RelayResponse, body_piece
 from proxy.server.handlers import Proxy
+from proxy.server.messages_native import forward_native
 from proxy.server.replay_service import deployment_secret
 from proxy.server.responses_door import CHAT_PATH, OMITTED_TOOLS_HEADER
 from proxy.state.base import StateStore
@@ -139,6 +142,8 @@ class MessagesDoor:
         dialect = plan.chat_dialect(s.table, tgt)
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
+        if dialect.messages.mode == "native":
+            return await forward_native(proxy, request, arrival, intent, tgt, dialect, record, started)
         bridged = bridge_messages(parsed)
         chat = bridged.body
         tenant = tenant_of(self.secret, presented_key(request.headers.items()))

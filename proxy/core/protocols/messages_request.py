@@ -38,6 +38,7 @@ __all__ = [
     "bridge_messages",
     "chat_headers",
     "estimate_tokens",
+    "thinking_level",
 ]
 
 ServerTools = Literal["omit", "refuse"]
@@ -299,6 +300,17 @@ def _thinking(thinking: Any, effort: str | None) -> tuple[Level | None, bool]:
     if type(budget) is not int or budget < 1:
         raise BadRequest("thinking.budget_tokens must be a positive integer.", param="thinking.budget_tokens")
     return (Level.DEEP if budget >= DEEP_BUDGET else Level.STANDARD), show
+
+
+def thinking_level(body: Mapping[str, Any]) -> Level | None:
+    """The level a request's own `thinking` (with `output_config.effort`) asks for, as the bridge
+    reads it; None when it sends none, or one the bridge would refuse (a native upstream judges
+    its own fields)."""
+    config = body.get("output_config")
+    try:
+        return _thinking(body.get("thinking"), _effort(config if isinstance(config, dict) else None))[0]
+    except BadRequest:
+        return None
 
 
 # Request headers of Anthropic's API: meaningless to a chat upstream, never forwarded there.
