@@ -97,8 +97,9 @@ CLIENT_THINKING = {"thinking": {"type": "enabled", "budget_tokens": 2048}, "outp
     ("model", "level", "sent"),
     [
         ("claude-sonnet-4-5", "off", {"thinking": {"type": "disabled"}}),
-        ("claude-sonnet-4-5", "standard", {"thinking": {"type": "enabled", "budget_tokens": 1024}}),
-        ("claude-sonnet-4-5", "deep", {"thinking": {"type": "enabled", "budget_tokens": 16384}}),
+        # (the client's own budget replaces the level's number, as on the bridge)
+        ("claude-sonnet-4-5", "standard", {"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+        ("claude-sonnet-4-5", "deep", {"thinking": {"type": "enabled", "budget_tokens": 2048}}),
         ("claude-opus-4-7", "off", {"thinking": {"type": "disabled"}}),
         ("claude-opus-4-7", "standard", {"thinking": {"type": "adaptive"}}),
         (
@@ -164,6 +165,11 @@ def test_without_any_thinking_the_default_level_is_sent(mock: BackgroundServer) 
     assert r.status_code == 200
     assert last_upstream(mock)["body"]["thinking"] == {"type": "enabled", "budget_tokens": 16384}
     assert r.headers["x-thinking-level-applied"] == "deep"
+    # The level's own numbers when the client sends none: standard, the API's minimum.
+    with proxy_for(mock) as proxy:
+        headers = {**VERSION, "x-api-key": "k", "x-thinking-level": "standard"}
+        r = httpx.post(f"{proxy.url}/v1/messages", json=ask(), headers=headers)
+    assert last_upstream(mock)["body"]["thinking"] == {"type": "enabled", "budget_tokens": 1024}
 
 
 # -- signatures ---------------------------------------------------------------------------------------

@@ -4,8 +4,10 @@ the body and headers that go upstream. The edge is proxy.server.messages_native.
 
 - **The level**, as Anthropic's own fields: `X-Thinking-Level` decides when sent: the client's
   `thinking` and `output_config.effort` are removed and the entry's fields for that level merged
-  in (a level the entry gives none for is applied as none). Without the header the client's own
-  `thinking` stands and names the level applied; a client that sent none gets the default level.
+  in (a level the entry gives none for is applied as none); the client's own `budget_tokens`
+  replaces the level's number where the level carries one, as on the bridge. Without the header
+  the client's own `thinking` stands and names the level applied; a client that sent none gets
+  the default level.
 - **Thinking blocks the proxy signed** (a `tp1.` sealed blob as `signature`, from a bridged
   answer: proxy.core.protocols.messages_state) are removed from the history before the hop: the
   upstream did not make them and refuses them ("Invalid `signature` in `thinking` block"). A
@@ -52,8 +54,17 @@ def native_body(
         out[name] = (
             {**current, **value} if isinstance(current, Mapping) and isinstance(value, Mapping) else value
         )
+    budget = _budget(body.get("thinking"))
+    thinking = out.get("thinking")
+    if budget is not None and isinstance(thinking, dict) and "budget_tokens" in thinking:
+        out["thinking"] = {**thinking, "budget_tokens": budget}  # (the client's number, as on the bridge)
     changed = out != body
     return (out if changed else None), (level if fields is not None else None)
+
+
+def _budget(thinking: Any) -> int | None:
+    budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
+    return budget if type(budget) is int and budget > 0 else None
 
 
 def strip_proxy_thinking(body: Mapping[str, Any]) -> tuple[dict[str, Any] | None, int]:

@@ -44,6 +44,18 @@ def test_the_header_s_level_replaces_the_client_s_thinking_and_effort() -> None:
     assert BODY["thinking"]["type"] == "enabled"  # (the client's body is not changed in place)
 
 
+def test_the_client_s_budget_replaces_the_level_s_number_where_it_has_one() -> None:
+    rule = MessagesRule(
+        mode="native",
+        docs="https://x.example/docs",
+        levels={"deep": {"thinking": {"type": "enabled", "budget_tokens": 16384}}},
+    )
+    out, _ = native_body(BODY, Level.DEEP, rule, header=True)
+    assert out is not None and out["thinking"] == {"type": "enabled", "budget_tokens": 20000}
+    out, _ = native_body(BODY, Level.DEEP, RULE, header=True)
+    assert out is not None and out["thinking"] == {"type": "adaptive"}  # (never invented)
+
+
 def test_a_level_the_entry_does_not_offer_removes_the_client_s_fields_and_applies_none() -> None:
     rule = MessagesRule(
         mode="native", docs="https://x.example/docs", levels={"deep": {"thinking": {"type": "adaptive"}}}
