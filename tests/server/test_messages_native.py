@@ -43,7 +43,8 @@ def mock() -> Iterator[BackgroundServer]:
 
 
 def native_table(port: int) -> ProvidersTable:
-    """The shipped table, Anthropic's and DeepSeek's native Messages bases on the simulated upstream
+    """The shipped table with DeepSeek's Messages door turned native (it ships bridged), Anthropic's
+    and DeepSeek's native Messages bases on the simulated upstream
     (`/anthropic` and `/ds-anthropic`), their chat bases matched by `/claude` and `/dsnative`."""
     data = load_config(default_providers_path().read_text(), "providers.yaml")
     for entry, chat, messages in (
@@ -55,6 +56,7 @@ def native_table(port: int) -> ProvidersTable:
         for holder in (rules, *rules.get("models", ())):
             if "messages" in holder:
                 holder["messages"]["base_url"] = f"http://127.0.0.1:{port}/{messages}"
+                holder["messages"]["mode"] = "native"  # (DeepSeek's ships bridged: an operator's choice)
     return ProvidersTable.from_text(json.dumps(data, default=str))
 
 
