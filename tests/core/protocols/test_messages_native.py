@@ -144,13 +144,16 @@ def test_the_rule_is_checked_at_load(rule: str, fault: str) -> None:
         ProvidersTable.from_text(ENTRY % rule)
 
 
-def test_the_shipped_table_marks_anthropic_and_deepseek_native_and_the_rest_bridged() -> None:
+def test_the_shipped_table_marks_anthropic_native_and_the_rest_bridged() -> None:
+    """DeepSeek's native endpoint is configured but bridged: bridged, its Messages clients keep the
+    trace, the review gate and normalized reasoning (one word makes it native)."""
     table = ProvidersTable.load()
     native = {
         s.name for s in table.summaries() for d in (s.dialect, *s.overrides) if d.messages.mode == "native"
     }
-    assert native == {"anthropic", "deepseek"}
+    assert native == {"anthropic"}
     deepseek = table.match("https://api.deepseek.com", "deepseek-v4-pro").messages
+    assert deepseek.mode == "bridge"
     assert deepseek.url("https://api.deepseek.com") == "https://api.deepseek.com/anthropic/v1/messages"
     claude = table.match("https://api.anthropic.com/v1", "claude-opus-4-7").messages
     assert claude.url("https://api.anthropic.com/v1") == "https://api.anthropic.com/v1/messages"
