@@ -48,7 +48,7 @@ from proxy.server.asgi import BodyProducer, RelayResponse, body_piece
 from proxy.server.handlers import Proxy
 from proxy.server.messages_native import forward_native
 from proxy.server.replay_service import deployment_secret
-from proxy.server.responses_door import CHAT_PATH, OMITTED_TOOLS_HEADER
+from proxy.server.responses_door import CHAT_PATH, OMITTED_TOOLS_HEADER, add_notes, store_spill
 from proxy.state.base import StateStore
 
 logger = logging.getLogger("thinkproxy.messages")
@@ -78,9 +78,7 @@ class MessagesOutput:
     spill_store: StateStore | None = None
 
     def planned(self, trace: TraceBuilder | None) -> None:
-        if trace is not None:
-            for en, zh, fields in self.notes:
-                trace.add_note(en, zh, **fields)
+        add_notes(trace, self.notes)
 
     def feed(self, data: bytes) -> bytes:
         return self.transcoder.feed(data)
@@ -92,12 +90,7 @@ class MessagesOutput:
         return self.transcoder.completion(body)
 
     async def settle(self) -> None:
-        if self.spill and self.spill_store is not None:
-            entries, self.spill[:] = list(self.spill), []
-            try:
-                await self.spill_store.put_many(entries)
-            except Exception:  # (the next turn then finds it missing: the miss policy applies)
-                logger.warning("Storing %d large reasoning payload(s) failed.", len(entries))
+        await store_spill(self.spill, self.spill_store)
 
 
 class MessagesDoor:

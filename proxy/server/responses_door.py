@@ -73,6 +73,24 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(24)}"
 
 
+def add_notes(trace: TraceBuilder | None, notes: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """A bridged door's trace notes (tools left out, fields dropped…), before the trace begins."""
+    if trace is not None:
+        for en, zh, fields in notes:
+            trace.add_note(en, zh, **fields)
+
+
+async def store_spill(spill: list[tuple[str, bytes]], store: StateStore | None) -> None:
+    """Reasoning payloads too large to seal inline, written to the state store before the item or
+    block that refers to them goes out (both doors' settle)."""
+    if spill and store is not None:
+        entries, spill[:] = list(spill), []
+        try:
+            await store.put_many(entries)
+        except Exception:  # (the next turn then finds it missing: the miss policy applies)
+            logger.warning("Storing %d large reasoning payload(s) failed.", len(entries))
+
+
 @dataclass(slots=True)
 class BridgeOutput:
     """The bridged answer in the Responses protocol (a proxy.core.plan.FrontDoor): the translation
@@ -90,9 +108,7 @@ class BridgeOutput:
     spill_store: StateStore | None = None
 
     def planned(self, trace: TraceBuilder | None) -> None:
-        if trace is not None:
-            for en, zh, fields in self.notes:
-                trace.add_note(en, zh, **fields)
+        add_notes(trace, self.notes)
 
     def feed(self, data: bytes) -> bytes:
         return self.transcoder.feed(data)
@@ -104,12 +120,7 @@ class BridgeOutput:
         return self.transcoder.completion(body)
 
     async def settle(self) -> None:
-        if self.spill and self.spill_store is not None:
-            entries, self.spill[:] = list(self.spill), []
-            try:
-                await self.spill_store.put_many(entries)
-            except Exception:  # (the next turn then finds it missing: the miss policy applies)
-                logger.warning("Storing %d large reasoning payload(s) failed.", len(entries))
+        await store_spill(self.spill, self.spill_store)
         final = self.transcoder.final
         if self.settled or final is None or self.store is None:
             return
