@@ -29,7 +29,7 @@ THINKPROXY_VARIANTS: dict[str, dict[str, str]] = {
     },
     "thinkproxy-httpx": {"THINKPROXY_HTTP_TRANSPORT": "httpx"},
 }
-TARGET_NAMES = ["baseline-aiohttp", "baseline-httpx", *THINKPROXY_VARIANTS]
+TARGET_NAMES = ["baseline-aiohttp", "baseline-aiohttp-chunked", "baseline-httpx", *THINKPROXY_VARIANTS]
 
 
 def thinkproxy_command() -> list[str] | None:
