@@ -123,9 +123,10 @@ class ReasoningTally:
     def estimate(self) -> int | None:
         """The estimated reasoning tokens so far; None when no reasoning text was seen."""
         if self._follow is not None:
-            self._chars = self._extra = 0
-            for text in self._follow():
-                self(0, text)
+            # One join, then counted in C: a call per piece was ~2% of a burst stream's CPU.
+            whole = "".join(self._follow())
+            self._chars = len(whole)
+            self._extra = 0 if whole.isascii() else len(whole.encode("utf-8", "surrogatepass")) - len(whole)
         if not self._chars:
             return None
         return max(1, estimate_tokens(self._chars, self._extra))

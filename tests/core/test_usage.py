@@ -69,6 +69,19 @@ def test_a_following_tally_reads_the_texts_it_follows_each_time_it_is_asked() ->
     assert tally.estimate() == text_tokens("Let me think more about it")
 
 
+def test_a_following_tally_counts_as_one_told_each_piece() -> None:
+    pieces = ["Let me ", "思考一下", "", "a\ud800b", " — done"]
+    told = ReasoningTally()
+    for piece in pieces:
+        told.add(piece)
+    following = ReasoningTally()
+    following.follow(lambda: pieces)
+    assert following.estimate() == told.estimate() is not None
+    nothing = ReasoningTally()
+    nothing.follow(list)
+    assert nothing.estimate() is None
+
+
 # -- cached input tokens ---------------------------------------------------------------------------
 
 

@@ -72,8 +72,63 @@ class ChunkTemplate:
         Only for data where an event starts at `start` and whose line ends are LF (an idle SSE
         decoder's view): a match is then one whole event, ended by the first "\\n\\n" after it,
         since it holds no line end (the prefix and suffix hold none, and a JSON string cannot
-        hold a raw one). The same test as `text_of`, on the event in place: the hot loop of a
-        fast upstream's read, which holds hundreds of them."""
+        hold a raw one). The same test as `text_of`, on the events in place: the hot loop of a
+        fast upstream's read, which holds hundreds of them.
+
+        The texts of the run are read in one orjson call, not one per event (about 16% of this
+        loop's time, pure). That is exact because each token starts with a quote and ends with
+        one no backslash precedes: no string can run from one token into the next, so the array
+        has as many elements as there are tokens only when each token is one value. Anything
+        else (a token that is not one string, a `<` to look at) goes event by event
+        (`_take_each`), which stops exactly where the run does."""
+        prefix, suffix = self.event_prefix, self.suffix
+        if prefix is None:
+            return start
+        head, tail = len(prefix), len(suffix)
+        find, startswith, endswith = data.find, data.startswith, data.endswith
+        tokens: list[bytes] = []
+        pos = start
+        while (end := find(b"\n\n", pos)) >= 0:
+            first, last = pos + head, end - tail  # the string token, quotes included
+            if (
+                end + 2 - pos > max_event_bytes
+                or last - first < 3  # (2: the empty string, which is not a text)
+                or data[first] != 0x22
+                or data[last - 1] != 0x22
+                or not startswith(prefix, pos)
+                or not endswith(suffix, pos, end)
+            ):
+                break
+            if data[last - 2] == 0x5C:  # ('\\"': an escaped quote, or an escaped backslash)
+                return self._take_each(data, start, max_event_bytes, unless_lt, tell)
+            tokens.append(data[first:last])
+            pos = end + 2
+        if not tokens:
+            return self._take_each(data, start, max_event_bytes, unless_lt, tell)
+        try:
+            texts = orjson.loads(b"[" + b",".join(tokens) + b"]")
+        except orjson.JSONDecodeError:
+            return self._take_each(data, start, max_event_bytes, unless_lt, tell)
+        if (
+            len(texts) != len(tokens)
+            or not all(type(text) is str for text in texts)
+            or (unless_lt and any("<" in text for text in texts))
+        ):
+            return self._take_each(data, start, max_event_bytes, unless_lt, tell)
+        for hear in tell:
+            for text in texts:
+                hear(text)
+        return pos
+
+    def _take_each(
+        self,
+        data: bytes,
+        start: int,
+        max_event_bytes: int,
+        unless_lt: bool,
+        tell: tuple[Callable[[str], None], ...],
+    ) -> int:
+        """take_run one event at a time: each text read and judged alone."""
         prefix, suffix = self.event_prefix, self.suffix
         if prefix is None:
             return start
