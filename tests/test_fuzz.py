@@ -62,7 +62,8 @@ from proxy.core.replay import Remembered, apply_restore, capture_records, decode
 from proxy.core.replay_keys import plan_lookups
 from proxy.core.rewrite import fit_history, rewrite_body
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.pipeline import WITHHELD_COMMENT, StreamPipeline, process_completion
+from proxy.core.stream.completion import process_completion
+from proxy.core.stream.pipeline import WITHHELD_COMMENT, StreamPipeline
 from proxy.core.stream.reasoning import (
     ReasoningOptions,
     StreamReasoningExtractor,

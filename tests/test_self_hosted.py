@@ -13,7 +13,8 @@ import pytest
 
 from proxy.core.controls import Level, TraceFormat
 from proxy.core.providers import ProvidersTable
-from proxy.core.stream.pipeline import StreamPipeline, process_completion
+from proxy.core.stream.completion import process_completion
+from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app

@@ -51,6 +51,7 @@ from proxy.core.rewrite import rewrite_body, with_budget
 from proxy.core.routing import Destination, RouteTable, replace_model, request_model
 from proxy.core.stream import jsonio
 from proxy.core.stream.capture import TurnCollector
+from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.harmony import speaks_harmony
 from proxy.core.stream.reasoning import ReasoningOptions
@@ -409,6 +410,10 @@ class UpstreamDecoder(Protocol):
 
     def feed(self, data: bytes) -> bytes:
         """The upstream's next bytes (any split) → chat-completion SSE bytes."""
+
+    def feed_pieces(self, data: bytes) -> list[bytes | KnownRun]:
+        """As `feed`, with runs of chunks of more of the same apart, their texts known
+        (StreamPipeline.feed_pieces takes them without reading them again)."""
 
     def close(self) -> bytes:
         """The upstream's body ended: what is left, and an error event if it ended early."""

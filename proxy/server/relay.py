@@ -36,7 +36,8 @@ from proxy.core.events import AccessRecord
 from proxy.core.headers import filter_headers
 from proxy.core.plan import ChatContext, UpstreamRequest
 from proxy.core.review_rules import HeldCall
-from proxy.core.stream.pipeline import StreamPipeline, process_completion
+from proxy.core.stream.completion import process_completion
+from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.usage import ReasoningTally, account
 from proxy.review.service import ReviewService, audit_undecided

@@ -17,6 +17,7 @@ from starlette.types import Message, Send
 from proxy.core.errors import BadUpstreamResponse, ProxyError, error_payload
 from proxy.core.events import AccessRecord, notify_stream
 from proxy.core.plan import ChatContext, FrontDoor
+from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.pipeline import DONE, StreamFailure, StreamPipeline
 from proxy.core.stream.sse import data_frame
@@ -109,6 +110,18 @@ def first_event(piece: bytes) -> bytes:
     return piece[: end + 2] if end >= 0 else b""
 
 
+def first_apart(piece: bytes | list[bytes | KnownRun]) -> tuple[bytes | list[bytes | KnownRun], ...]:
+    """The first read as pieces with its first event apart (first_event), when it has one."""
+    if isinstance(piece, bytes):
+        head = first_event(piece)
+        return (head, piece[len(head) :]) if head else (piece,)
+    first = piece[0] if piece else None
+    if not isinstance(first, bytes):
+        return (piece,)
+    head = first_event(first)
+    return ([head], [first[len(head) :], *piece[1:]]) if head else (piece,)
+
+
 async def relay_stream(
     response: UpstreamResponse,
     pipeline: StreamPipeline,
@@ -140,16 +153,20 @@ async def relay_stream(
         async for read in response.reader(decoded=True):
             now = clock()  # the hot loop: runs for every upstream read
             watch.last_read = now
+            # A piece is a read, or another upstream protocol's read decoded to chat chunks, its
+            # runs of more of the same with their texts (which the pipeline then does not read again).
+            pieces: tuple[bytes | list[bytes | KnownRun], ...] = (read,)
             if upstream is not None:
-                read = upstream.feed(read)
-            pieces: tuple[bytes, ...] = (read,)
+                pieces = (upstream.feed_pieces(read),)
             if first_read:
                 first_read = False
-                head = first_event(read)
-                if head:  # the first token is not kept waiting while the rest of a big read is processed
-                    pieces = (head, read[len(head) :])
+                pieces = first_apart(pieces[0])
             for piece in pieces:
-                out = pipeline.feed(piece, (now - started) * 1000.0)
+                ms = (now - started) * 1000.0
+                if isinstance(piece, bytes):
+                    out = pipeline.feed(piece, ms)
+                else:
+                    out = pipeline.feed_pieces(piece, ms)
                 if gate is not None:
                     out = gate.feed(out)
                 if out:

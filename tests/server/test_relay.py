@@ -650,3 +650,19 @@ def test_first_event_is_cut_only_from_a_big_read_with_more_after_it() -> None:
     big = event + b"x" * FIRST_EVENT_APART_BYTES
     assert first_event(big) == event
     assert first_event(b"data: " + b"y" * FIRST_EVENT_APART_BYTES + b"\n\n" + event) == b""  # no end in reach
+
+
+def test_first_apart_cuts_a_decoded_first_read_the_same_way() -> None:
+    # Another upstream protocol's first read arrives decoded, as pieces: the first event of its
+    # first piece goes apart, and the pieces after it stay as they came (a run keeps its texts).
+    from proxy.core.stream.chunk_template import KnownRun
+    from proxy.server.streaming import FIRST_EVENT_APART_BYTES, first_apart
+
+    event = sse_chunk("Hello")
+    big = event + b"x" * FIRST_EVENT_APART_BYTES
+    run = KnownRun(event, b"data: ", b"\n\n", ["Hello"])
+    assert first_apart(big) == (event, big[len(event) :])
+    assert first_apart(event) == (event,)
+    assert first_apart([big, run]) == ([event], [big[len(event) :], run])
+    assert first_apart([run, big]) == ([run, big],)  # (a run first: nothing to cut)
+    assert first_apart([]) == ([],)

@@ -32,7 +32,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import orjson
 
-from proxy.core.stream.chunk_template import value_span
+from proxy.core.stream.chunk_template import KnownRun, value_span
 
 # The values that change between two delta events of the same text: the text itself, the event
 # counter, and OpenAI's side-channel pad (`stream_options.include_obfuscation`, on by default).
@@ -117,13 +117,14 @@ class Run(Generic[Key]):
         self.prefix, self.suffix = frame
         self.hits = 0
 
-    def take(self, data: bytes, start: int, max_event_bytes: int, out: list[bytes]) -> int:
-        """Where the run from `start` ends, its output added to `out`."""
+    def take(self, data: bytes, start: int, max_event_bytes: int, out: list[bytes | KnownRun]) -> int:
+        """Where the run from `start` ends, its output added to `out` with its texts (a consumer
+        that knows the frame's shape then need not read the texts from the bytes again)."""
         end, tokens, texts = self.template.take_run(data, start, max_event_bytes)
         if tokens:
             self.texts += texts
             prefix, suffix = self.prefix, self.suffix
-            out.append(prefix + (suffix + prefix).join(tokens) + suffix)
+            out.append(KnownRun(prefix + (suffix + prefix).join(tokens) + suffix, prefix, suffix, texts))
             self.hits += len(tokens)
         return end
 

@@ -36,7 +36,7 @@ from proxy.core.errors import error_payload
 from proxy.core.protocols.event_template import Run, learn
 from proxy.core.protocols.responses_output import count
 from proxy.core.stream import jsonio
-from proxy.core.stream.chunk_template import value_span
+from proxy.core.stream.chunk_template import KnownRun, joined, pieces_of, value_span
 from proxy.core.stream.sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, SSEDecoder, SSEEvent, data_frame
 
 __all__ = ["ENCRYPTED_FORMAT", "ENCRYPTED_TYPE", "ResponsesDecoder", "completion_from_response"]
@@ -79,7 +79,8 @@ class ResponsesDecoder:
         self._sse = SSEDecoder(max_event_bytes)
         self._include_usage = include_usage
         self._head: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": 0, "model": ""}
-        self._out: list[bytes] = []
+        self._out: list[bytes | KnownRun] = []
+        self._frame = b""  # the last chunk written by _chunk
         self._finished = False
         self._role_sent = False
         self._item_ids: dict[str, int] = {}  # item id → output index
@@ -108,6 +109,16 @@ class ResponsesDecoder:
             return b""
         self._feed_by_runs(data)
         return self._take()
+
+    def feed_pieces(self, data: bytes) -> list[bytes | KnownRun]:
+        """As `feed`, each run of chunks of more of the same apart with its texts (KnownRun), for
+        a pipeline that then need not read them from the bytes again."""
+        if self._finished:
+            return []
+        self._feed_by_runs(data)
+        pieces = pieces_of(self._out)
+        self._out.clear()  # (in place: a run writes to this list)
+        return pieces
 
     def _decode(self, data: bytes) -> None:
         try:
@@ -176,7 +187,7 @@ class ResponsesDecoder:
         return self._take()
 
     def _take(self) -> bytes:
-        out = b"".join(self._out)
+        out = joined(self._out)
         self._out.clear()  # (in place: a run writes to this list)
         return out
 
@@ -264,7 +275,7 @@ class ResponsesDecoder:
             return
         run = self._run
         if plain and (run is None or run.key != slot or not run.hits) and self._learns < MAX_LEARNS:
-            self._learn = (slot, key, self._out[-1])
+            self._learn = (slot, key, self._frame)
 
     def _learn_run(self, raw: bytes, event: dict[str, Any], slot: Slot, key: str, frame: bytes) -> None:
         """The run of `slot` from its delta event just decoded, when both the event and the chunk
@@ -345,7 +356,8 @@ class ResponsesDecoder:
             self._role_sent = True
             delta = {"role": "assistant", **delta}
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        self._out.append(data_frame(jsonio.dumps({**self._head, "choices": [choice]})))
+        self._frame = data_frame(jsonio.dumps({**self._head, "choices": [choice]}))
+        self._out.append(self._frame)
 
 
 def completion_from_response(response: Mapping[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from typing import Any, Final
 from proxy.core.errors import BadRequest
 from proxy.core.protocols.responses_decode import ResponsesDecoder, completion_from_response
 from proxy.core.stream import jsonio
+from proxy.core.stream.chunk_template import KnownRun
 
 __all__ = [
     "ENCRYPTED_FORMAT",
@@ -288,6 +289,9 @@ class ResponsesAnswer:
 
     def feed(self, data: bytes) -> bytes:
         return self._decoder.feed(data)
+
+    def feed_pieces(self, data: bytes) -> list[bytes | KnownRun]:
+        return self._decoder.feed_pieces(data)
 
     def close(self) -> bytes:
         return self._decoder.close()

@@ -187,6 +187,15 @@ class TurnCollector:
         joining any text (asked while the response is still under way)."""
         return [cid for t in self._turns.values() if (cid := t.first_call_id) is not None]
 
+    def completion(self, completion: dict[str, Any]) -> None:
+        """Every choice's message of a whole non-stream answer."""
+        choices = completion.get("choices")
+        if type(choices) is not list:
+            return
+        for choice in choices:
+            if type(choice) is dict and type(choice.get("message")) is dict:
+                self.message(choice.get("index", 0), choice["message"])
+
     def turns(self) -> list[Turn]:
         return [
             _new_turn((t.first_call_id, t.reasoning_text, t.content_text, t.details or None, t.signatures))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -27,6 +27,41 @@ import orjson
 TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 REASONING_FIELDS = frozenset({"reasoning_content", "reasoning"})
 _BLANKS = b" \t\r\n"
+
+
+class KnownRun(NamedTuple):
+    """Chunks of more of the same that another decoder wrote and already read (the Responses
+    upstream's decoder, proxy.core.protocols.responses_decode): whole SSE events, each `prefix` +
+    one non-empty JSON string + `suffix`, and those strings' texts in order. The pipeline takes
+    such a run from its texts when it is of its own template (StreamPipeline.feed_known), instead
+    of scanning bytes whose texts are already known."""
+
+    data: bytes
+    prefix: bytes  # `data: ` and the chunk's bytes before its text
+    suffix: bytes  # the chunk's bytes after its text, and the blank line
+    texts: list[str]
+
+
+def pieces_of(out: list[bytes | KnownRun]) -> list[bytes | KnownRun]:
+    """A decoder's output as few pieces: the bytes between runs joined, each KnownRun apart."""
+    pieces: list[bytes | KnownRun] = []
+    plain: list[bytes] = []
+    for piece in out:
+        if isinstance(piece, KnownRun):
+            if plain:
+                pieces.append(b"".join(plain))
+                plain = []
+            pieces.append(piece)
+        else:
+            plain.append(piece)
+    if plain:
+        pieces.append(b"".join(plain))
+    return pieces
+
+
+def joined(out: list[bytes | KnownRun]) -> bytes:
+    """A decoder's output as one piece of bytes."""
+    return b"".join([piece.data if isinstance(piece, KnownRun) else piece for piece in out])
 
 
 @dataclass(frozen=True, slots=True)

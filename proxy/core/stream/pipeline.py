@@ -8,22 +8,22 @@ upstream's original bytes; only changed chunks are re-serialized.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from proxy.core.controls import TraceFormat
-from proxy.core.errors import UNREADABLE_ANSWER_CODE, UnreadableAnswer, error_payload
+from proxy.core.errors import UNREADABLE_ANSWER_CODE, error_payload
 from proxy.core.stream import chunk_template, harmony, jsonio
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.chunk_template import ChunkTemplate
+from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, comment_frames, event_frames
-from proxy.core.usage import ReasoningTally, fill_final_usage, tally_completion
+from proxy.core.usage import ReasoningTally, fill_final_usage
 
 DONE = b"[DONE]"
 # Chunks a stream may (re)learn its template from without a single match before it stops trying.
@@ -128,11 +128,40 @@ class StreamPipeline:
         if template is not None and not self._done_sent and self._decoder.idle:
             # A read of exactly one chunk of more of the same (a paced stream): no decoding either.
             text = template.text_of_event(data)
-            if text is not None and len(data) <= self._max_event_bytes and self._take_text(template, text):
+            if (
+                text is not None
+                and len(data) <= self._max_event_bytes
+                and self._take_texts(template, (text,))
+            ):
                 return data
         if self._done_sent or (template is None and self._template_misses >= MAX_TEMPLATE_MISSES):
             return self._decode(data, now_ms)  # (nothing more of the same to expect)
         return self._feed_by_runs(data, now_ms)
+
+    def feed_known(self, run: KnownRun, now_ms: float) -> bytes:
+        """A run of chunks another decoder wrote and read (chunk_template.KnownRun): when it is of
+        this pipeline's template, its texts are taken as they are, without a second scan of its
+        bytes; else (another shape, a text the consumers must see parsed) it is fed as any read."""
+        template = self._template
+        if (
+            template is not None
+            and not self.closed
+            and run.prefix == template.event_prefix
+            and run.suffix == template.event_suffix
+            and not self._done_sent
+            and self._decoder.idle
+            and len(run.data) <= self._max_event_bytes  # (so is each of its events)
+            and self._take_texts(template, run.texts)
+        ):
+            return run.data
+        return self.feed(run.data, now_ms)
+
+    def feed_pieces(self, pieces: Sequence[bytes | KnownRun], now_ms: float) -> bytes:
+        """What another decoder made of one read (proxy.core.plan.UpstreamDecoder.feed_pieces)."""
+        out = [
+            self.feed_known(p, now_ms) if isinstance(p, KnownRun) else self.feed(p, now_ms) for p in pieces
+        ]
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def _feed_by_runs(self, data: bytes, now_ms: float) -> bytes:
         """A read of several events: each run of chunks of more of the same (a fast upstream's
@@ -223,7 +252,7 @@ class StreamPipeline:
                 continue
             if template is not None:
                 text = template.text_of(data)
-                if text is not None and self._take_text(template, text):
+                if text is not None and self._take_texts(template, (text,)):
                     append(event.raw)
                     continue
             self._rule = None  # whatever happens next may change what the consumers decide
@@ -270,16 +299,18 @@ class StreamPipeline:
                     template = self._template = chunk_template.learn(data, chunk) or template
         return out[0] if len(out) == 1 else b"".join(out)
 
-    def _take_text(self, template: ChunkTemplate, text: str) -> bool:
-        """Handles a chunk of `template` with `text` in place from its text alone, when no consumer
-        needs more (proxy.core.stream.chunk_template); True: done, the chunk goes out as it came, unparsed."""
+    def _take_texts(self, template: ChunkTemplate, texts: Sequence[str]) -> bool:
+        """Handles chunks of `template` with `texts` in place from their texts alone, when no
+        consumer needs more (proxy.core.stream.chunk_template); True: done, they go out as they
+        came, unparsed."""
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
-        if rule is _FULL_PATH or (rule.unless_lt and "<" in text):
+        if rule is _FULL_PATH or (rule.unless_lt and any("<" in text for text in texts)):
             return False
         for tell in rule.tell:
-            tell(text)
+            for text in texts:
+                tell(text)
         self._template_misses = 0
         return True
 
@@ -397,79 +428,6 @@ class StreamPipeline:
         return b"".join(out)
 
 
-def process_completion(
-    body: bytes,
-    *,
-    reasoning: ReasoningOptions,
-    trace: TraceBuilder | None,
-    request_body: dict[str, Any] | None,
-    now_ms: float,
-    capture: TurnCollector | None = None,
-    tally: ReasoningTally | None = None,
-) -> bytes:
-    """A non-stream 2xx answer: normalize `choices[].message`, add the `trace` array; with a
-    `tally`, count the reasoning text and write the estimate into `usage` (proxy.core.usage).
-
-    Anything that is not a JSON object is returned as it came; an unchanged answer with no trace
-    keeps its original bytes. When reasoning is hidden, an answer that cannot be parsed and
-    written back without it raises `UnreadableAnswer` (a 502) instead: hiding fails closed.
-    """
-    try:
-        parsed = jsonio.loads(body)
-    except orjson.JSONDecodeError:
-        if not reasoning.hide:
-            return body
-        parsed = jsonio.loads_lenient(body)  # lone surrogates; None when not JSON at all
-    if not isinstance(parsed, dict):
-        if reasoning.hide:
-            raise _unreadable()
-        return body
-    # Normalize with reasoning visible first so the trace knows whether the model reasoned, then
-    # hide it. The hide pass must not parse tags again: content is tag-free by then, and with
-    # implicit_open a second parse would take the answer itself for reasoning.
-    changed = harmony.normalize_completion(
-        parsed, replace(reasoning, hide=False) if reasoning.hide else reasoning
-    )
-    had_reasoning = _has_reasoning(parsed)
-    if capture is not None:
-        _capture_messages(parsed, capture)
-    if tally is not None:
-        changed = tally_completion(parsed, tally) or changed
-    if reasoning.hide:
-        hide_only = replace(reasoning, tags=(), implicit_open=False, harmony=False)
-        changed = harmony.normalize_completion(parsed, hide_only) or changed
-    if trace is not None:
-        events = trace.begin(request_body, now_ms)
-        events += trace.on_completion(parsed, had_reasoning, now_ms)
-        if events:  # a builder that only feeds listeners (client trace off) shows nothing
-            parsed["trace"] = events
-            changed = True
-    if not changed:
-        return body
-    try:
-        return jsonio.dumps(parsed)
-    except ValueError:  # nested deeper than anything writes: only the original bytes remain
-        if reasoning.hide:
-            raise _unreadable() from None
-        return body
-
-
-def _capture_messages(completion: dict[str, Any], capture: TurnCollector) -> None:
-    choices = completion.get("choices")
-    if type(choices) is not list:
-        return
-    for choice in choices:
-        if type(choice) is dict and type(choice.get("message")) is dict:
-            capture.message(choice.get("index", 0), choice["message"])
-
-
-def _unreadable() -> UnreadableAnswer:
-    return UnreadableAnswer(
-        "The upstream's answer could not be parsed to remove its reasoning, so it was withheld "
-        "(X-Reasoning: hide). Retry, or send X-Reasoning: show to receive it as it came."
-    )
-
-
 def _ends_event(raw: bytes) -> bool:
     """Whether `raw` ends with two line ends (CRLF, CR or LF each), i.e. a blank line."""
     return raw.endswith((b"\n\n", b"\r\r", b"\n\r", b"\r\r\n", b"\n\r\n"))
@@ -479,18 +437,5 @@ def _carries_reasoning(chunk: dict[str, Any]) -> bool:
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if isinstance(delta, dict) and (delta.get("reasoning_content") or delta.get("reasoning")):
-            return True
-    return False
-
-
-def _has_reasoning(completion: dict[str, Any]) -> bool:
-    choices = completion.get("choices")
-    if not isinstance(choices, list):
-        return False
-    for choice in choices:
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if isinstance(message, dict) and (
-            message.get("reasoning_content") or message.get("reasoning") or message.get("reasoning_details")
-        ):
             return True
     return False

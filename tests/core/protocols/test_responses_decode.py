@@ -18,6 +18,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from proxy.core.protocols.responses_decode import ResponsesDecoder, completion_from_response
+from proxy.core.stream.chunk_template import KnownRun
 from proxy.mock import create_mock_app
 
 DONE = b"data: [DONE]\n\n"
@@ -219,6 +220,29 @@ def test_the_chunks_carry_the_answer(scenario: str) -> None:
     finish = {"call": "tool_calls", "two_calls": "tool_calls", "custom": "tool_calls", "cut": "length"}
     assert got["finish_reason"] == finish.get(scenario, "stop")
     assert found[-1]["choices"] == [] and all(c["choices"] for c in found[:-1])
+
+
+def decode_pieces(pieces: list[bytes]) -> list[bytes | KnownRun]:
+    decoder = ResponsesDecoder(include_usage=True)
+    out = [piece for read in pieces for piece in decoder.feed_pieces(read)]
+    return [*out, decoder.close()]
+
+
+@pytest.mark.parametrize("scenario", ["call", "text", "two_calls"])
+def test_pieces_are_the_same_chunks_with_each_runs_texts_told_truly(scenario: str) -> None:
+    body = upstream(scenario, True, chunk_chars=16)
+    whole = decode([body])
+    for reads in [[body], *splits(body)[:: max(1, len(body) // 300)]]:
+        pieces = decode_pieces(reads)
+        assert b"".join(p.data if isinstance(p, KnownRun) else p for p in pieces) == whole
+    runs = [p for p in decode_pieces([body]) if isinstance(p, KnownRun)]
+    assert runs and sum(len(run.texts) for run in runs) > 5
+    for run in runs:
+        events = [e + b"\n\n" for e in run.data.split(b"\n\n") if e]
+        assert len(events) == len(run.texts)
+        for event, text in zip(events, run.texts, strict=True):
+            assert event.startswith(run.prefix) and event.endswith(run.suffix)
+            assert orjson.loads(event[len(run.prefix) : -len(run.suffix)]) == text
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

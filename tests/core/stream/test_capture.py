@@ -10,7 +10,8 @@ import pytest
 
 from proxy.core.controls import ReasoningField, TraceFormat
 from proxy.core.stream.capture import Turn, TurnCollector
-from proxy.core.stream.pipeline import StreamPipeline, process_completion
+from proxy.core.stream.completion import process_completion
+from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.mock.dialects import Gemini, MiniMax, OpenRouter, count_tokens
 from proxy.mock.dialects import Turn as MockTurn

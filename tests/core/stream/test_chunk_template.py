@@ -19,7 +19,7 @@ from proxy.build_info import is_compiled
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.stream import chunk_template
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.chunk_template import ChunkTemplate, learn
+from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, learn
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import SSEDecoder, SSEEvent
@@ -131,6 +131,7 @@ def run(
     capture: bool,
     max_event: int = 1 << 20,
     templates: bool = True,
+    known: bool = False,
 ) -> dict[str, Any]:
     """Everything the pipeline produces for `raw` cut at `pieces`: bytes, tapped events, capture,
     kept answer; and whether a template was in use at the end."""
@@ -162,7 +163,10 @@ def run(
     out = pipeline.begin({"messages": []}, 0.0)
     start = 0
     for cut in [*pieces, len(raw)]:
-        out += pipeline.feed(raw[start:cut], 1.0)
+        if known:  # as another decoder hands its output over: runs apart, their texts known
+            out += pipeline.feed_pieces(known_pieces(raw[start:cut]), 1.0)
+        else:
+            out += pipeline.feed(raw[start:cut], 1.0)
         start = cut
     out += pipeline.finish(2.0)
     return {
@@ -172,6 +176,105 @@ def run(
         "turns": collector.turns() if collector is not None else None,
         "template": pipeline._template is not None,
     }
+
+
+def known_pieces(read: bytes) -> list[bytes | KnownRun]:
+    """`read` as a decoder of another protocol hands it over (proxy.core.protocols.responses_decode):
+    each run of whole events that share the bytes around one text field is a KnownRun with its
+    texts, the rest is bytes. (Only LF-ended events are grouped, as the decoder writes them.)"""
+    if b"\r" in read:
+        return [read]
+    pieces: list[bytes | KnownRun] = []
+    rest = read
+    while rest:
+        end = rest.find(b"\n\n")
+        if end < 0:
+            pieces.append(rest)
+            break
+        event, rest = rest[: end + 2], rest[end + 2 :]
+        frame = None
+        if event.startswith(b"data: ") and event.count(b"\n") == 2:
+            try:
+                parsed = orjson.loads(event[6:-2])
+            except orjson.JSONDecodeError:
+                parsed = None
+            template = learn(event[6:-2], parsed) if isinstance(parsed, dict) else None
+            if template is not None and template.event_prefix is not None:
+                text = parsed["choices"][0]["delta"][template.field]  # type: ignore[index]
+                frame = (template.event_prefix, template.event_suffix, text)
+        last = pieces[-1] if pieces else None
+        if frame is None:
+            pieces.append(event)
+        elif isinstance(last, KnownRun) and (last.prefix, last.suffix) == frame[:2]:
+            pieces[-1] = KnownRun(last.data + event, last.prefix, last.suffix, [*last.texts, frame[2]])
+        else:
+            pieces.append(KnownRun(event, frame[0], frame[1], [frame[2]]))
+    return pieces
+
+
+def test_known_pieces_are_what_they_say() -> None:
+    pieces = known_pieces(synthetic())
+    runs = [p for p in pieces if isinstance(p, KnownRun)]
+    assert len(runs) >= 4 and any(len(run.texts) > 2 for run in runs)
+    assert b"".join(p.data if isinstance(p, KnownRun) else p for p in pieces) == synthetic()
+    for run in runs:
+        events = [e + b"\n\n" for e in run.data.split(b"\n\n") if e]
+        assert len(events) == len(run.texts)
+        for event, text in zip(events, run.texts, strict=True):
+            assert event.startswith(run.prefix) and event.endswith(run.suffix)
+            assert orjson.loads(event[len(run.prefix) : -len(run.suffix)]) == text
+
+
+@watches_from_inside
+def test_a_known_run_of_the_pipelines_template_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed: list[bytes] = []
+    real_feed = StreamPipeline.feed
+
+    def counting_feed(self: StreamPipeline, data: bytes, now_ms: float) -> bytes:
+        fed.append(data)
+        return real_feed(self, data, now_ms)
+
+    monkeypatch.setattr(StreamPipeline, "feed", counting_feed)
+    pipeline = StreamPipeline(
+        reasoning=OPTIONS["show"], trace=None, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
+    )
+    words = [chunk({"content": f" word{i}"}) for i in range(50)]
+    [known] = known_pieces(b"".join(words[1:]))
+    pieces: list[bytes | KnownRun] = [words[0], known]  # (the first chunk teaches the template)
+    assert pipeline.feed_pieces(pieces, 1.0) == b"".join(words)
+    assert fed == [words[0]]  # the run of 49 went out from its texts
+
+
+@pytest.mark.parametrize("name", [*FIXTURES, "synthetic", "hostile"])
+@pytest.mark.parametrize("options", list(OPTIONS))
+@pytest.mark.parametrize("trace", TRACES)
+def test_known_runs_change_nothing_for_any_consumer(name: str, options: str, trace: str) -> None:
+    # A run handed over with its texts (StreamPipeline.feed_known) gives what its bytes give.
+    raw = stream_named(name)
+    for capture in (False, True):
+        expected = run(raw, [], options, trace, capture, templates=False)
+        got = run(raw, [], options, trace, capture, known=True)
+        expected.pop("template")
+        got.pop("template")
+        assert got == expected
+
+
+@pytest.mark.parametrize("name", ["synthetic", "deepseek-reasoner.sse"])
+def test_known_runs_change_nothing_at_every_split_and_size_limit(name: str) -> None:
+    raw = stream_named(name)
+    for i in range(1, len(raw), 7):
+        expected = run(raw, [i], "tags", "answer", True, templates=False)
+        got = run(raw, [i], "tags", "answer", True, known=True)
+        expected.pop("template")
+        got.pop("template")
+        assert got == expected
+    sizes = sorted({len(e) + 2 for e in raw.split(b"\n\n") if e})
+    for limit in [*sizes[len(sizes) // 2 :: 3], 2 * sizes[-1]]:
+        expected = run(raw, [], "show", "brief", True, max_event=limit, templates=False)
+        got = run(raw, [], "show", "brief", True, max_event=limit, known=True)
+        expected.pop("template")
+        got.pop("template")
+        assert got == expected
 
 
 def same_with_and_without(

@@ -11,6 +11,7 @@ import pytest
 
 from proxy.core.controls import Controls, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
 from proxy.core.plan import Defaults, Intent, reasoning_options
+from proxy.core.stream.completion import process_completion
 from proxy.core.stream.harmony import (
     HEADER_LIMIT,
     HarmonyExtractor,
@@ -21,7 +22,7 @@ from proxy.core.stream.harmony import (
     normalize_completion,
     speaks_harmony,
 )
-from proxy.core.stream.pipeline import StreamPipeline, process_completion
+from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions, StreamReasoningExtractor
 from tests.core.stream.test_reasoning import chunks_of
 

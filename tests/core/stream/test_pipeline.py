@@ -11,7 +11,8 @@ import pytest
 
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.errors import ProxyError
-from proxy.core.stream.pipeline import StreamFailure, StreamPipeline, process_completion
+from proxy.core.stream.completion import process_completion
+from proxy.core.stream.pipeline import StreamFailure, StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
 

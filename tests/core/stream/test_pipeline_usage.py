@@ -10,7 +10,8 @@ import pytest
 
 from proxy.core.controls import TraceFormat, TraceMode
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.pipeline import StreamPipeline, process_completion
+from proxy.core.stream.completion import process_completion
+from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.usage import ESTIMATED_MARKER, ReasoningTally, text_tokens

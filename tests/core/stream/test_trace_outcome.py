@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from proxy.core.controls import TraceFormat, TraceMode
-from proxy.core.stream.pipeline import StreamPipeline, process_completion
+from proxy.core.stream.completion import process_completion
+from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.taps import TappedTraceBuilder
 from proxy.core.stream.trace_outcome import STARVED, output_limit
