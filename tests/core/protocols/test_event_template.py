@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.protocols.event_template import EventTemplate, learn
 
@@ -140,3 +142,61 @@ def test_a_hole_key_inside_a_string_is_no_key() -> None:
 )
 def test_what_cannot_be_learned(raw: bytes, payload: dict[str, Any]) -> None:
     assert learn(raw, payload) is None
+
+
+_ORDERS = {
+    "openai": event,
+    "pad first": lambda text, seq=1, pad="abc": {
+        "type": DELTA,
+        "obfuscation": pad,
+        "delta": text,
+        "sequence_number": seq,
+    },
+    "counter last": lambda text, seq=1, pad="abc": {
+        "type": DELTA,
+        "delta": text,
+        "obfuscation": pad,
+        "sequence_number": seq,
+    },
+}
+_ODD = [
+    b"\\",
+    b'"',
+    b'x","obfuscation":"',
+    b"\n",
+    b"\n\n",
+    b"01",
+    b"-1",
+    b" ",
+    b'"',
+    b"\\ud800",
+    b"event: x\n",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    order=st.sampled_from(list(_ORDERS)),
+    events=st.lists(
+        st.tuples(st.text(max_size=6), st.integers(min_value=0, max_value=120), st.text(max_size=4)),
+        max_size=6,
+    ),
+    cut=st.integers(min_value=0, max_value=400),
+    odd=st.sampled_from(_ODD),
+    where=st.integers(min_value=0, max_value=400),
+    limit=st.sampled_from([1 << 20, 150, 200]),
+)
+def test_the_unrolled_run_is_the_run_hole_by_hole(
+    order: str, events: list[tuple[str, int, str]], cut: int, odd: bytes, where: int, limit: int
+) -> None:
+    # OpenAI's three holes take an unrolled loop (EventTemplate._take_run3): for any data, whole or
+    # cut, with bytes slipped in anywhere, it ends where the loop over the holes ends and reads
+    # the same texts.
+    make = _ORDERS[order]
+    template = learned(make("first"))
+    assert len(template.keys) == 3
+    data = b"".join(frame(make(text, seq=seq, pad=pad)) for text, seq, pad in events)
+    data = data[: min(cut, len(data))] if cut < 400 else data
+    at = min(where, len(data))
+    data = data[:at] + odd + data[at:] if where < 400 else data
+    assert template._take_run3(data, 0, limit) == template._take_run_generic(data, 0, limit)
