@@ -128,11 +128,7 @@ class StreamPipeline:
         if template is not None and not self._done_sent and self._decoder.idle:
             # A read of exactly one chunk of more of the same (a paced stream): no decoding either.
             text = template.text_of_event(data)
-            if (
-                text is not None
-                and len(data) <= self._max_event_bytes
-                and self._take_texts(template, (text,))
-            ):
+            if text is not None and len(data) <= self._max_event_bytes and self._take_text(template, text):
                 return data
         if self._done_sent or (template is None and self._template_misses >= MAX_TEMPLATE_MISSES):
             return self._decode(data, now_ms)  # (nothing more of the same to expect)
@@ -252,7 +248,7 @@ class StreamPipeline:
                 continue
             if template is not None:
                 text = template.text_of(data)
-                if text is not None and self._take_texts(template, (text,)):
+                if text is not None and self._take_text(template, text):
                     append(event.raw)
                     continue
             self._rule = None  # whatever happens next may change what the consumers decide
@@ -299,10 +295,22 @@ class StreamPipeline:
                     template = self._template = chunk_template.learn(data, chunk) or template
         return out[0] if len(out) == 1 else b"".join(out)
 
+    def _take_text(self, template: ChunkTemplate, text: str) -> bool:
+        """Handles a chunk of `template` with `text` in place from its text alone, when no consumer
+        needs more (proxy.core.stream.chunk_template); True: done, the chunk goes out as it came,
+        unparsed. (_take_texts for one text, without a list: this runs for every paced chunk.)"""
+        rule = self._rule
+        if rule is None:
+            rule = self._rule = self._text_rule(template)
+        if rule is _FULL_PATH or (rule.unless_lt and "<" in text):
+            return False
+        for tell in rule.tell:
+            tell(text)
+        self._template_misses = 0
+        return True
+
     def _take_texts(self, template: ChunkTemplate, texts: Sequence[str]) -> bool:
-        """Handles chunks of `template` with `texts` in place from their texts alone, when no
-        consumer needs more (proxy.core.stream.chunk_template); True: done, they go out as they
-        came, unparsed."""
+        """_take_text for the chunks of a run whose texts another decoder read (feed_known)."""
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
