@@ -8,19 +8,13 @@ Upstream from env BENCH_UPSTREAM (e.g. http://127.0.0.1:9000). Run under uvicorn
   uvicorn --app-dir bench baseline_aiohttp_chunked:app --loop uvloop --http httptools --no-access-log
 """
 
-import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 import aiohttp
+from baseline_aiohttp import DROP, UPSTREAM, lifespan
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
-
-UPSTREAM = os.environ.get("BENCH_UPSTREAM", "http://127.0.0.1:9000")
-DROP = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
 
 
 async def chat(request: Request) -> StreamingResponse:
@@ -33,14 +27,6 @@ async def chat(request: Request) -> StreamingResponse:
         media_type=upstream.headers.get("content-type"),
         background=BackgroundTask(upstream.release),
     )
-
-
-@asynccontextmanager
-async def lifespan(app: Starlette) -> AsyncIterator[None]:
-    connector = aiohttp.TCPConnector(limit=1000)
-    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
-        app.state.session = session
-        yield
 
 
 app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])], lifespan=lifespan)

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from proxy.core.providers import default_providers_path
+from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.yamlfile import load_config
 from proxy.demo import SIMULATED_ROUTES
 from proxy.server.serving import BackgroundServer, bind_loopback
@@ -131,3 +133,13 @@ def chat_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
         "server": ("127.0.0.1", 8080),
         "state": {},
     }
+
+
+def assert_run_tells_its_texts(run: KnownRun) -> None:
+    """A KnownRun is what it says: whole events, each its prefix + one JSON string + its suffix,
+    those strings' texts in order."""
+    events = [e + b"\n\n" for e in run.data.split(b"\n\n") if e]
+    assert len(events) == len(run.texts)
+    for event, text in zip(events, run.texts, strict=True):
+        assert event.startswith(run.prefix) and event.endswith(run.suffix)
+        assert orjson.loads(event[len(run.prefix) : -len(run.suffix)]) == text

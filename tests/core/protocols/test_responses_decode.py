@@ -20,6 +20,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from proxy.core.protocols.responses_decode import ResponsesDecoder, completion_from_response
 from proxy.core.stream.chunk_template import KnownRun
 from proxy.mock import create_mock_app
+from tests.helpers import assert_run_tells_its_texts
 
 DONE = b"data: [DONE]\n\n"
 WEATHER = {
@@ -238,11 +239,7 @@ def test_pieces_are_the_same_chunks_with_each_runs_texts_told_truly(scenario: st
     runs = [p for p in decode_pieces([body]) if isinstance(p, KnownRun)]
     assert runs and sum(len(run.texts) for run in runs) > 5
     for run in runs:
-        events = [e + b"\n\n" for e in run.data.split(b"\n\n") if e]
-        assert len(events) == len(run.texts)
-        for event, text in zip(events, run.texts, strict=True):
-            assert event.startswith(run.prefix) and event.endswith(run.suffix)
-            assert orjson.loads(event[len(run.prefix) : -len(run.suffix)]) == text
+        assert_run_tells_its_texts(run)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

@@ -25,6 +25,7 @@ from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import SSEDecoder, SSEEvent
 from proxy.core.stream.taps import AnswerKeepingTraceBuilder, TappedTraceBuilder
 from proxy.core.stream.trace import TraceBuilder
+from tests.helpers import assert_run_tells_its_texts
 
 # These tests watch the pipeline from inside: a subclass of SSEDecoder records what it is fed, or
 # ChunkTemplate's methods are patched to count the fast path's hits. A compiled class allows
@@ -218,11 +219,7 @@ def test_known_pieces_are_what_they_say() -> None:
     assert len(runs) >= 4 and any(len(run.texts) > 2 for run in runs)
     assert b"".join(p.data if isinstance(p, KnownRun) else p for p in pieces) == synthetic()
     for run in runs:
-        events = [e + b"\n\n" for e in run.data.split(b"\n\n") if e]
-        assert len(events) == len(run.texts)
-        for event, text in zip(events, run.texts, strict=True):
-            assert event.startswith(run.prefix) and event.endswith(run.suffix)
-            assert orjson.loads(event[len(run.prefix) : -len(run.suffix)]) == text
+        assert_run_tells_its_texts(run)
 
 
 @watches_from_inside
@@ -252,36 +249,32 @@ def test_known_runs_change_nothing_for_any_consumer(name: str, options: str, tra
     # A run handed over with its texts (StreamPipeline.feed_known) gives what its bytes give.
     raw = stream_named(name)
     for capture in (False, True):
-        expected = run(raw, [], options, trace, capture, templates=False)
-        got = run(raw, [], options, trace, capture, known=True)
-        expected.pop("template")
-        got.pop("template")
-        assert got == expected
+        same_with_and_without(raw, [], options, trace, capture, known=True)
 
 
 @pytest.mark.parametrize("name", ["synthetic", "deepseek-reasoner.sse"])
 def test_known_runs_change_nothing_at_every_split_and_size_limit(name: str) -> None:
     raw = stream_named(name)
     for i in range(1, len(raw), 7):
-        expected = run(raw, [i], "tags", "answer", True, templates=False)
-        got = run(raw, [i], "tags", "answer", True, known=True)
-        expected.pop("template")
-        got.pop("template")
-        assert got == expected
+        same_with_and_without(raw, [i], "tags", "answer", True, known=True)
     sizes = sorted({len(e) + 2 for e in raw.split(b"\n\n") if e})
     for limit in [*sizes[len(sizes) // 2 :: 3], 2 * sizes[-1]]:
-        expected = run(raw, [], "show", "brief", True, max_event=limit, templates=False)
-        got = run(raw, [], "show", "brief", True, max_event=limit, known=True)
-        expected.pop("template")
-        got.pop("template")
-        assert got == expected
+        same_with_and_without(raw, [], "show", "brief", True, max_event=limit, known=True)
 
 
 def same_with_and_without(
-    raw: bytes, pieces: list[int], options: str, trace: str, capture: bool, max_event: int = 1 << 20
+    raw: bytes,
+    pieces: list[int],
+    options: str,
+    trace: str,
+    capture: bool,
+    max_event: int = 1 << 20,
+    known: bool = False,
 ) -> None:
+    """The pipeline with templates (`known`: fed as another decoder hands its reads over) gives
+    what it gives without."""
     expected = run(raw, pieces, options, trace, capture, max_event, templates=False)
-    got = run(raw, pieces, options, trace, capture, max_event)
+    got = run(raw, pieces, options, trace, capture, max_event, known=known)
     assert not expected.pop("template")
     got.pop("template")
     assert got == expected
