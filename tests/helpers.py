@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,12 @@ import httpx
 import orjson
 import pytest
 
+from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.providers import default_providers_path
-from proxy.core.stream.chunk_template import KnownRun
+from proxy.core.stream.chunk_template import KnownRun, learn
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.reasoning import ReasoningOptions
+from proxy.core.stream.trace import TraceBuilder
 from proxy.core.yamlfile import load_config
 from proxy.demo import SIMULATED_ROUTES
 from proxy.server.serving import BackgroundServer, bind_loopback
@@ -143,3 +148,51 @@ def assert_run_tells_its_texts(run: KnownRun) -> None:
     for event, text in zip(events, run.texts, strict=True):
         assert event.startswith(run.prefix) and event.endswith(run.suffix)
         assert orjson.loads(event[len(run.prefix) : -len(run.suffix)]) == text
+
+
+def known_pieces(read: bytes) -> list[bytes | KnownRun]:
+    """`read` as a decoder of another protocol hands it over (proxy.core.protocols.responses_decode):
+    each run of whole events that share the bytes around one text field is a KnownRun with its
+    texts, the rest is bytes. (Only LF-ended events are grouped, as the decoder writes them.)"""
+    if b"\r" in read:
+        return [read]
+    pieces: list[bytes | KnownRun] = []
+    rest = read
+    while rest:
+        end = rest.find(b"\n\n")
+        if end < 0:
+            pieces.append(rest)
+            break
+        event, rest = rest[: end + 2], rest[end + 2 :]
+        frame = None
+        if event.startswith(b"data: ") and event.count(b"\n") == 2:
+            try:
+                parsed = orjson.loads(event[6:-2])
+            except orjson.JSONDecodeError:
+                parsed = None
+            template = learn(event[6:-2], parsed) if isinstance(parsed, dict) else None
+            if template is not None and template.event_prefix is not None:
+                text = parsed["choices"][0]["delta"][template.field]  # type: ignore[index]
+                frame = (template.event_prefix, template.event_suffix, text)
+        last = pieces[-1] if pieces else None
+        if frame is None:
+            pieces.append(event)
+        elif isinstance(last, KnownRun) and (last.prefix, last.suffix) == frame[:2]:
+            pieces[-1] = KnownRun(last.data + event, last.prefix, last.suffix, [*last.texts, frame[2]])
+        else:
+            pieces.append(KnownRun(event, frame[0], frame[1], [frame[2]]))
+    return pieces
+
+
+def pipeline_pieces(raw: bytes, cuts: list[int]) -> list[list[bytes | KnownRun]]:
+    """What the response pipeline hands a front door (`piped`'s pipeline, without keep-alives)
+    for an upstream stream read in pieces cut at `cuts`."""
+    options = ReasoningOptions(tags=("think",), output_field=ReasoningField.REASONING_CONTENT)
+    trace = TraceBuilder(mode=TraceMode.BRIEF, zh=False, level="deep", provider="p", method="params")
+    pipeline = StreamPipeline(
+        reasoning=options, trace=trace, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
+    )
+    out: list[list[bytes | KnownRun]] = [[pipeline.begin({"messages": []}, 0.0)]]
+    bounds = [0, *cuts, len(raw)]
+    out += [pipeline.feed_runs(raw[a:b], 1.0) for a, b in pairwise(bounds)]
+    return [*out, [pipeline.finish(2.0)]]

@@ -433,6 +433,10 @@ class FrontDoor(Protocol):
     def feed(self, data: bytes) -> bytes:
         """The pipeline's next output (any split) → the client's bytes."""
 
+    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+        """`feed` for the pipeline's output with its runs of more of the same apart, their texts
+        known (StreamPipeline.feed_runs): the same bytes as `feed` of the pieces joined."""
+
     def close(self) -> bytes:
         """The pipeline wrote its last byte (or the stream broke off): what ends the client's."""
 

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +44,7 @@ from proxy.core.protocols.messages_stream import PING, MessagesTranscoder
 from proxy.core.protocols.sealing import SealContext
 from proxy.core.replay_keys import tenant_of
 from proxy.core.stream import jsonio
+from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.trace import TraceBuilder
 from proxy.server.asgi import BodyProducer, RelayResponse, body_piece
 from proxy.server.handlers import Proxy
@@ -83,6 +85,9 @@ class MessagesOutput:
     def feed(self, data: bytes) -> bytes:
         return self.transcoder.feed(data)
 
+    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+        return self.transcoder.feed_pieces(pieces)
+
     def close(self) -> bytes:
         return self.transcoder.close()
 
@@ -90,7 +95,8 @@ class MessagesOutput:
         return self.transcoder.completion(body)
 
     async def settle(self) -> None:
-        await store_spill(self.spill, self.spill_store)
+        if self.spill:  # (called after every write: most have nothing to store)
+            await store_spill(self.spill, self.spill_store)
 
 
 class MessagesDoor:

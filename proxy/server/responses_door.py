@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -55,6 +56,7 @@ from proxy.core.protocols.responses_state import (
 from proxy.core.protocols.responses_stream import ResponsesTranscoder
 from proxy.core.replay_keys import store_key, tenant_of
 from proxy.core.stream import jsonio
+from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.trace import TraceBuilder
 from proxy.server.handlers import Proxy
 from proxy.server.replay_service import deployment_secret
@@ -113,6 +115,9 @@ class BridgeOutput:
     def feed(self, data: bytes) -> bytes:
         return self.transcoder.feed(data)
 
+    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+        return self.transcoder.feed_pieces(pieces)
+
     def close(self) -> bytes:
         return self.transcoder.close()
 
@@ -120,7 +125,8 @@ class BridgeOutput:
         return self.transcoder.completion(body)
 
     async def settle(self) -> None:
-        await store_spill(self.spill, self.spill_store)
+        if self.spill:  # (called after every write: most have nothing to store)
+            await store_spill(self.spill, self.spill_store)
         final = self.transcoder.final
         if self.settled or final is None or self.store is None:
             return

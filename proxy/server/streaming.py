@@ -140,6 +140,8 @@ async def relay_stream(
     clock = time.perf_counter
     gate = chat.gate
     upstream = chat.upstream  # another upstream protocol: decoded to chat chunks first
+    # A front door without a review gate between: the pipeline's output goes to it in pieces.
+    door = send if isinstance(send, DoorSend) and gate is None else None
     started = clock() - elapsed_ms() / 1000.0
     failure: ProxyError | None = None
     notify_stream(record)
@@ -163,6 +165,14 @@ async def relay_stream(
                 pieces = first_apart(pieces[0])
             for piece in pieces:
                 ms = (now - started) * 1000.0
+                if door is not None:  # a front door reads the texts of the pipeline's runs
+                    runs = pipeline.feed_runs(piece, ms)
+                    if runs:
+                        watch.writing = True
+                        await door.runs(runs)
+                        watch.writing = False
+                        now = watch.last_read = clock()
+                    continue
                 if isinstance(piece, bytes):
                     out = pipeline.feed(piece, ms)
                 else:
@@ -274,23 +284,41 @@ async def settle_held_calls(
     audit_undecided(decided)
 
 
+class DoorSend:
+    """What a stream written in a front door's protocol is sent to (through_door): every message
+    (the pipeline's output, a settled review, an error event) goes through the door; `runs` takes
+    the pipeline's output with its runs apart (StreamPipeline.feed_runs), which the door reads
+    from their texts. The door's own I/O (storing the response) runs before the bytes that end
+    the client's stream, so a client that continues from it at once finds it stored."""
+
+    __slots__ = ("door", "record", "send")
+
+    def __init__(self, door: FrontDoor, record: AccessRecord, send: Send) -> None:
+        self.door, self.record, self.send = door, record, send
+
+    async def __call__(self, message: Message) -> None:
+        data = message.get("body", b"")
+        out = self.door.feed(data)
+        await self.door.settle()  # (a no-op until the answer is whole: then stored before its end is sent)
+        self.record.bytes_out += len(out) - len(data)
+        if out:
+            await self.send({**message, "body": out})
+
+    async def runs(self, pieces: list[bytes | KnownRun]) -> None:
+        """The pipeline's output as StreamPipeline.feed_runs gives it (not counted by the writer)."""
+        out = self.door.feed_pieces(pieces)
+        await self.door.settle()
+        self.record.bytes_out += len(out)
+        if out:
+            await self.send(body_piece(out))
+
+
 async def through_door(
     door: FrontDoor, write: Callable[[Send], Awaitable[None]], record: AccessRecord, send: Send
 ) -> None:
-    """A stream written in a front door's protocol: everything `write` sends (the pipeline's
-    output, a settled review, an error event) goes through the door, then the door's end. The
-    door's own I/O (storing the response) runs before the bytes that end the client's stream, so
-    a client that continues from it at once finds it stored."""
-
-    async def translated(message: Message) -> None:
-        data = message.get("body", b"")
-        out = door.feed(data)
-        await door.settle()  # (a no-op until the answer is whole: then stored before its end is sent)
-        record.bytes_out += len(out) - len(data)
-        if out:
-            await send({**message, "body": out})
-
-    await write(translated)
+    """A stream written in a front door's protocol: everything `write` sends goes through the door
+    (DoorSend), then the door's end."""
+    await write(DoorSend(door, record, send))
     tail = door.close()
     await door.settle()
     if tail:

@@ -27,7 +27,7 @@ complete). `completion(body)` is the non-stream form: the chat completion → th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -42,7 +42,7 @@ from proxy.core.protocols.messages_events import (
 from proxy.core.protocols.messages_runs import take_run
 from proxy.core.protocols.responses_output import error_facts, first_choice, frames
 from proxy.core.stream import chunk_template, jsonio
-from proxy.core.stream.chunk_template import ChunkTemplate
+from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = ["CUT_SHORT", "MessagesTranscoder", "message_from_completion"]
@@ -116,6 +116,40 @@ class MessagesTranscoder:
                 self._event(event.raw, event.data, out)
             pos = end
         return b"".join(out)
+
+    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+        """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks this
+        transcoder's template reads is taken from its texts, its bytes not scanned again."""
+        out: list[bytes] = [self.start()]
+        for piece in pieces:
+            if isinstance(piece, bytes):
+                out.append(self.feed(piece))
+            elif not self._known(piece, out):
+                out.append(self.feed(piece.data))
+        return b"".join(out)
+
+    def _known(self, run: KnownRun, out: list[bytes]) -> bool:
+        """A run of the chunks of this transcoder's template, taken from its texts (as `_run` takes
+        them from the bytes); False: not such a run, or not at a point where its texts are enough."""
+        template = self._template
+        if (
+            template is None
+            or run.prefix != template.event_prefix
+            or run.suffix != template.event_suffix
+            or not self._decoder.idle
+        ):
+            return False
+        frame = self._encoder.delta_frame(template.reasoning)
+        if frame is None:
+            return False
+        texts = run.texts
+        self._encoder.extend(texts)
+        self.hits += len(texts)
+        head, tail = frame
+        if head:
+            dumps = orjson.dumps  # (as the encoder writes each text)
+            out.append(head + (tail + head).join([dumps(text) for text in texts]) + tail)
+        return True
 
     def _run(self, template: ChunkTemplate, data: bytes, start: int, out: list[bytes]) -> int:
         """Where the run of `template`'s chunks from `start` ends (`start`: none taken), their

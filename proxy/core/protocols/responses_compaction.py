@@ -16,7 +16,7 @@ streams, and ends with the compaction item — as a `Response` (the trigger, str
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from proxy.core.protocols.responses_events import first_choice, frames
@@ -29,6 +29,7 @@ from proxy.core.protocols.responses_output import (
     responses_usage,
 )
 from proxy.core.stream import jsonio
+from proxy.core.stream.chunk_template import KnownRun, joined
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = ["COMPACTION_PROMPT", "CompactionTranscoder", "compaction_request", "is_trigger", "user_messages"]
@@ -107,6 +108,10 @@ class CompactionTranscoder:
         for event in self._decoder.feed(data):
             out += self._event(event.data)
         return out
+
+    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+        """`feed` of the pieces joined: a compaction reads every chunk (its summary is one item)."""
+        return self.feed(joined(pieces))
 
     def close(self) -> bytes:
         out = self._start()

@@ -37,7 +37,7 @@ form is built by the same encoder (responses_stream.response_from_completion), s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,23 +179,24 @@ class ResponsesEncoder:
         return item.kind == ("reasoning" if reasoning else "message")
 
     def text_delta_frame(self, reasoning: bool, text: str) -> bytes | None:
-        """A plain text delta of the item streaming (most chunks), written directly: byte for byte
-        `frame(feed(chunk))`, without building the event. None: not that case, `feed` it instead."""
+        """text_delta_frames for one text (a paced stream's chunk)."""
+        return self.text_delta_frames(reasoning, (text,))
+
+    def text_delta_frames(self, reasoning: bool, texts: Sequence[str]) -> bytes | None:
+        """Plain text deltas of the item streaming (most chunks), written directly: byte for byte
+        `frames(feed(chunk))` for each text's chunk in turn, without building the events. None:
+        not that case (or a text is empty), `feed` them instead."""
         item = self._current
-        if item is None or not item.begun or self._finished or self._finish is not None or not text:
+        if item is None or not item.begun or self._finished or self._finish is not None or not all(texts):
             return None
         if reasoning:
             if item.kind != "reasoning":
                 return None
-            kind = (
-                b"response.reasoning_summary_text.delta"
-                if self._frame.summary
-                else b"response.reasoning_text.delta"
-            )
+            summary = self._frame.summary
+            kind = b"response.reasoning_summary_text.delta" if summary else b"response.reasoning_text.delta"
             index, tail = (
-                (b',"summary_index":0,"delta":', b"}")
-                if self._frame.summary
-                else (b',"content_index":0,"delta":', b"}")
+                (b',"summary_index":0,"delta":' if summary else b',"content_index":0,"delta":'),
+                b"}",
             )
         elif item.kind == "message":
             kind, index, tail = (
@@ -205,16 +206,16 @@ class ResponsesEncoder:
             )
         else:
             return None
-        item.text.append(text)
+        item.text += texts
         seq = self._seq
-        self._seq = seq + 1
-        return b"".join(
-            (
-                b"event: ", kind, b'\ndata: {"type":"', kind, b'","sequence_number":', str(seq).encode(),
-                b',"item_id":"', item.item_id.encode(), b'","output_index":', str(item.output_index).encode(),
-                index, jsonio.dumps(text), tail, b"\n\n",
-            )
-        )  # fmt: skip
+        self._seq = seq + len(texts)
+        head = b"event: " + kind + b'\ndata: {"type":"' + kind + b'","sequence_number":'
+        middle = (
+            b',"item_id":"' + item.item_id.encode() + b'","output_index":' + b"%d" % item.output_index + index
+        )
+        end = tail + b"\n\n"
+        dumps = jsonio.dumps
+        return b"".join([head + b"%d" % n + middle + dumps(text) + end for n, text in enumerate(texts, seq)])
 
     def end(self) -> list[Event]:
         """The stream ended: the terminal event (failed when no finish reason came)."""

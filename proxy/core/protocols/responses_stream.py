@@ -22,15 +22,14 @@ store it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import partial
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.core.protocols.responses_events import ResponsesEncoder, first_choice, frames
 from proxy.core.protocols.responses_output import IdFactory, ResponseFrame, Seal
 from proxy.core.protocols.responses_tools import ToolName
 from proxy.core.stream import chunk_template, jsonio
-from proxy.core.stream.chunk_template import ChunkTemplate
+from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = ["CUT_SHORT", "ResponsesTranscoder", "response_from_completion"]
@@ -88,11 +87,11 @@ class ResponsesTranscoder:
                 and data.startswith(template.event_prefix, pos)
                 and self._encoder.streaming(template.reasoning)
             ):
-                frames_out: list[bytes] = []
-                tell = (partial(_write_delta, self._encoder, template.reasoning, frames_out),)
-                end = template.take_run(data, pos, _MAX_EVENT_BYTES, False, tell)
+                end, texts = template.take_texts(data, pos, _MAX_EVENT_BYTES, False)
                 if end > pos:
-                    out.extend(frames_out)
+                    written = self._encoder.text_delta_frames(template.reasoning, texts)
+                    assert written is not None  # (the item streams this kind of text; none is empty)
+                    out.append(written)
                     pos = end
                     continue
             cut = data.find(b"\n\n", pos)
@@ -100,6 +99,26 @@ class ResponsesTranscoder:
             for event in decoder.feed(data[pos:end] if pos or end < size else data):
                 self._event(event.raw, event.data, out)
             pos = end
+        return b"".join(out)
+
+    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+        """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks this
+        transcoder's template reads is written from its texts, its bytes not scanned again."""
+        out: list[bytes] = [self.start()]
+        for piece in pieces:
+            if isinstance(piece, bytes):
+                out.append(self.feed(piece))
+                continue
+            template = self._template
+            written = None
+            if (
+                template is not None
+                and piece.prefix == template.event_prefix
+                and piece.suffix == template.event_suffix
+                and self._decoder.idle
+            ):
+                written = self._encoder.text_delta_frames(template.reasoning, piece.texts)
+            out.append(self.feed(piece.data) if written is None else written)
         return b"".join(out)
 
     def close(self) -> bytes:
@@ -167,12 +186,6 @@ class ResponsesTranscoder:
         if events and events[-1]["type"] in ("response.completed", "response.incomplete", "response.failed"):
             self.final = events[-1]["response"]
         return frames(events)
-
-
-def _write_delta(encoder: ResponsesEncoder, reasoning: bool, out: list[bytes], text: str) -> None:
-    frame_ = encoder.text_delta_frame(reasoning, text)
-    assert frame_ is not None  # (a run is read only while the encoder streams this kind of item)
-    out.append(frame_)
 
 
 def response_from_completion(

@@ -17,7 +17,7 @@ Pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -59,7 +59,7 @@ def pieces_of(out: list[bytes | KnownRun]) -> list[bytes | KnownRun]:
     return pieces
 
 
-def joined(out: list[bytes | KnownRun]) -> bytes:
+def joined(out: Sequence[bytes | KnownRun]) -> bytes:
     """A decoder's output as one piece of bytes."""
     return b"".join([piece.data if isinstance(piece, KnownRun) else piece for piece in out])
 
@@ -100,9 +100,19 @@ class ChunkTemplate:
         unless_lt: bool,
         tell: tuple[Callable[[str], None], ...],
     ) -> int:
-        """Where the run of events of this template starting at `start` ends: each `data: ` +
-        the template with a non-empty string in the field + a blank line, at most
-        `max_event_bytes`, its text without `<` when `unless_lt`. Each text goes to every `tell`.
+        """take_texts, each text told to every `tell`: where the run ends."""
+        end, texts = self.take_texts(data, start, max_event_bytes, unless_lt)
+        for hear in tell:
+            for text in texts:
+                hear(text)
+        return end
+
+    def take_texts(
+        self, data: bytes, start: int, max_event_bytes: int, unless_lt: bool
+    ) -> tuple[int, list[str]]:
+        """Where the run of events of this template starting at `start` ends, and their texts: each
+        `data: ` + the template with a non-empty string in the field + a blank line, at most
+        `max_event_bytes`, its text without `<` when `unless_lt`.
 
         Only for data where an event starts at `start` and whose line ends are LF (an idle SSE
         decoder's view): a match is then one whole event, ended by the first "\\n\\n" after it,
@@ -118,7 +128,7 @@ class ChunkTemplate:
         (`_take_each`), which stops exactly where the run does."""
         prefix, suffix = self.event_prefix, self.suffix
         if prefix is None:
-            return start
+            return start, []
         head, tail = len(prefix), len(suffix)
         find, startswith, endswith = data.find, data.startswith, data.endswith
         tokens: list[bytes] = []
@@ -135,40 +145,33 @@ class ChunkTemplate:
             ):
                 break
             if data[last - 2] == 0x5C:  # ('\\"': an escaped quote, or an escaped backslash)
-                return self._take_each(data, start, max_event_bytes, unless_lt, tell)
+                return self._take_each(data, start, max_event_bytes, unless_lt)
             tokens.append(data[first:last])
             pos = end + 2
         if not tokens:
-            return self._take_each(data, start, max_event_bytes, unless_lt, tell)
+            return self._take_each(data, start, max_event_bytes, unless_lt)
         try:
             texts = orjson.loads(b"[" + b",".join(tokens) + b"]")
         except orjson.JSONDecodeError:
-            return self._take_each(data, start, max_event_bytes, unless_lt, tell)
+            return self._take_each(data, start, max_event_bytes, unless_lt)
         if (
             len(texts) != len(tokens)
             or not all(type(text) is str for text in texts)
             or (unless_lt and any("<" in text for text in texts))
         ):
-            return self._take_each(data, start, max_event_bytes, unless_lt, tell)
-        for hear in tell:
-            for text in texts:
-                hear(text)
-        return pos
+            return self._take_each(data, start, max_event_bytes, unless_lt)
+        return pos, texts
 
     def _take_each(
-        self,
-        data: bytes,
-        start: int,
-        max_event_bytes: int,
-        unless_lt: bool,
-        tell: tuple[Callable[[str], None], ...],
-    ) -> int:
-        """take_run one event at a time: each text read and judged alone."""
+        self, data: bytes, start: int, max_event_bytes: int, unless_lt: bool
+    ) -> tuple[int, list[str]]:
+        """take_texts one event at a time: each text read and judged alone."""
         prefix, suffix = self.event_prefix, self.suffix
         if prefix is None:
-            return start
+            return start, []
         head, tail = len(prefix), len(suffix)
         find, startswith, endswith, loads = data.find, data.startswith, data.endswith, orjson.loads
+        texts: list[str] = []
         pos = start
         while (end := find(b"\n\n", pos)) >= 0:
             first, last = pos + head, end - tail  # the string token, quotes included
@@ -187,10 +190,9 @@ class ChunkTemplate:
                 break
             if type(text) is not str or not text or (unless_lt and "<" in text):
                 break
-            for hear in tell:
-                hear(text)
+            texts.append(text)
             pos = end + 2
-        return pos
+        return pos, texts
 
 
 def _text_between(data: bytes, prefix: bytes, suffix: bytes) -> str | None:

@@ -122,6 +122,39 @@ class StreamPipeline:
 
     # -- stream -------------------------------------------------------------------------
     def feed(self, data: bytes, now_ms: float) -> bytes:
+        return self._feed(data, now_ms, None)
+
+    def feed_known(self, run: KnownRun, now_ms: float) -> bytes:
+        """A run of chunks another decoder wrote and read (chunk_template.KnownRun): when it is of
+        this pipeline's template, its texts are taken as they are, without a second scan of its
+        bytes; else (another shape, a text the consumers must see parsed) it is fed as any read."""
+        return self._feed_known(run, now_ms, None)
+
+    def feed_pieces(self, pieces: Sequence[bytes | KnownRun], now_ms: float) -> bytes:
+        """What another decoder made of one read (proxy.core.plan.UpstreamDecoder.feed_pieces)."""
+        out = [
+            self._feed_known(p, now_ms, None) if isinstance(p, KnownRun) else self._feed(p, now_ms, None)
+            for p in pieces
+        ]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def feed_runs(self, piece: bytes | Sequence[bytes | KnownRun], now_ms: float) -> list[bytes | KnownRun]:
+        """`feed` (bytes) or `feed_pieces` (a decoder's pieces), for a front door that translates the
+        output (proxy.core.plan.FrontDoor.feed_pieces): the same bytes, with each run of chunks of
+        more of the same that went out as it came apart as a KnownRun with its texts, so that the
+        door takes the texts instead of scanning the bytes a second time."""
+        runs: list[bytes | KnownRun] = []
+        for p in (piece,) if isinstance(piece, bytes) else piece:
+            rest = (
+                self._feed_known(p, now_ms, runs) if isinstance(p, KnownRun) else self._feed(p, now_ms, runs)
+            )
+            if rest:
+                runs.append(rest)
+        return runs
+
+    def _feed(self, data: bytes, now_ms: float, runs: list[bytes | KnownRun] | None) -> bytes:
+        """The output for `data`; with `runs`, what precedes the output's last run goes there
+        (bytes, and the runs apart), and the rest is returned."""
         if self.closed:
             return b""
         template = self._template
@@ -129,15 +162,15 @@ class StreamPipeline:
             # A read of exactly one chunk of more of the same (a paced stream): no decoding either.
             text = template.text_of_event(data)
             if text is not None and len(data) <= self._max_event_bytes and self._take_text(template, text):
-                return data
+                if runs is None or template.event_prefix is None:
+                    return data
+                runs.append(KnownRun(data, template.event_prefix, template.event_suffix, [text]))
+                return b""
         if self._done_sent or (template is None and self._template_misses >= MAX_TEMPLATE_MISSES):
             return self._decode(data, now_ms)  # (nothing more of the same to expect)
-        return self._feed_by_runs(data, now_ms)
+        return self._feed_by_runs(data, now_ms, runs)
 
-    def feed_known(self, run: KnownRun, now_ms: float) -> bytes:
-        """A run of chunks another decoder wrote and read (chunk_template.KnownRun): when it is of
-        this pipeline's template, its texts are taken as they are, without a second scan of its
-        bytes; else (another shape, a text the consumers must see parsed) it is fed as any read."""
+    def _feed_known(self, run: KnownRun, now_ms: float, runs: list[bytes | KnownRun] | None) -> bytes:
         template = self._template
         if (
             template is not None
@@ -149,23 +182,20 @@ class StreamPipeline:
             and len(run.data) <= self._max_event_bytes  # (so is each of its events)
             and self._take_texts(template, run.texts)
         ):
-            return run.data
-        return self.feed(run.data, now_ms)
+            if runs is None:
+                return run.data
+            runs.append(run)
+            return b""
+        return self._feed(run.data, now_ms, runs)
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun], now_ms: float) -> bytes:
-        """What another decoder made of one read (proxy.core.plan.UpstreamDecoder.feed_pieces)."""
-        out = [
-            self.feed_known(p, now_ms) if isinstance(p, KnownRun) else self.feed(p, now_ms) for p in pieces
-        ]
-        return out[0] if len(out) == 1 else b"".join(out)
-
-    def _feed_by_runs(self, data: bytes, now_ms: float) -> bytes:
+    def _feed_by_runs(self, data: bytes, now_ms: float, runs: list[bytes | KnownRun] | None) -> bytes:
         """A read of several events: each run of chunks of more of the same (a fast upstream's
-        read holds hundreds) is taken without decoding and goes out as one slice of the read;
-        the events between runs are decoded one at a time, so that a template learned from one
-        of them serves the rest of the same read. When runs are not to be had (the consumers
-        need every chunk parsed, or MAX_STEPS events in a row started none), the rest of the
-        read is decoded at once, as without runs."""
+        read holds hundreds) is taken without decoding and goes out as one slice of the read
+        (with `runs`: a KnownRun there, after the bytes before it); the events between runs are
+        decoded one at a time, so that a template learned from one of them serves the rest of the
+        same read. When runs are not to be had (the consumers need every chunk parsed, or
+        MAX_STEPS events in a row started none), the rest of the read is decoded at once, as
+        without runs."""
         out: list[bytes] = []
         pos, size = 0, len(data)
         find = data.find
@@ -178,11 +208,20 @@ class StreamPipeline:
                 and self._decoder.idle
                 and data.startswith(template.event_prefix, pos)
             ):
-                taken = self._take_run(template, data, pos)
+                taken, texts = self._take_run(template, data, pos)
                 if taken > 0:
-                    if taken == size:
+                    if runs is not None:
+                        if out:
+                            runs.append(b"".join(out))
+                            out = []
+                        run = KnownRun(
+                            data[pos : pos + taken], template.event_prefix, template.event_suffix, texts
+                        )
+                        runs.append(run)
+                    elif taken == size:
                         return data
-                    out.append(data[pos : pos + taken])
+                    else:
+                        out.append(data[pos : pos + taken])
                     pos += taken
                     steps = 0
                     continue
@@ -202,19 +241,22 @@ class StreamPipeline:
                 break
         return b"".join(out)
 
-    def _take_run(self, template: ChunkTemplate, data: bytes, start: int) -> int:
+    def _take_run(self, template: ChunkTemplate, data: bytes, start: int) -> tuple[int, list[str]]:
         """How many bytes from `start` are whole events of `template` handled from their text
-        alone (ChunkTemplate.take_run), as _take_text would handle each; -1 when the consumers
-        need this template's chunks parsed (none can be)."""
+        alone (ChunkTemplate.take_texts), as _take_text would handle each, and their texts; -1
+        when the consumers need this template's chunks parsed (none can be)."""
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
         if rule is _FULL_PATH:
-            return -1
-        end = template.take_run(data, start, self._max_event_bytes, rule.unless_lt, rule.tell)
+            return -1, []
+        end, texts = template.take_texts(data, start, self._max_event_bytes, rule.unless_lt)
         if end > start:
             self._template_misses = 0
-        return end - start
+            for tell in rule.tell:
+                for text in texts:
+                    tell(text)
+        return end - start, texts
 
     def _decode(self, data: bytes, now_ms: float) -> bytes:
         try:

@@ -10,12 +10,17 @@ from typing import Any
 
 import pytest
 
+from proxy.build_info import is_compiled
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
+from proxy.core.protocols import messages_stream
 from proxy.core.protocols.messages_events import ThinkingFacts
+from proxy.core.protocols.messages_runs import take_run
 from proxy.core.protocols.messages_stream import MessagesTranscoder
+from proxy.core.stream.chunk_template import KnownRun, joined
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
+from tests.helpers import known_pieces, pipeline_pieces
 
 STREAMS = Path(__file__).resolve().parents[2] / "fixtures" / "streams"
 FIXTURES = sorted(p.name for p in STREAMS.glob("*.sse"))
@@ -172,3 +177,59 @@ def test_a_keep_alive_inside_a_run_is_a_ping_in_place() -> None:
     ping = out.index(b'event: ping\ndata: {"type":"ping"}\n\n', out.index(text_delta))
     assert out.index(text_delta) < ping < out.index(b'"text":"word "', out.index(text_delta))
     assert out.count(b"event: ping") == 2
+
+
+# -- runs handed over with their texts (StreamPipeline.feed_runs → MessagesTranscoder.feed_pieces) --
+
+
+def handed(pieces: list[list[bytes | KnownRun]], **kwargs: Any) -> tuple[bytes, MessagesTranscoder]:
+    t = MessagesTranscoder("msg_1", "m", seal=sign, new_id=ids, **kwargs)
+    return b"".join(t.feed_pieces(piece) for piece in pieces) + t.close(), t
+
+
+@pytest.mark.parametrize("name", list(STREAMS_UNDER_TEST))
+@pytest.mark.parametrize("show", [True, False])
+def test_runs_handed_over_give_the_decoded_bytes_at_every_split(name: str, show: bool) -> None:
+    # Each run of whole events claimed with its texts (as a decoder hands them over): the same
+    # bytes as decoding every event, wherever the claims fall against the transcoder's own state.
+    stream = STREAMS_UNDER_TEST[name]()
+    reference, decoded = feed([stream], runs=False, show_thinking=show)
+    whole, t = handed([known_pieces(stream)], show_thinking=show)
+    assert whole == reference
+    assert t.final == decoded.final
+    for cut in range(0, len(stream) + 1, 5):
+        out, _ = handed([known_pieces(stream[:cut]), known_pieces(stream[cut:])], show_thinking=show)
+        assert out == reference, f"split at {cut}: {stream[max(0, cut - 30) : cut + 30]!r}"
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_what_the_pipeline_hands_over_gives_what_its_bytes_give(name: str) -> None:
+    raw = (STREAMS / name).read_bytes()
+    events = [i + 2 for i in range(len(raw)) if raw.startswith(b"\n\n", i)][:-1]
+    for cuts in ([], events, list(range(13, len(raw), 97))):
+        pieces = pipeline_pieces(raw, cuts)
+        reference, _ = feed([joined(piece) for piece in pieces], runs=False)
+        out, _ = handed(pieces)
+        assert out == reference
+
+
+@pytest.mark.skipif(
+    is_compiled("proxy.core.protocols.messages_stream"),
+    reason="patches a function a compiled module binds at build; the pure build's run covers it",
+)
+def test_runs_handed_over_are_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    scanned: list[int] = []
+
+    def counting_take_run(data: bytes, start: int, prefix: bytes, suffix: bytes) -> Any:
+        found = take_run(data, start, prefix, suffix)
+        scanned.append(len(found[1]))
+        return found
+
+    monkeypatch.setattr(messages_stream, "take_run", counting_take_run)
+    raw = (STREAMS / "deepseek-reasoner.sse").read_bytes()
+    chunks = raw.count(b"\n\ndata: {")
+    _, t = handed(pipeline_pieces(raw, []))
+    assert t.hits > chunks * 3 // 4 and sum(scanned) == 0
+    # (the same bytes, not handed over, are scanned: the patch does count)
+    feed([joined(p) for p in pipeline_pieces(raw, [])])
+    assert sum(scanned) > chunks * 3 // 4

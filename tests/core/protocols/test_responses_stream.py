@@ -6,6 +6,7 @@ namespaced and custom (freeform) tools, and the non-stream `Response` object."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -14,6 +15,7 @@ from openai.types.responses import Response
 
 from proxy.core.protocols.responses_stream import CUT_SHORT, ResponsesTranscoder
 from proxy.core.protocols.responses_tools import ToolName
+from proxy.core.stream.chunk_template import joined
 from proxy.core.stream.trace_format import comment_frames
 from tests.core.protocols.test_responses_events import (
     EVENT,
@@ -28,7 +30,9 @@ from tests.core.protocols.test_responses_events import (
     no_extras,
     validate,
 )
+from tests.helpers import known_pieces, pipeline_pieces
 
+STREAMS = Path(__file__).resolve().parents[2] / "fixtures" / "streams"
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -577,11 +581,11 @@ def test_the_text_delta_fast_path_writes_what_the_general_path_writes(
         EVENT.validate_python(event)
 
 
-def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Long runs of same-shaped chunks (how upstreams stream) are read by their ChunkTemplate
-    when fed in big pieces; the output is the same as decoding every event, however it is cut."""
+RUN_TEXTS = ["word ", "Zürich ", '"q" ', "\\ ", "<tag> ", "✓ "] * 10
+
+
+def runs_stream() -> bytes:
+    """Long runs of same-shaped chunks (how upstreams stream): reasoning, a trace comment, text."""
     base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
     def piece(field: str, text: str) -> bytes:
@@ -591,19 +595,26 @@ def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path(
             {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
         )
 
-    texts = ["word ", "Zürich ", '"q" ', "\\ ", "<tag> ", "✓ "] * 10
-    stream = b"".join(
+    return b"".join(
         [
             data(
                 {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": ""}}]}
             ),
-            *(piece("reasoning_content", t) for t in texts),
+            *(piece("reasoning_content", t) for t in RUN_TEXTS),
             trace(type="status", seq=1, t_ms=1, message="Writing the answer", stage="answering"),
-            *(piece("content", t) for t in texts),
+            *(piece("content", t) for t in RUN_TEXTS),
             data({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE}),
             DONE,
         ]
     )
+
+
+def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Long runs of same-shaped chunks are read by their ChunkTemplate when fed in big pieces; the
+    output is the same as decoding every event, however it is cut."""
+    stream, texts = runs_stream(), RUN_TEXTS
     in_runs = whole(stream)
     assert in_runs == in_pieces([stream[i : i + 1] for i in range(len(stream))])[0]
     assert in_runs == in_pieces([stream[i : i + 777] for i in range(0, len(stream), 777)])[0]
@@ -614,3 +625,32 @@ def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path(
     for event in events:
         EVENT.validate_python(event)
     assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "".join(texts)
+
+
+@pytest.mark.parametrize("summary", [False, True])
+@pytest.mark.parametrize("name", ["runs", "realistic"])
+def test_runs_handed_over_with_their_texts_match_the_decoded_path(
+    name: str, summary: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline's runs handed over with their texts (feed_pieces, as StreamPipeline.feed_runs
+    gives them) are written from the texts: the same bytes as decoding every event, wherever the
+    runs fall against the transcoder's own state."""
+    stream = runs_stream() if name == "runs" else realistic_stream()
+    fast = whole(stream, summary=summary)
+    for cut in range(0, len(stream) + 1, 3):
+        coder = transcoder(summary)
+        out = coder.feed_pieces(known_pieces(stream[:cut])) + coder.feed_pieces(known_pieces(stream[cut:]))
+        assert out + coder.close() == fast, cut
+    monkeypatch.setattr(ResponsesTranscoder, "_text_delta", lambda self, chunk: None)
+    assert fast == whole(stream, summary=summary)  # (no template is ever learned: every event decoded)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in STREAMS.glob("*.sse")))
+def test_what_the_pipeline_hands_over_gives_what_its_bytes_give(name: str) -> None:
+    raw = (STREAMS / name).read_bytes()
+    events = [i + 2 for i in range(len(raw)) if raw.startswith(b"\n\n", i)][:-1]
+    for cuts in ([], events, list(range(13, len(raw), 97))):
+        pieces = pipeline_pieces(raw, cuts)
+        handed, plain = transcoder(), transcoder()
+        out = b"".join(handed.feed_pieces(piece) for piece in pieces) + handed.close()
+        assert out == b"".join(plain.feed(joined(piece)) for piece in pieces) + plain.close()

@@ -19,13 +19,13 @@ from proxy.build_info import is_compiled
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.stream import chunk_template
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, learn
+from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, joined, learn
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import SSEDecoder, SSEEvent
 from proxy.core.stream.taps import AnswerKeepingTraceBuilder, TappedTraceBuilder
 from proxy.core.stream.trace import TraceBuilder
-from tests.helpers import assert_run_tells_its_texts
+from tests.helpers import assert_run_tells_its_texts, known_pieces
 
 # These tests watch the pipeline from inside: a subclass of SSEDecoder records what it is fed, or
 # ChunkTemplate's methods are patched to count the fast path's hits. A compiled class allows
@@ -133,9 +133,11 @@ def run(
     max_event: int = 1 << 20,
     templates: bool = True,
     known: bool = False,
+    runs: bool = False,
 ) -> dict[str, Any]:
     """Everything the pipeline produces for `raw` cut at `pieces`: bytes, tapped events, capture,
-    kept answer; and whether a template was in use at the end."""
+    kept answer; and whether a template was in use at the end. `runs`: the output as a front door
+    gets it (StreamPipeline.feed_runs), each KnownRun in it checked to be what it says."""
     tapped: list[dict[str, Any]] = []
     outputs: list[Any] = []
     kwargs: dict[str, Any] = {"zh": False, "level": "standard", "provider": "p"}
@@ -163,8 +165,16 @@ def run(
     )
     out = pipeline.begin({"messages": []}, 0.0)
     start = 0
+    handed = 0
     for cut in [*pieces, len(raw)]:
-        if known:  # as another decoder hands its output over: runs apart, their texts known
+        if runs:
+            given = pipeline.feed_runs(known_pieces(raw[start:cut]) if known else raw[start:cut], 1.0)
+            for piece in given:
+                if isinstance(piece, KnownRun):
+                    assert_run_tells_its_texts(piece)
+                    handed += len(piece.texts)
+            out += joined(given)
+        elif known:  # as another decoder hands its output over: runs apart, their texts known
             out += pipeline.feed_pieces(known_pieces(raw[start:cut]), 1.0)
         else:
             out += pipeline.feed(raw[start:cut], 1.0)
@@ -176,41 +186,8 @@ def run(
         "answer": outputs,
         "turns": collector.turns() if collector is not None else None,
         "template": pipeline._template is not None,
+        "handed": handed,
     }
-
-
-def known_pieces(read: bytes) -> list[bytes | KnownRun]:
-    """`read` as a decoder of another protocol hands it over (proxy.core.protocols.responses_decode):
-    each run of whole events that share the bytes around one text field is a KnownRun with its
-    texts, the rest is bytes. (Only LF-ended events are grouped, as the decoder writes them.)"""
-    if b"\r" in read:
-        return [read]
-    pieces: list[bytes | KnownRun] = []
-    rest = read
-    while rest:
-        end = rest.find(b"\n\n")
-        if end < 0:
-            pieces.append(rest)
-            break
-        event, rest = rest[: end + 2], rest[end + 2 :]
-        frame = None
-        if event.startswith(b"data: ") and event.count(b"\n") == 2:
-            try:
-                parsed = orjson.loads(event[6:-2])
-            except orjson.JSONDecodeError:
-                parsed = None
-            template = learn(event[6:-2], parsed) if isinstance(parsed, dict) else None
-            if template is not None and template.event_prefix is not None:
-                text = parsed["choices"][0]["delta"][template.field]  # type: ignore[index]
-                frame = (template.event_prefix, template.event_suffix, text)
-        last = pieces[-1] if pieces else None
-        if frame is None:
-            pieces.append(event)
-        elif isinstance(last, KnownRun) and (last.prefix, last.suffix) == frame[:2]:
-            pieces[-1] = KnownRun(last.data + event, last.prefix, last.suffix, [*last.texts, frame[2]])
-        else:
-            pieces.append(KnownRun(event, frame[0], frame[1], [frame[2]]))
-    return pieces
 
 
 def test_known_pieces_are_what_they_say() -> None:
@@ -225,13 +202,13 @@ def test_known_pieces_are_what_they_say() -> None:
 @watches_from_inside
 def test_a_known_run_of_the_pipelines_template_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
     fed: list[bytes] = []
-    real_feed = StreamPipeline.feed
+    real_feed = StreamPipeline._feed
 
-    def counting_feed(self: StreamPipeline, data: bytes, now_ms: float) -> bytes:
+    def counting_feed(self: StreamPipeline, data: bytes, now_ms: float, runs: Any) -> bytes:
         fed.append(data)
-        return real_feed(self, data, now_ms)
+        return real_feed(self, data, now_ms, runs)
 
-    monkeypatch.setattr(StreamPipeline, "feed", counting_feed)
+    monkeypatch.setattr(StreamPipeline, "_feed", counting_feed)
     pipeline = StreamPipeline(
         reasoning=OPTIONS["show"], trace=None, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
     )
@@ -270,14 +247,19 @@ def same_with_and_without(
     capture: bool,
     max_event: int = 1 << 20,
     known: bool = False,
-) -> None:
-    """The pipeline with templates (`known`: fed as another decoder hands its reads over) gives
-    what it gives without."""
+    runs: bool = False,
+) -> int:
+    """The pipeline with templates (`known`: fed as another decoder hands its reads over; `runs`:
+    its output as a front door gets it) gives what it gives without; how many chunks went out in
+    KnownRuns."""
     expected = run(raw, pieces, options, trace, capture, max_event, templates=False)
-    got = run(raw, pieces, options, trace, capture, max_event, known=known)
+    got = run(raw, pieces, options, trace, capture, max_event, known=known, runs=runs)
     assert not expected.pop("template")
     got.pop("template")
+    assert expected.pop("handed") == 0
+    handed: int = got.pop("handed")
     assert got == expected
+    return handed
 
 
 @pytest.mark.parametrize("options", ["show", "tags"])
@@ -286,6 +268,41 @@ def test_a_stream_of_more_of_the_same_learns_a_template_unless_told_not_to(optio
     raw = (STREAMS / "deepseek-reasoner.sse").read_bytes()
     assert run(raw, [], options, "brief", False)["template"]
     assert not run(raw, [], options, "brief", False, templates=False)["template"]
+
+
+@pytest.mark.parametrize("name", [*FIXTURES, "synthetic", "hostile"])
+@pytest.mark.parametrize("options", list(OPTIONS))
+@pytest.mark.parametrize("trace", TRACES)
+def test_runs_handed_to_a_front_door_change_nothing_for_any_consumer(
+    name: str, options: str, trace: str
+) -> None:
+    # The output as a front door gets it (StreamPipeline.feed_runs): the same bytes, the same
+    # consumers' view, each KnownRun what it says; from plain reads and from a decoder's pieces.
+    raw = stream_named(name)
+    for capture in (False, True):
+        same_with_and_without(raw, [], options, trace, capture, runs=True)
+        same_with_and_without(raw, [], options, trace, capture, known=True, runs=True)
+
+
+@pytest.mark.parametrize("name", ["synthetic", "deepseek-reasoner.sse"])
+def test_runs_handed_to_a_front_door_change_nothing_at_every_split_and_size_limit(name: str) -> None:
+    raw = stream_named(name)
+    for i in range(1, len(raw), 7):
+        same_with_and_without(raw, [i], "tags", "answer", True, runs=True)
+        same_with_and_without(raw, [i], "show", "brief", False, known=True, runs=True)
+    sizes = sorted({len(e) + 2 for e in raw.split(b"\n\n") if e})
+    for limit in [*sizes[len(sizes) // 2 :: 3], 2 * sizes[-1]]:
+        same_with_and_without(raw, [], "show", "brief", True, max_event=limit, runs=True)
+
+
+def test_a_front_door_gets_most_of_a_stream_as_runs_with_their_texts() -> None:
+    # (Otherwise the tests above would pass with nothing ever handed over.) One read of a real
+    # stream: nearly every chunk of more of the same goes in a KnownRun; so do paced reads.
+    raw = (STREAMS / "deepseek-reasoner.sse").read_bytes()
+    chunks = raw.count(b"\n\ndata: {")
+    assert same_with_and_without(raw, [], "show", "none", False, runs=True) > chunks * 3 // 4
+    events = [i + 2 for i in range(len(raw)) if raw.startswith(b"\n\n", i)]
+    assert same_with_and_without(raw, events[:-1], "show", "brief", True, runs=True) > chunks * 3 // 4
 
 
 @watches_from_inside
@@ -400,20 +417,20 @@ def stream_named(name: str) -> bytes:
 def test_the_fast_path_is_taken_for_more_of_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     # (Otherwise the equivalence tests above would pass with templates never used.)
     hits: list[str] = []
-    real_of, real_run = ChunkTemplate.text_of, ChunkTemplate.take_run
+    real_of, real_run = ChunkTemplate.text_of, ChunkTemplate.take_texts
 
     def counting(self: ChunkTemplate, data: bytes) -> str | None:
         text = real_of(self, data)
         hits.extend([text] if text is not None else [])
         return text
 
-    def counting_runs(self: ChunkTemplate, data: bytes, start: int, *args: Any) -> int:
-        end = real_run(self, data, start, *args)
+    def counting_runs(self: ChunkTemplate, data: bytes, start: int, *args: Any) -> tuple[int, list[str]]:
+        end, texts = real_run(self, data, start, *args)
         hits.extend(["run"] * data.count(b"\n\n", start, end))
-        return end
+        return end, texts
 
     monkeypatch.setattr(ChunkTemplate, "text_of", counting)
-    monkeypatch.setattr(ChunkTemplate, "take_run", counting_runs)
+    monkeypatch.setattr(ChunkTemplate, "take_texts", counting_runs)
     raw = (STREAMS / "deepseek-reasoner.sse").read_bytes()
     run(raw, [], "show", "brief", False)  # one read: runs within it
     assert len(hits) > 10
@@ -554,10 +571,9 @@ def test_a_run_read_at_once_is_the_run_read_event_by_event(middles: list[bytes],
     assert template is not None and template.event_prefix is not None
     read = b"".join(template.event_prefix + m + template.event_suffix for m in middles) + b"data: [DONE]\n\n"
     heard: list[str] = []
-    heard_each: list[str] = []
     taken = template.take_run(read, 0, 1 << 20, unless_lt, (heard.append,))
-    assert taken == template._take_each(read, 0, 1 << 20, unless_lt, (heard_each.append,))
-    assert heard == heard_each
+    assert template.take_texts(read, 0, 1 << 20, unless_lt) == (taken, heard)
+    assert template._take_each(read, 0, 1 << 20, unless_lt) == (taken, heard)
 
 
 def test_a_run_stops_at_an_event_over_the_size_limit_or_a_text_with_a_tag_when_asked() -> None:
