@@ -190,41 +190,62 @@ def with_pings(produce: BodyProducer, interval: float, record: AccessRecord) -> 
     """A Messages stream that sends a `ping` event whenever nothing was written for `interval`
     seconds (the keep-alive interval, THINKPROXY_REVIEW_KEEPALIVE), as Anthropic does while the model
     is quiet. Pings start after the first write (message_start) and go between whole writes (the
-    door writes whole events); the upstream's read timeout still counts its silence."""
+    door writes whole events); the upstream's read timeout still counts its silence.
+
+    One timer per stream, armed at the first write and moved on when it finds the stream was not
+    quiet: most streams end before it is due, so they pay for one timer, not for a task and a lock
+    per write. A ping is its own task (the timer cannot await); a write waits for one in flight."""
 
     async def produce_with_pings(send: Send) -> None:
-        lock = asyncio.Lock()
-        started = asyncio.Event()
         loop = asyncio.get_running_loop()
         last = loop.time()
+        writing = False
+        timer: asyncio.TimerHandle | None = None
+        pinging: asyncio.Task[None] | None = None
+
+        def arm(delay: float) -> None:
+            nonlocal timer
+            timer = loop.call_later(delay, due)
+
+        def due() -> None:
+            nonlocal pinging
+            quiet = loop.time() - last
+            if writing or quiet < interval:
+                arm(interval if writing else interval - quiet)
+            else:
+                pinging = loop.create_task(ping())
+
+        async def ping() -> None:
+            nonlocal last, pinging
+            try:
+                await send(body_piece(PING))
+            except Exception:  # (the client is gone: the next write meets the same end)
+                pinging = None
+                return
+            pinging = None
+            record.bytes_out += len(PING)
+            last = loop.time()
+            arm(interval)
 
         async def sent(message: Message) -> None:
-            nonlocal last
-            async with lock:
-                await send(message)
-                last = loop.time()
-            if message.get("body"):
-                started.set()
+            nonlocal last, writing
+            if pinging is not None:
+                await asyncio.shield(pinging)  # (a ping is being written: the next write follows it)
+            writing = True
+            await send(message)
+            writing = False
+            last = loop.time()
+            if timer is None and message.get("body"):
+                arm(interval)
 
-        async def pinger() -> None:
-            nonlocal last
-            await started.wait()
-            while True:
-                quiet = loop.time() - last
-                if quiet < interval:
-                    await asyncio.sleep(interval - quiet)
-                    continue
-                async with lock:
-                    await send(body_piece(PING))
-                    record.bytes_out += len(PING)
-                    last = loop.time()
-
-        task = asyncio.ensure_future(pinger())
         try:
             await produce(sent)
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            if timer is not None:
+                timer.cancel()
+            if pinging is not None:
+                pinging.cancel()
+                await asyncio.gather(pinging, return_exceptions=True)
 
     return produce_with_pings
 
