@@ -85,6 +85,9 @@ class MessagesTranscoder:
         # every event decoded) never learns one.
         self._template: ChunkTemplate | None = None
         self._templates = templates
+        # True once a template came with a run handed over (feed_pieces): the runs bring their own
+        # from then on, and the chunks decoded between them need not teach one.
+        self._adopted = False
         self._decoded = 0  # chunks decoded
         self.hits = 0  # chunks read by their template, not decoded
         self.final: dict[str, Any] | None = None  # the Message once whole
@@ -132,12 +135,15 @@ class MessagesTranscoder:
         """A run of the chunks of this transcoder's template, taken from its texts (as `_run` takes
         them from the bytes); False: not such a run, or not at a point where its texts are enough."""
         template = self._template
-        if (
-            template is None
-            or run.prefix != template.event_prefix
-            or run.suffix != template.event_suffix
-            or not self._decoder.idle
-        ):
+        if not self._templates:
+            return False
+        self._adopted |= run.template is not None  # (from now on the runs bring their templates)
+        if template is None or run.prefix != template.event_prefix or run.suffix != template.event_suffix:
+            template = run.template  # (the pipeline's: the same chunks taught it, and it serves as well)
+            if template is None or template.index != 0 or template.event_prefix != run.prefix:
+                return False
+            self._template = template
+        if not self._decoder.idle:
             return False
         frame = self._encoder.delta_frame(template.reasoning)
         if frame is None:
@@ -216,7 +222,7 @@ class MessagesTranscoder:
             events = []
             if isinstance(chunk, dict):
                 events = self._encoder.feed(chunk)
-                if self._templates:
+                if self._templates and not self._adopted:
                     self._learn(data, chunk)
         if events and events[-1]["type"] == "message_stop":
             self.final = self._encoder.message()

@@ -58,6 +58,7 @@ class ResponsesTranscoder:
         self._encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names)
         self._decoder = SSEDecoder(_MAX_EVENT_BYTES)
         self._template: ChunkTemplate | None = None  # of the last plain text delta decoded
+        self._adopted = False  # a run handed over brought its template: runs bring their own since
         self.final: dict[str, Any] | None = None
 
     @property
@@ -110,11 +111,19 @@ class ResponsesTranscoder:
                 out.append(self.feed(piece))
                 continue
             template = self._template
+            self._adopted |= piece.template is not None  # (from now on the runs bring their templates)
+            if (
+                template is None
+                or piece.prefix != template.event_prefix
+                or piece.suffix != template.event_suffix
+            ):
+                adopted = piece.template  # (the pipeline's: the same chunks taught it)
+                if adopted is not None and adopted.index == 0 and adopted.event_prefix == piece.prefix:
+                    template = self._template = adopted
             written = None
             if (
                 template is not None
-                and piece.prefix == template.event_prefix
-                and piece.suffix == template.event_suffix
+                and (template.event_prefix, template.event_suffix) == (piece.prefix, piece.suffix)
                 and self._decoder.idle
             ):
                 written = self._encoder.text_delta_frames(template.reasoning, piece.texts)
@@ -160,7 +169,11 @@ class ResponsesTranscoder:
         if isinstance(chunk, dict):
             fast = self._text_delta(chunk)
             out.append(fast if fast is not None else self._emit(self._encoder.feed(chunk)))
-            if fast is not None and (self._template is None or self._template.text_of(data) is None):
+            if (
+                fast is not None
+                and not self._adopted
+                and (self._template is None or self._template.text_of(data) is None)
+            ):
                 self._template = chunk_template.learn(data, chunk)  # the shape of more of the same
 
     def _text_delta(self, chunk: dict[str, Any]) -> bytes | None:

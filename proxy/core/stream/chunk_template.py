@@ -40,6 +40,9 @@ class KnownRun(NamedTuple):
     prefix: bytes  # `data: ` and the chunk's bytes before its text
     suffix: bytes  # the chunk's bytes after its text, and the blank line
     texts: list[str]
+    # The template these chunks are of, when the pipeline hands the run on (StreamPipeline.feed_runs):
+    # a front door takes it rather than learning the same shape again from a chunk it decodes.
+    template: ChunkTemplate | None = None
 
 
 def pieces_of(out: list[bytes | KnownRun]) -> list[bytes | KnownRun]:

@@ -164,7 +164,7 @@ class StreamPipeline:
             if text is not None and len(data) <= self._max_event_bytes and self._take_text(template, text):
                 if runs is None or template.event_prefix is None:
                     return data
-                runs.append(KnownRun(data, template.event_prefix, template.event_suffix, [text]))
+                runs.append(KnownRun(data, template.event_prefix, template.event_suffix, [text], template))
                 return b""
         if self._done_sent or (template is None and self._template_misses >= MAX_TEMPLATE_MISSES):
             return self._decode(data, now_ms)  # (nothing more of the same to expect)
@@ -184,7 +184,7 @@ class StreamPipeline:
         ):
             if runs is None:
                 return run.data
-            runs.append(run)
+            runs.append(run if run.template is template else run._replace(template=template))
             return b""
         return self._feed(run.data, now_ms, runs)
 
@@ -214,9 +214,9 @@ class StreamPipeline:
                         if out:
                             runs.append(b"".join(out))
                             out = []
-                        run = KnownRun(
-                            data[pos : pos + taken], template.event_prefix, template.event_suffix, texts
-                        )
+                        taken_bytes = data[pos : pos + taken]
+                        prefix, suffix = template.event_prefix, template.event_suffix
+                        run = KnownRun(taken_bytes, prefix, suffix, texts, template)
                         runs.append(run)
                     elif taken == size:
                         return data

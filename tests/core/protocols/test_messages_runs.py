@@ -230,6 +230,7 @@ def test_runs_handed_over_are_not_scanned_again(monkeypatch: pytest.MonkeyPatch)
     chunks = raw.count(b"\n\ndata: {")
     _, t = handed(pipeline_pieces(raw, []))
     assert t.hits > chunks * 3 // 4 and sum(scanned) == 0
+    assert t._adopted  # (the runs brought the pipeline's templates: none learned again)
     # (the same bytes, not handed over, are scanned: the patch does count)
     feed([joined(p) for p in pipeline_pieces(raw, [])])
     assert sum(scanned) > chunks * 3 // 4
