@@ -25,12 +25,13 @@ REPO_DIR = BENCH_DIR.parent
 PAYLOADS = BENCH_DIR / "payloads"
 CHAT_PATH = "/v1/chat/completions"
 RESPONSES_PATH = "/v1/responses"
+MESSAGES_PATH = "/v1/messages"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def payload(stream: bool, door: str = "chat") -> bytes:
-    """A request body of `door` ("chat" or "responses", the same question either way)."""
+    """A request body of `door` ("chat", "responses" or "messages", the same question each way)."""
     name = f"{door}_stream.json" if stream else f"{door}_nonstream.json"
     return (PAYLOADS / name).read_bytes().strip()
 

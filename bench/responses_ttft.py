@@ -1,13 +1,15 @@
-"""Idle time to first token through the Responses front door against chat completions, same server.
+"""Idle time to first token through the front doors (Responses, Messages) against chat completions,
+the same server.
 
   /work/venv/bin/python bench/responses_ttft.py [--tree DIR] [--rounds 10 -n 50]
 
 One thinkproxy (defaults; `--tree`: a checkout, e.g. a compiled copy from compiled_tree.py) pinned
 to core 0, the fake upstream on core 1, and the pass-through for reference. Each round probes the
-chat door and the Responses door (the bridge) with `n` sequential stream requests each, in an
-order that alternates between rounds. The first token is the first `data:` event of a chat stream
-and the first delta event of a Responses stream (ttft.FIRST_TOKEN): the fake upstream's first event
-carries the first reasoning token, and the next comes 10 ms later, so it crosses the proxy alone.
+chat door and the front doors (bridged) with `n` sequential stream requests each, in an order that
+alternates between rounds. The first token is the first `data:` event of a chat stream and the
+first delta event of a Responses or Messages stream (ttft.FIRST_TOKEN): the fake upstream's first
+event carries the first reasoning token, and the next comes 10 ms later, so it crosses the proxy
+alone.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main() -> None:
             "pass-through (chat)": (started["baseline-aiohttp"][0], "chat"),
             "thinkproxy chat": (started["thinkproxy"][0], "chat"),
             "thinkproxy responses": (started["thinkproxy"][0], "responses"),
+            "thinkproxy messages": (started["thinkproxy"][0], "messages"),
         }
         samples: dict[str, list[float]] = {name: [] for name in probes}
         for r in range(args.rounds):

@@ -17,17 +17,19 @@ import asyncio
 import statistics
 import time
 
-from common import CHAT_PATH, RESPONSES_PATH, payload, request_headers
+from common import CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH, payload, request_headers
 
 # What marks the first token in the body: a chat stream's first `data:` event; in a Responses
-# stream the first delta event (its `response.created` goes out before the upstream answers).
-FIRST_TOKEN = {"chat": b"data:", "responses": b".delta\n"}
+# stream the first delta event (its `response.created` goes out before the upstream answers), in
+# a Messages stream the first content_block_delta (message_start and a ping go out before it).
+FIRST_TOKEN = {"chat": b"data:", "responses": b".delta\n", "messages": b"event: content_block_delta\n"}
+PATHS = {"chat": CHAT_PATH, "responses": RESPONSES_PATH, "messages": MESSAGES_PATH}
 
 
 def _request(port: int, scenario: str, door: str = "chat") -> bytes:
     body = payload(stream=True, door=door)
     head = "".join(f"{k}: {v}\r\n" for k, v in request_headers(scenario).items())
-    path = RESPONSES_PATH if door == "responses" else CHAT_PATH
+    path = PATHS[door]
     return (
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{head}"
         f"Content-Length: {len(body)}\r\nAccept: text/event-stream\r\n\r\n"
