@@ -90,7 +90,15 @@ class MessagesTranscoder:
         self._adopted = False
         self._decoded = 0  # chunks decoded
         self.hits = 0  # chunks read by their template, not decoded
-        self.final: dict[str, Any] | None = None  # the Message once whole
+        self._final: dict[str, Any] | None = None
+        self._whole = False  # the stream reached message_stop
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        """The Message once whole (a stream that reached message_stop, or a completion)."""
+        if self._final is None and self._whole:
+            self._final = self._encoder.message()
+        return self._final
 
     def start(self) -> bytes:
         """`message_start` and a `ping`, once."""
@@ -200,7 +208,7 @@ class MessagesTranscoder:
             stop_sequences=self._stops,
         )
         if message.get("type") == "message":
-            self.final = message
+            self._final = message
         return jsonio.dumps(message)
 
     def _event(self, raw: bytes, data: bytes | None, out: list[bytes]) -> None:
@@ -225,7 +233,7 @@ class MessagesTranscoder:
                 if self._templates and not self._adopted:
                     self._learn(data, chunk)
         if events and events[-1]["type"] == "message_stop":
-            self.final = self._encoder.message()
+            self._whole = True  # (the Message is built only when asked for: `final`)
         out.append(frames(events))
 
     def _learn(self, data: bytes, chunk: dict[str, Any]) -> None:
