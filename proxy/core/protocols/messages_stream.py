@@ -160,8 +160,9 @@ class MessagesTranscoder:
         self._encoder.extend(texts)
         self.hits += len(texts)
         head, tail = frame
-        if head:
-            out.append(head + deltas_between(texts, tail + head) + tail)
+        if head:  # (as the encoder writes each text)
+            inside = jsonio.string_insides(texts)
+            out.append(head + b'"' + (b'"' + tail + head + b'"').join(inside) + b'"' + tail)
         return True
 
     def _run(self, template: ChunkTemplate, data: bytes, start: int, out: list[bytes]) -> int:
@@ -246,17 +247,6 @@ class MessagesTranscoder:
             learned = chunk_template.learn(data, chunk)
             if learned is not None and learned.index == 0:
                 self._template = learned
-
-
-def deltas_between(texts: list[str], between: bytes) -> bytes:
-    """The texts' JSON strings (as orjson writes each one: as the encoder writes it) joined by
-    `between`, in one orjson call. In the list's JSON a quote inside a string is always escaped,
-    so a `","` there is the end of one string and the start of the next, or the string `","`
-    itself (the text ","): with that text among them, each is written alone."""
-    if "," in texts:
-        dumps = orjson.dumps
-        return between.join([dumps(text) for text in texts])
-    return orjson.dumps(texts)[1:-1].replace(b'","', b'"' + between + b'"')
 
 
 def message_from_completion(

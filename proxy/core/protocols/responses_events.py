@@ -194,10 +194,8 @@ class ResponsesEncoder:
                 return None
             summary = self._frame.summary
             kind = b"response.reasoning_summary_text.delta" if summary else b"response.reasoning_text.delta"
-            index, tail = (
-                (b',"summary_index":0,"delta":' if summary else b',"content_index":0,"delta":'),
-                b"}",
-            )
+            index = b',"summary_index":0,"delta":' if summary else b',"content_index":0,"delta":'
+            tail = b"}"
         elif item.kind == "message":
             kind, index, tail = (
                 b"response.output_text.delta",
@@ -213,9 +211,10 @@ class ResponsesEncoder:
         middle = (
             b',"item_id":"' + item.item_id.encode() + b'","output_index":' + b"%d" % item.output_index + index
         )
-        end = tail + b"\n\n"
-        dumps = jsonio.dumps
-        return b"".join([head + b"%d" % n + middle + dumps(text) + end for n, text in enumerate(texts, seq)])
+        # head, number, middle, text, end: the text between quotes, one orjson call for all
+        middle, end = middle + b'"', b'"' + tail + b"\n\n"
+        inside = jsonio.string_insides(texts)
+        return head + (end + head).join([b"%d" % n + middle + t for n, t in enumerate(inside, seq)]) + end
 
     def end(self) -> list[Event]:
         """The stream ended: the terminal event (failed when no finish reason came)."""

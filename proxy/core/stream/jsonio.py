@@ -11,11 +11,13 @@ the standard library only for the rare document that needs it:
 - `loads`: any body the proxy will re-encode, integers kept exact.
 - `loads_lenient`: a document orjson refused, read the standard library's way (lone surrogates).
 - `dumps`: orjson, else the standard library (big integers, lone surrogates, deep nesting).
+- `string_insides`: many texts' JSON strings in one call (a run of deltas).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -92,6 +94,22 @@ def dumps(value: Any) -> bytes:
             return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
     except RecursionError:
         raise ValueError("JSON nested too deeply to write") from None
+
+
+def string_insides(texts: Sequence[str]) -> list[bytes]:
+    """What `dumps` writes between the quotes of each text's JSON string, for many texts in one
+    orjson call (a run of deltas); each text alone when orjson refuses one (a lone surrogate).
+
+    Split at `","` from the left: in the list's JSON every unescaped quote is a string's start or
+    end, so a `","` is one string's end, the list's comma and the next one's start, or else the
+    text "," itself, whose opening quote the separator before it (or the `["` cut off) has already
+    taken."""
+    if texts:
+        try:
+            return orjson.dumps(texts)[2:-2].split(b'","')
+        except orjson.JSONEncodeError:
+            pass
+    return [dumps(text)[1:-1] for text in texts]
 
 
 def parse_chat_body(body: bytes) -> dict[str, Any]:

@@ -8,17 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from proxy.build_info import is_compiled
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.protocols import messages_stream
 from proxy.core.protocols.messages_events import ThinkingFacts
 from proxy.core.protocols.messages_runs import take_run
-from proxy.core.protocols.messages_stream import MessagesTranscoder, deltas_between
+from proxy.core.protocols.messages_stream import MessagesTranscoder
 from proxy.core.stream.chunk_template import KnownRun, joined
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
@@ -237,16 +234,3 @@ def test_runs_handed_over_are_not_scanned_again(monkeypatch: pytest.MonkeyPatch)
     # (the same bytes, not handed over, are scanned: the patch does count)
     feed([joined(p) for p in pipeline_pieces(raw, [])])
     assert sum(scanned) > chunks * 3 // 4
-
-
-@settings(max_examples=500, deadline=None)
-@given(
-    texts=st.lists(
-        st.text(max_size=6) | st.sampled_from(['","', "\\", '"', '\\"', ",", "a\\"]),
-        min_size=1,
-        max_size=8,
-    )
-)
-def test_a_runs_deltas_in_one_call_are_each_text_written_alone(texts: list[str]) -> None:
-    between = b'"}}\n\nevent: x\ndata: {"t":'
-    assert deltas_between(texts, between) == between.join(orjson.dumps(text) for text in texts)

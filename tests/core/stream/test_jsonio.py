@@ -19,6 +19,7 @@ from proxy.core.stream.jsonio import (
     loads_lenient,
     may_hold_big_integer,
     parse_chat_body,
+    string_insides,
 )
 
 
@@ -130,3 +131,15 @@ def test_round_trip_is_exact(value: Any) -> None:
     encoded = dumps(value)
     assert json.loads(encoded) == value
     assert loads(encoded) == value
+
+
+TRICKY_TEXTS = ['","', ",", '"', "\\", '\\"', "a\\", "", "\ud800", "é", "\u2028", "\x00"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(texts=st.lists(st.text(max_size=6) | st.sampled_from(TRICKY_TEXTS), max_size=8))
+def test_many_texts_json_strings_in_one_call_are_each_one_written_alone(texts: list[str]) -> None:
+    # (One orjson call for a run of deltas: a "," among the texts, or a lone surrogate orjson
+    # refuses, must not shift where one text's string ends.)
+    assert string_insides(texts) == [dumps(text)[1:-1] for text in texts]
+    assert string_insides(tuple(texts)) == string_insides(texts)
