@@ -98,17 +98,22 @@ def dumps(value: Any) -> bytes:
 
 def string_insides(texts: Sequence[str]) -> list[bytes]:
     """What `dumps` writes between the quotes of each text's JSON string, for many texts in one
-    orjson call (a run of deltas); each text alone when orjson refuses one (a lone surrogate).
+    orjson call (a run of deltas) when that is exact; else each text written alone.
 
-    Split at `","` from the left: in the list's JSON every unescaped quote is a string's start or
-    end, so a `","` is one string's end, the list's comma and the next one's start, or else the
-    text "," itself, whose opening quote the separator before it (or the `["` cut off) has already
-    taken."""
+    Exact when the list's JSON holds no escaped quote (no `\\"`): every quote is then a string's
+    start or end, so a `","` is one string's end, the list's comma and the next one's start, or
+    else the text "," itself, whose opening quote the separator before it (or the `["` cut off)
+    has already taken when splitting from the left. An escaped quote can sit right before a comma
+    and a string's end (the text `a",` is `"a\\","`), so with one the texts go alone; so do
+    texts orjson refuses (a lone surrogate)."""
     if texts:
         try:
-            return orjson.dumps(texts)[2:-2].split(b'","')
+            listed = orjson.dumps(texts)
         except orjson.JSONEncodeError:
             pass
+        else:
+            if b'\\"' not in listed:
+                return listed[2:-2].split(b'","')
     return [dumps(text)[1:-1] for text in texts]
 
 

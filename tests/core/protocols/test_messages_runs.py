@@ -62,7 +62,7 @@ def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> byt
     return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
-TEXTS = ["word ", "Zürich ", '"q" ', "\\ ", "<tag> ", "✓ ", "tab\t", "\u2028 "] * 3
+TEXTS = ["word ", "Zürich ", '"q" ', 'a",', "\\ ", "<tag> ", "✓ ", "tab\t", "\u2028 "] * 3
 
 
 def synthetic(*, escaped: bool = False) -> bytes:

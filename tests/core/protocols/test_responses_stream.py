@@ -581,7 +581,7 @@ def test_the_text_delta_fast_path_writes_what_the_general_path_writes(
         EVENT.validate_python(event)
 
 
-RUN_TEXTS = ["word ", "Zürich ", '"q" ', "\\ ", "<tag> ", "✓ "] * 10
+RUN_TEXTS = ["word ", "Zürich ", '"q" ', 'a",', "\\ ", "<tag> ", "✓ "] * 10
 
 
 def runs_stream() -> bytes:
