@@ -42,7 +42,7 @@ from proxy.core.protocols.messages_events import (
 from proxy.core.protocols.messages_runs import take_run
 from proxy.core.protocols.responses_output import error_facts, first_choice, frames
 from proxy.core.stream import chunk_template, jsonio
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
+from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, template_of_run
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = ["CUT_SHORT", "MessagesTranscoder", "message_from_completion"]
@@ -142,17 +142,13 @@ class MessagesTranscoder:
     def _known(self, run: KnownRun, out: list[bytes]) -> bool:
         """A run of the chunks of this transcoder's template, taken from its texts (as `_run` takes
         them from the bytes); False: not such a run, or not at a point where its texts are enough."""
-        template = self._template
         if not self._templates:
             return False
         self._adopted |= run.template is not None  # (from now on the runs bring their templates)
-        if template is None or run.prefix != template.event_prefix or run.suffix != template.event_suffix:
-            template = run.template  # (the pipeline's: the same chunks taught it, and it serves as well)
-            if template is None or template.index != 0 or template.event_prefix != run.prefix:
-                return False
-            self._template = template
-        if not self._decoder.idle:
+        template = template_of_run(self._template, run)
+        if template is None or not self._decoder.idle:
             return False
+        self._template = template
         frame = self._encoder.delta_frame(template.reasoning)
         if frame is None:
             return False

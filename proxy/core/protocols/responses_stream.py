@@ -29,7 +29,7 @@ from proxy.core.protocols.responses_events import ResponsesEncoder, first_choice
 from proxy.core.protocols.responses_output import IdFactory, ResponseFrame, Seal
 from proxy.core.protocols.responses_tools import ToolName
 from proxy.core.stream import chunk_template, jsonio
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
+from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, template_of_run
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = ["CUT_SHORT", "ResponsesTranscoder", "response_from_completion"]
@@ -110,22 +110,11 @@ class ResponsesTranscoder:
             if isinstance(piece, bytes):
                 out.append(self.feed(piece))
                 continue
-            template = self._template
             self._adopted |= piece.template is not None  # (from now on the runs bring their templates)
-            if (
-                template is None
-                or piece.prefix != template.event_prefix
-                or piece.suffix != template.event_suffix
-            ):
-                adopted = piece.template  # (the pipeline's: the same chunks taught it)
-                if adopted is not None and adopted.index == 0 and adopted.event_prefix == piece.prefix:
-                    template = self._template = adopted
+            template = template_of_run(self._template, piece)
             written = None
-            if (
-                template is not None
-                and (template.event_prefix, template.event_suffix) == (piece.prefix, piece.suffix)
-                and self._decoder.idle
-            ):
+            if template is not None and self._decoder.idle:
+                self._template = template
                 written = self._encoder.text_delta_frames(template.reasoning, piece.texts)
             out.append(self.feed(piece.data) if written is None else written)
         return b"".join(out)

@@ -198,6 +198,21 @@ class ChunkTemplate:
         return pos, texts
 
 
+def template_of_run(current: ChunkTemplate | None, run: KnownRun) -> ChunkTemplate | None:
+    """The template a front door reads `run` by: its own (`current`) when the run's chunks are of
+    it, else the one the run came with (the pipeline's: the same chunks taught it) when that is of
+    choice 0; None: neither."""
+    for template in (current, run.template):
+        if (
+            template is not None
+            and template.index == 0
+            and run.prefix == template.event_prefix
+            and run.suffix == template.event_suffix
+        ):
+            return template
+    return None
+
+
 def _text_between(data: bytes, prefix: bytes, suffix: bytes) -> str | None:
     head, tail = len(prefix), len(suffix)
     # The string token exactly, quotes included: JSON would allow blanks around it, and a line
