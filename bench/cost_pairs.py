@@ -342,6 +342,12 @@ def parse_args() -> argparse.Namespace:
         "'THINKPROXY_UI=true vs THINKPROXY_UI=false' or 'THINKPROXY_TRACE=detailed vs ' (repeatable); "
         "PYTHONPATH=<another checkout> runs that side from other code, e.g. ' vs PYTHONPATH=/tmp/before'",
     )
+    p.add_argument(
+        "--door",
+        choices=("responses", "messages"),
+        help="run the --compare pairs through this front door on both sides (its wrk scripts), "
+        "e.g. a code A/B of the Responses door: --door responses --compare ' vs PYTHONPATH=/tmp/before'",
+    )
     p.add_argument("--scenarios", default=DEFAULT_SCENARIOS)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seconds", type=int, default=4, help="length of one measured round")
@@ -377,6 +383,9 @@ def main() -> int:
     except ValueError as exc:
         print(exc)
         return 2
+    if args.door is not None:
+        scripts = PAIR_KEYS[args.door].with_scripts
+        custom = [replace(p, with_scripts=scripts, without_scripts=scripts) for p in custom]
     pairs = [PAIR_KEYS[k] for k in features] + custom
     if args.tree is not None:  # both sides from that checkout, unless a side names its own
         tree = {"PYTHONPATH": str(args.tree.resolve())}

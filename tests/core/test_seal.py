@@ -100,6 +100,17 @@ def test_unicode_and_empty_payloads_round_trip() -> None:
         assert open_blob(KEYS, BINDING, sealed(payload)) == Inline(payload)
 
 
+def test_a_blob_deflated_with_the_full_window_still_opens() -> None:
+    """Blobs sealed before the window shrank (level 9, 32 KiB window) still open: opening inflates
+    with the full window whatever the sealer used. A payload longer than the new window makes the
+    old blob use back-references the new window could not have made."""
+    payload = {"reasoning": "".join(random.Random(5).choice("ab cd") for _ in range(20_000)) * 2}
+    old = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = old.compress(orjson.dumps(payload)) + old.flush()
+    assert open_blob(KEYS, BINDING, _seal(KEYS, BINDING, b"i" + body, None).text) == Inline(payload)
+    assert open_blob(KEYS, BINDING, sealed(payload)) == Inline(payload)
+
+
 # --------------------------------------------------------------------------------------------------
 # Bindings: another tenant, deployment, upstream, kind or item does not open
 # --------------------------------------------------------------------------------------------------

@@ -211,10 +211,10 @@ class ResponsesEncoder:
         middle = (
             b',"item_id":"' + item.item_id.encode() + b'","output_index":' + b"%d" % item.output_index + index
         )
-        # head, number, middle, text, end: the text between quotes, one orjson call for all
-        middle, end = middle + b'"', b'"' + tail + b"\n\n"
+        # head, number, middle, text, end: the texts from one orjson call, each frame one % format
+        form = head + b"%d" + middle.replace(b"%", b"%%") + b'"%s"' + tail + b"\n\n"
         inside = jsonio.string_insides(texts)
-        return head + (end + head).join([b"%d" % n + middle + t for n, t in enumerate(inside, seq)]) + end
+        return b"".join([form % frame for frame in enumerate(inside, seq)])
 
     def end(self) -> list[Event]:
         """The stream ended: the terminal event (failed when no finish reason came)."""
