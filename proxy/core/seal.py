@@ -66,12 +66,19 @@ RAW_CAP: Final = 1024 * 1024
 # A state-store key in the reference form (store keys are ~60 characters).
 MAX_KEY_CHARS: Final = 1024
 
-# Raw deflate, level 6 with an 8 KiB window and memLevel 6. Level 9 and the full 32 KiB window
-# (with memLevel 8) cost a blob of one ordinary reasoning text (~1 KB) ~55 µs where this costs ~9 µs
-# (the compressor's ~256 KiB of state is allocated, and often given back to the system, per blob),
-# and 20-40% more for long texts, for 0-8% smaller blobs (bench/README, "The front doors, fifth
-# pass"). Opening inflates with the full window, so blobs sealed with any window still open.
-_DEFLATE: Final = (6, zlib.DEFLATED, -13, 6)
+
+# Raw deflate at level 6 with a window just large enough for the payload (up to the full 32 KiB),
+# and a hash table to match: blobs of the same size as level 9 with the full window, for much less.
+# Level 9 gains nothing on prose and costs 20-40% more on long reasoning (16-64 KB); a full-size
+# compressor's ~256 KiB of state for a 1 KB text is what made sealing one cost ~110 µs instead of
+# ~11 µs in a process whose allocator hands that state back to the system after each blob
+# (bench/README, "The front doors, fifth pass"). Opening inflates with the full window, so blobs
+# sealed with any window, these and earlier ones, open alike.
+def _deflate_params(size: int) -> tuple[int, int, int, int]:
+    window_bits = min(15, max(9, size.bit_length()))
+    return 6, zlib.DEFLATED, -window_bits, max(1, window_bits - 7)
+
+
 _INLINE: Final = b"i"
 _REFERENCE: Final = b"r"
 _MIN_BYTES: Final = NONCE_BYTES + 1 + TAG_BYTES
@@ -229,7 +236,7 @@ def seal(
     data = orjson.dumps(payload)
     if len(data) > RAW_CAP:
         return TooLarge(data, 0, RAW_CAP)
-    packer = zlib.compressobj(*_DEFLATE)
+    packer = zlib.compressobj(*_deflate_params(len(data)))
     compressed = packer.compress(data) + packer.flush()
     if len(compressed) > INLINE_CAP:
         return TooLarge(data, len(compressed), INLINE_CAP)
