@@ -3,6 +3,7 @@
   /work/venv/bin/python bench/cost_pairs.py                     # every feature, ~10 min
   /work/venv/bin/python bench/cost_pairs.py --features metrics --rounds 9
   /work/venv/bin/python bench/cost_pairs.py --compare ' vs PYTHONPATH=/tmp/before'  # code A/B
+  /work/venv/bin/python bench/cost_pairs.py --door responses --compare ' vs PYTHONPATH=/tmp/before'
 
 Why a pair. On a shared VM the speed of a core moves by up to 2× from one minute to the next, so
 two targets measured one after the other (bench/run.py) differ by ±20% for reasons that have
