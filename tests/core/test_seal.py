@@ -104,9 +104,9 @@ def test_unicode_and_empty_payloads_round_trip() -> None:
 
 
 def test_a_blob_deflated_with_the_full_window_still_opens() -> None:
-    """Blobs sealed before the window shrank (level 9, 32 KiB window) still open: opening inflates
-    with the full window whatever the sealer used. A payload longer than the new window makes the
-    old blob use back-references the new window could not have made."""
+    """Blobs sealed by earlier versions (level 9, always the full 32 KiB window) still open, as do
+    blobs sealed now with a smaller window: opening inflates with the full window whatever the
+    sealer used. The payload's repeats lie farther apart than a small window reaches."""
     payload = {"reasoning": "".join(random.Random(5).choice("ab cd") for _ in range(20_000)) * 2}
     old = zlib.compressobj(9, zlib.DEFLATED, -15)
     body = old.compress(orjson.dumps(payload)) + old.flush()
