@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import time
 from typing import Any
 
@@ -180,9 +181,26 @@ _root = logging.getLogger("thinkproxy")
 _direct: DirectAccessWriter | None = None
 
 
+class StandardErrorHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler on `sys.stderr` as it is at each line (as logging's own last-resort handler
+    does), not as it was when logging was configured: a stream replaced and closed since (a test's
+    captured output, an embedding app's redirection) is never written to."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:  # (setStream and StreamHandler.__init__ set it: always stderr)
+        pass
+
+
 def configure_logging(level: str, json_lines: bool) -> None:
     global _direct
-    handler = logging.StreamHandler()
+    handler = StandardErrorHandler()
     handler.setFormatter(AccessFormatter(json_lines))
     _root.handlers[:] = [handler]
     _root.setLevel(level.upper())

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import io
 import logging
 import re
+import sys
 import time
 from collections.abc import Iterator
 
@@ -196,3 +198,27 @@ def test_a_filter_a_level_or_another_handler_takes_the_ordinary_path(
         assert "path=/v1/models" in log_one() and len(seen) == 1  # both handlers get it
     finally:
         root.removeHandler(other)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_lines_follow_the_standard_error_of_the_moment(
+    direct: bool, monkeypatch: pytest.MonkeyPatch, configured_logging: None
+) -> None:
+    """The handler writes to `sys.stderr` as it is at each line, not as it was when logging was
+    configured: a stream replaced and closed since (a test's captured output, an embedding app's
+    redirection) is never written to, and no "--- Logging error ---" is printed."""
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    configure_logging("info", False)
+    first.close()
+    now = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", now)
+    extra = logging.NullHandler()  # (another handler: log_access goes through logging, not directly)
+    if not direct:
+        logging.getLogger("thinkproxy.access").addHandler(extra)
+    try:
+        log_access(AccessRecord(method="GET", path="/v1/models", status=200), started=0.0)
+    finally:
+        logging.getLogger("thinkproxy.access").removeHandler(extra)
+    [line] = now.getvalue().splitlines()
+    assert "method=GET path=/v1/models status=200" in line and "Logging error" not in line
