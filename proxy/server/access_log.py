@@ -186,15 +186,12 @@ class StandardErrorHandler(logging.StreamHandler):  # type: ignore[type-arg]
     does), not as it was when logging was configured: a stream replaced and closed since (a test's
     captured output, an embedding app's redirection) is never written to."""
 
-    def __init__(self) -> None:
-        logging.Handler.__init__(self)
-
     @property
     def stream(self) -> Any:
         return sys.stderr
 
     @stream.setter
-    def stream(self, _: Any) -> None:  # (setStream and StreamHandler.__init__ set it: always stderr)
+    def stream(self, _: Any) -> None:  # (StreamHandler.__init__ and setStream set it: always stderr)
         pass
 
 

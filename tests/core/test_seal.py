@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import random
 import string
 import zlib
@@ -114,6 +115,7 @@ def test_a_blob_deflated_with_the_full_window_still_opens() -> None:
     assert open_blob(KEYS, BINDING, sealed(payload)) == Inline(payload)
 
 
+@functools.cache
 def _prose() -> str:
     """English prose, as reasoning is: the docstrings of the proxy's modules, each once."""
     root = Path(proxy.__file__).parent
