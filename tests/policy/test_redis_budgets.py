@@ -21,6 +21,10 @@ from tests.realredis import RedisServer, running_redis
 
 ASK = {"model": "deepseek-v4-pro", "messages": [{"role": "user", "content": "Why is the sky blue?"}]}
 HEADERS = {"authorization": "Bearer ck-bob", "x-thinking-level": "standard"}
+# The stores under test directly get a generous bound: these tests are about what is counted, not
+# how fast this machine answers. With the default 0.25 s, 200 additions queued for a pool of 32
+# connections timed out on a loaded CI runner (the store then fails open, as it should in service).
+GENEROUS_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +75,7 @@ def test_what_one_replica_counted_the_other_refuses(
 
 def test_concurrent_additions_are_all_counted(redis: RedisServer) -> None:
     async def run() -> dict[int, int]:
-        stores = [RedisBudgets(redis.url), RedisBudgets(redis.url)]
+        stores = [RedisBudgets(redis.url, timeout=GENEROUS_S) for _ in range(2)]
         try:
             await asyncio.gather(*(stores[i % 2].add("race:day", 7, 3, 100, []) for i in range(200)))
             return await stores[0].counts("race:day")
@@ -84,7 +88,7 @@ def test_concurrent_additions_are_all_counted(redis: RedisServer) -> None:
 
 def test_stale_buckets_are_deleted_and_the_hash_expires(redis: RedisServer) -> None:
     async def run() -> tuple[dict[int, int], int]:
-        store = RedisBudgets(redis.url)
+        store = RedisBudgets(redis.url, timeout=GENEROUS_S)
         try:
             await store.add("stale:day", 1, 5, 100, [])
             await store.add("stale:day", 70, 2, 100, [1])
