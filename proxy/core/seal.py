@@ -76,7 +76,7 @@ MAX_KEY_CHARS: Final = 1024
 # inflates with the full window, so blobs sealed with any window, these and earlier ones, open alike.
 def _deflate_params(size: int) -> tuple[int, int, int, int]:
     window_bits = min(15, max(9, size.bit_length()))
-    return 6, zlib.DEFLATED, -window_bits, max(1, window_bits - 7)
+    return 6, zlib.DEFLATED, -window_bits, window_bits - 7  # (memLevel 2..8: a hash table to match)
 
 
 _INLINE: Final = b"i"
