@@ -58,6 +58,14 @@ def _route_key_variables() -> set[str]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.mock is None and args.mock_port is None:
+        return _serve(args)
+    from proxy.simulated import serve_simulated
+
+    return serve_simulated(args, _serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
     from proxy.console import AdminAccess
     from proxy.core.gateway import GatewayAuth
     from proxy.core.providers import ProvidersTable
@@ -263,6 +271,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1
     print(f"{path}: OK ({len(table.entry_names)} entries: {', '.join(table.entry_names)})")
     environ = key_environment(os.environ)
+    if _check_tool_titles(environ.get("THINKPROXY_TOOL_TITLES_FILE") or None) != 0:
+        return 1
     policy_path = args.policy or environ.get("THINKPROXY_POLICY_FILE") or None
     if policy_path is not None and _check_policy(Path(policy_path), environ) != 0:
         return 1
@@ -280,6 +290,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{routes_path}: OK ({len(routes.routes)} routes)")
     for route in routes.routes:
         print(f"  {routes.describe(route)}; provider entry {table.match(route.upstream).name}")
+    return 0
+
+
+def _check_tool_titles(path: str | None) -> int:
+    """The tool titles file `serve` would read (THINKPROXY_TOOL_TITLES_FILE), if one is set (0: fine)."""
+    from proxy.core.tool_titles import load_tool_titles
+
+    if path is None:
+        return 0
+    try:
+        with _naming("THINKPROXY_TOOL_TITLES_FILE"):
+            titles = load_tool_titles(Path(path))
+    except ConfigError as exc:
+        print(f"thinkproxy: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: OK ({len(titles)} tool title(s))")
     return 0
 
 
@@ -330,6 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--ui", action="store_const", const="true", help="serve the web console at /ui (THINKPROXY_UI)"
     )
+    serve.add_argument(
+        "--mock",
+        nargs="?",
+        const="deepseek",
+        metavar="PROVIDER",
+        help="offline: proxy to the simulated PROVIDER (default deepseek), run in this process",
+    )
+    serve.add_argument("--mock-port", type=int, help="the simulated upstream's port (default: any free one)")
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser("demo", help="run the proxy against the simulated upstream and show a timeline")
@@ -357,7 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--zh", action="store_true", help="use the Chinese instructions for prompted levels")
     explain.set_defaults(func=cmd_explain)
 
-    check = sub.add_parser("check", help="validate a providers file (and a routes file)")
+    check = sub.add_parser(
+        "check", help="validate a providers file (and the routes, policy, tool titles files)"
+    )
     check.add_argument("file", nargs="?", help="default: the providers.yaml in use")
     check.add_argument("--routes", help="routes file to validate too (default: THINKPROXY_ROUTES_FILE)")
     check.add_argument(

@@ -13,39 +13,13 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from proxy.core.providers import ProvidersTable
 from proxy.core.stream.sse import SSEDecoder
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
 from proxy.settings import Settings
-
-# Path prefixes of the simulated upstream → the providers.yaml entry whose dialect it speaks.
-SIMULATED_ROUTES = {
-    "deepseek": "deepseek",
-    "qwen": "dashscope",
-    "kimi": "kimi",
-    "minimax": "minimax",
-    "minimax-split": "minimax",
-    "ollama": "ollama",
-    "openrouter": "openrouter",
-    "mistral": "mistral",
-    "prompted": "openai",
-    "openai": "openai",
-}
-
-
-def simulated_table(mock_port: int, table: ProvidersTable | None = None) -> ProvidersTable:
-    """The providers table with the simulated upstream's path prefixes mapped onto the real
-    entries, so `http://127.0.0.1:PORT/deepseek/v1` is treated exactly like api.deepseek.com, but
-    for the Messages door: an entry's native Messages API is a real host (DeepSeek's /anthropic),
-    and the simulated providers serve chat, so their Messages door bridges."""
-    table = table or ProvidersTable.load()
-    for prefix, entry in SIMULATED_ROUTES.items():
-        table = table.with_extra_patterns(entry, [f"127.0.0.1:{mock_port}/{prefix}"])
-        table = table.with_messages_bridged(entry)
-    return table
-
+from proxy.simulated import SIMULATED_ROUTES as SIMULATED_ROUTES
+from proxy.simulated import simulated_table as simulated_table
 
 WEATHER_TOOL = {
     "type": "function",

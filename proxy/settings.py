@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     )
     state_old_secrets: SecretStr | None = Field(
         default=None,
-        description="earlier STATE_SECRETs, comma-separated: sealed blobs they made still open (rotation)",
+        description="earlier STATE_SECRETs, comma-separated: their blobs open, their stored state is found",
     )
 
     # -- observability --------------------------------------------------------------------------

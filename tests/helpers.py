@@ -18,15 +18,15 @@ import orjson
 import pytest
 
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
-from proxy.core.providers import default_providers_path
+from proxy.core.providers import ProvidersTable, default_providers_path
 from proxy.core.stream.chunk_template import KnownRun, learn
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.yamlfile import load_config
-from proxy.demo import SIMULATED_ROUTES
 from proxy.server.serving import BackgroundServer, bind_loopback
 from proxy.settings import Settings
+from proxy.simulated import simulated_providers_text
 
 
 def make_settings(**overrides: Any) -> Settings:
@@ -107,16 +107,10 @@ def worker_pids(parent: int, count: int) -> list[int]:
 
 def simulated_providers_file(directory: Path, mock_port: int) -> Path:
     """A providers.yaml for a `serve` process: the shipped one, with the simulated upstream's path
-    prefixes added to the entries they imitate (what proxy.demo.simulated_table does in-process)."""
-    data = load_config(default_providers_path().read_text(), "providers.yaml")
-    for prefix, entry in SIMULATED_ROUTES.items():
-        data["providers"][entry]["match"].append(f"127.0.0.1:{mock_port}/{prefix}")
-        # (the simulated providers serve chat: their Messages door bridges, as in simulated_table)
-        for rules in (data["providers"][entry], *data["providers"][entry].get("models", ())):
-            rules.pop("messages", None)
+    prefixes added to the entries they imitate (what proxy.simulated.simulated_table does
+    in-process, and `serve --mock` writes for its workers)."""
     path = directory / "providers.yaml"
-    # Dumped as JSON (a YAML subset): no YAML 1.1 reading of `off` as a boolean on the way back.
-    path.write_text(json.dumps(data, ensure_ascii=False, default=str))  # (verified: dates as text)
+    path.write_text(simulated_providers_text(mock_port), encoding="utf-8")
     return path
 
 
@@ -196,3 +190,37 @@ def pipeline_pieces(raw: bytes, cuts: list[int]) -> list[list[bytes | KnownRun]]
     bounds = [0, *cuts, len(raw)]
     out += [pipeline.feed_runs(raw[a:b], 1.0) for a, b in pairwise(bounds)]
     return [*out, [pipeline.finish(2.0)]]
+
+
+def routed_table(
+    mock_port: int, chat: dict[str, str], messages: dict[str, str] | None = None
+) -> ProvidersTable:
+    """The shipped table on the simulated upstream: each of `chat` ({path prefix: entry}) maps
+    `127.0.0.1:PORT/<prefix>` onto that entry (its Messages door bridged, as in
+    proxy.demo.simulated_table), but each entry of `messages` ({entry: path prefix}) whose Messages
+    door is native there, pointed at the simulated Messages API under `/<prefix>`. The prefix ""
+    maps the simulated upstream's own `/v1` (its default dialect) onto its entry."""
+    data = load_config(default_providers_path().read_text(), "providers.yaml")
+    native = messages or {}
+    for prefix, entry in chat.items():
+        rules = data["providers"][entry]
+        rules["match"].append(f"127.0.0.1:{mock_port}/{prefix}".rstrip("/"))
+        for holder in (rules, *rules.get("models", ())):
+            if "messages" not in holder:
+                continue
+            if entry in native:
+                holder["messages"]["base_url"] = f"http://127.0.0.1:{mock_port}/{native[entry]}"
+                holder["messages"]["mode"] = "native"
+            else:
+                holder.pop("messages")
+    return ProvidersTable.from_text(json.dumps(data, default=str))
+
+
+def route_handler(app: Any, path: str, method: str) -> object:
+    """The object whose bound method serves `method path` in a proxy app (a front door, such as
+    proxy.server.responses_door.ResponsesDoor: its state store and keys, for tests that seed them)."""
+    for route in app.routes:
+        if getattr(route, "path", None) == path and method in (getattr(route, "methods", None) or ()):
+            owner: object = route.endpoint.__self__
+            return owner
+    raise LookupError(f"no route {method} {path}")

@@ -9,7 +9,8 @@ by page, in order (README.md, "Checking the docs", says how to mark one):
   number of lines.
 - ```` ```python runnable ````: run by this Python; it must exit 0.
 - `server` too: the block keeps running in the background while the page's later blocks run (the
-  test waits for `/healthz` on the page's port 8080 first) and is stopped at the end of the page.
+  test waits for `/healthz` on the page's port 8080 first) and is stopped at the page's next
+  `server` block (which takes its place) or at the end of the page.
 - `file=NAME` (any language): not run; written to NAME for the page's later blocks.
 
 Each page runs in a fresh directory holding a copy of providers.yaml, with no THINKPROXY_*/OTEL_*
@@ -301,14 +302,15 @@ def run_block(session: Session, block: Block) -> None:
 @pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_runnable_blocks_run(page: Path, tmp_path: Path) -> None:
     session = make_session(tmp_path)
-    with ExitStack() as servers:
+    with ExitStack() as running:
         for block in fenced_blocks(page):
             if not block.runnable:
                 continue
             if "file" in block.options:
                 (tmp_path / block.options["file"]).write_text(block.text)
             elif "server" in block.flags:
-                servers.enter_context(server(session, block))
+                running.close()  # the page's previous server, if any, gives way (one port 8080)
+                running.enter_context(server(session, block))
             else:
                 run_block(session, block)
 
@@ -329,9 +331,11 @@ def test_the_pages_have_runnable_blocks_of_each_kind() -> None:
 
 
 def test_every_offline_thinkproxy_command_is_runnable() -> None:
-    """`thinkproxy explain`, `check`, `demo` and the simulated upstream need no network: a block
-    that shows one is run."""
-    offline = re.compile(r"^\$? ?(?:\S+=\S+ )*thinkproxy (?:explain|check|demo|mock-upstream)\b", re.M)
+    """`thinkproxy explain`, `check`, `demo`, the simulated upstream and `serve --mock` need no
+    network: a block that shows one is run."""
+    offline = re.compile(
+        r"^\$? ?(?:\S+=\S+ )*thinkproxy (?:explain|check|demo|mock-upstream|serve\b.*--mock)\b", re.M
+    )
     unmarked = [
         b.where for b in all_blocks() if b.language in SHELLS and offline.search(b.text) and not b.runnable
     ]
@@ -387,6 +391,50 @@ def test_curl_commands_that_send_json_say_so() -> None:
     assert len(sending) >= 4
     missing = [(w, c) for w, c in sending if not re.search(r"content-type: application/json", c, re.I)]
     assert missing == []
+
+
+def test_the_readme_has_two_set_up_commands_and_warns_of_the_silent_compile_first() -> None:
+    """`pip install .` compiles with mypyc for about two minutes, silently: a new user told nothing
+    takes it for a hang. The README says so before the command, and keeps to its two set-ups."""
+    readme = ROOT / "README.md"
+    fenced = [
+        (block, command)
+        for block in fenced_blocks(readme)
+        if block.language in SHELLS
+        for command in shell_commands(block.text)
+        if re.search(r"\bpip\s+install\b", command)
+    ]
+    assert [command for _, command in fenced] == [
+        "pip install . && thinkproxy demo",
+        "pip install -e '.[test]' && pytest",
+    ]
+    before = readme.read_text(encoding="utf-8").splitlines()[: fenced[0][0].line - 1]
+    said = " ".join(before[max(i for i, line in enumerate(before) if line.startswith("## ")) :])
+    assert re.search(r"mypyc", said) and re.search(r"silen(?:t|ce)", said), said
+    assert re.search(r"\btwo minutes\b", said), said
+
+
+def test_a_checked_providers_file_is_said_to_be_read_where_you_are() -> None:
+    """`thinkproxy check providers.yaml` works from the clone's root only, and `check` alone reads
+    the installed table, not the clone's (a copy made by `pip install .`): the prose after every
+    block that runs it says both."""
+    shown = [
+        b
+        for b in all_blocks()
+        if b.language in SHELLS and re.search(r"thinkproxy check providers\.yaml", b.text)
+    ]
+    assert {b.page.name for b in shown} >= {"README.md", "providers.md"}
+    for block in shown:
+        assert "clone's root" in prose_after(block) and "installed" in prose_after(block), block.where
+
+
+def prose_after(block: Block) -> str:
+    """The text from the end of a fenced block to the next heading, lines joined."""
+    lines = block.page.read_text(encoding="utf-8").splitlines()[block.line :]
+    closing = next(i for i, line in enumerate(lines) if line.strip().startswith("```"))
+    after = lines[closing + 1 :]
+    end = next((i for i, line in enumerate(after) if line.startswith("#")), len(after))
+    return " ".join(" ".join(after[:end]).split())
 
 
 RETIRED = re.compile(r"\bdeepseek-(?:chat|reasoner)\b")

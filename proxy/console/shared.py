@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 if TYPE_CHECKING:
     from proxy.console.feed import Feed

@@ -8,14 +8,29 @@ so every replica sharing a store (Redis) puts a token in the same bucket.
 
 The reset time a refusal names is exact for these buckets: the moment enough of the oldest buckets
 have left the window for the spend to fall below the limit.
+
+Reservations (concurrent requests): a request admitted sets aside an estimate of what it will
+spend, added to the current bucket at once and in the same atomic step as the check
+(`Window.admits` reads the counts that step returned), and the difference (actual - reserved) is
+added to that bucket when it ends. Requests in flight together thus see each other: once what is
+spent and reserved reaches the limit, nobody else is admitted. The estimate (`Peaks`) is the
+largest reasoning count of the key's last few answers, or DEFAULT_RESERVATION before it has one,
+never above the limit. A reservation left by a process that died is spend like any other: it
+leaves the window with its bucket.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 BUCKETS = 60
+# What a key with no answer counted yet (in this process) sets aside per request: a long thinking
+# answer's reasoning. A budget smaller than this admits one such request at a time at first.
+DEFAULT_RESERVATION = 4_096
+# How many of a key's recent answers the reservation looks back on.
+PEAK_ANSWERS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +70,37 @@ class Window:
                 return (bucket + BUCKETS) * self.width
         raise AssertionError("unreachable: an empty window spends nothing")  # (limit > 0)
 
+    def admits(self, counts: Mapping[int, int], now: float, *, limit: int, reserved: int) -> bool:
+        """Whether a request whose reservation `reserved` is already in `counts` (the counts the
+        atomic reserve returned) is admitted: what was spent and reserved before it is below the
+        limit. Everyone admitted so far thus adds up to at most the limit and one reservation."""
+        return self.spent(counts, now) - reserved < limit
+
     @property
     def ttl(self) -> int:
         """How long a bucket must be kept: the window, and one bucket's width more."""
         return int(self.period + self.width) + 1
+
+
+class Peaks:
+    """Each budget key's last `keep` reasoning counts, for the reservation of its next request.
+    Bounded: keys are client keys of the policy file, and each keeps `keep` numbers."""
+
+    __slots__ = ("_recent", "keep")
+
+    def __init__(self, keep: int = PEAK_ANSWERS) -> None:
+        self.keep = keep
+        self._recent: dict[str, deque[int]] = {}
+
+    def add(self, key: str, tokens: int) -> None:
+        recent = self._recent.get(key)
+        if recent is None:
+            recent = self._recent[key] = deque(maxlen=self.keep)
+        recent.append(tokens)
+
+    def reservation(self, key: str, limit: int) -> int:
+        """What a request of `key` sets aside: the largest of its recent answers (at least one
+        token), or DEFAULT_RESERVATION before any; never above `limit`."""
+        recent = self._recent.get(key)
+        estimate = max(1, max(recent)) if recent else DEFAULT_RESERVATION
+        return min(estimate, limit)

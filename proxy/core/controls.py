@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, quoted
 
 
 class Level(StrEnum):
@@ -81,7 +81,7 @@ def parse_choice(
     except ValueError:
         accepted = [m.value for m in enum] + list(aliases or ())
         raise BadRequest(
-            f"Invalid {_display(header)} header value {raw!r}: accepted values are {', '.join(accepted)}.",
+            f"Invalid {_display(header)} header value {quoted(raw)}: accepted values are {', '.join(accepted)}.",
             code="invalid_header_value",
             param=_display(header),
         ) from None
@@ -191,7 +191,7 @@ def refuse_control_header_look_alikes(names: Iterable[str]) -> None:
             if meant is not None:
                 shown = "-".join(p.capitalize() for p in meant.split("-"))
                 raise BadRequest(
-                    f"Header {name!r} looks like the proxy's {shown} header spelled with underscores; "
+                    f"Header {quoted(name)} looks like the proxy's {shown} header spelled with underscores; "
                     f"spell it {shown} (with hyphens), or leave it out.",
                     code="invalid_header",
                     param=name,

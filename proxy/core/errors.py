@@ -12,6 +12,25 @@ from typing import Any
 import orjson
 
 
+# What an error message quotes of one client value (its repr), and what any message may hold: an
+# error never echoes a huge id, name or value whole (a 1 MB `previous_response_id` comes back cut).
+QUOTE_CHARS = 200
+MAX_MESSAGE_CHARS = 2000
+
+
+def quoted(value: object, limit: int = QUOTE_CHARS) -> str:
+    """A client's value as an error message quotes it: its repr, cut to `limit` characters with its
+    length said when longer (`'xxxx… (1000000 chars)`)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return _cut(text, limit, len(value) if isinstance(value, str) else len(text))
+
+
+def _cut(text: str, limit: int, size: int) -> str:
+    return f"{text[:limit]}… ({size} chars)"
+
+
 def error_payload(message: str, type_: str, code: str, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "code": code, "param": param}}
 
@@ -28,6 +47,9 @@ class ProxyError(Exception):
     code: str = "internal_error"
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None) -> None:
+        # (the backstop: every message that quotes client input should quote it with `quoted`)
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = _cut(message, MAX_MESSAGE_CHARS, len(message))
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -102,6 +124,19 @@ class UnreadableAnswer(ProxyError):
     status = 502
     type = "upstream_error"
     code = UNREADABLE_ANSWER_CODE
+
+
+class FailedAnswer(ProxyError):
+    """An upstream's 2xx answer that carries an error or no answer, where a front door translates
+    the answer and must say it failed by its status (the Messages door: not a 200 with an error
+    body). `status`: the one the error names, else 502."""
+
+    type = "upstream_error"
+    code = "upstream_error"
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ServiceUnavailable(ProxyError):

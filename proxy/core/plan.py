@@ -23,7 +23,7 @@ allow-list), so tests drive every decision without a server, a socket or the env
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -47,6 +47,7 @@ from proxy.core.gateway import GatewayAuth
 from proxy.core.headers import filter_headers
 from proxy.core.protocols.responses_upstream import responses_request
 from proxy.core.providers import Dialect, ProvidersTable, ReplayPolicy
+from proxy.core.review_rules import ClientNames
 from proxy.core.rewrite import rewrite_body, with_budget
 from proxy.core.routing import Destination, RouteTable, replace_model, request_model
 from proxy.core.stream import jsonio
@@ -463,3 +464,6 @@ class ChatContext:
     zh: bool = False
     door: FrontDoor | None = None  # None: the client speaks chat completions
     upstream: UpstreamDecoder | None = None  # None: the upstream answers in chat completions
+    # The tools the door's client knows by other names (a Responses client's namespaced tools): the
+    # review gate matches and shows those (proxy.core.review_rules.ClientTool).
+    client_names: ClientNames = field(default_factory=dict)

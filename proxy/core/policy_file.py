@@ -53,8 +53,10 @@ class Budget(_Strict):
 
 
 class KeyRule(_Strict):
-    """One key's thinking rule. `on_exhausted`: `refuse` answers 429 once the budget is spent;
-    `off` sends the request with thinking off instead (said in the headers)."""
+    """One key's thinking rule. `max_level` caps the level a request would really send (its header's,
+    or its body's own knobs': proxy.core.body_level). `on_exhausted`: `refuse` answers 429 once
+    the budget is spent; `off` sends the request with thinking off instead (said in the headers),
+    or refuses it like `refuse` where its model cannot turn thinking off (proxy.policy.service)."""
 
     max_level: Level | None = None
     reasoning_tokens: Budget | None = None

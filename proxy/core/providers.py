@@ -26,7 +26,7 @@ from proxy.core.front_door_rules import MessagesRule as MessagesRule
 from proxy.core.front_door_rules import ResponsesRule as ResponsesRule
 from proxy.core.replay_policy import ReplayPolicy as ReplayPolicy  # re-exported: part of an entry
 from proxy.core.url_patterns import UrlPattern, UrlTarget
-from proxy.core.yamlfile import load_config
+from proxy.core.yamlfile import decode_config, load_config
 
 # --------------------------------------------------------------------------------------------------
 # Schema (pydantic, unknown keys rejected everywhere)
@@ -261,12 +261,10 @@ class ProvidersTable:
     def load(cls, path: Path | None = None) -> ProvidersTable:
         path = default_providers_path() if path is None else Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the providers file: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{path}: not UTF-8 text") from None
-        return cls.from_text(text, source=path.name)
+        return cls.from_text(decode_config(data, str(path)), source=path.name)
 
     @classmethod
     def from_text(cls, text: str, source: str = "providers.yaml") -> ProvidersTable:

@@ -85,6 +85,21 @@ class Remembered(NamedTuple):
         return self.provider == provider and self.model == model
 
 
+# A sealed blob's signed fields (proxy.core.protocols.sealing): reasoning_details, thought signatures.
+SIGNED_FIELDS = ("details", "signatures")
+
+
+def for_model(payload: dict[str, Any], model: str) -> dict[str, Any]:
+    """A sealed blob's payload as a request for `model` may put it back, by the rule the store's
+    records follow (`Remembered.same_origin`): the reasoning text always; `details` and
+    `signatures` (signed data) only for the model that made them. The entry is the blob's own
+    binding (provider and base URL), so only the model is asked here. The payload itself when
+    nothing is left out."""
+    if payload.get("model") == model or not any(name in payload for name in SIGNED_FIELDS):
+        return payload
+    return {name: value for name, value in payload.items() if name not in SIGNED_FIELDS}
+
+
 def decode_record(raw: bytes | None) -> Remembered | None:
     """A stored value read back; None for anything that is not a record this module wrote.
     (Once per looked-up key of every request: plain type checks, one tuple built.)"""

@@ -11,6 +11,11 @@ answer, and clients send it back unchanged); a turn without tool calls, which on
 policy needs, by a hash of its content exactly as the client received it. Keys are hashed together
 with the tenant, so one tenant can never name another's entries, and their length is bounded whatever
 a client sends.
+
+Rotation: the tenant hash is keyed with the deployment secret, so a client's hash changes with it.
+`Secrets` holds the current secret and the earlier ones; `Secrets.tenants` gives one client's hash
+under each (`Tenants`): new entries go under the current one, lookups that miss there ask the
+earlier ones (proxy.server.tenancy).
 """
 
 from __future__ import annotations
@@ -43,6 +48,62 @@ def tenant_of(secret: bytes, client_key: str | None) -> str:
     # HMAC-SHA-256), cheap enough per request that no cache of keys or of their hashes is needed.
     key = secret if len(secret) <= hashlib.blake2b.MAX_KEY_SIZE else hashlib.sha256(secret).digest()
     return hashlib.blake2b(b"tenant\0" + client_key.encode(), key=key, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Secrets:
+    """The deployment secret and the earlier ones still honoured (rotation: THINKPROXY_STATE_SECRET
+    and THINKPROXY_STATE_OLD_SECRETS). The current one keys every new tenant hash (so every new
+    store key and blob binding); each earlier one keys the hash that named this client's state
+    before the rotation, so what it left (store entries, sealed blobs) is still found until it is
+    removed from the list. `old` keeps each distinct earlier secret once, in order, without the
+    current one or empty ones. The repr hides them."""
+
+    current: bytes
+    old: tuple[bytes, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.current:
+            raise ValueError("the deployment secret is empty")
+        kept: list[bytes] = []
+        for secret in self.old:
+            if secret and secret != self.current and secret not in kept:
+                kept.append(secret)
+        object.__setattr__(self, "old", tuple(kept))
+
+    def tenants(self, client_key: str | None) -> Tenants:
+        """The tenant hashes of the key a request presented: the current one and, aligned with
+        `old`, each earlier secret's."""
+        return Tenants(
+            tenant_of(self.current, client_key), tuple(tenant_of(old, client_key) for old in self.old)
+        )
+
+    def __repr__(self) -> str:
+        return f"Secrets(<current and {len(self.old)} earlier, hidden>)"
+
+
+class Tenants(NamedTuple):
+    """One client's tenant hash under the current secret and under each earlier one (aligned with
+    `Secrets.old`). New state is written under `current`; a lookup that misses there asks each of
+    `earlier` in turn."""
+
+    current: str
+    old: tuple[str, ...] = ()
+
+    @property
+    def earlier(self) -> tuple[str, ...]:
+        """The earlier hashes that name other store keys than `current`, each once (the anonymous
+        tenant is the same under every secret: none)."""
+        out: list[str] = []
+        for tenant in self.old:
+            if tenant != self.current and tenant not in out:
+                out.append(tenant)
+        return tuple(out)
+
+    @property
+    def every(self) -> tuple[str, ...]:
+        """`current`, then `earlier`: every hash this client's state may be kept under."""
+        return (self.current, *self.earlier)
 
 
 def store_key(tenant: str, kind: str, ident: str) -> str:

@@ -1,6 +1,10 @@
 """Which tool calls a person must review, and what a reviewer may decide. Pure.
 
-A policy is a list of case-sensitive globs on tool names (`send_email,delete_*`). A decision is
+A policy is a list of case-sensitive globs on tool names (`send_email,delete_*`). A tool its
+client knows by another name than the upstream's (the Responses door's namespaced tools: the
+client runs `send_email` in namespace `mail`, a chat upstream calls `mail__send_email`) is matched
+by each of its names, and shown to reviewers and clients as `namespace.name` (`ClientTool`). A
+decision is
 `approve`, `modify` (with the arguments the call goes out with instead) or `reject` (with an
 optional comment); a review that nobody decides in time ends as `timeout`, and a call the proxy
 could not put before a reviewer (the review store is down, the call came in a shape the gate
@@ -11,13 +15,15 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from proxy.core.errors import BadRequest, Forbidden
+from proxy.core.errors import BadRequest, Forbidden, quoted
 from proxy.core.stream.summaries import summarize_arguments
 
 MAX_COMMENT_CHARS = 500
@@ -137,6 +143,33 @@ class HeldCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientTool:
+    """A tool as its client knows it, where the upstream calls it by another name: `send_email` in
+    namespace `mail`, which a chat upstream calls `mail__send_email` (the Responses door's
+    flattening, proxy.core.protocols.responses_tools)."""
+
+    name: str
+    namespace: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The name reviewers, the trace and the client's rejection text show: `namespace.name`."""
+        return f"{self.namespace}.{self.name}" if self.namespace else self.name
+
+
+# The upstream's tool name → the tool its client knows by other names (empty: each tool is known
+# by the name the upstream calls, as on the chat and Messages doors).
+ClientNames = Mapping[str, ClientTool]
+NO_CLIENT_NAMES: ClientNames = MappingProxyType({})
+
+
+def shown_name(tool: str, names: ClientNames) -> str:
+    """The name of the upstream's `tool` as its client knows it (itself, unless `names` says)."""
+    known = names.get(tool)
+    return known.shown if known is not None else tool
+
+
+@dataclass(frozen=True, slots=True)
 class ReviewPolicy:
     patterns: tuple[str, ...] = ()
 
@@ -146,6 +179,23 @@ class ReviewPolicy:
 
     def matches(self, tool: str) -> bool:
         return any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.patterns)
+
+    def covers(self, tool: str, names: ClientNames = NO_CLIENT_NAMES) -> bool:
+        """Whether a call of the upstream's `tool` is held: a pattern matches the name the upstream
+        called or any the client runs it by (`send_email`, `mail.send_email`, `mail__send_email`)."""
+        if self.matches(tool):
+            return True
+        known = names.get(tool)
+        return known is not None and (self.matches(known.name) or self.matches(known.shown))
+
+
+def client_extra(tool: str, names: ClientNames, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A held call's context for the reviewer: `extra`, and the name the upstream called when the
+    client knows the tool by another (`upstream_tool`)."""
+    out: dict[str, Any] = dict(extra or {})
+    if tool in names:
+        out["upstream_tool"] = tool
+    return out
 
 
 def parse_decision(body: bytes, reviewer: str | None) -> Decision:
@@ -159,7 +209,7 @@ def parse_decision(body: bytes, reviewer: str | None) -> Decision:
     raw = data.get("decision")
     posted = {Verdict.APPROVE.value, Verdict.MODIFY.value, Verdict.REJECT.value}
     if not isinstance(raw, str) or raw not in posted:
-        raise BadRequest(f"decision must be one of approve, modify, reject (got {raw!r}).", param="decision")
+        raise BadRequest(f"decision must be one of approve, modify, reject (got {quoted(raw)}).", param="decision")
     verdict = Verdict(raw)
     comment = data.get("comment")
     if comment is not None and not isinstance(comment, str):

@@ -33,9 +33,10 @@ from urllib.parse import unquote, urlsplit
 import orjson
 from dotenv import dotenv_values
 
-from proxy.core.errors import ConfigError, NotFound
+from proxy.core.errors import ConfigError, NotFound, quoted
 from proxy.core.routes_file import RouteSpec, parse_routes
 from proxy.core.stream import jsonio
+from proxy.core.yamlfile import decode_config
 
 DEFAULT_ROUTE_NAME = "default"  # the implicit last route made of THINKPROXY_UPSTREAM_BASE_URL
 _CACHE_LIMIT = 4096  # models looked up; a table answers the same model the same way
@@ -132,11 +133,10 @@ class RouteTable:
     @classmethod
     def load(cls, path: Path, default_upstream: str | None = None) -> RouteTable:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            data = Path(path).read_bytes()
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the routes file: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{path}: not UTF-8 text") from None
+        text = decode_config(data, str(path))
         return cls.from_text(text, source=Path(path).name, default_upstream=default_upstream)
 
     @classmethod
@@ -196,8 +196,7 @@ class RouteTable:
         if not isinstance(model, str):
             what = "The request names no model (a string 'model' field)"
         else:
-            shown = model if len(model) <= 200 else model[:200] + "…"
-            what = f"The model {shown!r} matches no route"
+            what = f"The model {quoted(model)} matches no route"
         return NotFound(
             f"{what}; this proxy routes these models: {patterns}. Use one of them, or add a route "
             f"to {self.source}.",

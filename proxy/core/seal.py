@@ -10,6 +10,9 @@ ChaCha20-Poly1305 (RFC 8439) with a random nonce per blob. The plaintext is one 
 body: `i` + the payload (a JSON object, raw-deflate compressed), or `r` + a state-store key (the
 reference form, for payloads over the inline cap). The key is HKDF-SHA256 of the deployment secret
 (THINKPROXY_STATE_SECRET) with the fixed label `INFO`; old secrets open, only the first seals.
+The tenant hash in the binding is keyed with the deployment secret too, so after a rotation a blob
+sealed with an old secret is bound to the hash that secret made: `SealKeys.for_tenants` pairs each
+old key with it for one request's opening (proxy.server.tenancy).
 
 Bound to its context: the associated data is the version, the kind, the tenant hash, the upstream
 entry (provider name and base URL) and the ids the blob belongs to (a set: order and repeats do
@@ -43,7 +46,7 @@ import binascii
 import secrets
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypedDict
 
@@ -114,17 +117,42 @@ def derive_key(secret: bytes) -> bytes:
 class SealKeys:
     """The keys of one deployment: the first seals, every one opens (rotation: put the new secret
     first and keep the old ones until blobs sealed with them have aged out of clients' histories).
-    Derive once at start-up; sealing and opening reuse the cipher objects."""
+    Derive once at start-up; sealing and opening reuse the cipher objects.
 
-    __slots__ = ("_ciphers",)
+    A blob's binding holds the tenant hash, which is keyed with the deployment secret too
+    (proxy.core.replay_keys.tenant_of): a blob sealed before a rotation is bound to the hash its
+    own secret made of the client's key. `for_tenants` pairs each earlier key with that hash, per
+    request; without it every key opens with the binding's tenant (the current hash)."""
+
+    __slots__ = ("_ciphers", "_given", "_kept", "_tenants")
 
     def __init__(self, secret: bytes, old_secrets: Iterable[bytes] = ()) -> None:
         keys: list[bytes] = []
-        for one in (secret, *old_secrets):
+        kept: list[int] = []  # for each key, the position of its secret among those given
+        given = 0
+        for position, one in enumerate((secret, *old_secrets)):
+            given += 1
             key = derive_key(one)
             if key not in keys:
                 keys.append(key)
+                kept.append(position)
         self._ciphers = tuple(ChaCha20Poly1305(key) for key in keys)
+        self._given = given - 1  # the number of old secrets given
+        self._kept = tuple(kept)
+        self._tenants: tuple[str | None, ...] = (None,) * len(keys)
+
+    def for_tenants(self, old_tenants: Sequence[str]) -> SealKeys:
+        """These keys for one request: `old_tenants[i]` is the tenant hash the i-th old secret
+        given to the constructor makes of the request's client key (`Tenants.old`). Each earlier key
+        then opens blobs bound to its own hash; the sealing key keeps the binding's tenant."""
+        if len(old_tenants) != self._given:
+            raise ValueError(f"{self._given} earlier secret(s): as many tenant hashes, in their order")
+        if len(self._ciphers) == 1:
+            return self  # (no earlier key: nothing to pair)
+        out = SealKeys.__new__(SealKeys)
+        out._ciphers, out._given, out._kept = self._ciphers, self._given, self._kept
+        out._tenants = (None, *(old_tenants[position - 1] for position in self._kept[1:]))
+        return out
 
     @property
     def sealing(self) -> ChaCha20Poly1305:
@@ -133,6 +161,11 @@ class SealKeys:
     @property
     def opening(self) -> tuple[ChaCha20Poly1305, ...]:
         return self._ciphers
+
+    @property
+    def tenants(self) -> tuple[str | None, ...]:
+        """Per opening key, the tenant hash its blobs are bound to (None: the binding's own)."""
+        return self._tenants
 
     def __repr__(self) -> str:
         return f"SealKeys(<{len(self._ciphers)} key(s) hidden>)"
@@ -267,13 +300,18 @@ def open_blob(keys: SealKeys, binding: Binding, text: object) -> Opened | None:
         return None
     nonce, sealed = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
     aad = binding.associated_data()
-    for cipher in keys.opening:
+    for cipher, tenant in zip(keys.opening, keys.tenants, strict=True):
+        data = aad if tenant is None or tenant == binding.tenant else _with_tenant(binding, tenant)
         try:
-            plaintext = cipher.decrypt(nonce, sealed, aad)
+            plaintext = cipher.decrypt(nonce, sealed, data)
         except InvalidTag:
             continue
         return _parse(plaintext)
     return None
+
+
+def _with_tenant(binding: Binding, tenant: str) -> bytes:
+    return Binding(tenant, binding.provider, binding.base_url, binding.kind, binding.ids).associated_data()
 
 
 def _decode(text: object) -> bytes | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from proxy.core.errors import ConfigError
-from proxy.core.yamlfile import load_config
+from proxy.core.yamlfile import decode_config, load_config
 
 ToolTitles = Mapping[str, Mapping[str, str]]
 
@@ -30,12 +30,10 @@ def load_tool_titles(path: Path | None) -> ToolTitles:
     if path is None:
         return NO_TITLES
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the tool titles file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    data = load_config(text, str(path), "YAML or JSON")  # JSON is YAML too
+    data = load_config(decode_config(raw, str(path)), str(path), "YAML or JSON")  # JSON is YAML too
     return parse_tool_titles(data, str(path))
 
 

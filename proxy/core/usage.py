@@ -1,4 +1,6 @@
-"""Token accounting: one answer's token counts, read in one place for every reader.
+"""Token accounting: one answer's token counts, read in one place for every reader. (Answers the
+proxy relays as they came — native Responses and Messages, other model routes — are read from their
+bytes by proxy.core.native_usage, into the same `TokenUsage`.)
 
 Pure. Upstreams report usage in several shapes; `account` reads any of them into one
 `TokenUsage`, which the relay puts on the per-request record (`AccessRecord.usage`), so metrics,

@@ -9,6 +9,7 @@ from pathlib import Path
 from proxy.core.errors import ConfigError
 from proxy.core.gateway import ClientKey
 from proxy.core.policy_file import Policy, parse_policy
+from proxy.core.yamlfile import decode_config
 
 SETTING = "THINKPROXY_POLICY_FILE"
 
@@ -29,8 +30,8 @@ def load_policy(path: Path, client_keys: Sequence[ClientKey]) -> Policy:
             "per name, so write each as name:key"
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{SETTING}: cannot read {path}: {exc.strerror or exc}") from None
     names = [key.name for key in client_keys if key.name is not None]
-    return parse_policy(text, str(path), names)
+    return parse_policy(decode_config(data, str(path)), str(path), names)

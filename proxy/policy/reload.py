@@ -1,9 +1,10 @@
 """SIGHUP: read the policy file and the routes file again, without a restart.
 
 Each file is read and checked whole before anything changes; a file with a fault leaves the one in
-use running, and the log says what was wrong (the same one-line messages as at start). With
-`serve --workers N`, uvicorn's supervisor restarts its workers on SIGHUP, which reads every file
-anew in each of them.
+use running, and the log says what was wrong in one line (the messages `check` prints, joined by
+` | `): bytes that are not UTF-8, an alias bomb (proxy.core.yamlfile), a syntax error, each field at
+fault. With `serve --workers N`, uvicorn's supervisor restarts its workers on SIGHUP, which reads
+every file anew in each of them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ LoadRoutes = Callable[[Settings], tuple[RouteTable | None, dict[int, str]]]
 logger = logging.getLogger("thinkproxy.reload")
 
 
+def one_line(exc: ConfigError) -> str:
+    """A fault per line, as `check` prints them, joined into the one log line of a refused reload."""
+    return " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
 def reload_files(proxy: Proxy, thinking: ThinkingPolicy | None, load_routes: LoadRoutes) -> list[str]:
     """Read both files again and swap in what checks out; what was reloaded, by name."""
     done: list[str] = []
@@ -38,13 +44,13 @@ def reload_files(proxy: Proxy, thinking: ThinkingPolicy | None, load_routes: Loa
             thinking.policy = load_policy(settings.policy_file, services.gateway.client_keys)
             done.append(f"policy ({settings.policy_file})")
         except ConfigError as exc:
-            logger.error("SIGHUP: the policy file was not reloaded, the one in use stays: %s", exc)
+            logger.error("SIGHUP: the policy file was not reloaded, the one in use stays: %s", one_line(exc))
     if settings.routes_file is not None:
         try:
             routes, keys = load_routes(settings)
             gateway = GatewayAuth.from_settings(settings, keys)
         except ConfigError as exc:
-            logger.error("SIGHUP: the routes file was not reloaded, the one in use stays: %s", exc)
+            logger.error("SIGHUP: the routes file was not reloaded, the one in use stays: %s", one_line(exc))
         else:
             proxy.s = dataclasses.replace(services, routes=routes, gateway=gateway)
             listing = (

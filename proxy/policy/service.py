@@ -6,14 +6,30 @@ Before (`decide`, called by Proxy.run_chat for every front door):
   key and when the window has room again, with `Retry-After`); `off` sends the request with
   thinking off;
 - a level above the key's `max_level` is sent at the ceiling (a request without a level only when
-  the ceiling is off: the upstream's own default might think);
+  the ceiling is off: the upstream's own default might think). The level is what the request
+  would really send: the header's, or the one the body's own knobs ask where the level leaves
+  them in place (each door reads them with proxy.core.body_level);
+- where the rule needs thinking off (`max_level: off`, or a spent budget with `on_exhausted: off`)
+  and the request's upstream entry cannot turn it off (no `off` level in providers.yaml), the
+  request is refused: 403 `thinking_off_unavailable`, or the spent budget's 429;
 - either way `X-Thinking-Policy` names the rule, `X-Thinking-Level-Applied` says what was sent and
   a trace note says so. Never silent.
 
-After (the listener's `on_end`): the answer's one reasoning count (proxy.core.usage, reported or
-estimated) is added to the key's current bucket, and to the usage book (/thinkproxy/usage). A
-budget store that fails is logged and counted, and lets the request through: an outage of Redis
-must not turn into an outage of the gateway.
+Admission (in `decide`, for a key with a budget, and `admit` for a route relayed as it came): the
+request sets aside an estimate of its reasoning (proxy.core.budgets: the largest of the key's
+recent answers) in the same atomic step that checks the budget, so requests in flight together see
+each other; what is spent and set aside reaching the limit refuses (or turns off) the next one.
+
+After (the listener's `on_end`, for every request that was admitted or that a model answered):
+the answer's one reasoning count (proxy.core.usage, reported or estimated; read from the answer
+whatever the trace, the metrics and the console are set to) settles the reservation (actual -
+reserved, in the bucket it was set aside in; a request with no answer gives it all back), and goes
+to the usage book (/thinkproxy/usage). The overshoot of a budget is thus bounded: once the
+reservations fill it nobody else is admitted, so it is exceeded by at most the last request
+admitted, plus whatever answers in flight spent beyond their reservations (nothing, while the key's
+answers stay within the largest of its recent ones; each worker learns its own estimate). A budget
+store that fails is logged and counted, and lets the request through: an outage of Redis must not
+turn into an outage of the gateway.
 """
 
 from __future__ import annotations
@@ -22,12 +38,12 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
-from proxy.core.budgets import Window
+from proxy.core.budgets import Peaks, Window
 from proxy.core.controls import Level
 from proxy.core.errors import ProxyError
 from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver
@@ -54,6 +70,20 @@ class BudgetExceeded(ProxyError):
         self.rule = rule  # for X-Thinking-Policy
 
 
+class ThinkingOffUnavailable(ProxyError):
+    """`max_level: off` for a request whose upstream model cannot turn thinking off (its
+    providers.yaml entry offers no `off` level): refused, since any body sent would think. A 403,
+    not a 429: the rule does not change with time, and retrying cannot help."""
+
+    status = 403
+    type = "thinking_off_unavailable"
+    code = "thinking_off_unavailable"
+
+    def __init__(self, message: str, *, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule  # for X-Thinking-Policy
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The level to send, and (when the policy changed it) the rule that did, as the header names it."""
@@ -75,6 +105,23 @@ def budget_key(client: str, budget: Budget) -> str:
     return f"{client}:{budget.per}"
 
 
+# Where an admitted request's reservation waits on its record (`AccessRecord.notes`) for its end.
+HOLD = "budget_hold"
+# Retry-After for a request refused while the rest of the budget is only set aside by this worker's
+# requests in flight: they may settle for less soon (the window's time would be an hour or a day).
+IN_FLIGHT_RETRY_S = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What one admitted request set aside: `tokens` in `bucket` of `key`'s counts."""
+
+    key: str
+    budget: Budget
+    bucket: int
+    tokens: int
+
+
 class ThinkingPolicy:
     """The loaded policy (replaced whole on reload), its budget store and usage book."""
 
@@ -84,6 +131,8 @@ class ThinkingPolicy:
         self.clock = clock
         self.book = UsageBook()
         self.store_errors = 0
+        self.peaks = Peaks()  # each key's recent answers: what its next request sets aside
+        self._held: dict[str, int] = {}  # what this worker's requests in flight set aside, per key
         self._writes: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -98,38 +147,103 @@ class ThinkingPolicy:
         return cls(policy, store)
 
     # -- before the request ---------------------------------------------------------------------
-    async def decide(self, client: str | None, level: Level | None) -> Decision:
+    async def decide(
+        self,
+        client: str | None,
+        level: Level | None,
+        *,
+        can_turn_off: bool = True,
+        record: AccessRecord | None = None,
+    ) -> Decision:
+        """`level`: what the request would really send (a door reads the body's own knobs where
+        the level leaves them: proxy.core.body_level); `can_turn_off`: whether its upstream entry
+        can send thinking off. Where the rule needs off and the entry cannot, the request is
+        refused: any body sent would think. `record`: the request's, which an admission's
+        reservation waits on until its end (without one the budget is only read)."""
         rule = self.policy.rule_for(client)
         if client is not None and rule.reasoning_tokens is not None:
-            exhausted = await self._exhausted(client, rule.reasoning_tokens)
+            exhausted = await self._exhausted(client, rule.reasoning_tokens, record)
             if exhausted is not None:
-                if rule.on_exhausted == "refuse":
-                    raise self._refusal(client, rule.reasoning_tokens, exhausted)
+                if rule.on_exhausted == "refuse" or (level is not Level.OFF and not can_turn_off):
+                    raise self._refusal(
+                        client, rule.reasoning_tokens, exhausted, off=rule.on_exhausted == "off"
+                    )
                 off = Decision(Level.OFF, f"{rule.reasoning_tokens.label()}; on_exhausted=off")
                 return off if level is not Level.OFF else Decision(level)
-        return _ceiling(rule, level)
+        return _ceiling(client, rule, level, can_turn_off)
 
-    async def _exhausted(self, client: str, budget: Budget) -> float | None:
+    async def admit(self, record: AccessRecord) -> None:
+        """A route relayed as it came (`/v1/responses/compact` to a native upstream,
+        `/v1/completions`, …): only the budget applies, and since its body is not rewritten its
+        thinking cannot be turned off: a spent budget refuses it whatever `on_exhausted` says."""
+        client = record.client
+        budget = self.policy.rule_for(client).reasoning_tokens
+        if client is None or budget is None:
+            return
+        exhausted = await self._exhausted(client, budget, record)
+        if exhausted is not None:
+            on_exhausted = self.policy.rule_for(client).on_exhausted
+            raise self._refusal(client, budget, exhausted, off=on_exhausted == "off")
+
+    async def _exhausted(
+        self, client: str, budget: Budget, record: AccessRecord | None = None
+    ) -> float | None:
         """When the key's spent budget has room again (None: it has room now, or the store could
-        not say)."""
+        not say). With `record`, the check is an admission: the request's reservation is set
+        aside in the same step, and kept on the record (HOLD) when it is admitted."""
         window = Window(budget.seconds)
-        try:
-            counts = await self.store.counts(budget_key(client, budget))
-        except StoreUnavailable as exc:
-            self._fault("read", exc)
-            return None
+        key = budget_key(client, budget)
         now = self.clock()
-        if window.spent(counts, now) < budget.limit:
+        if record is not None and HOLD in record.notes:
+            record = None  # (admitted already: a second look only reads)
+        tokens = self.peaks.reservation(key, budget.limit) if record is not None else 0
+        bucket = window.bucket(now)
+        try:
+            if record is None:
+                counts = await self.store.counts(key)
+            else:
+                counts = await self.store.reserve(key, bucket, tokens, window.ttl)
+        except StoreUnavailable as exc:
+            self._fault("read" if record is None else "reserve", exc)
             return None
-        return window.reset_at(counts, now, budget.limit)
+        if window.admits(counts, now, limit=budget.limit, reserved=tokens):
+            if record is not None:
+                record.notes[HOLD] = Hold(key, budget, bucket, tokens)
+                self._held[key] = self._held.get(key, 0) + tokens
+            return None
+        if record is not None:  # refused: what it set aside goes back at once
+            counts[bucket] -= tokens
+            try:
+                await self.store.add(key, bucket, -tokens, window.ttl, ())
+            except StoreUnavailable as exc:
+                self._fault("release", exc)
+        reset_at = window.reset_at(counts, now, budget.limit)
+        if window.spent(counts, now) - self._held.get(key, 0) < budget.limit:
+            # Only set aside, by this worker's requests in flight. (Other replicas' reservations
+            # count as spent: the window's time is then an upper bound.)
+            return min(reset_at, now + IN_FLIGHT_RETRY_S)
+        return reset_at
 
-    def _refusal(self, client: str, budget: Budget, reset_at: float) -> BudgetExceeded:
+    def _refusal(self, client: str, budget: Budget, reset_at: float, *, off: bool = False) -> BudgetExceeded:
+        """The 429 of a spent budget; `off`: the rule would send thinking off, and this request's
+        model cannot turn thinking off."""
         wait = max(1, math.ceil(reset_at - self.clock()))
-        return BudgetExceeded(
+        spent = (
             f"The reasoning-token budget of the client key {client!r} is spent ({budget.limit} reasoning "
             f"tokens per {budget.per}, rolling); it has room again at "
-            f"{formatdate(reset_at, usegmt=True)} (in {wait} s). Retry then, send X-Thinking-Level: off, "
-            "or ask the gateway's operator for a larger budget.",
+            f"{formatdate(reset_at, usegmt=True)} (in {wait} s)."
+        )
+        if off:
+            return BudgetExceeded(
+                f"{spent} The rule then sends thinking off, and this request's model cannot turn thinking "
+                "off. Retry then, use a model that can turn thinking off, or ask the gateway's operator "
+                "for a larger budget.",
+                retry_after=wait,
+                rule=f"{budget.label()}; on_exhausted=off",
+            )
+        return BudgetExceeded(
+            f"{spent} Retry then, send X-Thinking-Level: off, or ask the gateway's operator for a larger "
+            "budget.",
             retry_after=wait,
             rule=f"{budget.label()}; on_exhausted=refuse",
         )
@@ -137,16 +251,54 @@ class ThinkingPolicy:
     # -- after the answer -----------------------------------------------------------------------
     def spend(self, record: AccessRecord) -> None:
         """Count a finished request: its usage in the book (its cost on its record, for the
-        console), its reasoning tokens in the budget."""
+        console), its reasoning tokens in the budget (settling its reservation when it had one)."""
         usage = record.usage
-        record.cost_usd = self.book.add(record, self.policy.price_for(record.response_model or record.model))
+        hold = record.notes.pop(HOLD, None)
+        if record.route in MODEL_ROUTES or usage is not None:  # (a request no model answered: no row)
+            record.cost_usd = self.book.add(
+                record, self.policy.price_for(record.response_model or record.model)
+            )
         reasoning = usage.reasoning.value if usage is not None and usage.reasoning is not None else 0
-        budget = self.policy.rule_for(record.client).reasoning_tokens
-        if record.client is None or budget is None or reasoning <= 0:
+        if isinstance(hold, Hold):
+            held = self._held.get(hold.key, 0) - hold.tokens
+            if held > 0:
+                self._held[hold.key] = held
+            else:
+                self._held.pop(hold.key, None)
+            if usage is not None and usage.reasoning is not None:
+                self.peaks.add(hold.key, reasoning)
+            if reasoning != hold.tokens:
+                self._write(self._settle(hold, reasoning - hold.tokens))
             return
-        task = asyncio.get_running_loop().create_task(self._add(record.client, budget, reasoning))
+        budget = self.policy.rule_for(record.client).reasoning_tokens
+        if record.client is None or budget is None:
+            return
+        if usage is not None and usage.reasoning is not None:  # (the store failed at its admission)
+            self.peaks.add(budget_key(record.client, budget), reasoning)
+        if reasoning > 0:
+            self._write(self._add(record.client, budget, reasoning))
+
+    def _write(self, write: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(write)
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+
+    async def _settle(self, hold: Hold, difference: int) -> None:
+        """The difference between what a request spent and what it set aside, in the bucket it set
+        it aside in (where the reservation left the window already, what it spent, now)."""
+        window = Window(hold.budget.seconds)
+        now = self.clock()
+        try:
+            counts = await self.store.counts(hold.key)
+            stale = window.stale(counts, now)
+            if hold.bucket in stale:
+                spent = difference + hold.tokens
+                if spent > 0:
+                    await self.store.add(hold.key, window.bucket(now), spent, window.ttl, stale)
+                return
+            await self.store.add(hold.key, hold.bucket, difference, window.ttl, stale)
+        except StoreUnavailable as exc:
+            self._fault("write", exc)
 
     async def _add(self, client: str, budget: Budget, tokens: int) -> None:
         window = Window(budget.seconds)
@@ -200,20 +352,30 @@ class ThinkingPolicy:
 class _Spend(RequestObserver):
     __slots__ = ("policy",)
 
+    # The answer's usage is read whatever the client's X-Trace and whether metrics or the console
+    # watch: without it a trace-less request would count only the estimate from visible text.
+    wants_outcome = True
+
     def __init__(self, policy: ThinkingPolicy) -> None:
         self.policy = policy
 
     def on_end(self, record: AccessRecord, duration_ms: float) -> None:
-        if record.route in MODEL_ROUTES:
+        if record.route in MODEL_ROUTES or HOLD in record.notes or record.usage is not None:
             self.policy.spend(record)
 
 
-def _ceiling(rule: KeyRule, level: Level | None) -> Decision:
+def _ceiling(client: str | None, rule: KeyRule, level: Level | None, can_turn_off: bool) -> Decision:
     ceiling = rule.max_level
     if ceiling is None:
         return Decision(level)
-    if level is not None and above(level, ceiling):
+    # (a request without a level under a ceiling of off: the upstream's own default might think)
+    if (level is not None and above(level, ceiling)) or (level is None and ceiling is Level.OFF):
+        if ceiling is Level.OFF and not can_turn_off:
+            raise ThinkingOffUnavailable(
+                f"The thinking policy of the client key {client!r} allows no thinking (max_level=off), "
+                "and this request's model cannot turn thinking off (its providers.yaml entry offers no "
+                "off level). Use a model that can turn thinking off, or ask the gateway's operator.",
+                rule="max_level=off",
+            )
         return Decision(ceiling, f"max_level={ceiling.value}")
-    if level is None and ceiling is Level.OFF:
-        return Decision(Level.OFF, "max_level=off")
     return Decision(level)

@@ -4,6 +4,10 @@ them (THINKPROXY_STATE_URL). A budget's counts are one hash per key and window l
 one HINCRBY, atomic however many replicas add at once, with the hash's expiry renewed and buckets
 that left the window deleted in the same round trip.
 
+A reservation (`reserve`, proxy.core.budgets) adds a request's estimate and reads every count back
+in one atomic step (in Redis one MULTI/EXEC: HINCRBY, EXPIRE, HGETALL), so of the requests that
+reserve at once each sees the ones before it, whichever replica they are on.
+
 Every Redis call is bounded in time, and a failure raises `StoreUnavailable` at once: the caller
 lets the request through (a budget store that is down never refuses anyone) and counts the fault.
 """
@@ -32,6 +36,10 @@ class BudgetStore(Protocol):
 
     async def add(self, key: str, bucket: int, tokens: int, ttl: int, stale: Sequence[int]) -> None: ...
 
+    async def reserve(self, key: str, bucket: int, tokens: int, ttl: int) -> dict[int, int]:
+        """Adds `tokens` to `bucket` and returns every count with it, in one atomic step."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -51,6 +59,11 @@ class MemoryBudgets:
         counts[bucket] = counts.get(bucket, 0) + tokens
         for old in stale:
             counts.pop(old, None)
+
+    async def reserve(self, key: str, bucket: int, tokens: int, ttl: int) -> dict[int, int]:
+        # (no await between the two: one step for every request of this process)
+        await self.add(key, bucket, tokens, ttl, ())
+        return await self.counts(key)
 
     async def aclose(self) -> None:
         return None
@@ -91,6 +104,18 @@ class RedisBudgets:
                 await asyncio.wait_for(pipe.execute(), self.timeout * 2)
         except (RedisError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"redis: {type(exc).__name__}") from None
+
+    async def reserve(self, key: str, bucket: int, tokens: int, ttl: int) -> dict[int, int]:
+        name = PREFIX + key
+        try:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hincrby(name, str(bucket), tokens)
+                pipe.expire(name, ttl)
+                pipe.hgetall(name)
+                *_, raw = await asyncio.wait_for(pipe.execute(), self.timeout * 2)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"redis: {type(exc).__name__}") from None
+        return {int(b): int(tokens) for b, tokens in raw.items()}
 
     async def aclose(self) -> None:
         await self._client.aclose(close_connection_pool=True)

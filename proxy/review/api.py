@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.errors import ProxyError, Unauthorized
+from proxy.core.errors import ProxyError, Unauthorized, quoted
 from proxy.core.gateway import ClientKey, find_key, presented_key
 from proxy.core.review_rules import parse_decision
 from proxy.review.hub import Posted, StoreUnavailable
@@ -115,7 +115,7 @@ class ReviewAPI:
         review_id = request.path_params["review_id"]
         call = await self.service.hub.get(review_id)
         if call is None:
-            raise ReviewNotFound(f"No pending review {review_id!r} (decided, expired or withdrawn).")
+            raise ReviewNotFound(f"No pending review {quoted(review_id)} (decided, expired or withdrawn).")
         return _json(call.detail())
 
     async def post(self, request: Request) -> Response:
@@ -125,9 +125,9 @@ class ReviewAPI:
         call = await self.service.hub.get(review_id)
         posted = await self.service.hub.decide(review_id, decision)
         if posted is Posted.UNKNOWN:
-            raise ReviewNotFound(f"No pending review {review_id!r} (expired or withdrawn).")
+            raise ReviewNotFound(f"No pending review {quoted(review_id)} (expired or withdrawn).")
         if posted is Posted.ALREADY_DECIDED:
-            raise AlreadyDecided(f"Review {review_id!r} was already decided; the first decision stands.")
+            raise AlreadyDecided(f"Review {quoted(review_id)} was already decided; the first decision stands.")
         if call is not None:
             audit(call, decision, 200)
         return _json({"id": review_id, "decision": decision.verdict.value, "reviewer": reviewer})

@@ -22,7 +22,7 @@ import orjson
 from proxy.core.controls import TraceFormat
 from proxy.core.errors import BadRequest, ConfigError
 from proxy.core.gateway import ClientKey, parse_client_keys
-from proxy.core.review_rules import Decision, HeldCall, ReviewPolicy
+from proxy.core.review_rules import NO_CLIENT_NAMES, ClientNames, Decision, HeldCall, ReviewPolicy
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.gate_completion import (
     completion_finish,
@@ -96,9 +96,22 @@ class ReviewService:
     def new_id() -> str:
         return "rv_" + secrets.token_urlsafe(12)
 
-    def stream_gate(self, trace_format: TraceFormat | None, zh: bool, max_event_bytes: int) -> StreamGate:
+    def stream_gate(
+        self,
+        trace_format: TraceFormat | None,
+        zh: bool,
+        max_event_bytes: int,
+        names: ClientNames = NO_CLIENT_NAMES,
+    ) -> StreamGate:
+        """A gate for one streamed answer; `names`: the tools its client knows by other names than
+        the upstream's (a Responses client's namespaced tools), matched and shown by those."""
         return StreamGate(
-            self.policy, new_id=self.new_id, trace_format=trace_format, zh=zh, max_event_bytes=max_event_bytes
+            self.policy,
+            new_id=self.new_id,
+            trace_format=trace_format,
+            zh=zh,
+            max_event_bytes=max_event_bytes,
+            names=names,
         )
 
     async def _decide_all(
@@ -153,15 +166,19 @@ class ReviewService:
         await send(gate.release(decisions, decided, closing))
         return [(c, decisions[c.review_id]) for c in calls]
 
-    def would_hold(self, body: bytes) -> bool:
+    def would_hold(self, body: bytes, names: ClientNames = NO_CLIENT_NAMES) -> bool:
         """Whether a non-stream answer (the upstream's bytes) has a call to hold or to remove."""
-        return self.held_in_completion(body, {}, new_id=lambda: "") is not None
+        return self.held_in_completion(body, {}, new_id=lambda: "", names=names) is not None
 
     def held_in_completion(
-        self, body: bytes, extra: dict[str, Any], new_id: Callable[[], str] | None = None
+        self,
+        body: bytes,
+        extra: dict[str, Any],
+        new_id: Callable[[], str] | None = None,
+        names: ClientNames = NO_CLIENT_NAMES,
     ) -> tuple[dict[str, Any], list[HeldCall]] | None:
         """A non-stream answer's calls to hold, or None when it has none to hold and none the gate
-        must remove (or is not JSON)."""
+        must remove (or is not JSON). `names` as for `stream_gate`."""
         try:
             parsed = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -175,6 +192,7 @@ class ReviewService:
             now=time.time(),
             timeout=self.timeout,
             extra=extra,
+            names=names,
         )
         return (parsed, calls) if calls or completion_removes(parsed) else None
 

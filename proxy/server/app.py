@@ -154,6 +154,8 @@ def create_app(
         Route("/v1/responses/compact", responses.compact, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", responses.stored_part, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", responses.stored_part, methods=["POST"]),
         WebSocketRoute("/v1/responses", responses.refuse_websocket),
         Route("/v1/messages", messages.create, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),

@@ -13,8 +13,10 @@ instead of the 413. `EdgeProtocol` adds, per connection:
   408 when part of a head has arrived, a quiet close when nothing has;
 - a cap on concurrent connections: over it, a 503 and the connection is closed;
 - a lingering close: when the connection is to be closed while the request is still arriving, the
-  server half-closes (FIN after the answer) and reads and discards what the client still sends, up
-  to `drain_bytes` and `body_timeout`, so the client reads the answer;
+  server half-closes (FIN after the answer) and reads and discards what the client still sends
+  until the body has arrived (its end found by the parser: Content-Length or the last chunk), up
+  to `drain_bytes` and the header timeout, and only then closes, so that a client that writes its
+  whole body before it reads (most do) reads the answer instead of a broken pipe;
 - the same bound on discarding the rest of a body after an early answer on a kept-alive
   connection (uvicorn would read it forever, re-arming nothing).
 
@@ -47,6 +49,11 @@ HEAD_REFUSAL_DRAIN_BYTES = 1024 * 1024  # read and discarded after a refused hea
 
 class _Refused(Exception):
     """Raised from a parser callback to stop httptools; the protocol then writes its answer."""
+
+
+class _BodyEnded(Exception):
+    """Raised from the parser's callback when a lingering connection's body has all arrived: it
+    stops httptools before anything after it (a pipelined request) is parsed."""
 
 
 class LingeringTransport:
@@ -111,6 +118,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._drain_timer: TimerHandle | None = None
         self._drain_left = 0
         self._lingering = False
+        self._parse_rest = False  # lingering: the rest of a body is fed to the parser, to find its end
         self._edge: LingeringTransport | None = None
 
     @classmethod
@@ -147,6 +155,11 @@ class EdgeProtocol(HttpToolsProtocol):
             self._drain_left -= len(data)
             if self._drain_left < 0:
                 self._close_now()
+            elif self._parse_rest:
+                try:
+                    self.parser.feed_data(data)
+                except httptools.HttpParserError:  # the body's end (_BodyEnded), or not HTTP
+                    self._close_now()  # the client has sent all it meant to: nothing unread is left
             return
         if self._drain_timer is not None:  # the rest of a body after an early answer
             self._drain_left -= len(data)
@@ -206,6 +219,8 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        if self._lingering:
+            raise _BodyEnded
         self.receiving = False
         self._in_head = True
         self._head_bytes = 0
@@ -251,6 +266,12 @@ class EdgeProtocol(HttpToolsProtocol):
         else:
             # An answer before the body was read (413, 408): the rest of the body, within the
             # header timeout (a body timeout here would let a trickling client stay twice as long).
+            # The parser goes on reading it, so the connection is closed as soon as it has all
+            # arrived: a close with bytes still unread would reset the connection, and a client
+            # still writing its body would never read the answer. (Once the answer is complete,
+            # uvicorn's on_body drops what it is given; a close in the middle of an answer, an
+            # app's failure, is not parsed on: nothing of it would be kept.)
+            self._parse_rest = self.cycle is not None and self.cycle.response_complete
             self._drain_left = self.limits.drain_bytes
             self._drain_timer = self.loop.call_later(self.limits.header_timeout, self._close_now)
         if real.can_write_eof():

@@ -25,11 +25,12 @@ from proxy.core.controls import UPSTREAM_HEADER, Level, TraceFormat, TraceMode
 from proxy.core.errors import ProxyError
 from proxy.core.events import AccessRecord, Listener, notify_end, start_observers
 from proxy.core.gateway import GatewayAuth
+from proxy.core.native_usage import UsageReader, model_asked
 from proxy.core.plan import ChatContext, FrontDoor
 from proxy.core.protocols import chat as chat_door
 from proxy.core.protocols.responses_upstream import ResponsesAnswer, over_responses_note, wants_usage
 from proxy.core.providers import ProvidersTable
-from proxy.core.review_rules import refuse_unreviewed_route
+from proxy.core.review_rules import NO_CLIENT_NAMES, ClientNames, refuse_unreviewed_route
 from proxy.core.routing import RouteTable
 from proxy.core.stream.taps import build_trace, needs_outcome, output_sink, tap_needs_detail, trace_tap
 from proxy.core.tool_titles import NO_TITLES, ToolTitles
@@ -37,6 +38,7 @@ from proxy.policy.service import HEADER as POLICY_HEADER
 from proxy.policy.service import BudgetExceeded, ThinkingPolicy
 from proxy.policy.service import Decision as PolicyDecision
 from proxy.review.service import ReviewService
+from proxy.server import policy_gate
 from proxy.server.access_log import log_access
 from proxy.server.asgi import BODY_LEFT_UNREAD, read_body
 from proxy.server.egress import ConnectGuard
@@ -216,11 +218,42 @@ class Proxy:
         arrival, intent, tgt = await self.arrive(request, record, parse=chat)
         if not chat:
             req = plan.passthrough(arrival, tgt, gateway_mode=self.s.gateway.enabled)
-            return await self.relay(
-                request.receive, req, record, started, extra_headers=record.response_headers, chat=None
-            )
+            # (with a policy, a route that reaches a model is budgeted: /v1/completions, …)
+            model = model_asked(arrival.method, tgt.body) if self.s.thinking is not None else None
+            if model is not None:
+                record.model = model
+            reaches_model = model is not None
+            return await self.relay_as_it_came(request, req, record, started, reaches_model=reaches_model)
         assert tgt.parsed is not None
         return await self.run_chat(request, arrival, intent, tgt, tgt.parsed, record, started)
+
+    async def relay_as_it_came(
+        self,
+        request: Request,
+        req: plan.UpstreamRequest,
+        record: AccessRecord,
+        started: float,
+        *,
+        reaches_model: bool,
+    ) -> Response:
+        """A request relayed as it came, its answer untouched. One that reaches a model (a native
+        compaction, `/v1/completions`, …) is admitted by the thinking policy's budget first (its
+        thinking cannot be turned off: a spent budget refuses it) and its answer's token counts are
+        read as it goes by (proxy.core.native_usage), for the budget and the usage book."""
+        usage = None
+        if reaches_model:
+            if self.s.thinking is not None:
+                try:
+                    await self.s.thinking.admit(record)
+                except BudgetExceeded as exc:
+                    retry = ("retry-after", str(exc.retry_after))
+                    record.response_headers += [(POLICY_HEADER, exc.rule), retry]
+                    raise
+            usage = UsageReader(limit=self.s.settings.max_response_bytes)
+        extra = record.response_headers
+        return await self.relay(
+            request.receive, req, record, started, extra_headers=extra, chat=None, usage=usage
+        )
 
     async def arrive(
         self, request: Request, record: AccessRecord, *, parse: bool
@@ -244,18 +277,15 @@ class Proxy:
         return arrival, intent, tgt
 
     async def thinking_policy(
-        self, thinking: ThinkingPolicy, level: Level | None, record: AccessRecord
+        self,
+        thinking: ThinkingPolicy,
+        level: Level | None,
+        record: AccessRecord,
+        *,
+        can_turn_off: bool = True,
     ) -> PolicyDecision:
-        """The policy's decision for this key and level; `X-Thinking-Policy` on the response when it
-        changed the level or refused (a refusal also says when to retry)."""
-        try:
-            decision = await thinking.decide(record.client, level)
-        except BudgetExceeded as exc:
-            record.response_headers += [(POLICY_HEADER, exc.rule), ("retry-after", str(exc.retry_after))]
-            raise
-        if decision.rule is not None:
-            record.response_headers.append((POLICY_HEADER, decision.rule))
-        return decision
+        """The policy's decision for this key and level (proxy.server.policy_gate.decide)."""
+        return await policy_gate.decide(thinking, level, record, can_turn_off=can_turn_off)
 
     async def run_chat(
         self,
@@ -267,10 +297,12 @@ class Proxy:
         record: AccessRecord,
         started: float,
         door: FrontDoor | None = None,
+        client_names: ClientNames = NO_CLIENT_NAMES,
     ) -> Response:
         """Steps 3 of a chat request (the replay store's lookup, the plan, the relay). `door`: a
         front door other than chat completions (proxy.server.responses_door) whose client reads
-        the answer in its own protocol."""
+        the answer in its own protocol; `client_names`: the tools its client knows by other names
+        than the upstream's (the review gate matches and shows those)."""
         s = self.s
         gateway_mode = s.gateway.enabled
         controls = intent.controls
@@ -279,13 +311,14 @@ class Proxy:
         record.request_messages = parsed.get("messages")
         record.level_requested = controls.level.value if controls.level is not None else None
         policy_note = None
-        if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
-            decision = await self.thinking_policy(s.thinking, controls.level, record)
-            if decision.rule is not None:
-                policy_note = (*decision.note(controls.level), decision.rule)
-                controls = replace(controls, level=decision.level)
-                intent = replace(intent, controls=controls)
         dialect = plan.chat_dialect(s.table, tgt)
+        if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
+            # (judged on what would really be sent: the level, or the body's own knobs it leaves)
+            judged = await policy_gate.judge_chat(s.thinking, intent, tgt, dialect, record)
+            intent, tgt, policy_note = judged.intent, judged.target, judged.note
+            controls = intent.controls
+            assert tgt.parsed is not None
+            parsed = tgt.parsed
         # Function tools with a level on an upstream whose chat completions refuses them, or any
         # level where the entry wants the reasoning seen: over its Responses API, where its
         # encrypted reasoning is replayed with the calls it preceded.
@@ -340,7 +373,7 @@ class Proxy:
                 shown = None if controls.trace is TraceMode.OFF else controls.trace_format
                 if door is not None and shown is not None:
                     shown = TraceFormat.COMMENT  # a front door's stream carries the trace as comments
-                gate = s.review.stream_gate(shown, chat_plan.zh, s.settings.max_sse_event_bytes)
+                gate = s.review.stream_gate(shown, chat_plan.zh, s.settings.max_sse_event_bytes, client_names)
         trace_format = controls.trace_format if door is None else TraceFormat.COMMENT
         upstream = None if effort is None else ResponsesAnswer(include_usage=wants_usage(parsed))
         context = ChatContext(
@@ -353,6 +386,7 @@ class Proxy:
             zh=chat_plan.zh,
             door=door,
             upstream=upstream,
+            client_names=client_names,
         )
         if door is not None:
             door.planned(trace)

@@ -27,12 +27,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Send
 
-from proxy.core import plan, seal
+from proxy.core import plan
 from proxy.core.controls import LEVEL_HEADER
-from proxy.core.errors import ProxyError
+from proxy.core.errors import FailedAnswer, ProxyError
 from proxy.core.events import AccessRecord
-from proxy.core.gateway import presented_key
-from proxy.core.protocols.messages_events import error_body
+from proxy.core.protocols.expansion import Expansion
+from proxy.core.protocols.messages_events import error_body, failed_answer_status
 from proxy.core.protocols.messages_request import (
     BridgedMessages,
     bridge_messages,
@@ -41,16 +41,15 @@ from proxy.core.protocols.messages_request import (
 )
 from proxy.core.protocols.messages_state import RestoreReport, restore_thinking, spilled_keys, thinking_sealer
 from proxy.core.protocols.messages_stream import PING, MessagesTranscoder
-from proxy.core.protocols.sealing import SealContext
-from proxy.core.replay_keys import tenant_of
 from proxy.core.stream import jsonio
 from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.trace import TraceBuilder
 from proxy.server.asgi import BodyProducer, RelayResponse, body_piece
 from proxy.server.handlers import Proxy
 from proxy.server.messages_native import forward_native
-from proxy.server.replay_service import deployment_secret
-from proxy.server.responses_door import CHAT_PATH, OMITTED_TOOLS_HEADER, add_notes, store_spill
+from proxy.server.responses_door import CHAT_PATH, OFFLOAD_BLOBS, OMITTED_TOOLS_HEADER, add_notes
+from proxy.server.responses_store import store_spill
+from proxy.server.tenancy import DoorSecrets
 from proxy.state.base import StateStore
 
 logger = logging.getLogger("thinkproxy.messages")
@@ -60,6 +59,13 @@ ROUTE = "messages"
 
 def anthropic_error(exc: ProxyError) -> bytes:
     return error_body(exc.status, exc.message)
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return jsonio.loads(body)
+    except ValueError:
+        return None
 
 
 def new_id(prefix: str) -> str:
@@ -78,6 +84,7 @@ class MessagesOutput:
     # state store at the next settle, before the block that refers to them goes out.
     spill: list[tuple[str, bytes]] = field(default_factory=list)
     spill_store: StateStore | None = None
+    tenant: str | None = None  # (whose share the spilled payloads count toward)
 
     def planned(self, trace: TraceBuilder | None) -> None:
         add_notes(trace, self.notes)
@@ -92,11 +99,17 @@ class MessagesOutput:
         return self.transcoder.close()
 
     def completion(self, body: bytes) -> bytes:
-        return self.transcoder.completion(body)
+        out = self.transcoder.completion(body)
+        if self.transcoder.final is None:
+            # The answer failed (an error body, no choice): said by its status, not a 200 with an
+            # error body; the relay answers it like any error of the proxy's, in Anthropic's shape.
+            error = jsonio.loads(out).get("error") or {}
+            raise FailedAnswer(str(error.get("message") or "upstream error"), failed_answer_status(_json(body)))
+        return out
 
     async def settle(self) -> None:
         if self.spill:  # (called after every write: most have nothing to store)
-            await store_spill(self.spill, self.spill_store)
+            await store_spill(self.spill, self.spill_store, self.tenant)
 
 
 class MessagesDoor:
@@ -106,10 +119,9 @@ class MessagesDoor:
         self.proxy = proxy
         s = proxy.s
         self.store = s.replay.store if s.replay is not None else None
-        self.secret = s.replay.secret if s.replay is not None else deployment_secret(s.settings)
-        old_secrets = s.settings.state_old_secrets
-        listed = old_secrets.get_secret_value().split(",") if old_secrets is not None else []
-        self.keys = seal.SealKeys(self.secret, [o.strip().encode() for o in listed if o.strip()])
+        # The tenant hashes and sealing keys, before and after a rotation (proxy.server.tenancy).
+        self.tenancy = DoorSecrets.of(s.settings, s.replay.secrets if s.replay is not None else None)
+        self.secret, self.keys = self.tenancy.secrets.current, self.tenancy.keys
 
     # -- POST /v1/messages ----------------------------------------------------------------------
     async def create(self, request: Request) -> Response:
@@ -145,10 +157,13 @@ class MessagesDoor:
             return await forward_native(proxy, request, arrival, intent, tgt, dialect, record, started)
         bridged = bridge_messages(parsed)
         chat = bridged.body
-        tenant = tenant_of(self.secret, presented_key(request.headers.items()))
-        ctx = SealContext(self.keys, tenant, dialect.name, tgt.destination.base_url, int(time.time()))
-        spilled = await self._spilled(spilled_keys(bridged.thinking, ctx))
-        report = restore_thinking(chat["messages"], bridged.thinking, ctx, spilled)
+        tenants = self.tenancy.tenants(request.headers.items())
+        tenant = tenants.current  # (what this request writes is kept under the current hash)
+        model = str(chat.get("model") or "")
+        base_url = tgt.destination.base_url
+        ctx = self.tenancy.seal_context(tenants, dialect.name, base_url, int(time.time()), model)
+        # (what the signatures put back is bounded like a body: proxy.core.protocols.expansion)
+        report = await self._restore(chat["messages"], bridged, Expansion(ctx, s.settings.max_body_bytes))
         if LEVEL_HEADER not in request.headers and bridged.level is not None:
             controls = replace(intent.controls, level=bridged.level)
             intent = replace(intent, controls=controls, budget_tokens=bridged.budget_tokens)
@@ -162,6 +177,7 @@ class MessagesDoor:
             stop_sequences=tuple(chat.get("stop") or ()),
         )
         door = MessagesOutput(transcoder, notes=_notes(bridged, report), spill=spill, spill_store=self.store)
+        door.tenant = tenant
         if bridged.omitted_tools:
             record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(bridged.omitted_tools)))
         # (the query is Anthropic's, `?beta=true` from Claude Code and the SDKs' beta calls: not sent on)
@@ -173,6 +189,22 @@ class MessagesDoor:
         if record.stream and isinstance(response, RelayResponse):
             response.produce = with_pings(response.produce, s.settings.review_keepalive, record)
         return response
+
+    async def _restore(
+        self, messages: list[dict[str, Any]], bridged: BridgedMessages, expansion: Expansion
+    ) -> RestoreReport:
+        """The history's thinking put back from its signatures (each distinct one opened once): in
+        a worker thread past OFFLOAD_BLOBS signatures, so that opening many never holds the loop."""
+        turns, ctx = bridged.thinking, expansion.ctx
+        offload = sum(1 for turn in turns for block in turn.blocks if block.signature) > OFFLOAD_BLOBS
+        if offload:
+            keys = await asyncio.to_thread(spilled_keys, turns, ctx, expansion)
+        else:
+            keys = spilled_keys(turns, ctx, expansion)
+        spilled = await self._spilled(keys)
+        if offload:
+            return await asyncio.to_thread(restore_thinking, messages, turns, ctx, spilled, expansion)
+        return restore_thinking(messages, turns, ctx, spilled, expansion)
 
     async def _spilled(self, keys: list[str]) -> dict[str, bytes | None]:
         """The large reasoning payloads the history's signatures refer to (a store fault: none)."""

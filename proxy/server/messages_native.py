@@ -17,11 +17,13 @@ from proxy.core import plan
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.events import AccessRecord
 from proxy.core.headers import filter_headers
+from proxy.core.native_usage import UsageReader
 from proxy.core.protocols.messages_native import native_body, native_headers, strip_proxy_thinking
 from proxy.core.providers import Dialect
 from proxy.core.review_rules import refuse_unreviewed_route
 from proxy.core.stream import jsonio
 from proxy.server.handlers import Proxy
+from proxy.server.policy_gate import judge_messages
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -43,13 +45,9 @@ async def forward_native(
     rule = dialect.messages
     header = LEVEL_HEADER in request.headers
     level = intent.controls.level
-    if s.thinking is not None:
-        # The key's ceiling and budget apply to the level the client's own thinking asks as well.
-        asked = level if header else native_body(tgt.parsed, level, rule, header=False)[1]
-        decision = await proxy.thinking_policy(s.thinking, asked, record)
-        if decision.rule is not None:
-            level, header = decision.level, True
     changed, applied = native_body(tgt.parsed, level, rule, header=header)
+    if s.thinking is not None:  # the key's ceiling and budget judge the body that would go
+        changed, applied = await judge_messages(s.thinking, tgt.parsed, (changed, applied), rule, record)
     stripped, _ = strip_proxy_thinking(changed if changed is not None else tgt.parsed)
     body = stripped if stripped is not None else changed
     record.level_requested = intent.controls.level.value if intent.controls.level is not None else None
@@ -71,4 +69,8 @@ async def forward_native(
         client_chosen=tgt.destination.client_chosen,
     )
     extra = headers + record.response_headers
-    return await proxy.relay(request.receive, request_out, record, started, extra_headers=extra, chat=None)
+    # (its answer's usage is read as it goes by: budgets and the usage book count it)
+    usage = UsageReader(limit=s.settings.max_response_bytes)
+    return await proxy.relay(
+        request.receive, request_out, record, started, extra_headers=extra, chat=None, usage=usage
+    )

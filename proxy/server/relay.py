@@ -34,6 +34,7 @@ from starlette.types import Receive, Send
 from proxy.core.errors import BadUpstreamResponse, ProxyError
 from proxy.core.events import AccessRecord
 from proxy.core.headers import filter_headers
+from proxy.core.native_usage import UsageReader
 from proxy.core.plan import ChatContext, UpstreamRequest
 from proxy.core.review_rules import HeldCall
 from proxy.core.stream.completion import process_completion
@@ -48,6 +49,7 @@ from proxy.server.asgi import (
     WatchFired,
     body_piece,
 )
+from proxy.server.relayed_usage import note_relayed, read_as_relayed
 from proxy.server.request_ids import rename_upstream_request_id
 from proxy.server.streaming import (
     ElapsedMs,
@@ -162,7 +164,10 @@ class Relay:
         *,
         extra_headers: list[tuple[str, str]],
         chat: ChatContext | None,
+        usage: UsageReader | None = None,
     ) -> Response:
+        """`usage`: for an answer relayed as it came (`chat` None) that a model gives, the reader
+        of its token counts (proxy.core.native_usage), put on the record at its end."""
         s = self.settings
         watch = ClientWatch(
             receive,
@@ -171,7 +176,7 @@ class Relay:
             write_timeout=s.write_timeout,
         )
         try:
-            response = await self._exchange(watch, req, record, started, extra_headers, chat)
+            response = await self._exchange(watch, req, record, started, extra_headers, chat, usage)
         except BaseException:
             watch.close()
             raise
@@ -192,6 +197,7 @@ class Relay:
         started: float,
         extra_headers: list[tuple[str, str]],
         chat: ChatContext | None,
+        usage: UsageReader | None = None,
     ) -> Response:
         try:
             response = await watch.run(self.upstream.open(req))
@@ -217,6 +223,8 @@ class Relay:
                 logger.exception("Closing the upstream response failed.")
             if chat is not None:
                 note_response(record, chat.trace, tally)
+            elif usage is not None:
+                note_relayed(record, usage)
             record.status = response.status
             if error is not None:
                 record.error = record.error or error
@@ -228,8 +236,12 @@ class Relay:
         if chat is None or not ok or not (is_sse or content_type.startswith("application/json")):
             # Errors and bodies the proxy does not understand travel back exactly as they came.
             headers = filter_headers(response.headers, DROP_RESPONSE_RELAYED) + extra_headers
+            encoded = (response.header("content-encoding") or "identity").lower() != "identity"
+            if usage is not None and (not ok or encoded):
+                usage = None  # (an error has no usage; a compressed body is not read)
+            write = partial(relay_raw, response, record, watch)
             return RelayResponse(
-                partial(relay_raw, response, record, watch),
+                write if usage is None else partial(read_as_relayed, write, usage),
                 status_code=response.status,
                 headers=headers,
                 watch=watch,
@@ -300,7 +312,7 @@ class Relay:
             return client_gone(record, started, self.log)
         if chat.upstream is not None:
             raw = chat.upstream.completion(raw)
-        holds = self.review is not None and self.review.would_hold(raw)
+        holds = self.review is not None and self.review.would_hold(raw, chat.client_names)
         if holds and chat.trace is not None:
             chat.trace.hold_done()  # a call will be held: `done` must include the hold
         out = process_completion(
@@ -316,7 +328,9 @@ class Relay:
         headers = filter_headers(response.headers, DROP_RESPONSE_DECODED) + extra_headers
         status = response.status
         held = (
-            self.review.held_in_completion(out, review_context(record)) if self.review is not None else None
+            self.review.held_in_completion(out, review_context(record), names=chat.client_names)
+            if self.review is not None
+            else None
         )
         if held is None and holds:
             held = (orjson.loads(out), [])  # (the trace's `done` is held back: it must be released)

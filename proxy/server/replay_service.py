@@ -5,11 +5,13 @@ write after its response ended. The decisions are proxy.core.replay_keys' and pr
 Per request (chat completions only):
 
 - `restore(...)` — tenant from the presented key, `plan_lookups` (pure), one `get_many` (one round
-  trip), `apply_restore` (pure). A store that is down or slow is a miss: the provider's miss
-  policy applies (DeepSeek and Kimi get the empty placeholder they accept: without it they answer
-  400, which made an outage worse than an empty store). The fault is logged once per interval and
-  counted (`record.notes["state.errors"]`, read by metrics); `/healthz` asks `reachable()`. Leaves
-  a `ReplayNote` in `record.notes` so that the capture knows whom and what the response belongs to.
+  trip; after a rotation of the secret, what it missed is asked again under each earlier secret's
+  tenant hash: proxy.server.tenancy), `apply_restore` (pure). A store that is down or slow is a
+  miss: the provider's miss policy applies (DeepSeek and Kimi get the empty placeholder they
+  accept: without it they answer 400, which made an outage worse than an empty store). The fault
+  is logged once per interval and counted (`record.notes["state.errors"]`, read by metrics);
+  `/healthz` asks `reachable()`. Leaves a `ReplayNote` in `record.notes` so that the capture knows
+  whom and what the response belongs to.
 - capture — a `Listener` (proxy.core.events) whose observer, at the end of a successful response,
   turns the note's `TurnCollector` into store entries and writes them in the background.
 
@@ -19,9 +21,7 @@ Reasoning text is never logged: the only log lines here name the store and the e
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import secrets
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -40,9 +40,10 @@ from proxy.core.replay import (
     apply_restore,
     capture_records,
 )
-from proxy.core.replay_keys import plan_lookups, store_key, tenant_of, turn_keys
+from proxy.core.replay_keys import Secrets, Tenants, plan_lookups, store_key, turn_keys
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.trace import TraceBuilder
+from proxy.server.tenancy import deployment_secrets
 from proxy.settings import Settings
 from proxy.state import MemoryStore, StateStore, StoreUnavailable, build_store
 
@@ -101,24 +102,13 @@ def may_be_replayed(body: dict[str, Any], policy: ReplayPolicy) -> bool:
     return policy.every_turn or bool(body.get("tools") or body.get("functions"))
 
 
-def deployment_secret(settings: Settings) -> bytes:
-    """The key of the tenant hash. THINKPROXY_STATE_SECRET when set; else, with Redis, derived from
-    the state URL (every replica of a deployment names the same one, so they agree); else random
-    per process (memory is per process anyway)."""
-    if settings.state_secret is not None:
-        return settings.state_secret.get_secret_value().encode()
-    if settings.state_url is not None:
-        url = settings.state_url.get_secret_value().encode()
-        return hashlib.sha256(b"thinkproxy-tenant\0" + url).digest()
-    return secrets.token_bytes(32)
-
-
 class ReplayService:
     """The replay store of one app: restore before, capture after. See the module docstring."""
 
-    def __init__(self, store: StateStore, secret: bytes) -> None:
+    def __init__(self, store: StateStore, secret: bytes | Secrets) -> None:
         self.store = store
-        self._secret = secret
+        self._secrets = secret if isinstance(secret, Secrets) else Secrets(secret)
+        self._secret = self._secrets.current
         self._records = RecordCache()
         # Responses whose end has not been recorded yet, per tenant (a response's last byte can
         # reach the client, and its next turn come back, before the proxy is done with it): a
@@ -143,10 +133,15 @@ class ReplayService:
         """The deployment secret (the tenant hash's key; the Responses door seals blobs with it)."""
         return self._secret
 
+    @property
+    def secrets(self) -> Secrets:
+        """The deployment secret and the earlier ones (rotation): the front doors use the same."""
+        return self._secrets
+
     @classmethod
     def from_settings(cls, settings: Settings) -> ReplayService | None:
         store = build_store(settings)
-        return None if store is None else cls(store, deployment_secret(settings))
+        return None if store is None else cls(store, deployment_secrets(settings))
 
     # -- listener (capture) ---------------------------------------------------------------------
     def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver | None:
@@ -164,7 +159,8 @@ class ReplayService:
         """The body with remembered reasoning put back, and the collector for this response's
         capture. Never raises for the store's sake."""
         arrived_ms = time.time() * 1000.0
-        tenant = tenant_of(self._secret, presented_key(headers))
+        tenants = self._secrets.tenants(presented_key(headers))
+        tenant = tenants.current
         policy = dialect.replay
         capture = TurnCollector() if may_be_replayed(body, policy) else None
         note = ReplayNote(tenant, dialect.name, model, policy, capture)
@@ -180,6 +176,8 @@ class ReplayService:
         if plan.keys:
             try:
                 found = await self._lookup(tenant, plan.keys)
+                if tenants.earlier and None in found.values():
+                    await self._lookup_earlier(tenants, body.get("messages"), policy, plan.keys, found)
             except Exception as exc:
                 # StoreUnavailable, or anything else a backend let through: the store must never
                 # fail a request, whatever went wrong in it. What it did not answer is a miss.
@@ -203,6 +201,30 @@ class ReplayService:
         values = await self.store.get_many(keys)
         decode = self._records.decode
         return {key: decode(value) for key, value in zip(keys, values, strict=True)}
+
+    async def _lookup_earlier(
+        self,
+        tenants: Tenants,
+        messages: Any,
+        policy: ReplayPolicy,
+        keys: Sequence[str],
+        found: dict[str, Remembered | None],
+    ) -> None:
+        """After a rotation: the turns the current hash missed, under each earlier secret's hash in
+        turn (the same plan under another tenant names the same turns, in the same order)."""
+        for tenant in tenants.earlier:
+            missing = [key for key, value in found.items() if value is None]
+            if not missing:
+                return
+            older = plan_lookups(messages, policy, tenant).keys
+            if len(older) != len(keys):
+                return  # (never: the plan's shape does not depend on the tenant)
+            renamed = dict(zip(keys, older, strict=True))
+            values = await self.store.get_many([renamed[key] for key in missing])
+            decode = self._records.decode
+            for key, value in zip(missing, values, strict=True):
+                if value is not None:
+                    found[key] = decode(value)
 
     async def _await_open(self, tenant: str, found: dict[str, Remembered | None]) -> int:
         """A lookup missed, and responses of this tenant have not ended yet: if one of them carries

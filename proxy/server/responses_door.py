@@ -17,6 +17,7 @@ The I/O lives here: reading and writing stored responses in the state store, the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -29,11 +30,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
-from proxy.core import plan, seal
+from proxy.core import plan
 from proxy.core.controls import LEVEL_HEADER
-from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
+from proxy.core.errors import BadRequest, NotFound, quoted
 from proxy.core.events import AccessRecord
-from proxy.core.gateway import presented_key
+from proxy.core.protocols.expansion import Expansion
 from proxy.core.protocols.responses_compaction import (
     CompactionTranscoder,
     compaction_request,
@@ -43,10 +44,9 @@ from proxy.core.protocols.responses_compaction import (
 from proxy.core.protocols.responses_output import ResponseFrame
 from proxy.core.protocols.responses_request import BridgedRequest, bridge_request
 from proxy.core.protocols.responses_state import (
-    RESPONSE_KIND,
+    STORED_RESPONSE_CAP,
     RestoreReport,
     SealContext,
-    StoredResponse,
     expand_compaction,
     reasoning_sealer,
     restore_reasoning,
@@ -54,20 +54,24 @@ from proxy.core.protocols.responses_state import (
     spilled_keys,
 )
 from proxy.core.protocols.responses_stream import ResponsesTranscoder
-from proxy.core.replay_keys import store_key, tenant_of
+from proxy.core.protocols.responses_tools import client_names
 from proxy.core.stream import jsonio
 from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.trace import TraceBuilder
 from proxy.server.handlers import Proxy
-from proxy.server.replay_service import deployment_secret
+from proxy.server.native_owners import NativeOwners
 from proxy.server.responses_native import forward_native
+from proxy.server.responses_store import StoredResponses, input_items, store_spill, stored_keys
+from proxy.server.tenancy import DoorSecrets
 from proxy.state.base import StateStore
 
 logger = logging.getLogger("thinkproxy.responses")
 
 OMITTED_TOOLS_HEADER = "x-thinking-omitted-tools"
-ITEM_KIND = "response_item"  # the replay_keys kind of a stored output item
 CHAT_PATH = "/v1/chat/completions"
+# Past this many sealed blobs in one history, opening them (decryption, inflation) runs in a worker
+# thread, so a request full of blobs never holds the event loop (and /healthz) for long.
+OFFLOAD_BLOBS = 64
 
 
 def new_id(prefix: str) -> str:
@@ -82,17 +86,6 @@ def add_notes(trace: TraceBuilder | None, notes: list[tuple[str, str, dict[str, 
             trace.add_note(en, zh, **fields)
 
 
-async def store_spill(spill: list[tuple[str, bytes]], store: StateStore | None) -> None:
-    """Reasoning payloads too large to seal inline, written to the state store before the item or
-    block that refers to them goes out (both doors' settle)."""
-    if spill and store is not None:
-        entries, spill[:] = list(spill), []
-        try:
-            await store.put_many(entries)
-        except Exception:  # (the next turn then finds it missing: the miss policy applies)
-            logger.warning("Storing %d large reasoning payload(s) failed.", len(entries))
-
-
 @dataclass(slots=True)
 class BridgeOutput:
     """The bridged answer in the Responses protocol (a proxy.core.plan.FrontDoor): the translation
@@ -100,9 +93,11 @@ class BridgeOutput:
 
     transcoder: ResponsesTranscoder | CompactionTranscoder
     notes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    store: StateStore | None = None
+    saver: StoredResponses | None = None  # (None: the response is not kept)
     tenant: str = ""
-    stored_input: list[Any] = field(default_factory=list)
+    stored_input: list[Any] = field(default_factory=list)  # this turn's own items (references resolved)
+    previous: str | None = None  # the response this one continues (its record is kept by reference)
+    earlier_keys: list[str] = field(default_factory=list)  # the store keys of the earlier turns
     settled: bool = False
     # Reasoning payloads too large to seal inline (responses_state.reasoning_sealer): written to
     # the state store at the next settle, before the item that refers to them goes out.
@@ -126,26 +121,12 @@ class BridgeOutput:
 
     async def settle(self) -> None:
         if self.spill:  # (called after every write: most have nothing to store)
-            await store_spill(self.spill, self.spill_store)
+            await store_spill(self.spill, self.spill_store, self.tenant or None)
         final = self.transcoder.final
-        if self.settled or final is None or self.store is None:
+        if self.settled or final is None or self.saver is None:
             return
         self.settled = True
-        # The response under its id (previous_response_id, GET), and each output item under its
-        # own (a client's `item_reference`: the AI SDK sends reasoning back only that way).
-        entries = [
-            (
-                store_key(self.tenant, RESPONSE_KIND, str(final["id"])),
-                StoredResponse(self.stored_input, final).encode(),
-            )
-        ]
-        for item in final.get("output") or ():
-            if isinstance(item, dict) and isinstance(item.get("id"), str):
-                entries.append((store_key(self.tenant, ITEM_KIND, item["id"]), jsonio.dumps(item)))
-        try:
-            await self.store.put_many(entries)
-        except Exception:  # the state store never fails a request: the response is just not kept
-            logger.warning("Storing response %s failed: it cannot be continued or read.", final.get("id"))
+        await self.saver.save(self.tenant, final, self.stored_input, self.previous, self.earlier_keys)
 
 
 class ResponsesDoor:
@@ -155,12 +136,12 @@ class ResponsesDoor:
         self.proxy = proxy
         s = proxy.s
         self.store = s.replay.store if s.replay is not None else None
-        secret = s.replay.secret if s.replay is not None else deployment_secret(s.settings)
-        self.secret = secret
-        old_secrets = s.settings.state_old_secrets
-        listed = old_secrets.get_secret_value().split(",") if old_secrets is not None else []
-        old = [o.strip().encode() for o in listed if o.strip()]
-        self.keys = seal.SealKeys(secret, old)
+        self.stored = StoredResponses(self.store)
+        # The tenant hashes and sealing keys, before and after a rotation (proxy.server.tenancy).
+        self.tenancy = DoorSecrets.of(s.settings, s.replay.secrets if s.replay is not None else None)
+        self.secret, self.keys = self.tenancy.secrets.current, self.tenancy.keys
+        # Gateway mode: which tenant created each id a native upstream stores (proxy.server.native_owners).
+        self.owners = NativeOwners(self.store, self.tenancy, gateway=s.gateway.enabled)
 
     # -- POST /v1/responses ---------------------------------------------------------------------
     async def create(self, request: Request) -> Response:
@@ -189,11 +170,14 @@ class ResponsesDoor:
         record.stream = parsed.get("stream") is True
         if dialect.responses.mode == "native":
             if compact:  # the upstream compacts itself: its own endpoint, as it came
+                if self.owners.active:  # (it may continue a stored response: only its creator's)
+                    await self.owners.check_continuation(self.owners.tenants(request.headers.items()), parsed)
                 req = plan.passthrough(arrival, tgt, gateway_mode=s.gateway.enabled)
-                return await proxy.relay(
-                    request.receive, req, record, started, extra_headers=record.response_headers, chat=None
-                )
-            return await forward_native(proxy, request, arrival, intent, tgt, dialect, record, started)
+                # (budgeted, and its usage read: it reaches a model)
+                return await proxy.relay_as_it_came(request, req, record, started, reaches_model=True)
+            return await forward_native(
+                proxy, request, arrival, intent, tgt, dialect, record, started, owners=self.owners
+            )
         if compact:
             if parsed.get("stream") is not None:
                 raise BadRequest("/v1/responses/compact does not stream; leave stream out.", param="stream")
@@ -215,11 +199,17 @@ class ResponsesDoor:
         assert tgt.parsed is not None
         parsed = tgt.parsed
         dialect = plan.chat_dialect(s.table, tgt)
-        tenant = tenant_of(self.secret, presented_key(request.headers.items()))
-        ctx = SealContext(self.keys, tenant, dialect.name, tgt.destination.base_url, int(time.time()))
-        items = await self._conversation(parsed, tenant)
-        items, unresolved = await self._resolve_references(items, tenant)
-        items, unopened = expand_compaction(items, ctx)
+        tenants = self.tenancy.tenants(request.headers.items())
+        tenant = tenants.current  # (what this request writes is kept under the current hash)
+        model = str(parsed.get("model") or "")
+        base_url = tgt.destination.base_url
+        ctx = self.tenancy.seal_context(tenants, dialect.name, base_url, int(time.time()), model)
+        # Everything put back (references, earlier turns, sealed reasoning) is bounded like a body.
+        expansion = Expansion(ctx, s.settings.max_body_bytes)
+        own = input_items(parsed)
+        own, unresolved, repeated = await self.stored.resolve_references(own, tenants, expansion)
+        earlier, earlier_keys = await self.stored.earlier(parsed, tenants, expansion)
+        items, unopened = expand_compaction([*earlier, *own], ctx, expansion)
         trigger = bool(items) and is_trigger(items[-1])
         request_items = items[:-1] if trigger else items
         bridged = bridge_request(
@@ -230,8 +220,7 @@ class ResponsesDoor:
             chat = compaction_request(
                 chat["messages"], {**parsed, "stream": not compact and parsed.get("stream")}
             )
-        spilled = await self._spilled(spilled_keys(bridged.reasoning, ctx))
-        report = restore_reasoning(chat["messages"], bridged.reasoning, ctx, spilled)
+        report = await self._restore(chat["messages"], bridged, ctx, expansion)
         if LEVEL_HEADER not in request.headers and bridged.level is not None:
             intent = replace(intent, controls=replace(intent.controls, level=bridged.level))
         record.request_messages = chat.get("messages")
@@ -249,89 +238,43 @@ class ResponsesDoor:
         else:
             sealer = reasoning_sealer(ctx, spill if self.store is not None else None)
             transcoder = ResponsesTranscoder(frame, seal=sealer, new_id=new_id, tool_names=bridged.tool_names)
-        door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened, unresolved))
-        door.spill, door.spill_store = spill, self.store
+        door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened, unresolved, repeated))
+        door.spill, door.spill_store, door.tenant = spill, self.store, tenant
         if bridged.store and self.store is not None:
-            door.store, door.tenant, door.stored_input = self.store, tenant, items
+            door.saver, door.stored_input = self.stored, own
+            door.previous, door.earlier_keys = parsed.get("previous_response_id"), earlier_keys
         if bridged.omitted_tools:
             record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(bridged.omitted_tools)))
         chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), arrival.query, arrival.headers)
         chat_tgt = plan.Target(tgt.destination, jsonio.dumps(chat), chat, tgt.headers)
         return await self.proxy.run_chat(
-            request, chat_arrival, intent, chat_tgt, chat, record, started, door=door
+            request,
+            chat_arrival,
+            intent,
+            chat_tgt,
+            chat,
+            record,
+            started,
+            door=door,
+            client_names=client_names(bridged.tool_names),
         )
 
-    async def _conversation(self, parsed: dict[str, Any], tenant: str) -> list[Any]:
-        """The input items, after the stored conversation `previous_response_id` names."""
-        current = parsed.get("input")
-        if current is not None and not isinstance(current, (str, list)):
-            raise BadRequest("input must be a string or a list of items.", param="input")
-        items: list[Any] = (
-            [{"type": "message", "role": "user", "content": current}]
-            if isinstance(current, str)
-            else list(current or ())
+    async def _restore(
+        self, messages: list[dict[str, Any]], bridged: BridgedRequest, ctx: SealContext, expansion: Expansion
+    ) -> RestoreReport:
+        """The history's reasoning put back from its blobs (each distinct one opened once): in a
+        worker thread past OFFLOAD_BLOBS blobs, so that opening many never holds the event loop."""
+        blobs = sum(1 for turn in bridged.reasoning for item in turn.items if item.encrypted_content)
+        if blobs <= OFFLOAD_BLOBS:
+            keys = spilled_keys(bridged.reasoning, ctx, expansion)
+        else:
+            keys = await asyncio.to_thread(spilled_keys, bridged.reasoning, ctx, expansion)
+        spilled = await self.stored.spilled(keys)
+        if blobs <= OFFLOAD_BLOBS:
+            return restore_reasoning(messages, bridged.reasoning, ctx, spilled, expansion)
+        return await asyncio.to_thread(
+            restore_reasoning, messages, bridged.reasoning, ctx, spilled, expansion
         )
-        previous = parsed.get("previous_response_id")
-        if previous is None:
-            return items
-        if not isinstance(previous, str) or not previous:
-            raise BadRequest("previous_response_id must be a response id.", param="previous_response_id")
-        stored = await self._load(tenant, previous)
-        if stored is None:
-            raise BadRequest(
-                f"Previous response with id '{previous}' not found.",
-                code="previous_response_not_found",
-                param="previous_response_id",
-            )
-        return [*stored.conversation(), *items]
-
-    async def _resolve_references(self, items: list[Any], tenant: str) -> tuple[list[Any], list[str]]:
-        """Input items with each `item_reference` replaced by the stored item it names; those the
-        store does not hold (expired, another tenant's, the store off) are left out and listed."""
-        refs = [item["id"] for item in items if _is_reference(item)]
-        if not refs:
-            return items, []
-        found: dict[str, Any] = {}
-        if self.store is not None:
-            try:
-                values = await self.store.get_many([store_key(tenant, ITEM_KIND, ref) for ref in refs])
-            except Exception:
-                logger.warning("The state store did not answer for referenced items; they are left out.")
-                values = [None] * len(refs)
-            for ref, value in zip(refs, values, strict=True):
-                if value:
-                    found[ref] = jsonio.loads(value)
-        out = [found.get(item["id"]) if _is_reference(item) else item for item in items]
-        return [item for item in out if item is not None], [ref for ref in refs if ref not in found]
-
-    async def _spilled(self, keys: list[str]) -> dict[str, bytes | None]:
-        """The large reasoning payloads the history's blobs refer to (a store fault: none)."""
-        if not keys or self.store is None:
-            return {}
-        try:
-            values = await self.store.get_many(keys)
-        except Exception:
-            logger.warning("The state store did not answer for large reasoning payloads.")
-            return {}
-        return dict(zip(keys, values, strict=True))
-
-    async def _load(self, tenant: str, response_id: str) -> StoredResponse | None:
-        if self.store is None:
-            raise BadRequest(
-                "previous_response_id needs the proxy's state store, which is off (THINKPROXY_STATE=off); "
-                "send the conversation's items in input instead, or turn the state store on.",
-                code="state_disabled",
-                param="previous_response_id",
-            )
-        try:
-            found = await self.store.get_many([store_key(tenant, RESPONSE_KIND, response_id)])
-        except Exception:
-            logger.warning("The state store did not answer for a stored response.")
-            raise ServiceUnavailable(
-                "The proxy's state store did not answer, so the stored response could not be read; retry.",
-                code="state_unavailable",
-            ) from None
-        return StoredResponse.decode(found[0])
 
     # -- the WebSocket transport ------------------------------------------------------------------
     async def refuse_websocket(self, websocket: WebSocket) -> None:
@@ -362,15 +305,23 @@ class ResponsesDoor:
             record.client = s.gateway.authorize(request.headers.items())
             plan.read_controls(request.headers, proxy.defaults)
             response_id = request.path_params["response_id"]
-            tenant = tenant_of(self.secret, presented_key(request.headers.items()))
-            stored = await self._load(tenant, response_id) if self.store is not None else None
+            tenants = self.tenancy.tenants(request.headers.items())
+            stored = await self.stored.load(tenants, response_id) if self.store is not None else None
             if stored is None:
                 if self._native_upstream(request):
+                    if self.owners.active and not await self.owners.owns(tenants, response_id):
+                        raise self.owners.refusal(response_id)  # (another tenant's, or unknown)
                     return await proxy.forward(request, False, started, record)
-                raise NotFound(f"Response with id '{response_id}' not found.", code="not_found")
+                raise NotFound(f"Response with id {quoted(response_id)} not found.", code="not_found")
+            if stored.too_large and not delete:
+                raise NotFound(
+                    f"Response with id {quoted(response_id)} was too large to store ({stored.too_large} "
+                    f"bytes; one stored response holds at most {STORED_RESPONSE_CAP}).",
+                    code="not_found",
+                )
             if delete:
                 assert self.store is not None
-                await self.store.delete_many([store_key(tenant, RESPONSE_KIND, response_id)])
+                await self.store.delete_many(stored_keys(tenants, response_id, stored))
                 payload: dict[str, Any] = {"id": response_id, "object": "response", "deleted": True}
             else:
                 payload = stored.response
@@ -381,6 +332,22 @@ class ResponsesDoor:
 
         return await self.proxy.guarded(request, "responses", run)
 
+    # -- GET /v1/responses/{id}/input_items, POST /v1/responses/{id}/cancel ---------------------
+    async def stored_part(self, request: Request) -> Response:
+        """A native upstream's stored response's input items, or its cancellation: passed through
+        as any route, but in gateway mode only for the tenant that created the response
+        (proxy.server.native_owners); others get the upstream's 404 for an unknown id."""
+
+        async def run(record: AccessRecord, started: float) -> Response:
+            if self.owners.active and self._native_upstream(request):
+                record.client = self.proxy.s.gateway.authorize(request.headers.items())
+                response_id = request.path_params["response_id"]
+                if not await self.owners.owns(self.owners.tenants(request.headers.items()), response_id):
+                    raise self.owners.refusal(response_id)
+            return await self.proxy.forward(request, False, started, record)
+
+        return await self.proxy.guarded(request, "passthrough", run)
+
     def _native_upstream(self, request: Request) -> bool:
         """Whether a response this proxy does not hold may be the upstream's own (a native one)."""
         s = self.proxy.s
@@ -390,19 +357,20 @@ class ResponsesDoor:
         return s.table.match(base_url).responses.mode == "native"
 
 
-def _is_reference(item: Any) -> bool:
-    """An `item_reference` (its type may be left out: an object with only an id)."""
-    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-        return False
-    return item.get("type") == "item_reference" or (item.get("type") is None and "role" not in item)
-
-
 def _notes(
-    bridged: BridgedRequest, report: RestoreReport, unopened: int, unresolved: list[str]
+    bridged: BridgedRequest, report: RestoreReport, unopened: int, unresolved: list[str], repeated: list[str]
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """What the trace says about the bridge: tools left out, fields dropped, blobs not used,
-    references the state store did not hold."""
+    references the state store did not hold or that came more than once."""
     notes: list[tuple[str, str, dict[str, Any]]] = []
+    if repeated:
+        notes.append(
+            (
+                f"Repeated item_reference(s) put in once: {', '.join(repeated)}",
+                f"重复的条目引用只放入一次：{', '.join(repeated)}",
+                {"code": "repeated_references", "ids": repeated},
+            )
+        )
     if unresolved:
         notes.append(
             (

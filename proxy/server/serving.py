@@ -122,6 +122,9 @@ class BackgroundServer:
             http=EdgeProtocol.factory(limits or limits_of(app)),
             lifespan="on",
             timeout_graceful_shutdown=max(1, round(graceful_s)),
+            # As `serve`: a relayed answer carries the upstream's own Server header, and uvicorn's
+            # would be a second one.
+            server_header=False,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name=f"uvicorn-{self.port}", daemon=True)

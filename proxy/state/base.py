@@ -1,8 +1,10 @@
 """The store interface: opaque byte values under string keys, each kept for a fixed time.
 
-Small on purpose: a request makes at most one `get_many` (one round trip, whatever the number of
-keys) and a finished response at most one `put_many`. A backend that cannot answer raises
-`StoreUnavailable`; callers treat that as "nothing remembered", never as a failed request.
+Small on purpose: a request makes at most one `get_many` per thing it looks up (one round trip,
+whatever the number of keys; a `previous_response_id` chain one per earlier turn) and a finished
+response at most one `put_many` (and one `touch_many` for the earlier turns it continues). A
+backend that cannot answer raises `StoreUnavailable`; callers treat that as "nothing remembered",
+never as a failed request.
 """
 
 from __future__ import annotations
@@ -22,8 +24,14 @@ class StateStore(Protocol):
         """The value of each key (None where absent or expired), in the order asked."""
         ...
 
-    async def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
-        """Store each value for the store's TTL, replacing any earlier value under its key."""
+    async def put_many(self, items: Sequence[tuple[str, bytes]], *, tenant: str | None = None) -> None:
+        """Store each value for the store's TTL, replacing any earlier value under its key.
+        `tenant` (the tenant hash) counts the values toward that tenant's share where the backend
+        keeps shares (memory: one tenant's writes evict its own entries first)."""
+        ...
+
+    async def touch_many(self, keys: Sequence[str]) -> None:
+        """Keep each key that is still held for a new TTL (absent ones are no error)."""
         ...
 
     async def delete_many(self, keys: Sequence[str]) -> None:

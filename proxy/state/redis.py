@@ -73,7 +73,8 @@ class RedisStore:
         self._down_until = 0.0
         return [v if isinstance(v, bytes) else None for v in values]
 
-    async def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+    async def put_many(self, items: Sequence[tuple[str, bytes]], *, tenant: str | None = None) -> None:
+        # (no shares per tenant here: Redis's own maxmemory policy decides what goes; docs/responses.md)
         if not items:
             return
         self._check_up()
@@ -81,6 +82,19 @@ class RedisStore:
             async with self._client.pipeline(transaction=False) as pipe:
                 for key, value in items:
                     pipe.set(key, value, px=self.ttl_ms)
+                await asyncio.wait_for(pipe.execute(), self.timeout * 2)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise self._failed(exc) from None
+        self._down_until = 0.0
+
+    async def touch_many(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        self._check_up()
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.pexpire(key, self.ttl_ms)
                 await asyncio.wait_for(pipe.execute(), self.timeout * 2)
         except (RedisError, OSError, TimeoutError) as exc:
             raise self._failed(exc) from None

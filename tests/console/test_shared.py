@@ -137,3 +137,13 @@ async def test_a_shared_listing_reads_the_stream_only_up_to_its_bytes(redis_url:
     finally:
         await feed._redis.delete(STREAM_KEY)
         await feed.aclose()
+
+
+@pytest.mark.filterwarnings("error")
+async def test_the_shared_feed_builds_its_clients_without_a_warning() -> None:
+    """Its clients are asyncio ones: a synchronous redis.retry.Retry handed to them printed a
+    UserWarning in every log with Redis and the console on (any warning fails this test)."""
+    from proxy.console.shared import SharedFeed
+
+    feed = SharedFeed("redis://127.0.0.1:1", history=10, replica="r")  # (nothing is connected)
+    await feed.aclose()

@@ -46,3 +46,37 @@ def test_reset_is_now_when_there_is_room() -> None:
 
 def test_buckets_outlive_the_window_by_one_width() -> None:
     assert HOUR.ttl >= 3_600 + 60
+
+
+# -- reservations: what a request sets aside at admission (issue 41, item 6) -----------------------
+def test_a_key_with_no_answers_yet_reserves_the_default_never_above_its_limit() -> None:
+    from proxy.core.budgets import DEFAULT_RESERVATION, Peaks
+
+    peaks = Peaks()
+    assert peaks.reservation("bob:day", 1_000_000) == DEFAULT_RESERVATION
+    assert peaks.reservation("bob:day", 1_000) == 1_000
+
+
+def test_the_reservation_follows_the_largest_recent_answer() -> None:
+    from proxy.core.budgets import Peaks
+
+    peaks = Peaks(keep=3)
+    for tokens in (600, 2_000, 10):
+        peaks.add("bob:day", tokens)
+    assert peaks.reservation("bob:day", 1_000_000) == 2_000
+    peaks.add("bob:day", 20)  # the three most recent: 2000, 10, 20
+    assert peaks.reservation("bob:day", 1_000_000) == 2_000
+    peaks.add("bob:day", 30)  # 10, 20, 30: the big one is old news
+    assert peaks.reservation("bob:day", 1_000_000) == 30
+    peaks.add("bob:day", 0)
+    assert peaks.reservation("bob:day", 1_000_000) == 30 and peaks.reservation("carol:day", 50) == 50
+    peaks.add("dave:day", 0)
+    assert peaks.reservation("dave:day", 1_000) == 1  # (an answer that spent nothing still holds a token)
+
+
+def test_a_request_is_admitted_when_what_came_before_its_reservation_left_room() -> None:
+    now = 100 * 60
+    # bucket 100 holds 400 spent and this request's 300: before it, 400 < 1000
+    assert HOUR.admits({100: 700}, now, limit=1_000, reserved=300)
+    assert not HOUR.admits({99: 600, 100: 700}, now, limit=1_000, reserved=300)  # 1000 before it
+    assert HOUR.admits({30: 5_000, 100: 300}, now, limit=1_000, reserved=300)  # (bucket 30 has left)

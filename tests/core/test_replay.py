@@ -11,7 +11,14 @@ import orjson
 import pytest
 
 from proxy.core.providers import ReplayPolicy
-from proxy.core.replay import RecordCache, Remembered, apply_restore, capture_records, decode_record
+from proxy.core.replay import (
+    RecordCache,
+    Remembered,
+    apply_restore,
+    capture_records,
+    decode_record,
+    for_model,
+)
 from proxy.core.replay_keys import content_hash, plan_lookups, store_key
 from proxy.core.stream.capture import Turn
 from tests.core.test_replay_keys import (
@@ -209,3 +216,10 @@ def test_record_cache_decodes_like_decode_record_and_stays_bounded() -> None:
     assert cache.decode(big) == decode_record(big)
     assert cache.decode(None) is None and cache.decode(b"not json") is None
     assert len(cache) == 4 and big not in cache._data and signed not in cache._data
+
+
+def test_a_blobs_signed_fields_go_only_to_the_model_that_made_them() -> None:
+    payload = {"reasoning": "r", "details": [1], "signatures": {"c": 1}, "model": "m1"}
+    assert for_model(payload, "m1") is payload
+    assert for_model(payload, "m2") == {"reasoning": "r", "model": "m1"}
+    assert for_model({"reasoning": "r", "model": "m1"}, "m2") == {"reasoning": "r", "model": "m1"}

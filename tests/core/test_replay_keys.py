@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from proxy.core.providers import ReplayPolicy
 from proxy.core.replay_keys import (
     ANONYMOUS,
+    Secrets,
     _cached_store_key,
     content_hash,
     plan_lookups,
@@ -52,6 +55,21 @@ def test_tenant_is_a_keyed_hash_never_the_key() -> None:
     assert a != tenant_of(b"other-secret", "sk-live-abc")
     assert a != tenant_of(b"secret", "sk-live-abd")
     assert tenant_of(b"secret", None) == ANONYMOUS
+
+
+def test_secrets_give_each_earlier_secret_its_own_tenant_hash() -> None:
+    secrets = Secrets(b"new", (b"old", b"new", b"", b"old", b"older"))
+    assert secrets.old == (b"old", b"older")  # the current one, empties and repeats left out
+    tenants = secrets.tenants("sk-live-abc")
+    assert tenants.current == tenant_of(b"new", "sk-live-abc")
+    assert tenants.old == (tenant_of(b"old", "sk-live-abc"), tenant_of(b"older", "sk-live-abc"))
+    assert tenants.earlier == tenants.old
+    anonymous = secrets.tenants(None)
+    assert anonymous.current == ANONYMOUS and anonymous.old == (ANONYMOUS, ANONYMOUS)
+    assert anonymous.earlier == ()  # the same store keys whatever the secret: nothing more to ask
+    assert "new" not in repr(secrets) and "old" not in repr(secrets)
+    with pytest.raises(ValueError):
+        Secrets(b"")
 
 
 def test_keys_differ_per_tenant_and_are_bounded() -> None:

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import proxy
+from proxy.core.replay_keys import tenant_of
 from proxy.core.seal import (
     INLINE_CAP,
     KINDS,
@@ -184,6 +185,40 @@ def test_rotation_old_secrets_open_only_the_first_seals() -> None:
     assert open_blob(SealKeys(b"new secret"), BINDING, fresh) == Inline(PAYLOAD)
     assert open_blob(KEYS, BINDING, fresh) is None  # the old secret did not seal it
     assert open_blob(SealKeys(b"new secret"), BINDING, BLOB) is None  # once retired, it is gone
+
+
+def test_an_old_secret_opens_its_blobs_bound_to_its_own_tenant_hash() -> None:
+    """The tenant hash is keyed with the deployment secret (replay_keys.tenant_of), so a blob sealed
+    before a rotation is bound to the hash the old secret made: each key opens with its own."""
+    client = "sk-client-1"
+    before = replace(BINDING, tenant=tenant_of(SECRET, client))
+    blob = sealed(binding=before)
+    rotated = SealKeys(b"new secret", old_secrets=[b"older", SECRET])
+    now = replace(BINDING, tenant=tenant_of(b"new secret", client))
+    assert open_blob(rotated, now, blob) is None  # the current hash does not verify it
+    per_request = rotated.for_tenants([tenant_of(b"older", client), tenant_of(SECRET, client)])
+    assert open_blob(per_request, now, blob) == Inline(PAYLOAD)
+    # Sealing is unchanged: the current key, bound to the current hash.
+    fresh = sealed(binding=now, keys=per_request)
+    assert open_blob(SealKeys(b"new secret"), now, fresh) == Inline(PAYLOAD)
+    # Another client's hashes open nothing of this one's.
+    other = rotated.for_tenants([tenant_of(b"older", "sk-2"), tenant_of(SECRET, "sk-2")])
+    assert open_blob(other, replace(BINDING, tenant=tenant_of(b"new secret", "sk-2")), blob) is None
+    # Each old key with its own hash only: the older secret's hash with this one's key does not open.
+    swapped = rotated.for_tenants([tenant_of(SECRET, client), tenant_of(b"older", client)])
+    assert open_blob(swapped, now, blob) is None
+    with pytest.raises(ValueError, match="2 earlier secret"):
+        rotated.for_tenants([tenant_of(SECRET, client)])
+
+
+def test_tenants_follow_repeated_secrets() -> None:
+    """A secret given twice (or the current one listed as old) is one key: the hashes stay aligned."""
+    client = "sk-client-1"
+    blob = sealed(binding=replace(BINDING, tenant=tenant_of(SECRET, client)))
+    keys = SealKeys(b"new", old_secrets=[b"new", SECRET, SECRET])
+    tenants = [tenant_of(b"new", client), tenant_of(SECRET, client), tenant_of(SECRET, client)]
+    now = replace(BINDING, tenant=tenant_of(b"new", client))
+    assert open_blob(keys.for_tenants(tenants), now, blob) == Inline(PAYLOAD)
 
 
 def test_an_empty_secret_or_an_unknown_kind_is_refused() -> None:

@@ -122,3 +122,24 @@ def test_a_redis_that_went_away_refuses_no_one(mock: BackgroundServer, tmp_path:
             assert r.status_code == 200
         report = httpx.get(f"{proxy.url}/thinkproxy/usage", headers={"authorization": "Bearer ak-ops"}).json()
     assert report["budget_store"]["errors"] >= 3 and report["clients"]["bob"]["requests"] == 3
+
+
+def test_concurrent_reservations_each_see_the_ones_before_them(redis: RedisServer) -> None:
+    """The reserve is one atomic step (MULTI/EXEC): of 200 requests reserving 10 tokens each at once
+    against a limit of 1000, on two replicas, exactly 100 are admitted (proxy.core.budgets.admits)."""
+    from proxy.core.budgets import Window
+
+    window = Window(86_400)
+
+    async def run() -> list[dict[int, int]]:
+        stores = [RedisBudgets(redis.url, timeout=GENEROUS_S) for _ in range(2)]
+        try:
+            return await asyncio.gather(*(stores[i % 2].reserve("held:day", 7, 10, 100) for i in range(200)))
+        finally:
+            for store in stores:
+                await store.aclose()
+
+    seen = asyncio.run(run())
+    assert sorted(counts[7] for counts in seen) == list(range(10, 2001, 10))
+    now = 7 * window.width
+    assert sum(window.admits(counts, now, limit=1000, reserved=10) for counts in seen) == 100

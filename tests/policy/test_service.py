@@ -58,7 +58,9 @@ def answer(
 
 
 def decide(thinking: ThinkingPolicy, client: str | None, level: Level | None) -> Decision:
-    return asyncio.run(thinking.decide(client, level))
+    """The decision's level and rule (what these tests are about; its `ceiling` left out)."""
+    decision = asyncio.run(thinking.decide(client, level))
+    return Decision(decision.level, decision.rule)
 
 
 @pytest.mark.parametrize(
@@ -176,3 +178,146 @@ def test_a_budget_store_that_fails_lets_requests_through_and_is_counted(
     assert thinking.store_errors == 3
     assert "the request was let through" in caplog.text
     assert asyncio.run(thinking.left("bob")) == {"limit": 100, "per": "hour", "spent": None, "left": None}
+
+
+# -- reservations (issue 41, item 6): set aside at admission, settled at the end ---------------------
+def bobs(n: int) -> list[AccessRecord]:
+    return [AccessRecord("POST", "/v1/chat/completions", route="chat", client="bob") for _ in range(n)]
+
+
+async def admit_all(thinking: ThinkingPolicy, records: Sequence[AccessRecord]) -> list[AccessRecord]:
+    """Every record's admission at once; the admitted ones."""
+
+    async def one(record: AccessRecord) -> AccessRecord | None:
+        try:
+            await thinking.decide("bob", Level.DEEP, record=record)
+        except BudgetExceeded:
+            return None
+        return record
+
+    return [r for r in await asyncio.gather(*(one(r) for r in records)) if r is not None]
+
+
+def settle(thinking: ThinkingPolicy, records: Sequence[AccessRecord], reasoning: int) -> None:
+    for record in records:
+        record.usage = TokenUsage(10, reasoning + 10, None, ReasoningTokens(reasoning, "reported"))
+    asyncio.run(spend(thinking, records))
+
+
+def spent(thinking: ThinkingPolicy) -> int:
+    left = asyncio.run(thinking.left("bob"))
+    assert left is not None
+    return int(left["spent"])
+
+
+def test_requests_at_once_overshoot_a_budget_by_one_answer_at_most() -> None:
+    thinking, _ = policy()  # bob: 100 per hour
+    admitted = asyncio.run(admit_all(thinking, bobs(20)))
+    assert len(admitted) == 1  # no answer known yet: it sets aside the whole budget (4096 > 100)
+    settle(thinking, admitted, 60)
+    assert spent(thinking) == 60
+    admitted = asyncio.run(admit_all(thinking, bobs(20)))  # each sets aside 60 now: 60 + 60 > 100
+    assert len(admitted) == 1
+    settle(thinking, admitted, 60)
+    assert spent(thinking) == 120 <= 100 + 60  # (without reservations: 20 x 60 = 1200, then 2400)
+    assert not asyncio.run(admit_all(thinking, bobs(5)))
+
+
+def test_what_a_request_set_aside_is_settled_to_what_it_spent() -> None:
+    thinking, _ = policy()
+    [record] = bobs(1)
+    asyncio.run(thinking.decide("bob", Level.DEEP, record=record))
+    assert spent(thinking) == 100  # (reserved: the default, capped at the limit)
+    settle(thinking, [record], 30)
+    assert spent(thinking) == 30
+    [failed] = bobs(1)  # a request that ends with no answer (an error, a client gone) spent nothing
+    asyncio.run(thinking.decide("bob", Level.DEEP, record=failed))
+    asyncio.run(spend(thinking, [failed]))
+    assert spent(thinking) == 30
+
+
+def test_a_refused_request_leaves_nothing_set_aside() -> None:
+    thinking, _ = policy()
+    asyncio.run(spend(thinking, [answer("bob", 100)]))
+    [record] = bobs(1)
+    with pytest.raises(BudgetExceeded) as caught:
+        asyncio.run(thinking.decide("bob", Level.DEEP, record=record))
+    assert spent(thinking) == 100 and caught.value.retry_after == 3600
+    asyncio.run(spend(thinking, [record]))  # (its end settles nothing)
+    assert spent(thinking) == 100
+
+
+def test_a_store_that_fails_at_admission_counts_the_answer_at_the_end() -> None:
+    class FailsToReserve(MemoryBudgets):
+        async def reserve(self, key: str, bucket: int, tokens: int, ttl: int) -> dict[int, int]:
+            raise StoreUnavailable("redis: TimeoutError")
+
+    thinking, _ = policy(FailsToReserve())
+    [record] = bobs(1)
+    assert asyncio.run(thinking.decide("bob", Level.DEEP, record=record)).level is Level.DEEP
+    settle(thinking, [record], 40)
+    assert spent(thinking) == 40 and thinking.store_errors == 1
+
+
+# -- off where the request's model cannot turn thinking off (issue 41, item 4) -----------------------
+
+
+def test_max_level_off_is_refused_where_thinking_cannot_be_turned_off() -> None:
+    from proxy.policy.service import ThinkingOffUnavailable
+
+    thinking, _ = policy()
+    for asked in (Level.DEEP, Level.STANDARD, None):
+        with pytest.raises(ThinkingOffUnavailable) as caught:
+            asyncio.run(thinking.decide("carol", asked, can_turn_off=False))
+        exc = caught.value
+        assert exc.status == 403 and exc.type == exc.code == "thinking_off_unavailable"
+        assert exc.rule == "max_level=off" and "'carol'" in exc.message
+        assert "cannot turn thinking off" in exc.message
+    # A ceiling above off needs no off: the same request is capped as ever.
+    capped = asyncio.run(thinking.decide("alice", Level.DEEP, can_turn_off=False))
+    assert (capped.level, capped.rule) == (Level.STANDARD, "max_level=standard")
+
+
+def test_a_spent_budget_with_off_is_a_429_where_thinking_cannot_be_turned_off() -> None:
+    thinking, _ = policy()
+    asyncio.run(spend(thinking, [answer("bob", 150)]))
+    parsed = parse_policy(
+        "keys:\n  bob: {reasoning_tokens: {limit: 100, per: hour}, on_exhausted: 'off'}\n",
+        "policy.yaml",
+        ["bob"],
+    )
+    thinking.policy = parsed
+    with pytest.raises(BudgetExceeded) as caught:
+        asyncio.run(thinking.decide("bob", Level.STANDARD, can_turn_off=False))
+    exc = caught.value
+    assert exc.status == 429 and exc.rule == "reasoning_tokens=100/hour; on_exhausted=off"
+    assert "cannot turn thinking off" in exc.message and exc.retry_after > 0
+    # Where it can, the budget's off is sent, as before.
+    off = asyncio.run(thinking.decide("bob", Level.STANDARD, can_turn_off=True))
+    assert (off.level, off.rule) == (Level.OFF, "reasoning_tokens=100/hour; on_exhausted=off")
+
+
+def test_a_request_refused_while_the_budget_is_only_set_aside_is_told_to_retry_soon() -> None:
+    from proxy.policy.service import IN_FLIGHT_RETRY_S
+
+    thinking, _ = policy()
+    first, second = bobs(2)
+    asyncio.run(thinking.decide("bob", Level.DEEP, record=first))  # sets aside the whole 100
+    with pytest.raises(BudgetExceeded) as caught:
+        asyncio.run(thinking.decide("bob", Level.DEEP, record=second))
+    assert caught.value.retry_after == IN_FLIGHT_RETRY_S < 3600  # (not the window's hour)
+    settle(thinking, [first], 100)  # really spent now: the window's time
+    with pytest.raises(BudgetExceeded) as caught:
+        asyncio.run(thinking.decide("bob", Level.DEEP, record=second))
+    assert caught.value.retry_after == 3600
+
+
+def test_a_second_look_at_an_admitted_request_sets_nothing_more_aside() -> None:
+    thinking, _ = policy()
+    settle(thinking, [answer("bob", 10)], 10)  # (its answers are 10 tokens: so is a reservation)
+    [record] = bobs(1)
+    for _ in range(2):
+        asyncio.run(thinking.decide("bob", Level.DEEP, record=record))
+    assert spent(thinking) == 10 + 10
+    settle(thinking, [record], 4)
+    assert spent(thinking) == 10 + 4

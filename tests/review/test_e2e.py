@@ -409,6 +409,34 @@ def test_a_responses_function_call_is_withheld_until_decided(
         assert calls == [] and "rejected by a reviewer" in response.output_text
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_namespaced_responses_tool_is_held_by_the_name_its_client_runs(
+    proxy: BackgroundServer, stream: bool
+) -> None:
+    """`send_email` inside namespace `mail` is `mail__send_email` to a chat upstream: the
+    `send_email` pattern still holds it, and the reviewer is shown `mail.send_email`."""
+    namespace = {"type": "namespace", "name": "mail", "description": "Mail", "tools": [RESPONSES_EMAIL_TOOL]}
+    body = {"model": "deepseek-v4", "input": ASK[0]["content"], "tools": [namespace], "stream": stream}
+
+    def run() -> Any:
+        r = httpx.post(f"{proxy.url}/v1/responses", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        if not stream:
+            return r.json()
+        for line in r.text.splitlines():
+            if line.startswith("data: ") and '"response.completed"' in line:
+                return orjson.loads(line[6:])["response"]
+        raise AssertionError(r.text)
+
+    call = in_background(run)
+    (review,) = pending(proxy)
+    assert (review["tool"], review["upstream_tool"]) == ("mail.send_email", "mail__send_email")
+    assert call.thread is not None and call.thread.is_alive()  # held: the client has no answer yet
+    assert decide(proxy, review["id"], {"decision": "approve"}).status_code == 200
+    calls = [o for o in call.join()["output"] if o["type"] == "function_call"]
+    assert [(c["namespace"], c["name"]) for c in calls] == [("mail", "send_email")]
+
+
 MESSAGES_EMAIL_TOOL = {
     "name": EMAIL_TOOL["function"]["name"],
     "description": EMAIL_TOOL["function"]["description"],

@@ -128,6 +128,78 @@ def test_openai_sdk_reads_the_413_every_time(mock: BackgroundServer) -> None:
         assert statuses == [413] * 20
 
 
+THREE_MB_OVER = LIMIT + 3 * 1024 * 1024
+
+
+def small_buffers(server: BackgroundServer) -> BackgroundServer:
+    """Loopback's kernel buffers hold megabytes: a client could hand a whole body to its kernel
+    before the server stopped reading, and read the answer by luck. With small ones (what a real
+    network path gives), a close before the client finished sending is a broken pipe every time."""
+    server.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # (accepted sockets inherit it)
+    return server
+
+
+def send_whole_body_then_read(server: BackgroundServer, body: bytes, *, chunked: bool) -> bytes:
+    """A client that writes its whole request before it reads anything (urllib, requests, curl)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    sock.settimeout(GENEROUS_S)
+    sock.connect((server.host, server.port))
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    with sock:
+        if chunked:
+            sock.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+            for i in range(0, len(body), 65536):
+                piece = body[i : i + 65536]
+                sock.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            sock.sendall(b"0\r\n\r\n")
+        else:
+            sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        return read_until_closed(sock)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_3_mb_over_the_limit_gets_its_413_every_time(mock: BackgroundServer, chunked: bool) -> None:
+    """After answering 413 the server reads and discards what the client still sends until the body
+    has arrived (its end, by Content-Length or the last chunk), and only then closes: it let go at
+    twice the limit, and a client still sending met a broken pipe instead of the answer."""
+    body = b"a" * THREE_MB_OVER
+    with small_buffers(edge_proxy(mock, max_body_bytes=LIMIT)) as p:
+        for _ in range(20):
+            status, headers, answer = split_answer(send_whole_body_then_read(p, body, chunked=chunked))
+            assert status == 413 and headers["connection"] == "close"
+            assert error_of(answer)["code"] == "request_too_large"
+        assert healthy(p)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_after_a_413_the_connection_is_closed_once_the_body_has_arrived(
+    mock: BackgroundServer, chunked: bool
+) -> None:
+    """Not after the time bound: the body's end is found by parsing what is discarded. A request
+    sent after it on the same connection is not served (the 413 said `connection: close`)."""
+    with edge_proxy(mock, max_body_bytes=1024, header_timeout=4 * GENEROUS_S) as p:
+        sock = connect(p)
+        rest = b"a" * 100_000
+        if chunked:
+            head = b"Transfer-Encoding: chunked\r\n\r\n"
+            rest = b"%x\r\n" % len(rest) + rest + b"\r\n0\r\n\r\n"
+        else:
+            head = b"Content-Length: %d\r\n\r\n" % len(rest)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + head + rest[:50_000])
+        status, _, _ = split_answer(sock.recv(65536))
+        assert status == 413
+        sock.sendall(rest[50_000:] + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_until_closed(sock) == b""  # (the 413 was all; the server's FIN followed it)
+        started = time.monotonic()
+        with pytest.raises(OSError):  # closed, not half-closed: what follows is refused
+            while time.monotonic() - started < GENEROUS_S:
+                sock.sendall(b"a" * 100)
+                time.sleep(0.05)
+        sock.close()
+        assert healthy(p)
+
+
 def test_draining_after_an_early_answer_is_bounded(mock: BackgroundServer) -> None:
     """A client that keeps trickling the rest of an oversized body is cut off (after the header
     timeout: the time the server lingers after an answer)."""

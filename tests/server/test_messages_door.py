@@ -415,3 +415,52 @@ def test_a_stop_sequence_the_upstream_names_is_the_stop_reason(stream: bool) -> 
             message = client(proxy).messages.create(**body)  # type: ignore[arg-type]
     assert message.stop_reason == "stop_sequence" and message.stop_sequence == "END"
     assert [b.type for b in message.content] == ["text"]
+
+
+def answering_200(body: dict[str, Any]) -> Starlette:
+    """An upstream whose non-stream answer is a 2xx that failed (as OpenRouter reports errors)."""
+
+    async def chat(request: Request) -> Response:
+        return Response(json.dumps(body), media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "kind"),
+    [
+        ({"error": {"message": "Rate limit exceeded", "code": 429}}, 429, "rate_limit_error"),
+        ({"error": {"message": "busy", "code": "overloaded"}}, 529, "overloaded_error"),
+        ({"error": "upstream broke"}, 502, "api_error"),
+        ({"id": "c", "object": "chat.completion", "choices": []}, 502, "api_error"),
+    ],
+)
+def test_a_failed_non_stream_answer_has_its_errors_status(answer: dict[str, Any], status: int, kind: str) -> None:
+    """Not a 200 with an error body: the status the error names, else 502 (the upstream's answer
+    could not be used); the body is Anthropic's error shape, which the SDK raises on."""
+    body = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]}
+    with (
+        BackgroundServer(answering_200(answer)) as upstream,
+        BackgroundServer(create_app(make_settings(upstream_base_url=f"{upstream.url}/v1"))) as proxy,
+    ):
+        r = httpx.post(f"{proxy.url}/v1/messages", json=body)
+        assert r.status_code == status, r.text
+        assert r.json()["type"] == "error" and r.json()["error"]["type"] == kind
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            client(proxy).messages.create(**body)  # type: ignore[arg-type]
+        assert raised.value.status_code == status
+
+
+def test_a_tool_result_without_its_call_is_refused_as_anthropic_does(
+    proxy: BackgroundServer, mock: BackgroundServer
+) -> None:
+    """The rule the Responses door keeps (proxy.core.protocols.tool_pairing): nothing is forwarded."""
+    before = len(upstream_requests(mock))
+    orphan = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}
+    unanswered = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]}
+    for messages in ([{"role": "user", "content": "hi"}, orphan], [{"role": "user", "content": "hi"}, unanswered]):
+        r = httpx.post(f"{proxy.url}/v1/messages", json={"model": MODEL, "max_tokens": 8, "messages": messages})
+        assert r.status_code == 400
+        assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+        assert "tool_result" in r.json()["error"]["message"]
+    assert len(upstream_requests(mock)) == before

@@ -14,11 +14,13 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
-from proxy.server.limits import EdgeLimits
+from proxy.server.limits import MIN_DRAIN_BYTES, EdgeLimits
 from proxy.server.serving import BackgroundServer, limits_of, raise_fd_limit
 from tests.helpers import make_settings, start_serve, worker_pids
 
@@ -54,9 +56,71 @@ def test_background_servers_take_the_edge_limits_from_the_apps_settings() -> Non
         header_timeout=1.5,
         body_timeout=60.0,
         max_connections=4096,
-        drain_bytes=2000,
+        drain_bytes=MIN_DRAIN_BYTES,  # (at least: a body 3 MB over a small limit gets its 413)
     )
+    assert limits_of(create_app(make_settings(max_body_bytes=40 << 20))).drain_bytes == 80 << 20
     assert limits_of(object()) == EdgeLimits()  # type: ignore[arg-type]
+
+
+# --- one Server header ---------------------------------------------------------------------------
+
+ASK = {"model": "deepseek-v4-pro", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def upstream_with_a_server_header() -> BackgroundServer:
+    """The simulated upstream, answering with a Server header of its own (as real providers do)."""
+    mock = create_mock_app(MockOptions())
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"server", b"upstream/1.0")]
+            await send(message)
+
+        await mock(scope, receive, sending)
+
+    return BackgroundServer(app)
+
+
+def server_headers(base: str) -> dict[str, list[str]]:
+    """The `server` header lines of a relayed answer (the simulated upstream sends its own), of the
+    proxy's own answer and of an answer the edge writes itself (431)."""
+    relayed = httpx.post(f"{base}/v1/chat/completions", json=ASK, timeout=20)
+    own = httpx.get(f"{base}/healthz", timeout=20)
+    edge = httpx.get(f"{base}/healthz", headers={"x-pad": "a" * 70_000}, timeout=20)
+    assert (relayed.status_code, own.status_code, edge.status_code) == (200, 200, 431), relayed.text
+    return {
+        "relayed": relayed.headers.get_list("server"),
+        "own": own.headers.get_list("server"),
+        "edge": edge.headers.get_list("server"),
+    }
+
+
+def test_a_background_server_sends_one_server_header() -> None:
+    """uvicorn adds its own `server` unless told not to, and a relayed answer already has the
+    upstream's: two. (BackgroundServer is what `thinkproxy demo` serves with.) The upstream's is
+    passed on as it came; the proxy's own answers name no server."""
+    from proxy.demo import simulated_table
+
+    with upstream_with_a_server_header() as mock:
+        app = create_app(
+            make_settings(upstream_base_url=f"{mock.url}/deepseek/v1"), table=simulated_table(mock.port)
+        )
+        with BackgroundServer(app) as proxy:
+            assert server_headers(proxy.url) == {"relayed": ["upstream/1.0"], "own": [], "edge": []}
+
+
+def test_serve_sends_one_server_header(tmp_path: Path) -> None:
+    from tests.helpers import simulated_providers_file
+
+    with upstream_with_a_server_header() as mock:
+        providers = simulated_providers_file(tmp_path, mock.port)
+        server, base = start_serve(mock, "--providers", str(providers), THINKPROXY_STATE="off")
+        try:
+            assert server_headers(base) == {"relayed": ["upstream/1.0"], "own": [], "edge": []}
+        finally:
+            server.terminate()
+            server.communicate(timeout=20)  # (reads its output to the end and closes the pipe)
 
 
 # --- a worker outlives no parent ----------------------------------------------------------------

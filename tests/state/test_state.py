@@ -69,6 +69,52 @@ async def test_memory_rewrite_of_a_key_replaces_it() -> None:
     assert len(store) == 1
 
 
+async def test_memory_a_tenant_past_its_share_evicts_its_own_entries_first() -> None:
+    """One tenant's flood evicts its own oldest entries, never another tenant's (issue 41, item 2:
+    14 requests with a 5 MiB image each wiped another tenant's stored response)."""
+    store = MemoryStore(ttl=3600, max_bytes=100_000, tenant_share=20_000)
+    await store.put_many([("b-response", b"b" * 5_000)], tenant="tenant-b")
+    await store.put_many([("shared-replay", b"r" * 5_000)])  # (no tenant: the store-wide order)
+    for i in range(40):
+        await store.put_many([(f"a-{i}", b"a" * 5_000)], tenant="tenant-a")
+        assert store.bytes <= 100_000
+    assert await store.get_many(["b-response", "shared-replay"]) == [b"b" * 5_000, b"r" * 5_000]
+    assert await store.get_many(["a-39", "a-0"]) == [b"a" * 5_000, None]
+    assert store.tenant_bytes("tenant-a") > 20_000  # past its share while the store had room
+
+
+async def test_memory_a_full_store_takes_from_whoever_is_most_past_its_share() -> None:
+    store = MemoryStore(ttl=3600, max_bytes=60_000, tenant_share=25_000)
+    for i in range(9):
+        await store.put_many([(f"a-{i}", b"a" * 5_000)], tenant="tenant-a")  # ~45 KB: past its share
+    await store.put_many([("b-0", b"b" * 5_000)], tenant="tenant-b")
+    for i in range(1, 4):  # tenant b, within its share, fills the store: tenant a gives way
+        await store.put_many([(f"b-{i}", b"b" * 5_000)], tenant="tenant-b")
+    assert await store.get_many([f"b-{i}" for i in range(4)]) == [b"b" * 5_000] * 4
+    assert (await store.get_many(["a-0"]))[0] is None and store.bytes <= 60_000
+
+
+async def test_memory_a_value_past_a_tenants_share_is_not_kept() -> None:
+    store = MemoryStore(ttl=3600, max_bytes=100_000, tenant_share=10_000)
+    await store.put_many([("keep", b"k" * 1_000)], tenant="t")
+    await store.put_many([("huge", b"h" * 20_000)], tenant="t")
+    assert await store.get_many(["huge", "keep"]) == [None, b"k" * 1_000]
+
+
+async def test_memory_touch_keeps_an_entry_for_a_new_ttl_and_last_to_go() -> None:
+    clock = Clock()
+    store = MemoryStore(ttl=60, max_bytes=3_100, tenant_share=3_100, clock=clock)  # (~1 KB an entry)
+    await store.put_many([("old", b"o" * 700), ("new", b"n" * 700)], tenant="t")
+    clock.now += 50
+    await store.touch_many(["old", "absent"])
+    clock.now += 20  # "new" has expired, "old" was touched 20 s ago
+    assert await store.get_many(["old", "new"]) == [b"o" * 700, None]
+    await store.put_many([("x", b"x" * 700)], tenant="t")
+    await store.touch_many(["old"])
+    await store.put_many([("y", b"y" * 700), ("z", b"z" * 700)])  # over the bytes: the oldest goes
+    assert await store.get_many(["old", "x"]) == [b"o" * 700, None]
+
+
 # What a flood does to the process: run in a fresh interpreter so that its RSS is the store's and
 # nothing else's. The values are what the proxy stores (orjson.dumps of a captured turn), whose
 # buffers orjson over-allocates (~4 KiB behind a ~130-byte value): counted by their length, 100,000
@@ -160,6 +206,18 @@ async def test_redis_round_trip_in_one_call_and_ttl(redis_server: RedisServer) -
         while (await store.get_many(["k0"]))[0] is not None:  # Redis expires it (PX 300)
             assert time.monotonic() < deadline, "key never expired"
             await asyncio.sleep(0.05)
+    finally:
+        await store.aclose()
+
+
+async def test_redis_touch_keeps_a_key_for_a_new_ttl(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, ttl=0.5)
+    try:
+        await store.put_many([("kept", b"1"), ("left", b"2")], tenant="t")
+        await asyncio.sleep(0.3)
+        await store.touch_many(["kept", "absent"])
+        await asyncio.sleep(0.35)  # "left" is past its TTL, "kept" was touched 0.35 s ago
+        assert await store.get_many(["kept", "left"]) == [b"1", None]
     finally:
         await store.aclose()
 

@@ -413,7 +413,33 @@ _STATUS_TYPES: Final[Mapping[int, str]] = {
     429: "rate_limit_error",
     503: "overloaded_error",
     504: "timeout_error",
+    529: "overloaded_error",  # Anthropic's own status for it
 }
+# The status of an answer that failed, by the Anthropic error type its code maps to (_ERROR_TYPES).
+_TYPE_STATUSES: Final[Mapping[str, int]] = {
+    "timeout_error": 504,
+    "rate_limit_error": 429,
+    "overloaded_error": 529,
+}
+# An answer the upstream gave as a success that cannot be used: the upstream's failure.
+FAILED_ANSWER_STATUS: Final = 502
+
+
+def failed_answer_status(completion: Any) -> int:
+    """The HTTP status of a 2xx chat answer that failed (an `error` body, no choice, not JSON), as
+    the Messages door answers it: the status its error names (a numeric `code` or `status`, as
+    OpenRouter sends), or the one of the Anthropic type its code maps to (a timeout 504, a rate
+    limit 429, overload 529), else 502: the upstream's answer could not be used."""
+    error = completion.get("error") if isinstance(completion, Mapping) else None
+    if not isinstance(error, Mapping):
+        return FAILED_ANSWER_STATUS
+    for key in ("code", "status"):
+        named = error.get(key)
+        if type(named) is int and 400 <= named <= 599:
+            return named
+    code = error.get("code")
+    kind = _ERROR_TYPES.get(code) if isinstance(code, str) else None
+    return _TYPE_STATUSES.get(kind, FAILED_ANSWER_STATUS) if kind is not None else FAILED_ANSWER_STATUS
 
 
 def error_body(status: int, message: str) -> bytes:

@@ -9,6 +9,8 @@ Pure: values in, values out. Order is kept block by block:
 - `image` (`base64` or `url` source) → an `image_url` part; a `document` with a `text` source → a
   text part, a base64 PDF → a `file` part (OpenAI's shape); other document sources are refused.
 - assistant `tool_use` blocks → `tool_calls` (arguments: the input as JSON).
+- calls and results are paired by the rule both bridged doors keep (proxy.core.protocols.tool_pairing):
+  a result answers a call not yet answered, every call is answered in the user message right after it.
 - user `tool_result` blocks → one `tool` message each, in order; text in a result is its content,
   images in a result move to one user message after the results (chat tool messages carry text);
   a `tool_reference` block (a client-side tool search's answer) reads "Tool loaded: NAME" and
@@ -28,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, quoted
+from proxy.core.protocols.tool_pairing import MESSAGES, ToolPairing
 from proxy.core.stream import jsonio
 
 PART_SEPARATOR: Final = "\n\n"
@@ -69,6 +72,7 @@ class _Walk:
     thinking: list[ThinkingTurn] = field(default_factory=list)
     redacted: int = 0
     loaded: set[str] = field(default_factory=set)
+    pairing: ToolPairing = field(default_factory=lambda: ToolPairing(MESSAGES))
 
 
 def map_messages(system: Any, messages: Any) -> MappedMessages:
@@ -84,16 +88,20 @@ def map_messages(system: Any, messages: Any) -> MappedMessages:
         role, content = message.get("role"), message.get("content")
         if role == "user":
             _user(walk, content, param)
+            walk.pairing.settle(f" in {param}")  # (the calls before it are answered here, or never)
         elif role == "assistant":
+            walk.pairing.settle(f" before {param}")
             _assistant(walk, content, param)
         elif role == "system" and i > 0:
+            walk.pairing.settle(f" before {param}")
             walk.messages.append({"role": "system", "content": _system_message(content, param)})
         else:
             raise BadRequest(
                 f"{param}.role must be user or assistant (or system after the first message; "
-                f"a first system prompt goes in the top-level system), got {role!r}.",
+                f"a first system prompt goes in the top-level system), got {quoted(role)}.",
                 param=f"{param}.role",
             )
+    walk.pairing.settle()
     return MappedMessages(walk.messages, tuple(walk.thinking), walk.redacted, frozenset(walk.loaded))
 
 
@@ -132,7 +140,9 @@ def _user(walk: _Walk, content: Any, param: str) -> None:
             if parts:  # (text before a result: kept before it, in order)
                 walk.messages.append(_message("user", parts))
                 parts = []
-            walk.messages.append(_tool_result(block, at, media, walk.loaded))
+            result = _tool_result(block, at, media, walk.loaded)
+            walk.pairing.answer(result["tool_call_id"], at)
+            walk.messages.append(result)
         elif kind == "text":
             parts.append({"type": "text", "text": _text(block, at)})
         elif kind == "image":
@@ -161,6 +171,7 @@ def _assistant(walk: _Walk, content: Any, param: str) -> None:
             texts.append(_text(block, at))
         elif kind == "tool_use":
             calls.append(_tool_use(block, at))
+            walk.pairing.call(calls[-1]["id"], at)
         elif kind == "thinking":
             text, signature = block.get("thinking"), block.get("signature")
             if not isinstance(text, str):
@@ -293,14 +304,14 @@ def _document(block: dict[str, Any], at: str) -> dict[str, Any]:
         return {"type": "file", "file": file}
     raise BadRequest(
         f"{at}: a document reaches a chat upstream as plain text (a text source) or a base64 PDF; "
-        f"a {kind!r} source cannot be sent there.",
+        f"a {quoted(kind)} source cannot be sent there.",
         param=f"{at}.source",
     )
 
 
 def _unsupported(kind: str, at: str) -> BadRequest:
     return BadRequest(
-        f"{at} has type {kind!r}, which a chat upstream cannot take (server tools and their results "
+        f"{at} has type {quoted(kind)}, which a chat upstream cannot take (server tools and their results "
         "run on Anthropic's servers only); expected text, image, document, tool_use, tool_result, "
         "thinking or redacted_thinking.",
         param=at,

@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from proxy.core.controls import Level
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, quoted
 from proxy.core.protocols.messages_input import ThinkingBlock, ThinkingTurn, map_messages
 from proxy.core.stream import jsonio
 
@@ -243,9 +243,9 @@ def _tool_choice(
         raise BadRequest("tool_choice of type tool needs a name.", param="tool_choice.name")
     if not any(f["function"]["name"] == name for f in functions):
         if omitted:  # (a server tool by its name: left out with it; the model chooses)
-            dropped.append(f"tool_choice (names {name!r}, not among the tools sent)")
+            dropped.append(f"tool_choice (names {quoted(name)}, not among the tools sent)")
             return None, parallel
-        raise BadRequest(f"tool_choice names {name!r}, which is not among tools.", param="tool_choice.name")
+        raise BadRequest(f"tool_choice names {quoted(name)}, which is not among tools.", param="tool_choice.name")
     return {"type": "function", "function": {"name": name}}, parallel
 
 
@@ -253,7 +253,7 @@ def _effort(output_config: dict[str, Any] | None) -> str | None:
     effort = output_config.get("effort") if output_config is not None else None
     if effort is not None and effort not in EFFORT_LEVELS:
         raise BadRequest(
-            f"output_config.effort {effort!r} is not one of {', '.join(EFFORT_LEVELS)}.",
+            f"output_config.effort {quoted(effort)} is not one of {', '.join(EFFORT_LEVELS)}.",
             param="output_config.effort",
         )
     return effort

@@ -24,13 +24,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from proxy.core import seal
+from proxy.core.protocols.expansion import UNBOUNDED, Expansion
 from proxy.core.protocols.messages_events import ThinkingFacts, ThinkingSeal
 from proxy.core.protocols.messages_input import ThinkingBlock, ThinkingTurn
 from proxy.core.protocols.sealing import (
     RestoreReport,
     SealContext,
-    open_reasoning,
-    reference_key,
     seal_reasoning,
 )
 
@@ -62,17 +61,21 @@ def thinking_sealer(ctx: SealContext, spill: list[tuple[str, bytes]] | None = No
     return sign
 
 
-def spilled_keys(turns: Sequence[ThinkingTurn], ctx: SealContext) -> list[str]:
+def spilled_keys(
+    turns: Sequence[ThinkingTurn], ctx: SealContext, expansion: Expansion | None = None
+) -> list[str]:
     """The state-store keys the history's signatures refer to (reasoning too large to seal
-    inline): the edge reads them before `restore_thinking`."""
-    keys = []
+    inline), each once: the edge reads them before `restore_thinking` (given the same
+    `expansion`, each distinct signature is opened once for both)."""
+    opener = expansion if expansion is not None else Expansion(ctx, UNBOUNDED)
+    keys: dict[str, None] = {}
     for turn in turns:
         for block in turn.blocks:
             if seal.is_ours(block.signature):
-                key = reference_key(ctx, KIND, (_ids(block.next_call_id),), str(block.signature))
+                key = opener.reference_key(KIND, (_ids(block.next_call_id),), str(block.signature))
                 if key is not None:
-                    keys.append(key)
-    return keys
+                    keys[key] = None
+    return list(keys)
 
 
 def restore_thinking(
@@ -80,15 +83,21 @@ def restore_thinking(
     turns: Sequence[ThinkingTurn],
     ctx: SealContext,
     spilled: Mapping[str, bytes | None] | None = None,
+    expansion: Expansion | None = None,
 ) -> RestoreReport:
     """Put each turn's reasoning on its assistant message (in place), from the signatures that
-    open, or from the text of a block sent without one."""
+    open, or from the text of a block sent without one. Bounded by `expansion`
+    (proxy.core.protocols.expansion): each distinct signature is opened once and counted once
+    against the request's limit; the same signature again puts nothing more back."""
+    opener = expansion if expansion is not None else Expansion(ctx, UNBOUNDED)
     restored = unverified = foreign = 0
     for turn in turns:
         texts: list[str] = []
         details: list[Any] = []
         for block in turn.blocks:
-            payload = _payload(block, ctx, spilled or {})
+            if block.signature is not None and not opener.first_use(block.signature):
+                continue  # the same signed block again: its reasoning is already back
+            payload = _payload(block, opener, spilled or {})
             if payload is not None:
                 text = payload.get("reasoning")
                 if isinstance(text, str) and text:
@@ -114,11 +123,11 @@ def restore_thinking(
 
 
 def _payload(
-    block: ThinkingBlock, ctx: SealContext, spilled: Mapping[str, bytes | None]
+    block: ThinkingBlock, opener: Expansion, spilled: Mapping[str, bytes | None]
 ) -> dict[str, Any] | None:
     if block.signature is None or not seal.is_ours(block.signature):
         return None
-    return open_reasoning(ctx, KIND, (_ids(block.next_call_id),), block.signature, spilled)
+    return opener.payload(KIND, (_ids(block.next_call_id),), block.signature, spilled)
 
 
 def _ids(next_call_id: str | None) -> tuple[str, ...]:

@@ -15,7 +15,8 @@ One response's stream:
                  reasoning_summary_part.added, reasoning_summary_text.delta…,
                  reasoning_summary_text.done, reasoning_summary_part.done, or content_part.added
                  (reasoning_text), reasoning_text.delta…, reasoning_text.done, content_part.done;
-                 then output_item.done with `encrypted_content` from the caller's `seal`
+                 then output_item.done with `encrypted_content` from the caller's `seal`, before
+                 the next item's output_item.added
       message    output_item.added, content_part.added (output_text), output_text.delta…,
                  output_text.done, content_part.done, output_item.done
       calls      per chat tool call (by index): output_item.added (function_call; call_id = the
@@ -25,10 +26,14 @@ One response's stream:
     response.completed | response.incomplete (finish `length` → max_output_tokens;
     `content_filter`) | response.failed (a failure, an error chunk, an end without a finish reason)
 
-An item is done when other output begins or the finish reason arrives, with one exception: a
-reasoning item followed directly by tool calls has its text done at once but its
-`output_item.done` just before theirs, so the sealed blob can name the calls it preceded (and hold
-their `extra_content`, Gemini's thought signatures). `output_item.done` events always come in
+An item is done when other output begins or the finish reason arrives, as OpenAI streams: each
+reasoning or message item is done before the next item is added. Only tool calls in a row stay open
+together (a chat upstream interleaves their arguments by index) and are done together. A reasoning
+item followed directly by tool calls has its text done when the first call's fragment comes, and
+its `output_item.done` just before that call is announced (its name known), so the sealed blob
+names the call it precedes — the one call known then — and holds that call's `extra_content`
+(Gemini's thought signature, which Gemini puts on the first of parallel calls). `reasoning_details`
+that come after that are not carried (the item is done). `output_item.done` events always come in
 output order. On a failure no open item is done (a half-received tool call must never look
 complete): `response.failed` comes at once, its output holding them as "incomplete". Not carried:
 `refusal` deltas, choices other than the first, output after the finish reason. The non-stream
@@ -129,7 +134,7 @@ class ResponsesEncoder:
         self._finished = False
         self._items: list[_Item] = []  # announced items, in output order
         self._current: _Item | None = None  # the open reasoning or message item
-        self._pending: _Item | None = None  # a reasoning item done with the calls that follow it
+        self._pending: _Item | None = None  # a reasoning item done when the call after it begins
         self._calls: dict[int, _Item] = {}  # the open tool calls, by chat index
         self._last_call: int | None = None
         self._finish: str | None = None
@@ -343,6 +348,10 @@ class ResponsesEncoder:
         if not call.call_id:
             call.call_id = self._new_id("call")
         call.begun = True
+        pending, self._pending = self._pending, None
+        if pending is not None:  # the reasoning before it is done first, bound to this call
+            pending.status = "completed"
+            self._seal_done(pending, [call], out)
         self._announce(call, out)
         if call.text and not self._is_custom(call):
             self._emit(
@@ -360,7 +369,8 @@ class ResponsesEncoder:
         )
 
     def _close(self, out: list[Event], status: ItemStatus) -> None:
-        """Every open item done, with `status` (a pending reasoning item keeps its own)."""
+        """Every open item done, with `status` (a pending reasoning item is done, "completed", as its
+        first call begins)."""
         item, self._current = self._current, None
         if item is not None:
             item.status = status
@@ -379,10 +389,6 @@ class ResponsesEncoder:
         for call in calls:
             if not call.begun:  # a call whose name never came is still a call the model made
                 self._begin_call(call, out)
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.status = "completed"
-            self._seal_done(pending, calls, out)
         for call in calls:
             call.status = status
             if self._is_custom(call):

@@ -4,7 +4,8 @@ Pure: values in, values out. Part of the Responses front door's request side
 (proxy.core.protocols.responses_request); docs/responses.md holds the table.
 
 The walk keeps chat's rule as it goes: an assistant message with `tool_calls` is followed by one
-`tool` message per call and nothing else, so every tool message answers a call made just before.
+`tool` message per call and nothing else, so every tool message answers a call made just before
+(the rule both bridged doors keep: proxy.core.protocols.tool_pairing).
 
 - Consecutive assistant-side items (assistant `message`, `function_call`, `custom_tool_call`,
   `reasoning`) are one assistant turn: one chat message with the text and every call. A call that
@@ -26,8 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, quoted
 from proxy.core.protocols.responses_tools import flat_name
+from proxy.core.protocols.tool_pairing import RESPONSES, ToolPairing
 
 _ROLES = {"user": "user", "developer": "system", "system": "system", "assistant": "assistant"}
 _DETAILS = {"auto": "auto", "low": "low", "high": "high", "original": "high"}
@@ -79,8 +81,7 @@ class _Walk:
     turn: dict[str, Any] | None = None  # the open assistant message
     turn_at: int = 0  # its index in messages
     turn_outputs: bool = False  # an output has answered one of the open turn's calls
-    unanswered: dict[str, int] = field(default_factory=dict)  # call_id → input index
-    seen_calls: set[str] = field(default_factory=set)
+    pairing: ToolPairing = field(default_factory=lambda: ToolPairing(RESPONSES))
     pending: list[ReasoningItem] = field(default_factory=list)
     restore: dict[int, list[ReasoningItem]] = field(default_factory=dict)  # message index → items
     stray: list[int] = field(default_factory=list)
@@ -102,9 +103,7 @@ def map_input(input_: Any, instructions: Any) -> MappedInput:
             _item(walk, i, item)
     elif input_ is not None:
         raise BadRequest("input must be a string or a list of items.", param="input")
-    if walk.unanswered:
-        call_id, i = next(iter(walk.unanswered.items()))
-        raise _no_output(call_id, i)
+    walk.pairing.settle()
     _close(walk)
     walk.stray.extend(item.index for item in walk.pending)
     if len(walk.messages) == first:
@@ -138,7 +137,7 @@ def _item(walk: _Walk, i: int, item: Any) -> None:
     elif kind == "item_reference" or (kind is None and "id" in item):
         ref = item.get("id")
         raise BadRequest(
-            f"{param} is an item_reference{f' to {ref!r}' if isinstance(ref, str) else ''}: this upstream "
+            f"{param} is an item_reference{f' to {quoted(ref)}' if isinstance(ref, str) else ''}: this upstream "
             "is bridged to chat completions and keeps no items to look up. Send the item itself in input.",
             code="unsupported_item",
             param=param,
@@ -147,7 +146,7 @@ def _item(walk: _Walk, i: int, item: Any) -> None:
         raise BadRequest(f"{param} needs a type (message, function_call, …).", param=f"{param}.type")
     else:
         raise BadRequest(
-            f"{param} has type {kind!r}, which has no chat-completions equivalent on this upstream (it "
+            f"{param} has type {quoted(kind)}, which has no chat-completions equivalent on this upstream (it "
             "runs no hosted or built-in tools). Remove the item, or use a model whose upstream serves "
             "/v1/responses natively.",
             code="unsupported_item",
@@ -168,9 +167,7 @@ def _message(walk: _Walk, i: int, item: dict[str, Any]) -> None:
         if text:
             turn["content"] = PART_SEPARATOR.join(t for t in (turn.get("content"), text) if t)
         return
-    if walk.unanswered:
-        call_id, at = next(iter(walk.unanswered.items()))
-        raise _no_output(call_id, at, before=i)
+    walk.pairing.settle(f" before input[{i}]")
     _close(walk)
     walk.stray.extend(r.index for r in walk.pending)
     walk.pending.clear()
@@ -193,13 +190,8 @@ def _call(walk: _Walk, i: int, item: dict[str, Any], kind: str) -> None:
         if not isinstance(text, str):
             raise BadRequest(f"{param}.input must be a string.", param=f"{param}.input")
         arguments = json.dumps({"input": text}, ensure_ascii=False, separators=(",", ":"))
-    if call_id in walk.seen_calls:
-        raise BadRequest(
-            f"{param} repeats call_id {call_id!r}: each call needs its own call_id.", param=f"{param}.call_id"
-        )
-    turn = _assistant(walk)
-    walk.seen_calls.add(call_id)
-    walk.unanswered[call_id] = i
+    turn = _assistant(walk)  # (before the call counts: a call after all outputs opens a new turn)
+    walk.pairing.call(call_id, param)
     call = {
         "id": call_id,
         "type": "function",
@@ -211,14 +203,7 @@ def _call(walk: _Walk, i: int, item: dict[str, Any], kind: str) -> None:
 def _output(walk: _Walk, i: int, item: dict[str, Any]) -> None:
     param = f"input[{i}]"
     call_id = _string(item, "call_id", param)
-    if call_id not in walk.unanswered:
-        said = "was already answered" if call_id in walk.seen_calls else "was never made"
-        raise BadRequest(
-            f"{param} answers call_id {call_id!r}, which {said} before it. Each output must follow the "
-            "function_call or custom_tool_call with its call_id, with only calls and outputs between.",
-            param=f"{param}.call_id",
-        )
-    del walk.unanswered[call_id]
+    walk.pairing.answer(call_id, param)
     walk.turn_outputs = True
     output = item.get("output")
     if isinstance(output, str):
@@ -279,7 +264,7 @@ def _texts(parts: Any, kind: str, param: str) -> tuple[str, ...]:
 
 def _assistant(walk: _Walk) -> dict[str, Any]:
     """The open assistant turn, or a new one; the reasoning waiting for a turn attaches to it."""
-    if walk.turn is None or (walk.turn_outputs and not walk.unanswered):
+    if walk.turn is None or (walk.turn_outputs and not walk.pairing.unanswered):
         _close(walk)
         walk.turn = {"role": "assistant", "content": None}
         walk.turn_at = len(walk.messages)
@@ -332,7 +317,7 @@ def _part(part: Any, role: str, param: str) -> dict[str, Any]:
             )
         return _image(part, param) if kind == "input_image" else _file(part, param)
     raise BadRequest(
-        f"{param} has type {kind!r}; expected input_text, input_image or input_file (output_text or "
+        f"{param} has type {quoted(kind)}; expected input_text, input_image or input_file (output_text or "
         "refusal in assistant messages).",
         param=param,
     )
@@ -368,12 +353,3 @@ def _string(item: Mapping[str, Any], key: str, param: str) -> str:
     if not isinstance(value, str) or not value:
         raise BadRequest(f"{param}.{key} must be a non-empty string.", param=f"{param}.{key}")
     return value
-
-
-def _no_output(call_id: str, i: int, before: int | None = None) -> BadRequest:
-    where = f" before input[{before}]" if before is not None else ""
-    return BadRequest(
-        f"input[{i}] calls {call_id!r}, which has no output{where}: add a function_call_output (or "
-        f"custom_tool_call_output) item with call_id {call_id!r} right after the call.",
-        param=f"input[{i}]",
-    )

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from proxy.core.controls import Level
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, quoted
 from proxy.core.protocols.responses_input import ReasoningItem, RestoreTurn, map_input
 from proxy.core.protocols.responses_tools import (
     SEPARATOR,
@@ -248,7 +248,7 @@ def _reasoning(reasoning: Any, dropped: list[str]) -> tuple[Level | None, Summar
     if effort is not None:
         if not isinstance(effort, str) or effort not in EFFORT_LEVELS:
             raise BadRequest(
-                f"reasoning.effort {effort!r} is not one of {', '.join(EFFORT_LEVELS)}.",
+                f"reasoning.effort {quoted(effort)} is not one of {', '.join(EFFORT_LEVELS)}.",
                 param="reasoning.effort",
             )
         level = EFFORT_LEVELS[effort]
@@ -257,7 +257,7 @@ def _reasoning(reasoning: Any, dropped: list[str]) -> tuple[Level | None, Summar
         summary = reasoning.get("generate_summary")  # its deprecated name
     if summary is not None and summary not in _SUMMARIES:
         raise BadRequest(
-            f"reasoning.summary {summary!r} is not one of {', '.join(_SUMMARIES)}.",
+            f"reasoning.summary {quoted(summary)} is not one of {', '.join(_SUMMARIES)}.",
             param="reasoning.summary",
         )
     known = ("effort", "summary", "generate_summary")

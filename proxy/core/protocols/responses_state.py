@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.core import seal
+from proxy.core.protocols.expansion import UNBOUNDED, Expansion
 from proxy.core.protocols.responses_input import RestoreTurn
 from proxy.core.protocols.responses_output import ReasoningItemFacts, Seal
 from proxy.core.protocols.sealing import (
     RestoreReport,
     SealContext,
-    open_reasoning,
-    reference_key,
     seal_reasoning,
     spill_key,
 )
@@ -38,6 +37,7 @@ from proxy.core.stream import jsonio
 
 __all__ = [
     "RESPONSE_KIND",
+    "STORED_RESPONSE_CAP",
     "RestoreReport",
     "SealContext",
     "StoredResponse",
@@ -49,6 +49,10 @@ __all__ = [
 ]
 
 RESPONSE_KIND: Final = "response"  # the replay_keys kind of a stored response
+# The most one stored response may hold (its own turn's items and its output, encoded). Over it,
+# only a stub is kept (StoredResponse.too_large). Half the memory store's default share per tenant
+# (8 MiB of 64): a tenant's share always holds its latest turns (proxy.state.memory).
+STORED_RESPONSE_CAP: Final = 4 * 1024 * 1024
 KIND: Final[seal.Kind] = "responses.reasoning"  # the seal kind of a reasoning blob
 
 
@@ -77,17 +81,21 @@ def reasoning_sealer(ctx: SealContext, spill: list[tuple[str, bytes]] | None = N
     return seal_item
 
 
-def spilled_keys(turns: Sequence[RestoreTurn], ctx: SealContext) -> list[str]:
-    """The state-store keys the turns' blobs refer to (reasoning too large to seal inline): the
-    edge reads them before `restore_reasoning`."""
-    keys = []
+def spilled_keys(
+    turns: Sequence[RestoreTurn], ctx: SealContext, expansion: Expansion | None = None
+) -> list[str]:
+    """The state-store keys the turns' blobs refer to (reasoning too large to seal inline), each
+    once: the edge reads them before `restore_reasoning` (given the same `expansion`, each
+    distinct blob is opened once for both)."""
+    opener = expansion if expansion is not None else Expansion(ctx, UNBOUNDED)
+    keys: dict[str, None] = {}
     for turn in turns:
         for item in turn.items:
             if seal.is_ours(item.encrypted_content):
-                key = reference_key(ctx, KIND, _id_sets(turn.tool_call_ids), str(item.encrypted_content))
+                key = opener.reference_key(KIND, _id_sets(turn.tool_call_ids), str(item.encrypted_content))
                 if key is not None:
-                    keys.append(key)
-    return keys
+                    keys[key] = None
+    return list(keys)
 
 
 def restore_reasoning(
@@ -95,21 +103,34 @@ def restore_reasoning(
     turns: Sequence[RestoreTurn],
     ctx: SealContext,
     spilled: Mapping[str, bytes | None] | None = None,
+    expansion: Expansion | None = None,
 ) -> RestoreReport:
     """Put each turn's reasoning on its assistant message (in place), from the blobs that open (a
     reference blob's payload from `spilled`, what the store held under its key), or else from the
-    reasoning text the client itself sent (its summary or content parts)."""
+    reasoning text the client itself sent (its summary or content parts).
+
+    Bounded by `expansion` (proxy.core.protocols.expansion): each distinct blob is opened once and
+    its payload counted once against the request's limit (past it, `PayloadTooLarge`); a blob or a
+    reasoning item sent again (the same text, the same id) puts nothing more back."""
+    opener = expansion if expansion is not None else Expansion(ctx, UNBOUNDED)
+    seen_ids: set[str] = set()
     restored = unverified = foreign = 0
     for turn in turns:
         texts: list[str] = []
         details: list[Any] = []
         signatures: dict[str, Any] = {}
         for item in turn.items:
+            if item.id:
+                if item.id in seen_ids:
+                    continue  # the same reasoning item again (a repeated item_reference, or echoed twice)
+                seen_ids.add(item.id)
             payload = None
             if item.encrypted_content is not None:
+                if not opener.first_use(item.encrypted_content):
+                    continue  # the same blob again: its reasoning is already back
                 if seal.is_ours(item.encrypted_content):
-                    payload = open_reasoning(
-                        ctx, KIND, _id_sets(turn.tool_call_ids), item.encrypted_content, spilled or {}
+                    payload = opener.payload(
+                        KIND, _id_sets(turn.tool_call_ids), item.encrypted_content, spilled or {}
                     )
                     if payload is None:
                         unverified += 1
@@ -141,9 +162,13 @@ def restore_reasoning(
 
 
 def _id_sets(call_ids: Sequence[str]) -> tuple[Sequence[str], ...]:
-    """The bindings a reasoning blob may have: the calls it preceded (all of the turn's, when the
-    reasoning came right before them), or none (reasoning before a text answer)."""
-    return (call_ids, ()) if call_ids else ((),)
+    """The bindings a reasoning blob may have: the first call it preceded (the one call known when
+    the reasoning item was done, just before that call began: proxy.core.protocols.responses_events),
+    all of the turn's calls (blobs sealed before that rule), or none (reasoning before a text
+    answer). At most three tries per blob, whatever the number of calls."""
+    if not call_ids:
+        return ((),)
+    return (call_ids, ()) if len(call_ids) == 1 else (call_ids[:1], call_ids, ())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -154,13 +179,36 @@ def _id_sets(call_ids: Sequence[str]) -> tuple[Sequence[str], ...]:
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
     """A response kept for `previous_response_id` and `GET /v1/responses/{id}`: the items that
-    went in (the expanded input: earlier turns included) and the `Response` object that came out."""
+    went in and the `Response` object that came out.
+
+    Earlier turns are kept by reference (format 2): `input` holds only this turn's own items and
+    `previous` names the response it continued, whose record holds its own turn and names the one
+    before; a chain of n turns stores each turn once (O(n) bytes, not O(n^2): the edge walks the
+    chain, proxy.server.responses_door). A format-1 record (written before) holds the whole
+    expanded conversation in `input` and no `previous`. A record over the per-response cap
+    (`STORED_RESPONSE_CAP`) is kept as a stub: `too_large` its size, no items, so a follow-up
+    learns why it cannot continue (the edge answers with that, never with a silent "not found")."""
 
     input: list[Any]
     response: dict[str, Any]
+    previous: str | None = None
+    too_large: int = 0
 
     def encode(self) -> bytes:
-        return jsonio.dumps({"v": 1, "input": self.input, "response": self.response})
+        record: dict[str, Any] = {
+            "v": 2,
+            "previous": self.previous,
+            "input": self.input,
+            "response": self.response,
+        }
+        if self.too_large:
+            record["too_large"] = self.too_large
+        return jsonio.dumps(record)
+
+    def stub(self, size: int) -> StoredResponse:
+        """What is kept of a record of `size` bytes over the cap: its id and status, and its size."""
+        keep = ("id", "object", "created_at", "status", "model")
+        return StoredResponse([], {k: self.response[k] for k in keep if k in self.response}, None, size)
 
     @classmethod
     def decode(cls, data: bytes | None) -> StoredResponse | None:
@@ -170,16 +218,24 @@ class StoredResponse:
             parsed = jsonio.loads(data)
         except ValueError:
             return None
-        if not isinstance(parsed, dict) or parsed.get("v") != 1:
+        if not isinstance(parsed, dict) or parsed.get("v") not in (1, 2):
             return None
         items, response = parsed.get("input"), parsed.get("response")
         if not isinstance(items, list) or not isinstance(response, dict):
             return None
-        return cls(items, response)
+        if parsed["v"] == 1:
+            return cls(items, response)
+        previous, too_large = parsed.get("previous", False), parsed.get("too_large", 0)
+        if not (previous is None or (isinstance(previous, str) and previous)):
+            return None  # (format 2 always says which response it continued, or null)
+        if not isinstance(too_large, int) or too_large < 0:
+            return None
+        return cls(items, response, previous, too_large)
 
     def conversation(self) -> list[Any]:
-        """The items a follow-up turn continues from: what went in, then what came out (OpenAI's
-        `previous_response_id` semantics; `instructions` are not carried over)."""
+        """This record's share of the conversation a follow-up continues from: what went in, then
+        what came out (OpenAI's `previous_response_id` semantics; `instructions` are not carried
+        over). With `previous` set, the earlier turns' shares come first (the edge joins them)."""
         return [*self.input, *_output_as_input(self.response.get("output"))]
 
 
@@ -192,18 +248,24 @@ def _output_as_input(output: Any) -> list[Any]:
 # --------------------------------------------------------------------------------------------------
 
 
-def expand_compaction(items: list[Any], ctx: SealContext) -> tuple[list[Any], int]:
+def expand_compaction(
+    items: list[Any], ctx: SealContext, expansion: Expansion | None = None
+) -> tuple[list[Any], int]:
     """Input items with each `compaction` item of ours replaced by the summary it sealed (one
-    user message, as Codex's own compaction puts it), and how many did not open (dropped)."""
+    user message, as Codex's own compaction puts it), and how many did not open (dropped). Each
+    distinct blob is opened once; every summary put back counts against `expansion`'s limit."""
+    opener = expansion if expansion is not None else Expansion(ctx, UNBOUNDED)
     out: list[Any] = []
     dropped = 0
     for item in items:
         if not (isinstance(item, Mapping) and item.get("type") == "compaction"):
             out.append(item)
             continue
-        opened = seal.open_blob(ctx.keys, ctx.binding("responses.compaction"), item.get("encrypted_content"))
+        blob = item.get("encrypted_content")
+        opened = opener.opened("responses.compaction", ((),), blob) if isinstance(blob, str) else None
         summary = opened.payload.get("summary") if isinstance(opened, seal.Inline) else None
         if isinstance(summary, str) and summary:
+            opener.charge(len(summary))
             out.append({"type": "message", "role": "user", "content": summary})
         else:
             dropped += 1

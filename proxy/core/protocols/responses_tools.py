@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, quoted
+from proxy.core.review_rules import ClientTool
 
 # Between a namespace and a tool's name in the flattened chat function name: `crm__lookup`.
 SEPARATOR = "__"
@@ -60,6 +61,13 @@ def flat_name(name: str, namespace: str | None) -> str:
     return f"{namespace}{SEPARATOR}{name}" if namespace else name
 
 
+def client_names(names: Mapping[str, ToolName]) -> dict[str, ClientTool]:
+    """The namespaced tools by their chat function name, as the client knows them: the review gate
+    matches a call of `mail__send_email` by `send_email` and `mail.send_email` too, and shows it
+    as `mail.send_email` (proxy.core.review_rules)."""
+    return {chat: ClientTool(tool.name, tool.namespace) for chat, tool in names.items() if tool.namespace}
+
+
 def map_tools(tools: Any, hosted: HostedTools) -> MappedTools:
     """Chat tools for the request's `tools` (absent or null: none)."""
     if tools is None:
@@ -84,7 +92,7 @@ def map_tools(tools: Any, hosted: HostedTools) -> MappedTools:
                 sub_kind = _type_of(sub, sub_param)
                 if sub_kind not in ("function", "custom"):
                     raise BadRequest(
-                        f"{sub_param} has type {sub_kind!r}; a namespace holds only function and custom "
+                        f"{sub_param} has type {quoted(sub_kind)}; a namespace holds only function and custom "
                         "tools.",
                         param=sub_param,
                     )
@@ -117,7 +125,7 @@ def map_tool_choice(choice: Any, tools: MappedTools) -> MappedChoice:
     if isinstance(choice, str):
         if choice not in _CHOICE_MODES:
             raise BadRequest(
-                f"tool_choice {choice!r} is not one of auto, none, required, or a tool object.",
+                f"tool_choice {quoted(choice)} is not one of auto, none, required, or a tool object.",
                 param="tool_choice",
             )
         return MappedChoice(choice, None, None)
@@ -133,7 +141,7 @@ def map_tool_choice(choice: Any, tools: MappedTools) -> MappedChoice:
         return _allowed(choice, tools)
     # A hosted tool (file_search, web_search_preview, computer_use_preview, image_generation, mcp,
     # shell, apply_patch, …): it is left out, so forcing it cannot be carried.
-    return MappedChoice(None, None, f"tool_choice (forces hosted tool {kind!r}, which is omitted)")
+    return MappedChoice(None, None, f"tool_choice (forces hosted tool {quoted(kind)}, which is omitted)")
 
 
 def _allowed(choice: dict[str, Any], tools: MappedTools) -> MappedChoice:
@@ -152,7 +160,7 @@ def _allowed(choice: dict[str, Any], tools: MappedTools) -> MappedChoice:
         elif kind == "namespace":
             ns = _name_of(entry, param)
             if ns not in tools.namespaces:
-                raise BadRequest(f"{param} names namespace {ns!r}, which is not among tools.", param=param)
+                raise BadRequest(f"{param} names namespace {quoted(ns)}, which is not among tools.", param=param)
             allowed.update(tools.namespaces[ns])
         # A hosted tool is omitted anyway: allowing it changes nothing the upstream sees.
     if not allowed and mode == "required":
@@ -171,7 +179,7 @@ def _choice_name(entry: dict[str, Any], tools: MappedTools, kind: str, param: st
     known = tools.names.get(name)
     if known is None or known.kind != kind:
         raise BadRequest(
-            f"{param} names {kind} tool {name!r}, which is not among tools. Name a {kind} tool from "
+            f"{param} names {kind} tool {quoted(name)}, which is not among tools. Name a {kind} tool from "
             f"tools (a namespaced one as <namespace>{SEPARATOR}<name>).",
             param=param,
         )
@@ -247,7 +255,7 @@ def _add(names: dict[str, ToolName], entry: tuple[dict[str, Any], ToolName], par
     chat_name: str = entry[0]["function"]["name"]
     if chat_name in names:
         raise BadRequest(
-            f"{param} becomes chat function {chat_name!r}, a name another tool already has (namespaced "
+            f"{param} becomes chat function {quoted(chat_name)}, a name another tool already has (namespaced "
             f"tools are named <namespace>{SEPARATOR}<name> on this upstream). Rename one of them.",
             param=param,
         )

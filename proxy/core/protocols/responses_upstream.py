@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, quoted
 from proxy.core.protocols.responses_decode import ResponsesDecoder, completion_from_response
 from proxy.core.stream import jsonio
 from proxy.core.stream.chunk_template import KnownRun
@@ -129,7 +129,7 @@ def _input(messages: list[Any]) -> tuple[str, list[dict[str, Any]]]:
             )
         else:
             raise BadRequest(
-                f"messages[{i}] has role {role!r}, which the Responses API has no place for.",
+                f"messages[{i}] has role {quoted(role)}, which the Responses API has no place for.",
                 param=f"messages[{i}].role",
             )
     return "\n\n".join(t for t in instructions if t), items
@@ -202,7 +202,7 @@ def _user_content(content: Any, i: int) -> str | list[dict[str, Any]]:
             parts.append(entry)
         else:
             raise BadRequest(
-                f"messages[{i}].content[{j}] has type {kind!r}, which is not carried to the Responses API.",
+                f"messages[{i}].content[{j}] has type {quoted(kind)}, which is not carried to the Responses API.",
                 param=f"messages[{i}].content[{j}].type",
             )
     return parts

@@ -10,7 +10,8 @@ Pure: the edge passes the deployment's keys, the request's tenant and the clock 
   is no blob at all.
 - `open_reasoning` opens a blob under the first binding of `id_sets` that verifies and answers
   its payload (a reference blob's from `spilled`, what the store held under its key); None for
-  anything that does not open: the caller counts it as missing.
+  anything that does not open: the caller counts it as missing. Signed data in it (details,
+  signatures) only when the request names the model that made it (`SealContext.usable`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.core import seal
+from proxy.core.replay import for_model
 from proxy.core.replay_keys import store_key
 from proxy.core.stream import jsonio
 
@@ -45,9 +47,17 @@ class SealContext:
     provider: str  # the providers.yaml entry
     base_url: str
     created: int  # unix seconds (the caller's clock)
+    # The model the request names: signed reasoning (details, signatures) is put back only for the
+    # model that made it (`usable`). None: not asked (a caller that names no model).
+    model: str | None = None
 
     def binding(self, kind: seal.Kind, ids: Sequence[str] = ()) -> seal.Binding:
         return seal.Binding(self.tenant, self.provider, self.base_url, kind, tuple(ids))
+
+    def usable(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """An opened payload as this request may put it back: the replay store's model rule
+        (proxy.core.replay.for_model), so a blob carries signed data only to its own model."""
+        return payload if self.model is None else for_model(payload, self.model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +104,9 @@ def opened_blob(
     """The blob opened under the first of `id_sets` it was bound to, or None."""
     for ids in id_sets:
         opened = seal.open_blob(ctx.keys, ctx.binding(kind, ids), text)
+        if isinstance(opened, seal.Inline):
+            usable = ctx.usable(opened.payload)
+            return opened if usable is opened.payload else seal.Inline(usable)
         if opened is not None:
             return opened
     return None
@@ -124,5 +137,5 @@ def open_reasoning(
             payload = jsonio.loads(data) if data else None
         except ValueError:
             return None
-        return payload if isinstance(payload, dict) else None
+        return ctx.usable(payload) if isinstance(payload, dict) else None
     return None

@@ -36,7 +36,17 @@ from typing import Any
 import orjson
 
 from proxy.core.controls import TraceFormat
-from proxy.core.review_rules import Decision, HeldCall, ReviewPolicy, Verdict, rejection_text
+from proxy.core.review_rules import (
+    NO_CLIENT_NAMES,
+    ClientNames,
+    Decision,
+    HeldCall,
+    ReviewPolicy,
+    Verdict,
+    client_extra,
+    rejection_text,
+    shown_name,
+)
 from proxy.core.stream.gate_rules import (
     call_fragments,
     carried_name,
@@ -92,8 +102,10 @@ class StreamGate:
         trace_format: TraceFormat | None,
         zh: bool,
         max_event_bytes: int,
+        names: ClientNames = NO_CLIENT_NAMES,
     ) -> None:
         self._policy = policy
+        self._names = names  # the tools the client knows by other names (review_rules.ClientTool)
         self._new_id = new_id
         self._trace_format = trace_format  # None: the client gets no trace
         self._zh = zh
@@ -295,7 +307,7 @@ class StreamGate:
         if isinstance(arguments, str) and arguments:
             call.arguments.append(arguments)
             call.name_complete = True
-        if call.name and self._policy.matches(call.name) and not call.covered:
+        if call.name and self._policy.covers(call.name, self._names) and not call.covered:
             call.covered = self._covered = True
 
     def _remove(self, where: tuple[Any, ...], carrier: Any, why: str) -> None:
@@ -323,11 +335,11 @@ class StreamGate:
                     review_id=self._new_id(),
                     index=call.index,
                     call_id=call.id,
-                    tool=call.name,
+                    tool=shown_name(call.name, self._names),
                     arguments="".join(call.arguments),
                     created=now,
                     expires=now + timeout,
-                    extra=dict(extra or {}),
+                    extra=client_extra(call.name, self._names, extra),
                 )
                 for call in sorted(self._calls.values(), key=lambda c: c.index)
                 if call.covered
@@ -336,7 +348,9 @@ class StreamGate:
 
     def removed_calls(self) -> list[tuple[HeldCall, Decision]]:
         """The calls removed without a review, each with the reason the client is told."""
-        return [refusal("".join(names), why, self._zh) for names, why in self._removed.values()]
+        return [
+            refusal(shown_name("".join(names), self._names), why, self._zh) for names, why in self._removed.values()
+        ]
 
     def finish_after(self, decisions: dict[str, Decision]) -> str | None:
         """The finish reason `release` gives the client when it changes it (no call left), or None."""

@@ -15,7 +15,17 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from proxy.core.review_rules import Decision, HeldCall, ReviewPolicy, Verdict, rejection_text
+from proxy.core.review_rules import (
+    NO_CLIENT_NAMES,
+    ClientNames,
+    Decision,
+    HeldCall,
+    ReviewPolicy,
+    Verdict,
+    client_extra,
+    rejection_text,
+    shown_name,
+)
 from proxy.core.stream.gate_rules import (
     carried_name,
     choices0,
@@ -36,16 +46,18 @@ def completion_held_calls(
     now: float,
     timeout: float,
     extra: dict[str, Any] | None = None,
+    names: ClientNames = NO_CLIENT_NAMES,
 ) -> list[HeldCall]:
     """The calls of a `chat.completion` (its first choice with index 0) that the policy holds for
-    review. Calls anywhere else are removed by `release_completion` (see `completion_removes`)."""
+    review. Calls anywhere else are removed by `release_completion` (see `completion_removes`).
+    `names`: the tools the client knows by other names (proxy.core.review_rules.ClientTool)."""
     held = []
     for position, call in enumerate(_message_calls(completion)):
         if not _plain_call(call):
             continue
         function = call["function"]
         name = function.get("name")
-        if not isinstance(name, str) or not policy.matches(name):
+        if not isinstance(name, str) or not policy.covers(name, names):
             continue
         arguments = function.get("arguments")
         call_id = call.get("id")
@@ -54,11 +66,11 @@ def completion_held_calls(
                 review_id=new_id(),
                 index=position,
                 call_id=call_id if isinstance(call_id, str) else "",
-                tool=name,
+                tool=shown_name(name, names),
                 arguments=arguments if isinstance(arguments, str) else "",
                 created=now,
                 expires=now + timeout,
-                extra=dict(extra or {}),
+                extra=client_extra(name, names, extra),
             )
         )
     return held

@@ -210,3 +210,46 @@ def test_what_a_chat_upstream_cannot_take_is_refused_naming_it(messages: list[An
     with pytest.raises(BadRequest) as caught:
         map_messages(None, messages)
     assert caught.value.param == param
+
+
+def _call(call_id: str = "c1") -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "f", "input": {}}]}
+
+
+def _result(call_id: str = "c1") -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "ok"}]}
+
+
+ASK_MSG = {"role": "user", "content": "Go"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "param", "words"),
+    [
+        # A result with no call before it, or answering one already answered.
+        ([ASK_MSG, _result("c9")], "messages[1].content[0].tool_use_id", "'c9', which was never made"),
+        ([ASK_MSG, _call(), _result(), {"role": "assistant", "content": "ok"}, _result()], "messages[4].content[0].tool_use_id", "already answered"),
+        # A call with no result: at the end, in the user message after it, or before the next turn.
+        ([ASK_MSG, _call()], "messages[1].content[0]", "'c1', which has no result:"),
+        ([ASK_MSG, _call(), {"role": "user", "content": "And?"}], "messages[1].content[0]", "has no result in messages[2]"),
+        ([ASK_MSG, _call(), _call("c2")], "messages[1].content[0]", "has no result before messages[2]"),
+        # A call id used twice.
+        ([ASK_MSG, _call(), _result(), _call()], "messages[3].content[0].id", "repeats id 'c1'"),
+    ],
+)
+def test_tool_results_and_calls_are_paired_as_on_the_responses_door(
+    messages: list[dict[str, Any]], param: str, words: str
+) -> None:
+    """One rule for both bridged doors (proxy.core.protocols.tool_pairing): a result answers a call
+    made before it and not yet answered; every call is answered in the user message right after it."""
+    with pytest.raises(BadRequest) as raised:
+        map_messages(None, messages)
+    assert raised.value.param == param and words in raised.value.message, raised.value.message
+    assert "tool_result" in raised.value.message or "repeats" in raised.value.message
+
+
+def test_parallel_calls_answered_in_any_order_are_paired() -> None:
+    two = {"role": "assistant", "content": [_call("a")["content"][0], _call("b")["content"][0]]}
+    results = {"role": "user", "content": [_result("b")["content"][0], _result("a")["content"][0]]}
+    mapped = map_messages(None, [ASK_MSG, two, results, {"role": "assistant", "content": "Done."}])
+    assert [m["role"] for m in mapped.messages] == ["user", "assistant", "tool", "tool", "assistant"]

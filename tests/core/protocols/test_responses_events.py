@@ -132,6 +132,7 @@ def check_order(events: list[dict[str, Any]]) -> None:
     assert events[-1]["type"] in TERMINAL
     assert not any(e["type"] in TERMINAL for e in events[:-1])
     added: dict[str, int] = {}  # item id -> output index
+    kinds: dict[str, str] = {}  # item id -> type
     done: set[str] = set()
     parts_open: set[tuple[str, int]] = set()
     parts_done: set[tuple[str, int]] = set()
@@ -142,7 +143,12 @@ def check_order(events: list[dict[str, Any]]) -> None:
             assert event["output_index"] == len(added)
             assert event["item"]["status"] == "in_progress"
             assert "encrypted_content" not in event["item"]
+            # As OpenAI streams: a reasoning or message item is done before the next item begins
+            # (only parallel calls, whose arguments a chat upstream interleaves, stay open together).
+            still_open = [i for i in added if i not in done and kinds[i] in ("reasoning", "message")]
+            assert not still_open, f"{still_open} still open when {event['item']['id']} began"
             added[event["item"]["id"]] = event["output_index"]
+            kinds[event["item"]["id"]] = event["item"]["type"]
             continue
         item_id = event["item"]["id"] if "item" in event else event["item_id"]
         assert item_id in added and item_id not in done, kind
@@ -215,10 +221,10 @@ def test_typical_reasoning_tool_call_turn_with_summary() -> None:
         "reasoning_summary_text.delta",
         "reasoning_summary_text.done",
         "reasoning_summary_part.done",
+        "output_item.done",  # the reasoning, sealed with the call it precedes, before that begins
         "output_item.added",  # the call
         "function_call_arguments.delta",
         "function_call_arguments.delta",
-        "output_item.done",  # the reasoning, sealed with the call it preceded
         "function_call_arguments.done",
         "output_item.done",  # the call
         "completed",
@@ -301,10 +307,11 @@ def test_reasoning_text_and_several_tool_calls_interleaved(summary: bool) -> Non
     ]
     done = [e["item"]["id"] for e in events if e["type"] == "response.output_item.done"]
     assert done == [i["id"] for i in output]  # items done in output order
-    # The first reasoning was followed by text, the second by the calls: only it names them.
+    # The first reasoning was followed by text, the second by the calls: only it names a call, the
+    # one known when the first call began (the item is done before it: the others came later).
     assert [(f.item_id, f.call_ids, dict(f.signatures)) for f in seal.facts] == [
         ("rs_0", (), {}),
-        ("rs_2", ("call_a", "call_b", "call_c"), {"call_a": SIGNATURE}),
+        ("rs_2", ("call_a",), {"call_a": SIGNATURE}),
     ]
     Response.model_validate(events[-1]["response"])
 

@@ -159,11 +159,31 @@ def test_other_call_ids_do_not_restore() -> None:
     messages, report = restore(history(output), CTX)
     assert report == RestoreReport(restored=0, unverified=1, foreign=0)
     assert "reasoning_content" not in assistant(messages)
-    # An extra call in the turn is other call ids too.
+    # Another call put first in the turn is another turn too: the blob names the call it preceded.
     output = tool_turn(CTX)
     extra = {**output[1], "id": "fc_9", "call_id": "call_b"}
-    messages, report = restore(history([*output, extra]), CTX)
+    messages, report = restore(history([output[0], extra, output[1]]), CTX)
     assert report.unverified == 1 and "reasoning_content" not in assistant(messages)
+
+
+def test_reasoning_before_parallel_calls_restores() -> None:
+    """The reasoning item is done before its first call begins (as OpenAI streams), so its blob
+    names that call, the one known then; it opens on the turn with all its calls."""
+    output = answer(
+        CTX,
+        chunk(reasoning_content="Two lookups.", reasoning_details=[DETAIL]),
+        chunk(tool_calls=[{**call(0, "call_a", "get_weather", "{")[0], "extra_content": SIGNATURE}]),
+        chunk(tool_calls=call(1, "call_b", "get_time", "{}")),
+        chunk(tool_calls=call(0, args="}")),
+        chunk(finish="tool_calls"),
+    )
+    assert [i["type"] for i in output] == ["reasoning", "function_call", "function_call"]
+    messages, report = restore(history(output), CTX)
+    assert report == RestoreReport(restored=1, unverified=0, foreign=0)
+    message = assistant(messages)
+    assert message["reasoning_content"] == "Two lookups." and message["reasoning_details"] == [DETAIL]
+    assert [c["id"] for c in message["tool_calls"]] == ["call_a", "call_b"]
+    assert message["tool_calls"][0]["extra_content"] == SIGNATURE
 
 
 def test_a_tampered_blob_does_not_restore() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.core.controls import TraceFormat
 from proxy.core.errors import BadRequest
-from proxy.core.review_rules import Decision, ReviewPolicy, Verdict, parse_decision
+from proxy.core.review_rules import ClientTool, Decision, ReviewPolicy, Verdict, parse_decision
 from proxy.core.stream.gate import StreamGate
 
 POLICY = ReviewPolicy(("send_email", "delete_*"))
@@ -273,3 +273,38 @@ def test_a_decision_that_is_not_a_string_is_a_400(body: bytes) -> None:
     with pytest.raises(BadRequest) as caught:
         parse_decision(body, "r")
     assert caught.value.param == "decision"
+
+
+# A Responses client's `send_email` in namespace `mail`: the chat upstream calls it `mail__send_email`.
+MAIL = {"mail__send_email": ClientTool("send_email", "mail")}
+
+
+@pytest.mark.parametrize("pattern", ["send_email", "mail.send_email", "mail.*", "mail__send_email", "*email"])
+def test_a_namespaced_call_is_matched_by_each_name_its_client_knows(pattern: str) -> None:
+    """The policy matches what the client will run (the bare name, `namespace.name`) as well as the
+    flattened name the upstream called; the reviewer and the client are shown `namespace.name`."""
+    g = StreamGate(
+        ReviewPolicy((pattern,)), new_id=ids(), trace_format=None, zh=False, max_event_bytes=1 << 20, names=MAIL
+    )
+    events = stream([("call_1", "mail__send_email", ['{"to":"a"}'])])
+    passed = g.feed(b"".join(events))
+    assert assemble(passed)[1] == {} and g.holding
+    (held,) = g.held_calls(now=0.0, timeout=1.0, extra={"model": "m"})
+    assert held.tool == "mail.send_email"
+    assert held.listing()["upstream_tool"] == "mail__send_email" and held.listing()["model"] == "m"
+    content, calls, finish = assemble(passed + g.release({held.review_id: Decision(Verdict.REJECT)}, 5.0))
+    assert calls == {} and content.endswith("The call to mail.send_email was rejected by a reviewer.")
+
+
+def test_a_namespaced_call_another_namespace_names_is_not_held() -> None:
+    g = StreamGate(
+        ReviewPolicy(("crm.send_email",)),
+        new_id=ids(),
+        trace_format=None,
+        zh=False,
+        max_event_bytes=1 << 20,
+        names=MAIL,
+    )
+    events = stream([("call_1", "mail__send_email", ['{"to":"a"}'])])
+    passed = g.feed(b"".join(events))
+    assert not g.holding and passed + g.flush() == b"".join(events)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from proxy.core.review_rules import Decision, ReviewPolicy, Verdict
+from proxy.core.review_rules import ClientTool, Decision, ReviewPolicy, Verdict
 from proxy.core.stream.gate_completion import completion_finish, completion_held_calls, release_completion
 
 POLICY = ReviewPolicy(("send_email", "delete_*"))
@@ -97,3 +97,16 @@ def test_the_finish_reason_for_the_trace_is_the_one_the_client_gets() -> None:
             decisions = {c.review_id: Decision(verdict) for c in held}
             out = release_completion(body, held, decisions, zh=False)
             assert completion_finish(body, held, decisions) == out["choices"][0]["finish_reason"]
+
+
+def test_a_namespaced_call_is_held_by_the_name_its_client_runs() -> None:
+    """A Responses client's `send_email` in namespace `mail` comes back from a chat upstream as
+    `mail__send_email`: a `send_email` policy holds it, and the reviewer sees `mail.send_email`."""
+    body = completion(("a", "mail__send_email", "{}"), ("b", "crm__lookup", "{}"))
+    names = {"mail__send_email": ClientTool("send_email", "mail"), "crm__lookup": ClientTool("lookup", "crm")}
+    held = completion_held_calls(body, POLICY, new_id=ids(), now=0.0, timeout=1.0, names=names)
+    assert [(c.tool, c.index, c.extra) for c in held] == [
+        ("mail.send_email", 0, {"upstream_tool": "mail__send_email"})
+    ]
+    out = release_completion(body, held, {}, zh=False)
+    assert out["choices"][0]["message"]["content"] == "The call to mail.send_email was not made: the review timed out."

@@ -1,0 +1,124 @@
+"""The thinking policy at each door (proxy.policy.service decides): what a request would really
+send is judged before it goes, and what the decision changes is applied to the body.
+
+"What it would really send" is the level the header (or the default) names where the entry
+applies it, and otherwise what the body's own knobs ask, since they then go as they came
+(proxy.core.body_level reads them: chat's `thinking` / `reasoning_effort` / …, the Responses API's
+`reasoning`, the Messages API's `thinking` / `output_config.effort`). A body above the key's
+ceiling is sent at the ceiling: its knobs replaced by the entry's own for that level (or removed,
+where the entry has none for it), a numeric budget capped at that level's number; the answer's
+`X-Thinking-Policy` names the rule only then, when the body sent is at that level. Where the rule
+needs thinking off and the entry cannot turn it off, the service refuses before anything is sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.core import plan
+from proxy.core.body_level import (
+    budget_number,
+    can_turn_off,
+    cap_messages,
+    cap_responses,
+    chat_asks,
+    messages_can_turn_off,
+    messages_level,
+    responses_can_turn_off,
+    responses_level,
+    strip_knobs,
+)
+from proxy.core.controls import Level
+from proxy.core.events import AccessRecord
+from proxy.core.front_door_rules import MessagesRule
+from proxy.core.providers import Dialect
+from proxy.core.stream import jsonio
+from proxy.policy.service import HEADER as POLICY_HEADER
+from proxy.policy.service import BudgetExceeded, Decision, ThinkingOffUnavailable, ThinkingPolicy
+
+Body = dict[str, Any]
+
+
+async def decide(
+    thinking: ThinkingPolicy, level: Level | None, record: AccessRecord, *, can_turn_off: bool = True
+) -> Decision:
+    """The policy's decision for this key and the level the request would send; `X-Thinking-Policy`
+    on the response when it changed the level or refused (a spent budget also says when to retry)."""
+    try:
+        decision = await thinking.decide(record.client, level, can_turn_off=can_turn_off, record=record)
+    except BudgetExceeded as exc:
+        record.response_headers += [(POLICY_HEADER, exc.rule), ("retry-after", str(exc.retry_after))]
+        raise
+    except ThinkingOffUnavailable as exc:
+        record.response_headers.append((POLICY_HEADER, exc.rule))
+        raise
+    if decision.rule is not None:
+        record.response_headers.append((POLICY_HEADER, decision.rule))
+    return decision
+
+
+@dataclass(frozen=True, slots=True)
+class ChatJudgement:
+    """A chat request as the policy lets it go: its intent (the level, a Messages client's budget),
+    its target (the body without the client's knobs when the level changed), and the trace note
+    (English, Chinese, rule) that says so (None: nothing changed)."""
+
+    intent: plan.Intent
+    target: plan.Target
+    note: tuple[str, str, str] | None
+
+
+async def judge_chat(
+    thinking: ThinkingPolicy, intent: plan.Intent, tgt: plan.Target, dialect: Dialect, record: AccessRecord
+) -> ChatJudgement:
+    assert tgt.parsed is not None
+    controls = intent.controls
+    asked = chat_asks(tgt.parsed, controls.level, dialect, intent.budget_tokens)
+    decision = await decide(thinking, asked, record, can_turn_off=can_turn_off(dialect))
+    if decision.rule is None or decision.level is None:
+        return ChatJudgement(intent, tgt, None)
+    level = decision.level
+    # The entry's params for the level replace the client's knobs (proxy.core.rewrite); where it
+    # has none for that level, the knobs must not go as they came either: the upstream's default.
+    body = strip_knobs(tgt.parsed, dialect)
+    if body is not tgt.parsed:
+        tgt = plan.Target(tgt.destination, jsonio.dumps(body), body, tgt.headers)
+    budget, cap = intent.budget_tokens, budget_number(dialect, level)
+    budget = None if budget is None or cap is None else min(budget, cap)
+    intent = replace(intent, controls=replace(controls, level=level), budget_tokens=budget)
+    return ChatJudgement(intent, tgt, (*decision.note(asked), decision.rule))
+
+
+async def judge_responses(
+    thinking: ThinkingPolicy,
+    body: Body,
+    planned: tuple[Body | None, Level | None],
+    dialect: Dialect,
+    record: AccessRecord,
+) -> tuple[Body | None, Level | None]:
+    """A native Responses request: `planned` is the body the door would send (None: `body` as it
+    came) and its level applied; the same, or the body capped at the key's ceiling."""
+    sent = planned[0] if planned[0] is not None else body
+    asked = responses_level(sent, dialect)
+    decision = await decide(thinking, asked, record, can_turn_off=responses_can_turn_off(dialect))
+    if decision.rule is None or decision.level is None:
+        return planned
+    return cap_responses(body, decision.level, dialect)
+
+
+async def judge_messages(
+    thinking: ThinkingPolicy,
+    body: Body,
+    planned: tuple[Body | None, Level | None],
+    rule: MessagesRule,
+    record: AccessRecord,
+) -> tuple[Body | None, Level | None]:
+    """A native Messages request, as `judge_responses`: the client's `budget_tokens` never exceeds
+    the capped level's own number (it is read as the level above)."""
+    sent = planned[0] if planned[0] is not None else body
+    asked = messages_level(sent, rule)
+    decision = await decide(thinking, asked, record, can_turn_off=messages_can_turn_off(rule))
+    if decision.rule is None or decision.level is None:
+        return planned
+    return cap_messages(body, decision.level, rule)
