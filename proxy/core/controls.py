@@ -81,7 +81,8 @@ def parse_choice(
     except ValueError:
         accepted = [m.value for m in enum] + list(aliases or ())
         raise BadRequest(
-            f"Invalid {_display(header)} header value {quoted(raw)}: accepted values are {', '.join(accepted)}.",
+            f"Invalid {_display(header)} header value {quoted(raw)}: accepted values are "
+            f"{', '.join(accepted)}.",
             code="invalid_header_value",
             param=_display(header),
         ) from None

@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 
-
 # What an error message quotes of one client value (its repr), and what any message may hold: an
 # error never echoes a huge id, name or value whole (a 1 MB `previous_response_id` comes back cut).
 QUOTE_CHARS = 200

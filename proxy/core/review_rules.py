@@ -209,7 +209,9 @@ def parse_decision(body: bytes, reviewer: str | None) -> Decision:
     raw = data.get("decision")
     posted = {Verdict.APPROVE.value, Verdict.MODIFY.value, Verdict.REJECT.value}
     if not isinstance(raw, str) or raw not in posted:
-        raise BadRequest(f"decision must be one of approve, modify, reject (got {quoted(raw)}).", param="decision")
+        raise BadRequest(
+            f"decision must be one of approve, modify, reject (got {quoted(raw)}).", param="decision"
+        )
     verdict = Verdict(raw)
     comment = data.get("comment")
     if comment is not None and not isinstance(comment, str):

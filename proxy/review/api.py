@@ -127,7 +127,9 @@ class ReviewAPI:
         if posted is Posted.UNKNOWN:
             raise ReviewNotFound(f"No pending review {quoted(review_id)} (expired or withdrawn).")
         if posted is Posted.ALREADY_DECIDED:
-            raise AlreadyDecided(f"Review {quoted(review_id)} was already decided; the first decision stands.")
+            raise AlreadyDecided(
+                f"Review {quoted(review_id)} was already decided; the first decision stands."
+            )
         if call is not None:
             audit(call, decision, 200)
         return _json({"id": review_id, "decision": decision.verdict.value, "reviewer": reviewer})

@@ -104,7 +104,9 @@ class MessagesOutput:
             # The answer failed (an error body, no choice): said by its status, not a 200 with an
             # error body; the relay answers it like any error of the proxy's, in Anthropic's shape.
             error = jsonio.loads(out).get("error") or {}
-            raise FailedAnswer(str(error.get("message") or "upstream error"), failed_answer_status(_json(body)))
+            raise FailedAnswer(
+                str(error.get("message") or "upstream error"), failed_answer_status(_json(body))
+            )
         return out
 
     async def settle(self) -> None:

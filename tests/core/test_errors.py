@@ -24,5 +24,7 @@ def test_no_error_message_echoes_a_huge_value_whole(cls: type[ProxyError]) -> No
     """A message built from client input somewhere nobody cut it is cut as a whole (the backstop)."""
     error = cls("tool_choice " + "n" * 1_000_000 + " is not among tools.")
     assert len(error.message) <= MAX_MESSAGE_CHARS + 30
-    assert error.message.endswith("… (1000032 chars)") and error.payload()["error"]["message"] == error.message
+    assert (
+        error.message.endswith("… (1000032 chars)") and error.payload()["error"]["message"] == error.message
+    )
     assert cls("short").message == "short"

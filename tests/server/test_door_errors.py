@@ -32,7 +32,15 @@ WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "ob
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("responses", {"model": MODEL, "input": "hi", "previous_response_id": "resp_" + HUGE}),
     ("responses", {"model": MODEL, "input": "hi", "tool_choice": HUGE}),
-    ("responses", {"model": MODEL, "input": "hi", "tools": [WEATHER], "tool_choice": {"type": "function", "name": HUGE}}),
+    (
+        "responses",
+        {
+            "model": MODEL,
+            "input": "hi",
+            "tools": [WEATHER],
+            "tool_choice": {"type": "function", "name": HUGE},
+        },
+    ),
     ("responses", {"model": MODEL, "input": "hi", "reasoning": {"effort": HUGE}}),
     ("responses", {"model": MODEL, "input": [{"type": HUGE}]}),
     (
@@ -46,12 +54,22 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     ("messages", {"model": MODEL, "max_tokens": 8, "messages": [{"role": HUGE, "content": "hi"}]}),
-    ("messages", {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "output_config": {"effort": HUGE}}),
+    (
+        "messages",
+        {
+            "model": MODEL,
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}],
+            "output_config": {"effort": HUGE},
+        },
+    ),
 ]
 
 
 @pytest.mark.parametrize(("door", "body"), CASES)
-def test_an_error_never_echoes_a_huge_client_value(proxy: BackgroundServer, door: str, body: dict[str, Any]) -> None:
+def test_an_error_never_echoes_a_huge_client_value(
+    proxy: BackgroundServer, door: str, body: dict[str, Any]
+) -> None:
     r = httpx.post(f"{proxy.url}/v1/{door}", json=body, timeout=30)
     assert r.status_code == 400, r.text[:500]
     assert len(r.content) < 2_000, r.text[:500]

@@ -435,7 +435,9 @@ def answering_200(body: dict[str, Any]) -> Starlette:
         ({"id": "c", "object": "chat.completion", "choices": []}, 502, "api_error"),
     ],
 )
-def test_a_failed_non_stream_answer_has_its_errors_status(answer: dict[str, Any], status: int, kind: str) -> None:
+def test_a_failed_non_stream_answer_has_its_errors_status(
+    answer: dict[str, Any], status: int, kind: str
+) -> None:
     """Not a 200 with an error body: the status the error names, else 502 (the upstream's answer
     could not be used); the body is Anthropic's error shape, which the SDK raises on."""
     body = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]}
@@ -457,9 +459,17 @@ def test_a_tool_result_without_its_call_is_refused_as_anthropic_does(
     """The rule the Responses door keeps (proxy.core.protocols.tool_pairing): nothing is forwarded."""
     before = len(upstream_requests(mock))
     orphan = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}
-    unanswered = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]}
-    for messages in ([{"role": "user", "content": "hi"}, orphan], [{"role": "user", "content": "hi"}, unanswered]):
-        r = httpx.post(f"{proxy.url}/v1/messages", json={"model": MODEL, "max_tokens": 8, "messages": messages})
+    unanswered = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}],
+    }
+    for messages in (
+        [{"role": "user", "content": "hi"}, orphan],
+        [{"role": "user", "content": "hi"}, unanswered],
+    ):
+        r = httpx.post(
+            f"{proxy.url}/v1/messages", json={"model": MODEL, "max_tokens": 8, "messages": messages}
+        )
         assert r.status_code == 400
         assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
         assert "tool_result" in r.json()["error"]["message"]

@@ -245,7 +245,9 @@ def _tool_choice(
         if omitted:  # (a server tool by its name: left out with it; the model chooses)
             dropped.append(f"tool_choice (names {quoted(name)}, not among the tools sent)")
             return None, parallel
-        raise BadRequest(f"tool_choice names {quoted(name)}, which is not among tools.", param="tool_choice.name")
+        raise BadRequest(
+            f"tool_choice names {quoted(name)}, which is not among tools.", param="tool_choice.name"
+        )
     return {"type": "function", "function": {"name": name}}, parallel
 
 

@@ -38,14 +38,15 @@ output order. On a failure no open item is done (a half-received tool call must 
 complete): `response.failed` comes at once, its output holding them as "incomplete". Not carried:
 `refusal` deltas, choices other than the first, output after the finish reason. The non-stream
 form is built by the same encoder (responses_stream.response_from_completion), so both agree.
+What each item holds and looks like: proxy.core.protocols.responses_items.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.protocols.responses_items import StreamItem, is_custom, item_dict
 from proxy.core.protocols.responses_output import (
     IdFactory,
     ItemStatus,
@@ -54,15 +55,11 @@ from proxy.core.protocols.responses_output import (
     ResponseStatus,
     Seal,
     custom_input,
-    custom_tool_call_item,
     error_facts,
     first_choice,
     frame,
     frames,
-    function_call_item,
-    message_item,
     output_text_part,
-    reasoning_item,
     reasoning_text_part,
     response_error,
     response_object,
@@ -92,24 +89,6 @@ NO_FINISH_MESSAGE = "the upstream stream ended without a finish reason"
 Event = dict[str, Any]
 
 
-@dataclass(slots=True)
-class _Item:
-    """One output item being streamed. `text`: its reasoning, message text or call arguments;
-    `begun`: its content part was announced (a call: the item itself)."""
-
-    kind: str  # "reasoning" | "message" | "function_call"
-    item_id: str
-    output_index: int = -1
-    text: list[str] = field(default_factory=list)
-    begun: bool = False
-    status: ItemStatus = "in_progress"
-    details: list[Any] = field(default_factory=list)  # reasoning: raw reasoning_details entries
-    encrypted: str | None = None
-    call_id: str = ""
-    name: str = ""
-    extra: Any = None  # a call's first extra_content
-
-
 class ResponsesEncoder:
     """The events of one response, from its chunks. `start()` gives the opening events (`feed`,
     `end` and `fail` give them first when not asked yet); after the terminal event every call
@@ -132,10 +111,10 @@ class ResponsesEncoder:
         self._seq = 0
         self._started = False
         self._finished = False
-        self._items: list[_Item] = []  # announced items, in output order
-        self._current: _Item | None = None  # the open reasoning or message item
-        self._pending: _Item | None = None  # a reasoning item done when the call after it begins
-        self._calls: dict[int, _Item] = {}  # the open tool calls, by chat index
+        self._items: list[StreamItem] = []  # announced items, in output order
+        self._current: StreamItem | None = None  # the open reasoning or message item
+        self._pending: StreamItem | None = None  # a reasoning item done when the call after it begins
+        self._calls: dict[int, StreamItem] = {}  # the open tool calls, by chat index
         self._last_call: int | None = None
         self._finish: str | None = None
         self._usage: Any = None
@@ -266,13 +245,13 @@ class ResponsesEncoder:
                 if isinstance(fragment, Mapping):
                     self._tool_call(fragment, out)
 
-    def _open(self, kind: str, prefix: str, out: list[Event]) -> _Item:
+    def _open(self, kind: str, prefix: str, out: list[Event]) -> StreamItem:
         """The open item of `kind`, or a new one after whatever else was open is done."""
         current = self._current
         if current is not None and current.kind == kind:
             return current
         self._close(out, "completed")
-        item = self._current = _Item(kind, self._new_id(prefix))
+        item = self._current = StreamItem(kind, self._new_id(prefix))
         self._announce(item, out)
         return item
 
@@ -317,7 +296,7 @@ class ResponsesEncoder:
             index = self._index_of(call_id)
         call = self._calls.get(index)
         if call is None:
-            call = self._calls[index] = _Item("function_call", self._new_id("fc"))
+            call = self._calls[index] = StreamItem("function_call", self._new_id("fc"))
         self._last_call = index
         if isinstance(call_id, str) and call_id and not call.call_id:
             call.call_id = call_id
@@ -344,7 +323,7 @@ class ResponsesEncoder:
             return self._last_call
         return max(self._calls, default=-1) + 1
 
-    def _begin_call(self, call: _Item, out: list[Event]) -> None:
+    def _begin_call(self, call: StreamItem, out: list[Event]) -> None:
         if not call.call_id:
             call.call_id = self._new_id("call")
         call.begun = True
@@ -361,7 +340,7 @@ class ResponsesEncoder:
     # ----------------------------------------------------------------------------------------------
     # Items in and out
     # ----------------------------------------------------------------------------------------------
-    def _announce(self, item: _Item, out: list[Event]) -> None:
+    def _announce(self, item: StreamItem, out: list[Event]) -> None:
         item.output_index = len(self._items)
         self._items.append(item)
         self._emit(
@@ -403,7 +382,7 @@ class ResponsesEncoder:
                 )
             self._done(call, out)
 
-    def _end_reasoning_text(self, item: _Item, out: list[Event]) -> None:
+    def _end_reasoning_text(self, item: StreamItem, out: list[Event]) -> None:
         if not item.begun:
             return
         text, at = "".join(item.text), self._at(item)
@@ -417,7 +396,7 @@ class ResponsesEncoder:
                 out, "response.content_part.done", **at, content_index=0, part=reasoning_text_part(text)
             )
 
-    def _seal_done(self, item: _Item, calls: list[_Item], out: list[Event]) -> None:
+    def _seal_done(self, item: StreamItem, calls: list[StreamItem], out: list[Event]) -> None:
         facts = ReasoningItemFacts(
             item.item_id,
             self._frame.id,
@@ -431,44 +410,21 @@ class ResponsesEncoder:
         item.encrypted = self._seal(facts)
         self._done(item, out)
 
-    def _done(self, item: _Item, out: list[Event]) -> None:
+    def _done(self, item: StreamItem, out: list[Event]) -> None:
         self._emit(
             out, "response.output_item.done", output_index=item.output_index, item=self._item_dict(item)
         )
 
-    def _item_dict(self, item: _Item) -> dict[str, Any]:
-        text = "".join(item.text) if item.begun else None
-        if item.kind == "reasoning":
-            summary, encrypted = self._frame.summary, item.encrypted
-            return reasoning_item(
-                item.item_id, text, summary=summary, status=item.status, encrypted_content=encrypted
-            )
-        if item.kind == "message":
-            return message_item(item.item_id, text, status=item.status)
-        arguments = "".join(item.text)
-        declared = self._tool_names.get(item.name)
-        if declared is None:
-            return function_call_item(item.item_id, item.call_id, item.name, arguments, status=item.status)
-        if declared.kind == "custom":
-            text = custom_input(arguments) if item.status != "in_progress" else ""
-            return custom_tool_call_item(item.item_id, item.call_id, declared.name, text, declared.namespace)
-        return function_call_item(
-            item.item_id,
-            item.call_id,
-            declared.name,
-            arguments,
-            status=item.status,
-            namespace=declared.namespace,
-        )
+    def _item_dict(self, item: StreamItem) -> dict[str, Any]:
+        return item_dict(item, summary=self._frame.summary, tool_names=self._tool_names)
 
-    def _is_custom(self, call: _Item) -> bool:
-        declared = self._tool_names.get(call.name)
-        return declared is not None and declared.kind == "custom"
+    def _is_custom(self, call: StreamItem) -> bool:
+        return is_custom(call, self._tool_names)
 
     # ----------------------------------------------------------------------------------------------
     # Events
     # ----------------------------------------------------------------------------------------------
-    def _at(self, item: _Item) -> dict[str, Any]:
+    def _at(self, item: StreamItem) -> dict[str, Any]:
         return {"item_id": item.item_id, "output_index": item.output_index}
 
     def _emit(self, out: list[Event], kind: str, **fields: Any) -> None:

@@ -137,8 +137,9 @@ def _item(walk: _Walk, i: int, item: Any) -> None:
     elif kind == "item_reference" or (kind is None and "id" in item):
         ref = item.get("id")
         raise BadRequest(
-            f"{param} is an item_reference{f' to {quoted(ref)}' if isinstance(ref, str) else ''}: this upstream "
-            "is bridged to chat completions and keeps no items to look up. Send the item itself in input.",
+            f"{param} is an item_reference{f' to {quoted(ref)}' if isinstance(ref, str) else ''}: this "
+            "upstream is bridged to chat completions and keeps no items to look up. Send the item itself "
+            "in input.",
             code="unsupported_item",
             param=param,
         )

@@ -92,8 +92,8 @@ def map_tools(tools: Any, hosted: HostedTools) -> MappedTools:
                 sub_kind = _type_of(sub, sub_param)
                 if sub_kind not in ("function", "custom"):
                     raise BadRequest(
-                        f"{sub_param} has type {quoted(sub_kind)}; a namespace holds only function and custom "
-                        "tools.",
+                        f"{sub_param} has type {quoted(sub_kind)}; a namespace holds only function and "
+                        "custom tools.",
                         param=sub_param,
                     )
                 entry = _tool(sub, sub_kind, sub_param, ns, tool.get("description"))
@@ -160,7 +160,9 @@ def _allowed(choice: dict[str, Any], tools: MappedTools) -> MappedChoice:
         elif kind == "namespace":
             ns = _name_of(entry, param)
             if ns not in tools.namespaces:
-                raise BadRequest(f"{param} names namespace {quoted(ns)}, which is not among tools.", param=param)
+                raise BadRequest(
+                    f"{param} names namespace {quoted(ns)}, which is not among tools.", param=param
+                )
             allowed.update(tools.namespaces[ns])
         # A hosted tool is omitted anyway: allowing it changes nothing the upstream sees.
     if not allowed and mode == "required":

@@ -202,7 +202,8 @@ def _user_content(content: Any, i: int) -> str | list[dict[str, Any]]:
             parts.append(entry)
         else:
             raise BadRequest(
-                f"messages[{i}].content[{j}] has type {quoted(kind)}, which is not carried to the Responses API.",
+                f"messages[{i}].content[{j}] has type {quoted(kind)}, which is not carried to the "
+                "Responses API.",
                 param=f"messages[{i}].content[{j}].type",
             )
     return parts

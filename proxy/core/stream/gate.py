@@ -349,7 +349,8 @@ class StreamGate:
     def removed_calls(self) -> list[tuple[HeldCall, Decision]]:
         """The calls removed without a review, each with the reason the client is told."""
         return [
-            refusal(shown_name("".join(names), self._names), why, self._zh) for names, why in self._removed.values()
+            refusal(shown_name("".join(names), self._names), why, self._zh)
+            for names, why in self._removed.values()
         ]
 
     def finish_after(self, decisions: dict[str, Decision]) -> str | None:

@@ -228,10 +228,18 @@ ASK_MSG = {"role": "user", "content": "Go"}
     [
         # A result with no call before it, or answering one already answered.
         ([ASK_MSG, _result("c9")], "messages[1].content[0].tool_use_id", "'c9', which was never made"),
-        ([ASK_MSG, _call(), _result(), {"role": "assistant", "content": "ok"}, _result()], "messages[4].content[0].tool_use_id", "already answered"),
+        (
+            [ASK_MSG, _call(), _result(), {"role": "assistant", "content": "ok"}, _result()],
+            "messages[4].content[0].tool_use_id",
+            "already answered",
+        ),
         # A call with no result: at the end, in the user message after it, or before the next turn.
         ([ASK_MSG, _call()], "messages[1].content[0]", "'c1', which has no result:"),
-        ([ASK_MSG, _call(), {"role": "user", "content": "And?"}], "messages[1].content[0]", "has no result in messages[2]"),
+        (
+            [ASK_MSG, _call(), {"role": "user", "content": "And?"}],
+            "messages[1].content[0]",
+            "has no result in messages[2]",
+        ),
         ([ASK_MSG, _call(), _call("c2")], "messages[1].content[0]", "has no result before messages[2]"),
         # A call id used twice.
         ([ASK_MSG, _call(), _result(), _call()], "messages[3].content[0].id", "repeats id 'c1'"),

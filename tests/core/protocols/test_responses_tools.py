@@ -17,7 +17,10 @@ def test_namespaced_tools_are_known_to_review_by_the_names_the_client_runs() -> 
         "omit",
     )
     names = client_names(mapped.names)
-    assert names == {"mail__send_email": ClientTool("send_email", "mail"), "ops__run": ClientTool("run", "ops")}
+    assert names == {
+        "mail__send_email": ClientTool("send_email", "mail"),
+        "ops__run": ClientTool("run", "ops"),
+    }
     for pattern in ("send_email", "mail.send_email", "mail.*", "mail__send_email"):
         assert ReviewPolicy((pattern,)).covers("mail__send_email", names), pattern
     assert not ReviewPolicy(("crm.send_email", "send")).covers("mail__send_email", names)

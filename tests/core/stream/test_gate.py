@@ -284,7 +284,12 @@ def test_a_namespaced_call_is_matched_by_each_name_its_client_knows(pattern: str
     """The policy matches what the client will run (the bare name, `namespace.name`) as well as the
     flattened name the upstream called; the reviewer and the client are shown `namespace.name`."""
     g = StreamGate(
-        ReviewPolicy((pattern,)), new_id=ids(), trace_format=None, zh=False, max_event_bytes=1 << 20, names=MAIL
+        ReviewPolicy((pattern,)),
+        new_id=ids(),
+        trace_format=None,
+        zh=False,
+        max_event_bytes=1 << 20,
+        names=MAIL,
     )
     events = stream([("call_1", "mail__send_email", ['{"to":"a"}'])])
     passed = g.feed(b"".join(events))
@@ -292,7 +297,7 @@ def test_a_namespaced_call_is_matched_by_each_name_its_client_knows(pattern: str
     (held,) = g.held_calls(now=0.0, timeout=1.0, extra={"model": "m"})
     assert held.tool == "mail.send_email"
     assert held.listing()["upstream_tool"] == "mail__send_email" and held.listing()["model"] == "m"
-    content, calls, finish = assemble(passed + g.release({held.review_id: Decision(Verdict.REJECT)}, 5.0))
+    content, calls, _ = assemble(passed + g.release({held.review_id: Decision(Verdict.REJECT)}, 5.0))
     assert calls == {} and content.endswith("The call to mail.send_email was rejected by a reviewer.")
 
 

@@ -109,4 +109,7 @@ def test_a_namespaced_call_is_held_by_the_name_its_client_runs() -> None:
         ("mail.send_email", 0, {"upstream_tool": "mail__send_email"})
     ]
     out = release_completion(body, held, {}, zh=False)
-    assert out["choices"][0]["message"]["content"] == "The call to mail.send_email was not made: the review timed out."
+    assert (
+        out["choices"][0]["message"]["content"]
+        == "The call to mail.send_email was not made: the review timed out."
+    )
