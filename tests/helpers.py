@@ -224,3 +224,12 @@ def route_handler(app: Any, path: str, method: str) -> object:
             owner: object = route.endpoint.__self__
             return owner
     raise LookupError(f"no route {method} {path}")
+
+
+def laughs(levels: int) -> str:
+    """A YAML "billion laughs" (top-level keys a0…): each anchor a list of ten aliases of the one
+    before, so `levels` lines expand to about 10**levels nodes; the largest alias is on the
+    last line."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"

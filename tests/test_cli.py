@@ -9,7 +9,7 @@ import pytest
 
 from proxy.cli import main
 from proxy.core.providers import default_providers_path
-from tests.core.test_yamlfile import laughs
+from tests.helpers import laughs
 
 NOT_UTF8 = b"keys:\n  alice: {max_level: d\xe9ep}\n"
 BOMB = "keys:\n  alice: {max_level: standard}\n" + laughs(9)

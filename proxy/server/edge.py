@@ -158,8 +158,10 @@ class EdgeProtocol(HttpToolsProtocol):
             elif self._parse_rest:
                 try:
                     self.parser.feed_data(data)
-                except httptools.HttpParserError:  # the body's end (_BodyEnded), or not HTTP
-                    self._close_now()  # the client has sent all it meant to: nothing unread is left
+                except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+                    # The body's end (_BodyEnded): the client has sent all it meant to, and nothing
+                    # unread is left. (Or what follows is not HTTP, or an upgrade: closed as well.)
+                    self._close_now()
             return
         if self._drain_timer is not None:  # the rest of a body after an early answer
             self._drain_left -= len(data)

@@ -13,6 +13,7 @@ from proxy.core.providers import ProvidersTable
 from proxy.core.routing import RouteTable
 from proxy.core.tool_titles import load_tool_titles
 from proxy.core.yamlfile import decode_config, load_config
+from tests.helpers import laughs
 
 
 def test_yaml_1_2_booleans_keep_words_as_strings() -> None:
@@ -41,13 +42,6 @@ def test_json_reads_as_yaml_and_says_what_was_expected() -> None:
 
 
 # -- what a file may cost: aliases, nesting, bytes -------------------------------------------------
-
-
-def laughs(levels: int) -> str:
-    """A "billion laughs": each anchor a list of ten aliases of the one before (10**levels nodes)."""
-    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
-    return "\n".join(lines) + "\n"
 
 
 def refusal(text: str, source: str = "x.yaml") -> str:

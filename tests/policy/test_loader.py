@@ -9,7 +9,7 @@ import pytest
 from proxy.core.errors import ConfigError
 from proxy.core.gateway import parse_client_keys
 from proxy.policy.loader import load_policy
-from tests.core.test_yamlfile import laughs
+from tests.helpers import laughs
 
 KEYS = parse_client_keys(["alice:ck-alice"])
 

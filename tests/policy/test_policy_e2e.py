@@ -23,7 +23,7 @@ from proxy.mock import MockOptions, create_mock_app
 from proxy.policy.reload import reload_files
 from proxy.server.app import create_app, load_routes
 from proxy.server.serving import BackgroundServer
-from tests.helpers import make_settings, simulated_providers_file, start_serve
+from tests.helpers import laughs, make_settings, simulated_providers_file, start_serve
 
 POLICY = """\
 default: {max_level: deep}
@@ -241,6 +241,9 @@ def test_sighup_reloads_a_running_serve(mock: BackgroundServer, policy_file: Pat
         policy_file.write_text("keys:\n  alice: {max_level: high}\n")
         hup_and_wait_for(lambda: any("was not reloaded" in line for line in lines), "the refusal logged")
         assert applied() == "deep"  # the one in use stays
+        policy_file.write_text(POLICY + laughs(9))  # an alias bomb: a billion nodes once expanded
+        hup_and_wait_for(lambda: sum("was not reloaded" in line for line in lines) == 2, "the bomb refused")
+        assert applied() == "deep" and server.poll() is None
         policy_file.write_text(POLICY)
         hup_and_wait_for(lambda: applied() == "standard", "standard applied")
         assert server.poll() is None
@@ -248,6 +251,8 @@ def test_sighup_reloads_a_running_serve(mock: BackgroundServer, policy_file: Pat
         server.terminate()
         server.wait(timeout=20)
         reader.join(timeout=20)
-    refusal = next(line for line in lines if "was not reloaded" in line)
+        stdout.close()
+    refusal, bomb = (line for line in lines if "was not reloaded" in line)
     assert "the policy file was not reloaded, the one in use stays" in refusal
     assert "keys.alice.max_level: 'high' is not a level" in refusal
+    assert "policy.yaml:16: refused: its aliases would add 1,234,567,880 nodes" in bomb

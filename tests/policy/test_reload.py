@@ -12,8 +12,7 @@ import pytest
 from proxy.core.controls import Level
 from proxy.policy.reload import reload_files
 from proxy.server.app import create_app, load_routes
-from tests.core.test_yamlfile import laughs
-from tests.helpers import make_settings
+from tests.helpers import laughs, make_settings
 
 POLICY = "keys:\n  alice: {max_level: standard}\n"
 

@@ -39,8 +39,20 @@ def edge_proxy(mock: BackgroundServer, **overrides: object) -> BackgroundServer:
     return BackgroundServer(create_app(settings))
 
 
+_OPENED: list[socket.socket] = []
+
+
+@pytest.fixture(autouse=True)
+def close_sockets() -> Iterator[None]:
+    """The raw sockets a test opened, closed after it (however it ended)."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def connect(server: BackgroundServer) -> socket.socket:
     sock = socket.create_connection((server.host, server.port), timeout=GENEROUS_S)
+    _OPENED.append(sock)
     return sock
 
 
