@@ -47,8 +47,8 @@ from proxy.core.stream.trace import TraceBuilder
 from proxy.server.asgi import BodyProducer, RelayResponse, body_piece
 from proxy.server.handlers import Proxy
 from proxy.server.messages_native import forward_native
-from proxy.server.responses_door import CHAT_PATH, OFFLOAD_BLOBS, OMITTED_TOOLS_HEADER, add_notes
-from proxy.server.responses_store import store_spill
+from proxy.server.responses_door import CHAT_PATH, OMITTED_TOOLS_HEADER, add_notes
+from proxy.server.responses_store import restore_history, store_spill
 from proxy.server.tenancy import DoorSecrets
 from proxy.state.base import StateStore
 
@@ -198,26 +198,12 @@ class MessagesDoor:
         """The history's thinking put back from its signatures (each distinct one opened once): in
         a worker thread past OFFLOAD_BLOBS signatures, so that opening many never holds the loop."""
         turns, ctx = bridged.thinking, expansion.ctx
-        offload = sum(1 for turn in turns for block in turn.blocks if block.signature) > OFFLOAD_BLOBS
-        if offload:
-            keys = await asyncio.to_thread(spilled_keys, turns, ctx, expansion)
-        else:
-            keys = spilled_keys(turns, ctx, expansion)
-        spilled = await self._spilled(keys)
-        if offload:
-            return await asyncio.to_thread(restore_thinking, messages, turns, ctx, spilled, expansion)
-        return restore_thinking(messages, turns, ctx, spilled, expansion)
-
-    async def _spilled(self, keys: list[str]) -> dict[str, bytes | None]:
-        """The large reasoning payloads the history's signatures refer to (a store fault: none)."""
-        if not keys or self.store is None:
-            return {}
-        try:
-            values = await self.store.get_many(keys)
-        except Exception:
-            logger.warning("The state store did not answer for large reasoning payloads.")
-            return {}
-        return dict(zip(keys, values, strict=True))
+        return await restore_history(
+            sum(1 for turn in turns for block in turn.blocks if block.signature),
+            lambda: spilled_keys(turns, ctx, expansion),
+            lambda spilled: restore_thinking(messages, turns, ctx, spilled, expansion),
+            self.store,
+        )
 
 
 def with_pings(produce: BodyProducer, interval: float, record: AccessRecord) -> BodyProducer:

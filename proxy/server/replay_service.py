@@ -6,7 +6,7 @@ Per request (chat completions only):
 
 - `restore(...)` — tenant from the presented key, `plan_lookups` (pure), one `get_many` (one round
   trip; after a rotation of the secret, what it missed is asked again under each earlier secret's
-  tenant hash: proxy.server.tenancy), `apply_restore` (pure). A store that is down or slow is a
+  tenant hash: proxy.server.tenancy.get_rotated), `apply_restore` (pure). A store that is down or slow is a
   miss: the provider's miss policy applies (DeepSeek and Kimi get the empty placeholder they
   accept: without it they answer 400, which made an outage worse than an empty store). The fault
   is logged once per interval and counted (`record.notes["state.errors"]`, read by metrics);
@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ from proxy.core.replay import (
 from proxy.core.replay_keys import Secrets, Tenants, plan_lookups, store_key, turn_keys
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.trace import TraceBuilder
-from proxy.server.tenancy import deployment_secrets
+from proxy.server.tenancy import deployment_secrets, get_rotated
 from proxy.settings import Settings
 from proxy.state import MemoryStore, StateStore, StoreUnavailable, build_store
 
@@ -115,10 +115,11 @@ class ReplayService:
         # lookup that misses a turn one of them carries waits for its end. See `_await_open`.
         self._open: dict[str, dict[ReplayNote, None]] = {}
         self._open_count = 0
-        # Captured turns waiting for the background writer (Redis), and whose they are: a
+        # Captured turns waiting for the background writer (Redis), by tenant (each written with
+        # its tenant: the store counts it toward that tenant's share where it keeps shares); a
         # request waits only when its own tenant has writes queued or in flight.
-        self._queue: list[tuple[str, bytes]] = []
-        self._queued_tenants: set[str] = set()
+        self._queue: dict[str, list[tuple[str, bytes]]] = {}
+        self._queued = 0  # entries in `_queue`
         self._writing_tenants: set[str] = set()
         self._writer: asyncio.Task[None] | None = None
         self._last_outage_log = float("-inf")
@@ -175,9 +176,10 @@ class ReplayService:
         reads_failed = 0
         if plan.keys:
             try:
-                found = await self._lookup(tenant, plan.keys)
-                if tenants.earlier and None in found.values():
-                    await self._lookup_earlier(tenants, body.get("messages"), policy, plan.keys, found)
+                messages = body.get("messages")
+                found = await self._lookup(
+                    tenants, plan.keys, lambda under: plan_lookups(messages, policy, under).keys
+                )
             except Exception as exc:
                 # StoreUnavailable, or anything else a backend let through: the store must never
                 # fail a request, whatever went wrong in it. What it did not answer is a miss.
@@ -195,36 +197,22 @@ class ReplayService:
         self._note_faults(record, reads=reads_failed)
         return Prepared(result.body, capture, result)
 
-    async def _lookup(self, tenant: str, keys: Sequence[str]) -> dict[str, Remembered | None]:
-        if self._writer is not None and (tenant in self._queued_tenants or tenant in self._writing_tenants):
+    async def _lookup(
+        self, tenants: Tenants, keys: Sequence[str], keys_of: Callable[[str], Sequence[str]] | None = None
+    ) -> dict[str, Remembered | None]:
+        """The remembered turns under `keys` (named under the current hash); with `keys_of` (the
+        same turns named under another hash), what is missing there is asked again under each
+        earlier secret's hash after a rotation (proxy.server.tenancy.get_rotated)."""
+        tenant = tenants.current
+        if self._writer is not None and (tenant in self._queue or tenant in self._writing_tenants):
             await self.drain()  # this process's own writes land before it reads
-        values = await self.store.get_many(keys)
+
+        def named(under: str) -> Sequence[str]:
+            return keys if under == tenant or keys_of is None else keys_of(under)
+
+        values = await get_rotated(self.store, tenants if keys_of is not None else Tenants(tenant), named)
         decode = self._records.decode
         return {key: decode(value) for key, value in zip(keys, values, strict=True)}
-
-    async def _lookup_earlier(
-        self,
-        tenants: Tenants,
-        messages: Any,
-        policy: ReplayPolicy,
-        keys: Sequence[str],
-        found: dict[str, Remembered | None],
-    ) -> None:
-        """After a rotation: the turns the current hash missed, under each earlier secret's hash in
-        turn (the same plan under another tenant names the same turns, in the same order)."""
-        for tenant in tenants.earlier:
-            missing = [key for key, value in found.items() if value is None]
-            if not missing:
-                return
-            older = plan_lookups(messages, policy, tenant).keys
-            if len(older) != len(keys):
-                return  # (never: the plan's shape does not depend on the tenant)
-            renamed = dict(zip(keys, older, strict=True))
-            values = await self.store.get_many([renamed[key] for key in missing])
-            decode = self._records.decode
-            for key, value in zip(missing, values, strict=True):
-                if value is not None:
-                    found[key] = decode(value)
 
     async def _await_open(self, tenant: str, found: dict[str, Remembered | None]) -> int:
         """A lookup missed, and responses of this tenant have not ended yet: if one of them carries
@@ -251,7 +239,7 @@ class ReplayService:
             return 0
         await asyncio.wait(waits, timeout=WRITE_WAIT_S)
         try:
-            found.update(await self._lookup(tenant, [key for key in found if key in missed]))
+            found.update(await self._lookup(Tenants(tenant), [key for key in found if key in missed]))
         except Exception as exc:  # what the first lookup found stands; the rest stay misses
             self._outage(exc)
             return 1
@@ -342,28 +330,31 @@ class ReplayService:
             return
         self.totals["captured"] += len(items)
         if isinstance(self.store, MemoryStore):
-            self.store.put_now(items)  # nothing to wait for: written before the client hears back
+            # (nothing to wait for: written before the client hears back; counted as the tenant's)
+            self.store.put_now(items, tenant=note.tenant)
             return
-        if len(self._queue) >= MAX_QUEUED_WRITES:
+        if self._queued >= MAX_QUEUED_WRITES:
             self.totals["dropped"] += len(items)  # the store is far behind: shed, never grow
             return
-        self._queue.extend(items)
-        self._queued_tenants.add(note.tenant)
+        self._queue.setdefault(note.tenant, []).extend(items)
+        self._queued += len(items)
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_queued())
 
     async def _write_queued(self) -> None:
         """One writer per process: whatever responses ended meanwhile goes out as one pipelined
-        batch, so a burst of captures costs a few round trips and one connection, not one each."""
+        batch per tenant, so a burst of captures costs a few round trips and one connection, not
+        one each."""
         try:
             while self._queue:
-                items, self._queue = self._queue, []
-                self._writing_tenants, self._queued_tenants = self._queued_tenants, set()
-                try:
-                    await self.store.put_many(items)
-                except Exception as exc:  # a background write: nobody else would hear of it
-                    self._unreported_writes += 1
-                    self._outage(exc)
+                batches, self._queue, self._queued = self._queue, {}, 0
+                self._writing_tenants = set(batches)
+                for tenant, items in batches.items():
+                    try:
+                        await self.store.put_many(items, tenant=tenant)
+                    except Exception as exc:  # a background write: nobody else would hear of it
+                        self._unreported_writes += 1
+                        self._outage(exc)
         finally:
             self._writing_tenants = set()
             self._writer = None

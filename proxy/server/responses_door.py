@@ -17,7 +17,6 @@ The I/O lives here: reading and writing stored responses in the state store, the
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 import time
@@ -31,6 +30,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from proxy.core import plan
+from proxy.core.budgets import output_cap
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadRequest, NotFound, quoted
 from proxy.core.events import AccessRecord
@@ -61,7 +61,13 @@ from proxy.core.stream.trace import TraceBuilder
 from proxy.server.handlers import Proxy
 from proxy.server.native_owners import NativeOwners
 from proxy.server.responses_native import forward_native
-from proxy.server.responses_store import StoredResponses, input_items, store_spill, stored_keys
+from proxy.server.responses_store import (
+    StoredResponses,
+    input_items,
+    restore_history,
+    store_spill,
+    stored_keys,
+)
 from proxy.server.tenancy import DoorSecrets
 from proxy.state.base import StateStore
 
@@ -69,9 +75,6 @@ logger = logging.getLogger("thinkproxy.responses")
 
 OMITTED_TOOLS_HEADER = "x-thinking-omitted-tools"
 CHAT_PATH = "/v1/chat/completions"
-# Past this many sealed blobs in one history, opening them (decryption, inflation) runs in a worker
-# thread, so a request full of blobs never holds the event loop (and /healthz) for long.
-OFFLOAD_BLOBS = 64
 
 
 def new_id(prefix: str) -> str:
@@ -172,9 +175,12 @@ class ResponsesDoor:
             if compact:  # the upstream compacts itself: its own endpoint, as it came
                 if self.owners.active:  # (it may continue a stored response: only its creator's)
                     await self.owners.check_continuation(self.owners.tenants(request.headers.items()), parsed)
-                req = plan.passthrough(arrival, tgt, gateway_mode=s.gateway.enabled)
-                # (budgeted, and its usage read: it reaches a model)
-                return await proxy.relay_as_it_came(request, req, record, started, reaches_model=True)
+                # (budgeted, and its usage read, uncompressed: it reaches a model)
+                req = plan.passthrough(arrival, tgt, gateway_mode=s.gateway.enabled, read=True)
+                asks = output_cap(parsed)
+                return await proxy.relay_as_it_came(
+                    request, req, record, started, reaches_model=True, asks=asks
+                )
             return await forward_native(
                 proxy, request, arrival, intent, tgt, dialect, record, started, owners=self.owners
             )
@@ -264,16 +270,12 @@ class ResponsesDoor:
     ) -> RestoreReport:
         """The history's reasoning put back from its blobs (each distinct one opened once): in a
         worker thread past OFFLOAD_BLOBS blobs, so that opening many never holds the event loop."""
-        blobs = sum(1 for turn in bridged.reasoning for item in turn.items if item.encrypted_content)
-        if blobs <= OFFLOAD_BLOBS:
-            keys = spilled_keys(bridged.reasoning, ctx, expansion)
-        else:
-            keys = await asyncio.to_thread(spilled_keys, bridged.reasoning, ctx, expansion)
-        spilled = await self.stored.spilled(keys)
-        if blobs <= OFFLOAD_BLOBS:
-            return restore_reasoning(messages, bridged.reasoning, ctx, spilled, expansion)
-        return await asyncio.to_thread(
-            restore_reasoning, messages, bridged.reasoning, ctx, spilled, expansion
+        turns = bridged.reasoning
+        return await restore_history(
+            sum(1 for turn in turns for item in turn.items if item.encrypted_content),
+            lambda: spilled_keys(turns, ctx, expansion),
+            lambda spilled: restore_reasoning(messages, turns, ctx, spilled, expansion),
+            self.store,
         )
 
     # -- the WebSocket transport ------------------------------------------------------------------

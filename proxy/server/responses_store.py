@@ -4,12 +4,16 @@ an `item_reference` names, and reasoning payloads too large to seal inline.
 - A stored response holds its own turn only (proxy.core.protocols.responses_state.StoredResponse):
   `previous_response_id` walks the chain of records back (`StoredResponses.earlier`), one lookup
   per earlier turn, and a new record touches the earlier ones so the whole chain lives as long as
-  its latest turn. A chain of n turns stores O(n) bytes, not O(n^2).
+  its latest turn. A chain of n turns stores O(n) bytes, not O(n^2). A chain is walked back at
+  most MAX_CHAIN_TURNS turns (past it a 400 asks for the items in `input`), letting the event
+  loop run between records.
 - One record holds at most STORED_RESPONSE_CAP bytes; past it a stub says why it cannot be
   continued or read. Each record, item and payload counts toward its tenant's share of the store
   (proxy.state.memory): one tenant's flood evicts its own entries.
-- What a request brings back (references, earlier turns) counts against its expansion limit
-  (proxy.core.protocols.expansion): past THINKPROXY_MAX_BODY_BYTES, a 413.
+- What a request brings back (references, earlier turns' items: not the instructions and tools
+  each record echoes) counts against its expansion limit (proxy.core.protocols.expansion): past
+  THINKPROXY_MAX_BODY_BYTES, a 413. References are read in batches, so the 413 comes before the
+  rest are fetched.
 
 A store that does not answer never fails a request that does not need it: a write is skipped
 (logged), a reference left out; a `previous_response_id` it cannot read is a 503.
@@ -17,13 +21,16 @@ A store that does not answer never fails a request that does not need it: a writ
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 from proxy.core.errors import BadRequest, ServiceUnavailable, quoted
 from proxy.core.protocols.expansion import SPILL_CAP, Expansion
 from proxy.core.protocols.responses_state import RESPONSE_KIND, STORED_RESPONSE_CAP, StoredResponse
+from proxy.core.protocols.sealing import RestoreReport
 from proxy.core.replay_keys import Tenants, store_key
 from proxy.core.stream import jsonio
 from proxy.server.tenancy import every_key, get_rotated
@@ -32,6 +39,45 @@ from proxy.state.base import StateStore
 logger = logging.getLogger("thinkproxy.responses")
 
 ITEM_KIND = "response_item"  # the replay_keys kind of a stored output item
+# Past this many sealed blobs in one history, opening them (decryption, inflation) runs in a worker
+# thread, so a request full of blobs never holds the event loop (and /healthz) for long.
+OFFLOAD_BLOBS = 64
+# The most stored turns a `previous_response_id` chain is walked back (one lookup each): past it a
+# 400 asks for the items in `input`. Codex sends its items itself; 1,000 turns is far past what
+# any client continues by id, and bounds what one request can make the store answer.
+MAX_CHAIN_TURNS = 1_000
+CHAIN_YIELD_EVERY = 64  # a chain walk lets the event loop run other tasks this often
+REFERENCE_BATCH = 256  # `item_reference` ids read per store call (counted before the next)
+
+
+async def read_spilled(store: StateStore | None, keys: list[str]) -> dict[str, bytes | None]:
+    """The large reasoning payloads a history's blobs refer to, by key (a store fault: none, so
+    those blobs count as missing; the store off: none)."""
+    if not keys or store is None:
+        return {}
+    try:
+        values = await store.get_many(keys)
+    except Exception:
+        logger.warning("The state store did not answer for large reasoning payloads.")
+        return {}
+    return dict(zip(keys, values, strict=True))
+
+
+async def restore_history(
+    blobs: int,
+    keys_of: Callable[[], list[str]],
+    restore: Callable[[Mapping[str, bytes | None]], RestoreReport],
+    store: StateStore | None,
+) -> RestoreReport:
+    """Both doors' restore of a history's reasoning from its `blobs` sealed blobs: the store keys
+    they refer to (`keys_of`, opening each distinct blob once), those payloads read, then
+    `restore`. Opening runs in a worker thread past OFFLOAD_BLOBS blobs, so that a request full
+    of blobs never holds the event loop (and /healthz) for long."""
+    if blobs <= OFFLOAD_BLOBS:
+        return restore(await read_spilled(store, keys_of()))
+    keys = await asyncio.to_thread(keys_of)
+    spilled = await read_spilled(store, keys)
+    return await asyncio.to_thread(restore, spilled)
 
 
 async def store_spill(
@@ -79,6 +125,10 @@ def _key_of(kind: str, ident: str, tenant: str) -> str:
     return store_key(tenant, kind, ident)
 
 
+def _keys_of(kind: str, idents: list[str], tenant: str) -> list[str]:
+    return [store_key(tenant, kind, ident) for ident in idents]
+
+
 def is_reference(item: Any) -> bool:
     """An `item_reference` (its type may be left out: an object with only an id)."""
     if not isinstance(item, dict) or not isinstance(item.get("id"), str):
@@ -104,10 +154,21 @@ class StoredResponses:
         if not isinstance(previous, str) or not previous:
             raise BadRequest("previous_response_id must be a response id.", param="previous_response_id")
         shares: list[list[Any]] = []
-        keys: list[str] = []
+        visited: set[str] = set()  # (a record naming one already walked ends the chain: no loop)
         store_keys: list[str] = []  # (where each was found: under an earlier secret's hash after a rotation)
         at: str | None = previous
-        while at is not None and at not in keys:
+        while at is not None and at not in visited:
+            if len(store_keys) >= MAX_CHAIN_TURNS:
+                raise BadRequest(
+                    f"Previous response {quoted(previous)} continues a chain of more than "
+                    f"{MAX_CHAIN_TURNS:,} stored turns, the most the proxy walks back for "
+                    "previous_response_id. Send the conversation's items in input instead (or start a "
+                    "new chain from them).",
+                    code="previous_response_chain_too_long",
+                    param="previous_response_id",
+                )
+            if store_keys and len(store_keys) % CHAIN_YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # (a long walk never holds the loop: the memory store never waits)
             key, raw = await self.load_rotated(tenants, at)
             stored = StoredResponse.decode(raw)
             if stored is None:
@@ -132,9 +193,11 @@ class StoredResponses:
                     code="previous_response_too_large",
                     param="previous_response_id",
                 )
-            expansion.charge(len(raw or b""))
-            shares.append(stored.conversation())
-            keys.append(at)
+            share = stored.conversation()
+            # (what the turn puts back: its items, not the instructions and tools each record echoes)
+            expansion.charge(len(jsonio.dumps(share)))
+            shares.append(share)
+            visited.add(at)
             store_keys.append(key)
             at = stored.previous
         return [item for share in reversed(shares) for item in share], store_keys
@@ -151,17 +214,19 @@ class StoredResponses:
             return items, [], []
         found: dict[str, Any] = {}
         if self.store is not None:
-            try:
-                values = await get_rotated(
-                    self.store, tenants, lambda tenant: [store_key(tenant, ITEM_KIND, ref) for ref in refs]
-                )
-            except Exception:
-                logger.warning("The state store did not answer for referenced items; they are left out.")
-                values = [None] * len(refs)
-            for ref, value in zip(refs, values, strict=True):
-                if value:
-                    expansion.charge(len(value))
-                    found[ref] = jsonio.loads(value)
+            # In batches, each counted before the next is read: past the limit, the 413 comes
+            # before the rest are fetched.
+            for start in range(0, len(refs), REFERENCE_BATCH):
+                batch = refs[start : start + REFERENCE_BATCH]
+                try:
+                    values = await get_rotated(self.store, tenants, partial(_keys_of, ITEM_KIND, batch))
+                except Exception:
+                    logger.warning("The state store did not answer for referenced items; they are left out.")
+                    break
+                for ref, value in zip(batch, values, strict=True):
+                    if value:
+                        expansion.charge(len(value))
+                        found[ref] = jsonio.loads(value)
         out: list[Any] = []
         placed: set[str] = set()
         repeated: dict[str, None] = {}
@@ -178,14 +243,7 @@ class StoredResponses:
 
     async def spilled(self, keys: list[str]) -> dict[str, bytes | None]:
         """The large reasoning payloads the history's blobs refer to (a store fault: none)."""
-        if not keys or self.store is None:
-            return {}
-        try:
-            values = await self.store.get_many(keys)
-        except Exception:
-            logger.warning("The state store did not answer for large reasoning payloads.")
-            return {}
-        return dict(zip(keys, values, strict=True))
+        return await read_spilled(self.store, keys)
 
     async def load(self, tenants: Tenants, response_id: str) -> StoredResponse | None:
         return StoredResponse.decode((await self.load_rotated(tenants, response_id))[1])
@@ -253,8 +311,11 @@ class StoredResponses:
             if isinstance(item, dict) and isinstance(item.get("id"), str):
                 entries.append((store_key(tenant, ITEM_KIND, item["id"]), jsonio.dumps(item)))
         try:
-            if earlier_keys:  # (the earlier turns live as long as the latest: one chain)
-                await self.store.touch_many(earlier_keys)
             await self.store.put_many(entries, tenant=tenant)
         except Exception:  # the state store never fails a request: the response is just not kept
             logger.warning("Storing response %s failed: it cannot be continued or read.", final.get("id"))
+        if earlier_keys:  # (the earlier turns live as long as the latest: one chain)
+            try:
+                await self.store.touch_many(earlier_keys)
+            except Exception:  # (the earlier turns then expire on their own time)
+                logger.warning("Keeping the earlier turns of response %s failed.", final.get("id"))

@@ -5,14 +5,15 @@ Whatever clients send (a flood of unique tool-call ids), the oldest entries are 
 either bound is reached, so the store never holds more than `max_bytes`. Expiry is checked on read
 and the oldest expired entries are dropped on write; no timer runs.
 
-**A share per tenant.** An entry written with its tenant (`put_many(..., tenant=…)`: the
-Responses door's stored responses, items and large reasoning payloads) counts toward that tenant's
-bytes. A tenant may use more than its share (`tenant_share`, by default an eighth of `max_bytes`)
-while the store has room; once it is full, what gives way is the oldest entry of the writer when
+**A share per tenant.** An entry written with its tenant (`put_many(..., tenant=…)`: every
+entry the proxy writes, the replay store's remembered turns, the Responses door's stored responses,
+items and large reasoning payloads, native response owners) counts toward that tenant's bytes.
+A tenant may use more than its share (`tenant_share`, by default an eighth of `max_bytes`) while
+the store has room; once it is full, what gives way is the oldest entry of the writer when
 the writer holds more than its share, else of the tenant holding the most beyond its share, and
 only when no tenant is past its share the oldest entry of all. So one tenant's flood (14 requests
 with a 5 MiB image each) evicts its own entries, never another tenant's stored response. Entries
-written without a tenant (the replay store's) take part only in the store-wide order.
+written without a tenant take part only in the store-wide order.
 
 `max_bytes` bounds what the process really holds, not the values' lengths: each value is copied
 into a bytes object of its exact size (orjson.dumps, which makes the values, returns bytes whose

@@ -20,6 +20,7 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
 from proxy.core.providers import ProvidersTable
+from proxy.core.replay_keys import Secrets
 from proxy.mock import MockOptions, create_mock_app
 from proxy.mock.scenarios import Depth, answer
 from proxy.server.app import create_app
@@ -815,3 +816,67 @@ async def test_a_lookup_waits_for_the_open_response_that_carries_the_turn(backen
 @contextlib.contextmanager
 def _no_redis() -> Iterator[None]:
     yield None
+
+
+# --- the per-tenant share (issue 41 review, item 2) ----------------------------------------------
+
+
+class _QueuedMemory:
+    """A memory store the service does not recognise as one: its writes take the background
+    queue (the path a Redis store takes), then land in the same memory store."""
+
+    name = "queued-memory"
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+
+    async def get_many(self, keys: Any) -> list[bytes | None]:
+        return await self.inner.get_many(keys)
+
+    async def put_many(self, items: Any, *, tenant: str | None = None) -> None:
+        await self.inner.put_many(items, tenant=tenant)
+
+    async def touch_many(self, keys: Any) -> None:
+        await self.inner.touch_many(keys)
+
+    async def delete_many(self, keys: Any) -> None:
+        await self.inner.delete_many(keys)
+
+    async def ping(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("path", ["memory", "queued"])
+async def test_one_tenants_replay_flood_never_evicts_another_tenants_stored_response(path: str) -> None:
+    """Replay entries are written with their tenant: tenant A's flood of remembered turns counts
+    toward A's share, so once the store is full A's own entries give way, not tenant B's response."""
+    from proxy.core.events import AccessRecord
+    from proxy.server.replay_service import ReplayService
+
+    memory = MemoryStore(ttl=60, max_bytes=400_000)  # a share of 50,000 bytes per tenant
+    store: Any = memory if path == "memory" else _QueuedMemory(memory)
+    service = ReplayService(store, b"secret")
+    dialect = ProvidersTable.load().match("https://api.deepseek.com/v1", "deepseek-flash")
+    await memory.put_many([("tenant-b:response", b"b" * 5_000)], tenant="tenant-b")
+    headers = [("authorization", "Bearer sk-tenant-a")]
+    try:
+        for i in range(400):  # ~1 MB of remembered turns: more than the whole store holds
+            record = AccessRecord("POST", "/v1/chat/completions", status=200)
+            prepared = await service.prepare(
+                {"messages": [], "tools": TOOLS_F}, dialect, "m", headers, record
+            )
+            assert prepared.capture is not None
+            prepared.capture.chunk(_tool_chunk(f"call_flood_{i}"))
+            prepared.capture.reasoning(0, f"thought {i} " + "x" * 2_500)
+            service.capture(record)
+            await service.drain()
+        assert service.totals["captured"] == 400
+        assert memory.bytes <= memory.max_bytes
+        assert await memory.get_many(["tenant-b:response"]) == [b"b" * 5_000]
+        tenant_a = Secrets(b"secret").tenants("sk-tenant-a").current
+        assert memory.tenant_bytes(tenant_a) > 0  # A's entries are counted as A's
+    finally:
+        await service.aclose()

@@ -12,9 +12,13 @@ Expanded once each they are what the client's history holds; expanded every time
 they made a 13.6 KB request into a 150 MB upstream body. So, per request:
 
 - `Expansion.opened` opens each distinct blob once (cached by kind, bindings and text: a blob
-  repeated 300 times costs one decryption and one inflation);
+  repeated 300 times costs one decryption and one inflation) and charges an inline payload's size
+  as soon as it is inflated, before it is kept: many distinct blobs that each inflate to
+  `seal.RAW_CAP` are a 413 once the limit is passed, not after every one was inflated and held
+  (the doors open them all to find the reference keys before anything is put back);
 - `Expansion.payload` reads each distinct blob's payload once (a reference blob's from what the
-  store held, refused past `SPILL_CAP`, the cap an inline payload has) and charges its size;
+  store held, refused past `SPILL_CAP`, the cap an inline payload has) and charges a reference's
+  size (an inline one was charged when opened);
 - `Expansion.first_use` tells a door's restore that a blob was already put back on an earlier
   message or item: a repeated blob adds nothing more to the upstream body;
 - `Expansion.charge` counts everything put back (restored reasoning, resolved items, earlier
@@ -60,6 +64,7 @@ class Expansion:
         self.ctx = ctx
         self.limit = limit
         self.used = 0
+        self.opened_blobs = 0  # distinct blobs opened (decrypted, and inflated when inline)
         self._opened: dict[tuple[str, tuple[tuple[str, ...], ...], str], seal.Opened | None] = {}
         self._payloads: dict[tuple[str, tuple[tuple[str, ...], ...], str], dict[str, Any] | None] = {}
         self._used_blobs: set[str] = set()
@@ -77,6 +82,9 @@ class Expansion:
         if key in self._opened:
             return self._opened[key]
         opened = opened_blob(self.ctx, kind, key[1], text)
+        self.opened_blobs += 1
+        if isinstance(opened, seal.Inline):
+            self.charge(_size(opened.payload))  # (past the limit: a 413, and the payload is not kept)
         self._opened[key] = opened
         return opened
 
@@ -93,21 +101,20 @@ class Expansion:
         spilled: Mapping[str, bytes | None],
     ) -> dict[str, Any] | None:
         """A blob's payload (a reference's from `spilled`, none past `SPILL_CAP`), read once and
-        charged once: None for a blob that does not open or whose payload is missing."""
+        charged once (an inline one when it was opened): None for a blob that does not open or
+        whose payload is missing."""
         key = (str(kind), tuple(tuple(ids) for ids in id_sets), text)
         if key in self._payloads:
             return self._payloads[key]
         opened = self.opened(kind, id_sets, text)
         payload: dict[str, Any] | None = None
         if isinstance(opened, seal.Inline):
-            payload = opened.payload
+            payload = opened.payload  # (the model rule applied and charged when opened)
         elif isinstance(opened, seal.Reference):
             found = _spilled_payload(spilled.get(opened.key))
-            payload = self.ctx.usable(found) if found is not None else None  # (the model rule)
-            if payload is not None:  # (an inline one had it applied when opened: sealing.opened_blob)
-                payload = self.ctx.usable(payload)
-        if payload is not None:
-            self.charge(_size(payload))
+            if found is not None:  # (the model rule, here once: an inline one had it when opened)
+                payload = self.ctx.usable(found)
+                self.charge(_size(payload))
         self._payloads[key] = payload
         return payload
 

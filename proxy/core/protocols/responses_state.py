@@ -262,10 +262,12 @@ def expand_compaction(
             out.append(item)
             continue
         blob = item.get("encrypted_content")
-        opened = opener.opened("responses.compaction", ((),), blob) if isinstance(blob, str) else None
+        text = blob if isinstance(blob, str) else ""
+        opened = opener.opened("responses.compaction", ((),), text) if text else None
         summary = opened.payload.get("summary") if isinstance(opened, seal.Inline) else None
         if isinstance(summary, str) and summary:
-            opener.charge(len(summary))
+            if not opener.first_use(text):  # (counted when opened; a repeat adds it again)
+                opener.charge(len(summary.encode("utf-8", "surrogatepass")))
             out.append({"type": "message", "role": "user", "content": summary})
         else:
             dropped += 1

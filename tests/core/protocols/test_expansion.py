@@ -3,6 +3,8 @@ counted once, a repeated one put back once, a reference's payload capped, the to
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
@@ -11,8 +13,10 @@ from proxy.core.errors import PayloadTooLarge
 from proxy.core.protocols.expansion import SPILL_CAP, Expansion
 from proxy.core.protocols.messages_request import bridge_messages
 from proxy.core.protocols.messages_state import restore_thinking
+from proxy.core.protocols.messages_state import spilled_keys as messages_spilled_keys
 from proxy.core.protocols.responses_input import map_input
-from proxy.core.protocols.responses_state import restore_reasoning
+from proxy.core.protocols.responses_state import expand_compaction, restore_reasoning, seal_compaction
+from proxy.core.protocols.responses_state import spilled_keys as responses_spilled_keys
 from proxy.core.protocols.sealing import SealContext
 
 KEYS = seal.SealKeys(b"secret-one")
@@ -92,3 +96,72 @@ def test_messages_a_repeated_signature_is_restored_once() -> None:
     chat = bridged.body["messages"]
     restore_thinking(chat, bridged.thinking, CTX, expansion=Expansion(CTX, 1 << 20))
     assert [m.get("reasoning_content") for m in chat if m["role"] == "assistant"] == [TEXT, None]
+
+
+def test_many_distinct_blobs_are_a_413_before_their_payloads_are_held() -> None:
+    """Each distinct blob's payload counts when it is opened (spilled_keys opens them all before
+    the restore): 60 blobs of ~1 KB that inflate to ~900 KB each pass a 5 MB limit at the sixth,
+    not after 54 MB were inflated and held."""
+    limit = 5_000_000
+    blobs = [blob("responses.reasoning", f"{i} " + "y" * 900_000) for i in range(60)]
+    assert all(len(text) < 2_000 for text in blobs)
+    items: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    for text in blobs:
+        items += [{"type": "reasoning", "summary": [], "encrypted_content": text}]
+        items += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
+    mapped = map_input(items, None)
+    expansion = Expansion(CTX, limit)
+    with pytest.raises(PayloadTooLarge):
+        responses_spilled_keys(mapped.restore, CTX, expansion)
+    assert expansion.opened_blobs <= limit // 900_000 + 1
+    assert expansion.used <= limit + SPILL_CAP
+
+
+def test_an_opened_payload_is_counted_once_whether_opened_or_put_back() -> None:
+    expansion = Expansion(CTX, 1 << 30)
+    text = blob("responses.reasoning")
+    expansion.opened("responses.reasoning", ((),), text)
+    used = expansion.used
+    assert used >= len(TEXT)
+    assert expansion.payload("responses.reasoning", ((),), text, {}) is not None
+    assert expansion.used == used and expansion.opened_blobs == 1
+
+
+def test_a_reference_payload_has_the_model_rule_applied_once() -> None:
+    key = "tp:spilled"
+    data = orjson.dumps({"reasoning": "r", "model": "m", "details": [{"type": "x"}]})
+    reference = seal.seal_reference(KEYS, CTX.binding("responses.reasoning"), key).text
+    ctx = SealContext(KEYS, "tenant-a", "deepseek", "https://api.deepseek.com", 1_700_000_000, "m")
+    payload = Expansion(ctx, 1 << 30).payload("responses.reasoning", ((),), reference, {key: data})
+    assert payload == ctx.usable(orjson.loads(data))
+
+
+def test_a_compaction_summary_counts_its_utf8_bytes() -> None:
+    summary = "对话摘要：用户要求重构模块。" * 10  # 3 bytes a character
+    compaction = seal_compaction(CTX, summary)
+    assert compaction is not None
+    expansion = Expansion(CTX, 1 << 20)
+    out, dropped = expand_compaction(
+        [{"type": "compaction", "encrypted_content": compaction}], CTX, expansion
+    )
+    assert dropped == 0 and out[0]["content"] == summary
+    assert expansion.used == len(summary.encode())
+    item = {"type": "compaction", "encrypted_content": compaction}
+    out, _ = expand_compaction([item, item], CTX, expansion)  # a repeat puts the summary back again
+    assert len(out) == 2 and expansion.used == 3 * len(summary.encode())
+
+
+def test_messages_many_distinct_signatures_are_a_413_before_their_payloads_are_held() -> None:
+    limit = 5_000_000
+    messages: list[dict[str, Any]] = []
+    for i in range(60):
+        signature = blob("anthropic.thinking", f"{i} " + "y" * 900_000)
+        thinking = {"type": "thinking", "thinking": "(shown)", "signature": signature}
+        messages += [{"role": "user", "content": "next"}, {"role": "assistant", "content": [thinking]}]
+    bridged = bridge_messages(
+        {"model": "m", "max_tokens": 9, "messages": [*messages, {"role": "user", "content": "x"}]}
+    )
+    expansion = Expansion(CTX, limit)
+    with pytest.raises(PayloadTooLarge):
+        messages_spilled_keys(bridged.thinking, CTX, expansion)
+    assert expansion.opened_blobs <= limit // 900_000 + 1
