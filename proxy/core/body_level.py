@@ -32,8 +32,9 @@ from proxy.core.controls import Level
 from proxy.core.front_door_rules import MESSAGES_LEVEL_FIELDS, MessagesRule
 from proxy.core.protocols.messages_native import native_body as messages_native_body
 from proxy.core.protocols.messages_request import DEEP_BUDGET
+from proxy.core.protocols.responses_request import EFFORT_LEVELS
 from proxy.core.providers import Dialect
-from proxy.core.rewrite import BUDGET_PATHS, with_budget
+from proxy.core.rewrite import BUDGET_PATHS, with_budget, without_path
 
 __all__ = [
     "RESPONSES_KNOBS",
@@ -52,15 +53,6 @@ __all__ = [
 ]
 
 _RANK: Final = {Level.OFF: 0, Level.STANDARD: 1, Level.DEEP: 2}
-_EFFORTS: Final[Mapping[str, Level]] = {
-    "none": Level.OFF,
-    "minimal": Level.STANDARD,
-    "low": Level.STANDARD,
-    "medium": Level.STANDARD,
-    "high": Level.DEEP,
-    "xhigh": Level.DEEP,
-    "max": Level.DEEP,
-}
 _SWITCHES: Final = frozenset({"enable_thinking", "enabled", "include_reasoning"})
 _NUMBERS: Final = frozenset({"thinking_budget", "budget_tokens", "max_tokens"})
 _EFFORT_NAMES: Final = frozenset({"reasoning_effort", "effort", "thinking_level"})
@@ -118,7 +110,7 @@ def strip_knobs(body: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     empty goes too)."""
     out = body
     for path in dialect.conflicts:
-        out = _without(out, path.split("."))
+        out = without_path(out, path.split("."))
     return out
 
 
@@ -229,7 +221,7 @@ def _switch(value: Any) -> Level:
 
 
 def _effort(value: Any) -> Level:
-    found = _EFFORTS.get(value) if isinstance(value, str) else None
+    found = EFFORT_LEVELS.get(value) if isinstance(value, str) else None
     return found if found is not None else Level.DEEP
 
 
@@ -358,23 +350,3 @@ def _at(data: Any, parts: list[str]) -> Any:
             return _ABSENT
         node = node[key]
     return node
-
-
-def _without(data: dict[str, Any], parts: list[str]) -> dict[str, Any]:
-    key = parts[0]
-    if key not in data:
-        return data
-    if len(parts) == 1:
-        return {k: v for k, v in data.items() if k != key}
-    child = data[key]
-    if not isinstance(child, dict):
-        return data
-    new_child = _without(child, parts[1:])
-    if new_child is child:
-        return data
-    out = dict(data)
-    if new_child:
-        out[key] = new_child
-    else:
-        del out[key]
-    return out

@@ -13,17 +13,28 @@ Reservations (concurrent requests): a request admitted sets aside an estimate of
 spend, added to the current bucket at once and in the same atomic step as the check
 (`Window.admits` reads the counts that step returned), and the difference (actual - reserved) is
 added to that bucket when it ends. Requests in flight together thus see each other: once what is
-spent and reserved reaches the limit, nobody else is admitted. The estimate (`Peaks`) is the
-largest reasoning count of the key's last few answers, or DEFAULT_RESERVATION before it has one,
-never above the limit. A reservation left by a process that died is spend like any other: it
-leaves the window with its bucket.
+spent and reserved reaches the limit, nobody else is admitted. The estimate (`Peaks.reservation`)
+is the largest of: the key's last few answers, DEFAULT_RESERVATION, and the request's own output
+cap (`output_cap`: it cannot write more); never above the limit. Cheap answers never lower it below
+the default, so a key cannot warm up with tiny answers and then have a burst admitted at a token
+each. A reservation left by a process that died is spend like any other: it leaves the window with
+its bucket.
+
+Past half the limit (what is spent and set aside before a request), a worker admits a key's request
+only when none of that key's is in flight in it (`admits(alone=...)`). So one worker has at most
+`in_flight_bound(limit)` requests of a key in flight at once: those admitted below half (each sets
+aside at least min(limit, DEFAULT_RESERVATION)) and one more. The spend of a window passes the limit
+by less than what the requests in flight at the last admission spend: at most that many answers
+per worker, each within its own output cap when it names one.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 BUCKETS = 60
 # What a key with no answer counted yet (in this process) sets aside per request: a long thinking
@@ -31,6 +42,28 @@ BUCKETS = 60
 DEFAULT_RESERVATION = 4_096
 # How many of a key's recent answers the reservation looks back on.
 PEAK_ANSWERS = 16
+# A request's own numbers that bound what it writes (its output, or its thinking): the largest is
+# set aside for it. (`max_tokens`: chat, completions, Messages; `max_output_tokens`: Responses;
+# `max_completion_tokens`: chat; `thinking_budget`: DashScope's; Anthropic's and OpenRouter's budgets.)
+_CAP_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens", "thinking_budget")
+_NESTED_CAPS = (("thinking", "budget_tokens"), ("reasoning", "max_tokens"))
+
+
+def output_cap(body: Mapping[str, Any]) -> int | None:
+    """The largest output or thinking cap a request body names (None: it names none)."""
+    found = [body.get(name) for name in _CAP_FIELDS]
+    for holder, name in _NESTED_CAPS:
+        inner = body.get(holder)
+        if isinstance(inner, Mapping):
+            found.append(inner.get(name))
+    numbers = [n for n in found if type(n) is int and n > 0]
+    return max(numbers) if numbers else None
+
+
+def in_flight_bound(limit: int) -> int:
+    """How many requests of a key one worker has in flight at most: those admitted below half the
+    limit, each setting aside at least min(limit, DEFAULT_RESERVATION), and one past it."""
+    return math.ceil(limit / (2 * min(limit, DEFAULT_RESERVATION))) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +103,15 @@ class Window:
                 return (bucket + BUCKETS) * self.width
         raise AssertionError("unreachable: an empty window spends nothing")  # (limit > 0)
 
-    def admits(self, counts: Mapping[int, int], now: float, *, limit: int, reserved: int) -> bool:
+    def admits(
+        self, counts: Mapping[int, int], now: float, *, limit: int, reserved: int, alone: bool = True
+    ) -> bool:
         """Whether a request whose reservation `reserved` is already in `counts` (the counts the
         atomic reserve returned) is admitted: what was spent and reserved before it is below the
-        limit. Everyone admitted so far thus adds up to at most the limit and one reservation."""
-        return self.spent(counts, now) - reserved < limit
+        limit, and, past half the limit, only when it is `alone` (no other request of its key in
+        flight in this worker)."""
+        before = self.spent(counts, now) - reserved
+        return before < limit and (alone or 2 * before < limit)
 
     @property
     def ttl(self) -> int:
@@ -98,9 +135,9 @@ class Peaks:
             recent = self._recent[key] = deque(maxlen=self.keep)
         recent.append(tokens)
 
-    def reservation(self, key: str, limit: int) -> int:
-        """What a request of `key` sets aside: the largest of its recent answers (at least one
-        token), or DEFAULT_RESERVATION before any; never above `limit`."""
+    def reservation(self, key: str, limit: int, asked: int | None = None) -> int:
+        """What a request of `key` sets aside: the largest of its recent answers, DEFAULT_RESERVATION
+        and `asked` (the request's own output cap); never above `limit`."""
         recent = self._recent.get(key)
-        estimate = max(1, max(recent)) if recent else DEFAULT_RESERVATION
+        estimate = max(DEFAULT_RESERVATION, max(recent) if recent else 0, asked or 0)
         return min(estimate, limit)

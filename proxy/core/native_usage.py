@@ -17,9 +17,13 @@ for the answer's `TokenUsage` (proxy.core.usage) at the end:
 Reasoning tokens: the upstream's count when it gives one (Responses'
 `output_tokens_details.reasoning_tokens`, chat's `completion_tokens_details.reasoning_tokens`);
 else estimated from the reasoning text the answer showed, as the chat path estimates it (never
-above the answer's output tokens). Anthropic never reports a thinking count: its thinking text is
-what is counted. Responses' reasoning summaries are not the reasoning and are not counted; an
-answer that shows no reasoning text and reports no count has an unknown count (None), not 0.
+above the answer's output tokens). Anthropic never reports a thinking count, and the thinking it
+shows may be a summary or nothing (`redacted_thinking`): an answer that thought counts the larger
+of its thinking text's estimate and its output tokens minus the estimate of its visible text and
+tool inputs. Responses' reasoning summaries are not the reasoning and are not counted; an answer
+that shows no reasoning text and reports no count has an unknown count (None), not 0. An answer
+whose usage never came (a stream cut before its last event) but that showed reasoning text gets a
+usage with only that estimate.
 
 Anthropic's `input_tokens` leaves out what the prompt cache read and wrote; the input counted here
 is all three (`cache_read_input_tokens` is the cached part), as every other shape counts it.
@@ -29,15 +33,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from proxy.core.budgets import output_cap
 from proxy.core.usage import ReasoningTally, TokenUsage, account, count
 
 # A `usage` that is an object (a chat chunk's `"usage": null` is not worth parsing).
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _REASONING_DELTAS = (b"thinking_delta", b"reasoning_text.delta")
+# Anthropic's events that say what it showed besides its thinking (and whether it thought at all).
+_MESSAGES_MARKERS = (b"text_delta", b"input_json_delta", b"content_block_start")
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 
 def _loads(data: bytes) -> Any:
@@ -73,7 +82,9 @@ class UsageReader:
         "_rest",
         "_skipping",
         "_tally",
+        "_thought",
         "_usage",
+        "_visible",
         "limit",
         "model",
     )
@@ -89,6 +100,8 @@ class UsageReader:
         self._usage: Mapping[str, Any] | None = None  # the last usage seen (Responses or chat shape)
         self._anthropic: dict[str, Any] = {}  # Anthropic's counts, later ones replacing earlier ones
         self._tally = ReasoningTally()
+        self._visible = ReasoningTally()  # Anthropic's text and tool inputs: what is not thinking
+        self._thought = False  # an Anthropic thinking (or redacted_thinking) block was seen
         self._done = False
 
     def feed(self, piece: bytes) -> None:
@@ -132,7 +145,11 @@ class UsageReader:
         if not line.startswith(b"data:"):
             return
         data = line[5:]
-        if not (_USAGE.search(data) or any(marker in data for marker in _REASONING_DELTAS)):
+        if not (
+            _USAGE.search(data)
+            or any(marker in data for marker in _REASONING_DELTAS)
+            or any(marker in data for marker in _MESSAGES_MARKERS)
+        ):
             return
         event = _loads(data)
         if isinstance(event, dict):
@@ -142,8 +159,19 @@ class UsageReader:
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event.get("delta")
-            if isinstance(delta, dict) and delta.get("type") == "thinking_delta":
+            if not isinstance(delta, dict):
+                return
+            shown = delta.get("type")
+            if shown == "thinking_delta":
                 self._text(delta.get("thinking"))
+            elif shown == "text_delta":
+                self._shown(delta.get("text"))
+            elif shown == "input_json_delta":
+                self._shown(delta.get("partial_json"))
+            return
+        if kind == "content_block_start":
+            block = event.get("content_block")
+            self._thought |= isinstance(block, dict) and block.get("type") in _THINKING_BLOCKS
             return
         if kind == "response.reasoning_text.delta":
             self._text(event.get("delta"))
@@ -174,8 +202,13 @@ class UsageReader:
             self.model = model
 
     def _text(self, text: Any) -> None:
+        self._thought = True
         if isinstance(text, str) and text:
             self._tally.add(text)
+
+    def _shown(self, text: Any) -> None:
+        if isinstance(text, str) and text:
+            self._visible.add(text)
 
     def _whole(self, body: Any) -> None:
         """A JSON body: its reasoning text, then its usage."""
@@ -184,8 +217,13 @@ class UsageReader:
         anthropic = body.get("type") == "message"
         blocks = body.get("content") if anthropic else None
         for block in blocks if isinstance(blocks, list) else ():
-            if isinstance(block, dict) and block.get("type") == "thinking":
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind in _THINKING_BLOCKS:
                 self._text(block.get("thinking"))
+            elif kind == "text":
+                self._shown(block.get("text"))
+            elif kind == "tool_use":
+                self._shown(orjson.dumps(block.get("input")).decode())
         items = body.get("output")
         for item in items if isinstance(items, list) and not anthropic else ():
             parts = (
@@ -204,17 +242,54 @@ class UsageReader:
         self._done = True
         estimate = self._tally.estimate()
         if self._anthropic:
-            return account(anthropic_usage(self._anthropic), estimate)
+            usage = anthropic_usage(self._anthropic)
+            return account(usage, self._thinking(estimate, usage["output_tokens"]))
         if self._usage is not None:
             return account(self._usage, estimate)
+        # No usage came (a stream cut before its last event, a stream that was not asked for
+        # one): what reasoning it showed is still counted, as an estimate.
+        return None if estimate is None else account(None, estimate)
+
+    def _thinking(self, estimate: int | None, output: int | None) -> int | None:
+        """Anthropic's thinking: it reports no count, and what it shows may be a summary (Claude 4
+        bills the whole thinking) or nothing (`redacted_thinking`). An answer that thought counts
+        the output its visible text and tool inputs do not account for, never less than the
+        estimate of the thinking text it showed."""
+        if not self._thought or output is None:
+            return estimate
+        unexplained = output - (self._visible.estimate() or 0)
+        return max(estimate or 0, unexplained) if unexplained > 0 else estimate
+
+
+# The routes relayed as they came whose answers a model writes, thinking as it goes: the thinking
+# policy's budget applies to them (a native Responses or Messages request relayed as it came, a
+# native compaction, legacy completions). Embeddings, moderations, audio, images and every other
+# route: no reasoning is written, no budget is set aside or refused.
+GENERATION_PATHS = frozenset(
+    {"/v1/completions", "/v1/responses", "/v1/responses/compact", "/v1/messages", "/v1/chat/completions"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What a request relayed as it came asks: its model, and its own output cap (for the
+    reservation: proxy.core.budgets.output_cap)."""
+
+    model: str
+    output_cap: int | None
+    body: Mapping[str, Any] = field(default_factory=dict, compare=False)  # (parsed: its knobs)
+
+
+def model_asked(method: str, path: str, body: bytes) -> Asked | None:
+    """What a request relayed as it came asks of a model (a POST to a generation path whose JSON
+    body names one: the thinking policy's budget applies to it); None for any other request. The
+    path is judged first: only a generation path's body is parsed."""
+    if method != "POST" or path.rstrip("/") not in GENERATION_PATHS:
         return None
-
-
-def model_asked(method: str, body: bytes) -> str | None:
-    """The model a request relayed as it came asks for (a POST whose JSON body names one: it
-    reaches a model, so the thinking policy's budget applies to it); None for any other request."""
-    if method != "POST" or b'"model"' not in body or body.lstrip()[:1] != b"{":
+    if b'"model"' not in body or body.lstrip()[:1] != b"{":
         return None
     parsed = _loads(body)
     model = parsed.get("model") if isinstance(parsed, dict) else None
-    return model if isinstance(model, str) else None
+    if not isinstance(model, str) or not isinstance(parsed, dict):
+        return None
+    return Asked(model, output_cap(parsed), parsed)

@@ -226,12 +226,19 @@ def scrub_credentials(query: bytes) -> bytes:
     return b"&".join(kept)
 
 
-def passthrough(arrival: Arrival, tgt: Target, *, gateway_mode: bool) -> UpstreamRequest:
-    """Step 3 for every path but chat completions: the request as it came, to its upstream."""
+def passthrough(arrival: Arrival, tgt: Target, *, gateway_mode: bool, read: bool = False) -> UpstreamRequest:
+    """Step 3 for every path but chat completions: the request as it came, to its upstream.
+    `read`: the proxy reads the answer on its way (its usage, for the thinking policy's budget),
+    so it asks for it uncompressed (the client's Accept-Encoding would let the upstream compress
+    it, and a compressed answer is relayed unread: proxy.server.relay)."""
+    headers = filter_headers(tgt.headers, DROP_REQUEST)
+    if read:
+        headers = [pair for pair in headers if pair[0].lower() != "accept-encoding"]
+        headers.append(("accept-encoding", "identity"))
     return UpstreamRequest(
         arrival.method,
         upstream_url(arrival, tgt.destination, gateway_mode=gateway_mode),
-        filter_headers(tgt.headers, DROP_REQUEST),
+        headers,
         tgt.body,
         client_chosen=tgt.destination.client_chosen,
     )

@@ -63,7 +63,7 @@ def rewrite_body(
 
     out = body
     for path in dialect.conflicts:
-        out = _without(out, path.split("."))
+        out = without_path(out, path.split("."))
     out = dict(out) if out is body else out
 
     if rule.prompt is not None:
@@ -83,7 +83,7 @@ def rewrite_body(
 # --------------------------------------------------------------------------------------------------
 
 
-def _without(data: dict[str, Any], path: list[str]) -> dict[str, Any]:
+def without_path(data: dict[str, Any], path: list[str]) -> dict[str, Any]:
     """`data` without the dotted `path` (a copy if anything was removed; a parent left empty by the
     removal is removed too, so `chat_template_kwargs: {}` is not sent)."""
     key = path[0]
@@ -96,7 +96,7 @@ def _without(data: dict[str, Any], path: list[str]) -> dict[str, Any]:
     child = data[key]
     if not isinstance(child, dict):
         return data
-    new_child = _without(child, path[1:])
+    new_child = without_path(child, path[1:])
     if new_child is child:
         return data
     out = dict(data)

@@ -8,7 +8,9 @@ Before (`decide`, called by Proxy.run_chat for every front door):
 - a level above the key's `max_level` is sent at the ceiling (a request without a level only when
   the ceiling is off: the upstream's own default might think). The level is what the request
   would really send: the header's, or the one the body's own knobs ask where the level leaves
-  them in place (each door reads them with proxy.core.body_level);
+  them in place (each door reads them with proxy.core.body_level). A body relayed as it came
+  (`admit`) cannot be sent at the ceiling: knobs above it are refused (403
+  `thinking_level_above_ceiling`);
 - where the rule needs thinking off (`max_level: off`, or a spent budget with `on_exhausted: off`)
   and the request's upstream entry cannot turn it off (no `off` level in providers.yaml), the
   request is refused: 403 `thinking_off_unavailable`, or the spent budget's 429;
@@ -17,17 +19,18 @@ Before (`decide`, called by Proxy.run_chat for every front door):
 
 Admission (in `decide`, for a key with a budget, and `admit` for a route relayed as it came): the
 request sets aside an estimate of its reasoning (proxy.core.budgets: the largest of the key's
-recent answers) in the same atomic step that checks the budget, so requests in flight together see
-each other; what is spent and set aside reaching the limit refuses (or turns off) the next one.
+recent answers, the default and the request's own output cap) in the same atomic step that checks
+the budget, so requests in flight together see each other; what is spent and set aside reaching
+the limit refuses (or turns off) the next one, and past half the limit a worker admits a key's
+request only when none of the key's is in flight in it.
 
 After (the listener's `on_end`, for every request that was admitted or that a model answered):
 the answer's one reasoning count (proxy.core.usage, reported or estimated; read from the answer
 whatever the trace, the metrics and the console are set to) settles the reservation (actual -
 reserved, in the bucket it was set aside in; a request with no answer gives it all back), and goes
-to the usage book (/thinkproxy/usage). The overshoot of a budget is thus bounded: once the
-reservations fill it nobody else is admitted, so it is exceeded by at most the last request
-admitted, plus whatever answers in flight spent beyond their reservations (nothing, while the key's
-answers stay within the largest of its recent ones; each worker learns its own estimate). A budget
+to the usage book (/thinkproxy/usage). The overshoot of a budget is thus bounded: a worker has at
+most `in_flight_bound(limit)` requests of a key in flight at once, and the spend passes the limit
+by less than what the requests in flight at the last admission spend (docs/policy.md). A budget
 store that fails is logged and counted, and lets the request through: an outage of Redis must not
 turn into an outage of the gateway.
 """
@@ -45,11 +48,11 @@ from typing import Any
 
 from proxy.core.budgets import Peaks, Window
 from proxy.core.controls import Level
-from proxy.core.errors import ProxyError
 from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver
 from proxy.core.gateway import ClientKey
 from proxy.core.policy_file import Budget, KeyRule, Policy, above
 from proxy.policy.loader import load_policy
+from proxy.policy.refusals import BudgetExceeded, LevelAboveCeiling, ThinkingOffUnavailable
 from proxy.policy.store import BudgetStore, MemoryBudgets, RedisBudgets
 from proxy.policy.usage_book import UsageBook
 from proxy.settings import Settings
@@ -57,31 +60,14 @@ from proxy.state.base import StoreUnavailable
 
 logger = logging.getLogger("thinkproxy.policy")
 HEADER = "x-thinking-policy"
-
-
-class BudgetExceeded(ProxyError):
-    status = 429
-    type = "reasoning_budget_exceeded"
-    code = "reasoning_budget_exceeded"
-
-    def __init__(self, message: str, *, retry_after: int, rule: str) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after  # seconds, for the Retry-After header
-        self.rule = rule  # for X-Thinking-Policy
-
-
-class ThinkingOffUnavailable(ProxyError):
-    """`max_level: off` for a request whose upstream model cannot turn thinking off (its
-    providers.yaml entry offers no `off` level): refused, since any body sent would think. A 403,
-    not a 429: the rule does not change with time, and retrying cannot help."""
-
-    status = 403
-    type = "thinking_off_unavailable"
-    code = "thinking_off_unavailable"
-
-    def __init__(self, message: str, *, rule: str) -> None:
-        super().__init__(message)
-        self.rule = rule  # for X-Thinking-Policy
+__all__ = [
+    "HEADER",
+    "BudgetExceeded",
+    "Decision",
+    "LevelAboveCeiling",
+    "ThinkingOffUnavailable",
+    "ThinkingPolicy",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,15 +140,17 @@ class ThinkingPolicy:
         *,
         can_turn_off: bool = True,
         record: AccessRecord | None = None,
+        asks: int | None = None,
     ) -> Decision:
         """`level`: what the request would really send (a door reads the body's own knobs where
         the level leaves them: proxy.core.body_level); `can_turn_off`: whether its upstream entry
         can send thinking off. Where the rule needs off and the entry cannot, the request is
         refused: any body sent would think. `record`: the request's, which an admission's
-        reservation waits on until its end (without one the budget is only read)."""
+        reservation waits on until its end (without one the budget is only read); `asks`: the
+        request's own output cap (proxy.core.budgets.output_cap), set aside when it is larger."""
         rule = self.policy.rule_for(client)
         if client is not None and rule.reasoning_tokens is not None:
-            exhausted = await self._exhausted(client, rule.reasoning_tokens, record)
+            exhausted = await self._exhausted(client, rule.reasoning_tokens, record, asks)
             if exhausted is not None:
                 if rule.on_exhausted == "refuse" or (level is not Level.OFF and not can_turn_off):
                     raise self._refusal(
@@ -172,21 +160,40 @@ class ThinkingPolicy:
                 return off if level is not Level.OFF else Decision(level)
         return _ceiling(client, rule, level, can_turn_off)
 
-    async def admit(self, record: AccessRecord) -> None:
+    async def admit(
+        self,
+        record: AccessRecord,
+        asks: int | None = None,
+        *,
+        level: Level | None = None,
+        can_turn_off: bool = True,
+    ) -> None:
         """A route relayed as it came (`/v1/responses/compact` to a native upstream,
-        `/v1/completions`, …): only the budget applies, and since its body is not rewritten its
-        thinking cannot be turned off: a spent budget refuses it whatever `on_exhausted` says."""
+        `/v1/completions`, …): its body is not rewritten, so it cannot be sent at a lower level.
+        `level`: what its own knobs ask; above the key's ceiling it is refused (403), as is a body
+        without knobs under a ceiling of off when its model thinks unless told not to
+        (`can_turn_off` False). A spent budget refuses it whatever `on_exhausted` says."""
         client = record.client
-        budget = self.policy.rule_for(client).reasoning_tokens
+        rule = self.policy.rule_for(client)
+        ceiling = rule.max_level
+        # (a body without knobs under off, its model off unless told to think, goes as it came)
+        if ceiling is not None and _ceiling(client, rule, level, can_turn_off).rule and level is not None:
+            raise LevelAboveCeiling(
+                f"The thinking policy of the client key {client!r} allows thinking up to "
+                f"{ceiling.value} (max_level={ceiling.value}), and this request's own knobs ask "
+                f"{level.value}. Its route is relayed as it came, so the proxy cannot lower them: send "
+                "a lower level (or none), or ask the gateway's operator.",
+                rule=f"max_level={ceiling.value}",
+            )
+        budget = rule.reasoning_tokens
         if client is None or budget is None:
             return
-        exhausted = await self._exhausted(client, budget, record)
+        exhausted = await self._exhausted(client, budget, record, asks)
         if exhausted is not None:
-            on_exhausted = self.policy.rule_for(client).on_exhausted
-            raise self._refusal(client, budget, exhausted, off=on_exhausted == "off")
+            raise self._refusal(client, budget, exhausted, off=rule.on_exhausted == "off")
 
     async def _exhausted(
-        self, client: str, budget: Budget, record: AccessRecord | None = None
+        self, client: str, budget: Budget, record: AccessRecord | None = None, asks: int | None = None
     ) -> float | None:
         """When the key's spent budget has room again (None: it has room now, or the store could
         not say). With `record`, the check is an admission: the request's reservation is set
@@ -194,9 +201,10 @@ class ThinkingPolicy:
         window = Window(budget.seconds)
         key = budget_key(client, budget)
         now = self.clock()
-        if record is not None and HOLD in record.notes:
-            record = None  # (admitted already: a second look only reads)
-        tokens = self.peaks.reservation(key, budget.limit) if record is not None else 0
+        own = record.notes.get(HOLD) if record is not None else None
+        if own is not None:
+            record = None  # (admitted already: a second look only reads, its own reservation aside)
+        tokens = self.peaks.reservation(key, budget.limit, asks) if record is not None else 0
         bucket = window.bucket(now)
         try:
             if record is None:
@@ -206,7 +214,9 @@ class ThinkingPolicy:
         except StoreUnavailable as exc:
             self._fault("read" if record is None else "reserve", exc)
             return None
-        if window.admits(counts, now, limit=budget.limit, reserved=tokens):
+        alone = record is None or self._held.get(key, 0) == 0  # (no other of the key in flight here)
+        held = own.tokens if isinstance(own, Hold) and own.key == key else tokens
+        if window.admits(counts, now, limit=budget.limit, reserved=held, alone=alone):
             if record is not None:
                 record.notes[HOLD] = Hold(key, budget, bucket, tokens)
                 self._held[key] = self._held.get(key, 0) + tokens
@@ -218,6 +228,8 @@ class ThinkingPolicy:
             except StoreUnavailable as exc:
                 self._fault("release", exc)
         reset_at = window.reset_at(counts, now, budget.limit)
+        if record is not None and window.spent(counts, now) < budget.limit:
+            return now + IN_FLIGHT_RETRY_S  # (past half the limit, one at a time: retry soon)
         if window.spent(counts, now) - self._held.get(key, 0) < budget.limit:
             # Only set aside, by this worker's requests in flight. (Other replicas' reservations
             # count as spent: the window's time is then an upper bound.)
@@ -291,7 +303,7 @@ class ThinkingPolicy:
         try:
             counts = await self.store.counts(hold.key)
             stale = window.stale(counts, now)
-            if hold.bucket in stale:
+            if hold.bucket < window.live(now).start:  # (whether or not the store still has it)
                 spent = difference + hold.tokens
                 if spent > 0:
                     await self.store.add(hold.key, window.bucket(now), spent, window.ttl, stale)

@@ -34,9 +34,8 @@ from proxy.core.review_rules import NO_CLIENT_NAMES, ClientNames, refuse_unrevie
 from proxy.core.routing import RouteTable
 from proxy.core.stream.taps import build_trace, needs_outcome, output_sink, tap_needs_detail, trace_tap
 from proxy.core.tool_titles import NO_TITLES, ToolTitles
-from proxy.policy.service import HEADER as POLICY_HEADER
-from proxy.policy.service import BudgetExceeded, ThinkingPolicy
 from proxy.policy.service import Decision as PolicyDecision
+from proxy.policy.service import ThinkingPolicy
 from proxy.review.service import ReviewService
 from proxy.server import policy_gate
 from proxy.server.access_log import log_access
@@ -217,13 +216,17 @@ class Proxy:
     async def forward(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
         arrival, intent, tgt = await self.arrive(request, record, parse=chat)
         if not chat:
-            req = plan.passthrough(arrival, tgt, gateway_mode=self.s.gateway.enabled)
-            # (with a policy, a route that reaches a model is budgeted: /v1/completions, …)
-            model = model_asked(arrival.method, tgt.body) if self.s.thinking is not None else None
-            if model is not None:
-                record.model = model
-            reaches_model = model is not None
-            return await self.relay_as_it_came(request, req, record, started, reaches_model=reaches_model)
+            # (with a policy, a generation route is budgeted and its answer read: /v1/completions, …)
+            asked = model_asked(arrival.method, arrival.path, tgt.body) if self.s.thinking else None
+            req = plan.passthrough(arrival, tgt, gateway_mode=self.s.gateway.enabled, read=bool(asked))
+            if asked is None:
+                return await self.relay_as_it_came(request, req, record, started, reaches_model=False)
+            record.model = asked.model
+            dialect = self.s.table.match(tgt.destination.base_url, asked.model)
+            level, off = policy_gate.relayed_asks(asked.body, arrival.path, dialect)
+            return await self.relay_as_it_came(
+                request, req, record, started, True, asks=asked.output_cap, level=level, can_turn_off=off
+            )
         assert tgt.parsed is not None
         return await self.run_chat(request, arrival, intent, tgt, tgt.parsed, record, started)
 
@@ -233,22 +236,21 @@ class Proxy:
         req: plan.UpstreamRequest,
         record: AccessRecord,
         started: float,
-        *,
         reaches_model: bool,
+        *,
+        asks: int | None = None,
+        level: Level | None = None,
+        can_turn_off: bool = True,
     ) -> Response:
         """A request relayed as it came, its answer untouched. One that reaches a model (a native
-        compaction, `/v1/completions`, …) is admitted by the thinking policy's budget first (its
-        thinking cannot be turned off: a spent budget refuses it) and its answer's token counts are
-        read as it goes by (proxy.core.native_usage), for the budget and the usage book."""
+        compaction, `/v1/completions`, …) is admitted by the thinking policy first (its thinking
+        cannot be turned off or lowered: knobs above the key's ceiling (`level`) and a spent
+        budget refuse it; `asks`: its own output cap, for the reservation) and its answer's token
+        counts are read as it goes by (proxy.core.native_usage), for the budget and the usage book."""
         usage = None
         if reaches_model:
             if self.s.thinking is not None:
-                try:
-                    await self.s.thinking.admit(record)
-                except BudgetExceeded as exc:
-                    retry = ("retry-after", str(exc.retry_after))
-                    record.response_headers += [(POLICY_HEADER, exc.rule), retry]
-                    raise
+                await policy_gate.admit(self.s.thinking, record, asks, level, can_turn_off=can_turn_off)
             usage = UsageReader(limit=self.s.settings.max_response_bytes)
         extra = record.response_headers
         return await self.relay(

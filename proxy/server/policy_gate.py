@@ -13,6 +13,7 @@ needs thinking off and the entry cannot turn it off, the service refuses before 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,39 +24,73 @@ from proxy.core.body_level import (
     cap_messages,
     cap_responses,
     chat_asks,
+    highest,
+    knobs_level,
     messages_can_turn_off,
     messages_level,
     responses_can_turn_off,
     responses_level,
     strip_knobs,
 )
+from proxy.core.budgets import output_cap
 from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
 from proxy.core.front_door_rules import MessagesRule
 from proxy.core.providers import Dialect
 from proxy.core.stream import jsonio
+from proxy.policy.refusals import RuleRefusal
 from proxy.policy.service import HEADER as POLICY_HEADER
-from proxy.policy.service import BudgetExceeded, Decision, ThinkingOffUnavailable, ThinkingPolicy
+from proxy.policy.service import BudgetExceeded, Decision, ThinkingPolicy
 
 Body = dict[str, Any]
 
 
 async def decide(
-    thinking: ThinkingPolicy, level: Level | None, record: AccessRecord, *, can_turn_off: bool = True
+    thinking: ThinkingPolicy,
+    level: Level | None,
+    record: AccessRecord,
+    *,
+    can_turn_off: bool = True,
+    asks: int | None = None,
 ) -> Decision:
     """The policy's decision for this key and the level the request would send; `X-Thinking-Policy`
-    on the response when it changed the level or refused (a spent budget also says when to retry)."""
+    on the response when it changed the level or refused (a spent budget also says when to retry).
+    `asks`: the request's own output cap, which its budget's reservation sets aside when larger
+    (proxy.core.budgets)."""
     try:
-        decision = await thinking.decide(record.client, level, can_turn_off=can_turn_off, record=record)
-    except BudgetExceeded as exc:
-        record.response_headers += [(POLICY_HEADER, exc.rule), ("retry-after", str(exc.retry_after))]
-        raise
-    except ThinkingOffUnavailable as exc:
-        record.response_headers.append((POLICY_HEADER, exc.rule))
+        decision = await thinking.decide(
+            record.client, level, can_turn_off=can_turn_off, record=record, asks=asks
+        )
+    except (BudgetExceeded, RuleRefusal) as exc:
+        _refused(record, exc)
         raise
     if decision.rule is not None:
         record.response_headers.append((POLICY_HEADER, decision.rule))
     return decision
+
+
+async def admit(
+    thinking: ThinkingPolicy,
+    record: AccessRecord,
+    asks: int | None,
+    level: Level | None,
+    *,
+    can_turn_off: bool,
+) -> None:
+    """A request relayed as it came, admitted by the policy (ThinkingPolicy.admit); its refusal
+    names the rule in `X-Thinking-Policy` (a spent budget also says when to retry)."""
+    try:
+        await thinking.admit(record, asks, level=level, can_turn_off=can_turn_off)
+    except (BudgetExceeded, RuleRefusal) as exc:
+        _refused(record, exc)
+        raise
+
+
+def _refused(record: AccessRecord, exc: BudgetExceeded | RuleRefusal) -> None:
+    """A refusal's `X-Thinking-Policy` (the rule), and a spent budget's `Retry-After`."""
+    record.response_headers.append((POLICY_HEADER, exc.rule))
+    if isinstance(exc, BudgetExceeded):
+        record.response_headers.append(("retry-after", str(exc.retry_after)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +110,9 @@ async def judge_chat(
     assert tgt.parsed is not None
     controls = intent.controls
     asked = chat_asks(tgt.parsed, controls.level, dialect, intent.budget_tokens)
-    decision = await decide(thinking, asked, record, can_turn_off=can_turn_off(dialect))
+    caps = [n for n in (output_cap(tgt.parsed), intent.budget_tokens) if n is not None]
+    off = can_turn_off(dialect)
+    decision = await decide(thinking, asked, record, can_turn_off=off, asks=max(caps, default=None))
     if decision.rule is None or decision.level is None:
         return ChatJudgement(intent, tgt, None)
     level = decision.level
@@ -101,7 +138,8 @@ async def judge_responses(
     came) and its level applied; the same, or the body capped at the key's ceiling."""
     sent = planned[0] if planned[0] is not None else body
     asked = responses_level(sent, dialect)
-    decision = await decide(thinking, asked, record, can_turn_off=responses_can_turn_off(dialect))
+    off = responses_can_turn_off(dialect)
+    decision = await decide(thinking, asked, record, can_turn_off=off, asks=output_cap(sent))
     if decision.rule is None or decision.level is None:
         return planned
     return cap_responses(body, decision.level, dialect)
@@ -118,7 +156,19 @@ async def judge_messages(
     the capped level's own number (it is read as the level above)."""
     sent = planned[0] if planned[0] is not None else body
     asked = messages_level(sent, rule)
-    decision = await decide(thinking, asked, record, can_turn_off=messages_can_turn_off(rule))
+    off = messages_can_turn_off(rule)
+    decision = await decide(thinking, asked, record, can_turn_off=off, asks=output_cap(sent))
     if decision.rule is None or decision.level is None:
         return planned
     return cap_messages(body, decision.level, rule)
+
+
+def relayed_asks(body: Mapping[str, Any], path: str, dialect: Dialect) -> tuple[Level | None, bool]:
+    """A request relayed as it came (its body never rewritten): the level its own knobs ask (the
+    chat knobs of its entry; on a Responses path its `reasoning` too), and whether it is off as
+    it goes without knobs (its entry's off sends nothing: the model does not think unless asked)."""
+    level = knobs_level(body, dialect)
+    if path.startswith("/v1/responses"):
+        level = highest(level, responses_level(body, dialect))
+    off = dialect.levels.get(Level.OFF)
+    return level, off is not None and off.params is not None and not off.params

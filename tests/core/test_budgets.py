@@ -57,21 +57,68 @@ def test_a_key_with_no_answers_yet_reserves_the_default_never_above_its_limit() 
     assert peaks.reservation("bob:day", 1_000) == 1_000
 
 
-def test_the_reservation_follows_the_largest_recent_answer() -> None:
-    from proxy.core.budgets import Peaks
+def test_the_reservation_follows_the_largest_recent_answer_never_below_the_default() -> None:
+    from proxy.core.budgets import DEFAULT_RESERVATION, Peaks
 
     peaks = Peaks(keep=3)
-    for tokens in (600, 2_000, 10):
+    for tokens in (6_000, 20_000, 10):
         peaks.add("bob:day", tokens)
-    assert peaks.reservation("bob:day", 1_000_000) == 2_000
-    peaks.add("bob:day", 20)  # the three most recent: 2000, 10, 20
-    assert peaks.reservation("bob:day", 1_000_000) == 2_000
-    peaks.add("bob:day", 30)  # 10, 20, 30: the big one is old news
-    assert peaks.reservation("bob:day", 1_000_000) == 30
+    assert peaks.reservation("bob:day", 1_000_000) == 20_000
+    peaks.add("bob:day", 20)  # the three most recent: 20000, 10, 20
+    assert peaks.reservation("bob:day", 1_000_000) == 20_000
+    peaks.add("bob:day", 9_000)  # 10, 20, 9000: the big one is old news
+    assert peaks.reservation("bob:day", 1_000_000) == 9_000
     peaks.add("bob:day", 0)
-    assert peaks.reservation("bob:day", 1_000_000) == 30 and peaks.reservation("carol:day", 50) == 50
-    peaks.add("dave:day", 0)
-    assert peaks.reservation("dave:day", 1_000) == 1  # (an answer that spent nothing still holds a token)
+    peaks.add("bob:day", 0)
+    peaks.add("bob:day", 5)
+    # Cheap answers never lower it below the default: a burst of deep requests could follow.
+    assert peaks.reservation("bob:day", 1_000_000) == DEFAULT_RESERVATION
+    assert peaks.reservation("bob:day", 1_000) == 1_000 and peaks.reservation("carol:day", 50) == 50
+
+
+def test_a_request_that_names_its_output_cap_sets_it_aside_never_above_the_limit() -> None:
+    from proxy.core.budgets import DEFAULT_RESERVATION, Peaks
+
+    peaks = Peaks()
+    assert peaks.reservation("bob:day", 1_000_000, asked=32_000) == 32_000
+    assert peaks.reservation("bob:day", 1_000_000, asked=100) == DEFAULT_RESERVATION
+    assert peaks.reservation("bob:day", 10_000, asked=32_000) == 10_000
+
+
+@pytest.mark.parametrize(
+    ("body", "cap"),
+    [
+        ({"model": "m", "max_tokens": 8_000}, 8_000),
+        ({"max_output_tokens": 9_000, "reasoning": {"max_tokens": 2_000}}, 9_000),
+        ({"max_completion_tokens": 700}, 700),
+        ({"max_tokens": 4_000, "thinking": {"type": "enabled", "budget_tokens": 16_000}}, 16_000),
+        ({"thinking_budget": 3_000}, 3_000),
+        ({"model": "m", "max_tokens": "lots", "thinking": "on"}, None),
+        ({"max_tokens": True}, None),
+        ({"max_tokens": -1}, None),
+        ({}, None),
+    ],
+)
+def test_a_request_s_own_output_cap(body: dict[str, object], cap: int | None) -> None:
+    from proxy.core.budgets import output_cap
+
+    assert output_cap(body) == cap
+
+
+def test_past_half_the_limit_a_worker_admits_a_key_s_request_only_alone() -> None:
+    now = 100 * 60
+    # 400 spent, this request's 300 in bucket 100: before it 400 < 500, admitted even with company
+    assert HOUR.admits({100: 700}, now, limit=1_000, reserved=300, alone=False)
+    # 600 before it: past half, admitted alone only
+    assert HOUR.admits({100: 900}, now, limit=1_000, reserved=300, alone=True)
+    assert not HOUR.admits({100: 900}, now, limit=1_000, reserved=300, alone=False)
+
+
+@pytest.mark.parametrize(("limit", "bound"), [(100, 2), (4_096, 2), (10_000, 3), (1_000_000, 124)])
+def test_how_many_of_a_key_s_requests_a_worker_has_in_flight_at_most(limit: int, bound: int) -> None:
+    from proxy.core.budgets import in_flight_bound
+
+    assert in_flight_bound(limit) == bound
 
 
 def test_a_request_is_admitted_when_what_came_before_its_reservation_left_room() -> None:

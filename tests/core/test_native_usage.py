@@ -108,8 +108,9 @@ def test_a_native_responses_body_gives_its_usage_and_estimates_without_a_count()
 def test_a_native_messages_stream_gives_anthropics_usage_and_estimates_the_thinking(step: int) -> None:
     reader = read(MESSAGES_STREAM, list(range(step, len(MESSAGES_STREAM), step)))
     # Anthropic's input_tokens leaves out the cache: input is all three; the thinking count is
-    # never reported, so it is estimated from the thinking text.
-    assert reader.usage() == TokenUsage(230, 2000, 200, ReasoningTokens(text_tokens(THINKING), ESTIMATED))
+    # never reported: it is the output that no visible text accounts for (here all of it, since
+    # the answer showed only thinking), never below the thinking text's estimate.
+    assert reader.usage() == TokenUsage(230, 2000, 200, ReasoningTokens(2000, ESTIMATED))
     assert reader.model == "claude-sonnet-4-5"
 
 
@@ -124,8 +125,117 @@ def test_a_native_messages_body_gives_its_usage() -> None:
         "usage": {"input_tokens": 30, "cache_creation_input_tokens": 5, "output_tokens": 2000},
     }
     assert read(orjson.dumps(body), [3]).usage() == TokenUsage(
-        35, 2000, None, ReasoningTokens(text_tokens(THINKING), ESTIMATED)
+        35, 2000, None, ReasoningTokens(2000 - text_tokens("Hi"), ESTIMATED)
     )
+    # Output that the visible text explains: the thinking text's own estimate stands.
+    body["usage"] = {"input_tokens": 30, "output_tokens": text_tokens(THINKING) + 1}
+    assert read(orjson.dumps(body)).usage() == TokenUsage(
+        30, text_tokens(THINKING) + 1, None, ReasoningTokens(text_tokens(THINKING), ESTIMATED)
+    )
+
+
+def test_redacted_or_summarised_thinking_counts_the_output_no_visible_text_accounts_for() -> None:
+    # redacted_thinking has no text, and Claude 4 shows a summary of its thinking but bills all of
+    # it: the output tokens minus the visible text's and the tool call's estimate.
+    tool_input = {"city": "Paris", "days": 3}
+    body = {
+        "type": "message",
+        "content": [
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": tool_input},
+        ],
+        "usage": {"input_tokens": 10, "output_tokens": 900},
+    }
+    visible = text_tokens("Let me check." + orjson.dumps(tool_input).decode())
+    assert read(orjson.dumps(body)).usage() == TokenUsage(
+        10, 900, None, ReasoningTokens(900 - visible, ESTIMATED)
+    )
+    summary = "The user wants the weather."
+    stream = sse(
+        (
+            "message_start",
+            {"type": "message_start", "message": {"usage": {"input_tokens": 10, "output_tokens": 1}}},
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "thinking", "thinking": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": summary},
+            },
+        ),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "text_delta", "text": "Let me check."},
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 2,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "input_json_delta", "partial_json": '{"city": "Paris", '},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "input_json_delta", "partial_json": '"days": 3}'},
+            },
+        ),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 1500}},
+        ),
+    )
+    streamed = text_tokens('Let me check.{"city": "Paris", "days": 3}')
+    assert read(stream, [40, 41, 300]).usage() == TokenUsage(
+        10, 1500, None, ReasoningTokens(1500 - streamed, ESTIMATED)
+    )
+
+
+def test_an_answer_that_did_not_think_has_no_reasoning_from_its_output() -> None:
+    body = {
+        "type": "message",
+        "content": [{"type": "text", "text": "Blue."}],
+        "usage": {"input_tokens": 10, "output_tokens": 50},
+    }
+    assert read(orjson.dumps(body)).usage() == TokenUsage(10, 50, None, None)
+
+
+def test_reasoning_text_without_a_usage_event_is_still_counted_as_estimated() -> None:
+    # A native Responses stream cut before response.completed: what it showed is counted.
+    cut = RESPONSES_STREAM[: RESPONSES_STREAM.index(b"event: response.completed")]
+    assert read(cut).usage() == TokenUsage(reasoning=ReasoningTokens(text_tokens("Think."), ESTIMATED))
+    messages = MESSAGES_STREAM[: MESSAGES_STREAM.index(b"event: message_delta")]
+    usage = read(messages).usage()  # (message_start's counts came: its output_tokens is 1)
+    assert usage is not None and usage.reasoning is not None and usage.reasoning.source == ESTIMATED
 
 
 def test_an_estimate_is_never_above_the_output_tokens() -> None:
@@ -174,11 +284,25 @@ def test_a_body_past_the_limit_is_not_kept() -> None:
     )
 
 
-def test_a_request_reaches_a_model_when_its_json_body_names_one() -> None:
+def test_a_request_reaches_a_model_when_a_generation_path_s_json_body_names_one() -> None:
+    from proxy.core.native_usage import Asked, model_asked
+
+    ask = b'{"model": "gpt-5.4", "prompt": "Hi", "max_tokens": 900}'
+    assert model_asked("POST", "/v1/completions", ask) == Asked("gpt-5.4", 900)
+    assert model_asked("POST", "/v1/responses/compact", b'{"model": "gpt-5.4"}') == Asked("gpt-5.4", None)
+    assert model_asked("POST", "/v1/completions/", ask) == Asked("gpt-5.4", 900)
+    assert model_asked("GET", "/v1/completions", b"") is None
+    assert model_asked("POST", "/v1/completions", b'{"purpose": "batch"}') is None
+    assert model_asked("POST", "/v1/completions", b"--boundary\r\nmodel") is None
+    assert model_asked("POST", "/v1/completions", b'{"model": 5}') is None
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/embeddings", "/v1/moderations", "/v1/audio/speech", "/v1/images/generations", "/v1/files"],
+)
+def test_routes_whose_answers_no_reasoning_writes_are_not_budgeted(path: str) -> None:
     from proxy.core.native_usage import model_asked
 
-    assert model_asked("POST", b'{"model": "gpt-5.4", "prompt": "Hi"}') == "gpt-5.4"
-    assert model_asked("GET", b"") is None
-    assert model_asked("POST", b'{"purpose": "batch"}') is None
-    assert model_asked("POST", b"--boundary\r\nmodel") is None
-    assert model_asked("POST", b'{"model": 5}') is None
+    # (and the body is never parsed: the path is judged first)
+    assert model_asked("POST", path, b'{"model": "text-embedding-3-small", "input": "Hi"}') is None

@@ -314,10 +314,79 @@ def test_a_request_refused_while_the_budget_is_only_set_aside_is_told_to_retry_s
 
 def test_a_second_look_at_an_admitted_request_sets_nothing_more_aside() -> None:
     thinking, _ = policy()
-    settle(thinking, [answer("bob", 10)], 10)  # (its answers are 10 tokens: so is a reservation)
+    settle(thinking, [answer("bob", 10)], 10)
     [record] = bobs(1)
-    for _ in range(2):
+    for _ in range(2):  # (the second look reads 110 > 100, its own reservation of 100 aside)
         asyncio.run(thinking.decide("bob", Level.DEEP, record=record))
-    assert spent(thinking) == 10 + 10
+    assert spent(thinking) == 10 + 100  # (the default, capped at the limit: never the 10 answered)
     settle(thinking, [record], 4)
     assert spent(thinking) == 10 + 4
+
+
+def test_cheap_answers_then_a_burst_at_once_stay_within_the_documented_bound() -> None:
+    # A key whose last answers were cheap still sets aside the default per request, and once half
+    # the limit is spent or set aside a worker admits one of its requests at a time: a burst of 50
+    # deep requests after three 10-token answers is not all admitted (docs/policy.md, "Budgets").
+    from proxy.core.budgets import in_flight_bound
+
+    limit = 10_000
+    parsed = parse_policy(
+        f"keys:\n  bob: {{reasoning_tokens: {{limit: {limit}, per: hour}}}}\n", "policy.yaml", ["bob"]
+    )
+    thinking = ThinkingPolicy(parsed, MemoryBudgets(), clock=Clock())
+    for _ in range(3):
+        [record] = bobs(1)
+        asyncio.run(thinking.decide("bob", Level.DEEP, record=record))
+        settle(thinking, [record], 10)
+    assert spent(thinking) == 30
+    admitted = asyncio.run(admit_all(thinking, bobs(50)))
+    assert 1 <= len(admitted) <= in_flight_bound(limit) == 3  # (without the bound: all 50)
+    settle(thinking, admitted, 3_000)
+    assert spent(thinking) == 30 + 3_000 * len(admitted) < limit + in_flight_bound(limit) * 3_000
+
+
+def test_a_request_sets_aside_its_own_output_cap() -> None:
+    thinking, _ = policy()  # bob: 100 per hour
+    parsed = parse_policy(
+        "keys:\n  bob: {reasoning_tokens: {limit: 100000, per: hour}}\n", "policy.yaml", ["bob"]
+    )
+    thinking.policy = parsed
+    [record] = bobs(1)
+    asyncio.run(thinking.decide("bob", Level.DEEP, record=record, asks=32_000))
+    assert spent(thinking) == 32_000  # (not the default 4,096: it may write 32,000)
+    [relayed] = bobs(1)
+    asyncio.run(thinking.admit(relayed, asks=200_000))
+    assert spent(thinking) == 32_000 + 100_000  # (its cap, never above the limit)
+
+
+def test_a_reservation_whose_bucket_the_store_deleted_counts_what_was_spent_now() -> None:
+    from proxy.core.budgets import Window
+
+    thinking, clock = policy()  # bob: 100 per hour
+    [record] = bobs(1)
+    asyncio.run(thinking.decide("bob", Level.DEEP, record=record))
+    reserved_in = Window(3_600).bucket(clock.now)
+    clock.now += 2 * 3_600  # a long answer: its bucket left the window, and the store dropped it
+    asyncio.run(thinking.store.add("bob:hour", Window(3_600).bucket(clock.now), 0, 3_700, [reserved_in]))
+    settle(thinking, [record], 30)
+    assert spent(thinking) == 30  # (not lost in a bucket no window reads)
+
+
+def test_a_body_relayed_as_it_came_above_the_ceiling_is_refused_with_the_rule() -> None:
+    from proxy.policy.service import LevelAboveCeiling, ThinkingOffUnavailable
+
+    thinking, _ = policy()  # alice: max_level standard; carol: max_level off
+    record = AccessRecord("POST", "/v1/completions", route="passthrough", client="alice")
+    with pytest.raises(LevelAboveCeiling) as caught:
+        asyncio.run(thinking.admit(record, level=Level.DEEP, can_turn_off=True))
+    exc = caught.value
+    assert exc.status == 403 and exc.code == exc.type == "thinking_level_above_ceiling"
+    assert exc.rule == "max_level=standard" and "'alice'" in exc.message and "deep" in exc.message
+    asyncio.run(thinking.admit(record, level=Level.STANDARD, can_turn_off=True))  # at the ceiling: goes
+    asyncio.run(thinking.admit(record, level=None, can_turn_off=False))  # no knobs: goes
+    carol = AccessRecord("POST", "/v1/completions", route="passthrough", client="carol")
+    asyncio.run(thinking.admit(carol, level=None, can_turn_off=True))  # (no knob, and its model can be off)
+    with pytest.raises(ThinkingOffUnavailable):  # its model thinks unless told not to
+        asyncio.run(thinking.admit(carol, level=None, can_turn_off=False))
+    with pytest.raises(LevelAboveCeiling):
+        asyncio.run(thinking.admit(carol, level=Level.STANDARD, can_turn_off=True))
