@@ -143,6 +143,10 @@ def _serve(args: argparse.Namespace) -> int:
                 "THINKPROXY_STATE_URL=redis://… to see every worker's (and every replica's)",
                 file=sys.stderr,
             )
+    from proxy.server.native_owners import split_records_warning
+
+    if (split := split_records_warning(settings)) is not None:
+        print(f"thinkproxy: warning: {split}", file=sys.stderr)
     share_worker_secret(settings, os.environ)
     from proxy.telemetry.multiprocess import metrics_directory
 

@@ -205,6 +205,7 @@ class ReviewService:
         alive: Callable[[], None],
         trace: TraceBuilder | None,
         now_ms: Clock,
+        names: ClientNames = NO_CLIENT_NAMES,
     ) -> list[tuple[HeldCall, Decision]]:
         async def spaces(_: bytes) -> None:
             await send(b" ")  # JSON may start with whitespace: keeps the connection alive
@@ -220,7 +221,9 @@ class ReviewService:
             for call in calls:
                 trace.note(review_event("review.decision", call, zh, decisions[call.review_id]), decided)
             closing = trace.release_done(decided, completion_finish(parsed, calls, decisions))
-        released = release_completion(parsed, calls, decisions, zh, now_ms=decided, closing=closing)
+        released = release_completion(
+            parsed, calls, decisions, zh, now_ms=decided, closing=closing, names=names
+        )
         await send(orjson.dumps(released))
         return [(c, decisions[c.review_id]) for c in calls]
 

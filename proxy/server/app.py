@@ -43,6 +43,7 @@ from proxy.server.browser_guard import BrowserGuard, HostRule
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
 from proxy.server.messages_door import MessagesDoor
+from proxy.server.native_owners import refuse_conversations
 from proxy.server.replay_service import ReplayService
 from proxy.server.responses_door import ResponsesDoor
 from proxy.server.upstream.factory import build_upstream
@@ -59,6 +60,8 @@ from proxy.telemetry.facts import configured_models
 # streaming (timed with gc.callbacks, pinned, 32 connections). At 10,000 it runs when something
 # really accumulates (cycles, caches filling), ~50x less often; a young collection then takes ~4 ms.
 YOUNG_COLLECTION_THRESHOLD = 10_000
+# The methods a `/v1/…` path the proxy does not serve itself is passed through for.
+PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 def load_routes(
@@ -159,10 +162,16 @@ def create_app(
         WebSocketRoute("/v1/responses", responses.refuse_websocket),
         Route("/v1/messages", messages.create, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+        # Gateway mode: a conversation object would be every tenant's (proxy.server.native_owners).
+        *(
+            Route(path, refuse_conversations(proxy), methods=PASSTHROUGH_METHODS)
+            for path in ("/v1/conversations", "/v1/conversations/{rest:path}")
+            if gateway.enabled
+        ),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,
-            methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+            methods=PASSTHROUGH_METHODS,
         ),
         *(console.routes() if console is not None else ()),
     ]

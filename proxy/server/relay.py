@@ -381,6 +381,7 @@ class Relay:
                 watch.touch,
                 chat.trace,
                 elapsed_ms,
+                names=chat.client_names,
             )
             audit_undecided(decided)
 

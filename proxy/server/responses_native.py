@@ -12,6 +12,12 @@ The proxy's own sealed blobs (`tp1.`: reasoning items and compaction items a bri
 this proxy gave the client, proxy.core.protocols.responses_state) are left out of the input before
 the hop (`strip_proxy_blobs`): the upstream did not make them and refuses them ("The encrypted
 content … could not be verified"), as the Messages door leaves out the thinking blocks it signed.
+A native answer carries no trace, so how many were left out is said in a header
+(`BLOBS_LEFT_OUT_HEADER`), as the bridged doors name the tools they leave out.
+
+In gateway mode the request is checked against the ids its tenant created first (previous
+response, referenced items, no conversation object: proxy.server.native_owners), and the answer's
+ids are recorded as that tenant's as they go by.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ from proxy.server.asgi import RelayResponse
 from proxy.server.handlers import Proxy
 from proxy.server.native_owners import NativeOwners
 from proxy.server.policy_gate import judge_responses
+
+# How many input items carrying the proxy's own blob were left out before the hop (when any).
+BLOBS_LEFT_OUT_HEADER = "x-thinking-blobs-left-out"
 
 
 def native_body(
@@ -90,7 +99,7 @@ async def forward_native(
     if s.review is not None:  # the gate reads chat answers: a native answer would go around it
         refuse_unreviewed_route(arrival.method, arrival.path, tgt.body)
     assert tgt.parsed is not None
-    # Gateway mode: a stored response is continued only by the tenant that created it.
+    # Gateway mode: stored state (a response, its items) is used only by the tenant that created it.
     tenants = owners.tenants(request.headers.items()) if owners is not None and owners.active else None
     if owners is not None and tenants is not None:
         await owners.check_continuation(tenants, tgt.parsed)
@@ -99,8 +108,10 @@ async def forward_native(
     changed, applied = native_body(tgt.parsed, level, dialect, header=header)
     if s.thinking is not None:  # the key's ceiling and budget judge the body that would go
         changed, applied = await judge_responses(s.thinking, tgt.parsed, (changed, applied), dialect, record)
-    stripped, _ = strip_proxy_blobs(changed if changed is not None else tgt.parsed)
+    stripped, left_out = strip_proxy_blobs(changed if changed is not None else tgt.parsed)
     changed = stripped if stripped is not None else changed
+    if left_out:
+        record.response_headers.append((BLOBS_LEFT_OUT_HEADER, str(left_out)))
     record.level_requested = intent.controls.level.value if intent.controls.level is not None else None
     record.provider = dialect.name
     record.level = applied.value if applied is not None else "none"

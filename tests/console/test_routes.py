@@ -4,7 +4,8 @@ JSON and SSE (recorded whatever trace the client asked for); admin keys in gatew
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -46,9 +47,17 @@ def console_app(mock: BackgroundServer, **overrides: Any) -> Any:
     return create_app(settings, table=simulated_table(mock.port))
 
 
-def client_for(app: Any) -> httpx.AsyncClient:
+@asynccontextmanager
+async def client_for(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of `app` with the app's lifespan run around it, so that what the app opens (its
+    upstream client's sessions) is closed at the end, as `serve` closes it."""
     # A loopback name: a proxy bound to loopback answers to no other on its console (browser_guard).
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as client,
+    ):
+        yield client
 
 
 async def test_console_is_off_unless_enabled(mock: BackgroundServer) -> None:

@@ -407,12 +407,13 @@ def test_a_stop_sequence_the_upstream_names_is_the_stop_reason(stream: bool) -> 
     with (
         BackgroundServer(vllm_stopped_at_end()) as upstream,
         BackgroundServer(create_app(make_settings(upstream_base_url=f"{upstream.url}/v1"))) as proxy,
+        client(proxy) as anthropic_client,  # (closed: its pooled socket too)
     ):
         if stream:
-            with client(proxy).messages.stream(**body) as events:  # type: ignore[arg-type]
+            with anthropic_client.messages.stream(**body) as events:  # type: ignore[arg-type]
                 message = events.get_final_message()
         else:
-            message = client(proxy).messages.create(**body)  # type: ignore[arg-type]
+            message = anthropic_client.messages.create(**body)  # type: ignore[arg-type]
     assert message.stop_reason == "stop_sequence" and message.stop_sequence == "END"
     assert [b.type for b in message.content] == ["text"]
 

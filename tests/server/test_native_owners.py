@@ -15,7 +15,10 @@ import pytest
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
+from proxy.server.native_owners import NativeOwners, split_records_warning
 from proxy.server.serving import BackgroundServer
+from proxy.server.tenancy import DoorSecrets
+from proxy.state.memory import MemoryStore
 from tests.helpers import make_settings
 
 ALICE = {"authorization": "Bearer ck-alice"}
@@ -101,3 +104,116 @@ def test_byok_mode_leaves_ownership_to_the_upstream(mock: BackgroundServer) -> N
         follow = {**BODY, "input": "x", "previous_response_id": r.json()["id"]}
         r = httpx.post(f"{proxy.url}/v1/responses", json=follow, headers=BOB)
     assert r.status_code == 200
+
+
+def created(proxy: BackgroundServer, stream: bool, headers: dict[str, str] = ALICE) -> tuple[str, list[str]]:
+    """A response created by `headers`' tenant: its id and its output items' ids."""
+    r = httpx.post(f"{proxy.url}/v1/responses", json={**BODY, "stream": stream}, headers=headers)
+    assert r.status_code == 200, r.text
+    if not stream:
+        return str(r.json()["id"]), [str(item["id"]) for item in r.json()["output"]]
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    items = [str(e["item"]["id"]) for e in events if e["type"] == "response.output_item.added"]
+    return str(events[0]["response"]["id"]), items
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_another_tenants_output_items_cannot_be_referenced(mock: BackgroundServer, stream: bool) -> None:
+    """An `item_reference` (or a reasoning item sent without its blob, which the upstream looks up
+    by id) to another tenant's output item is refused as the upstream refuses an unknown item."""
+    with gateway(mock) as proxy:
+        _, items = created(proxy, stream)
+        assert items
+        asked = upstream_count(mock)
+        for item_id in items:
+            for item in ({"type": "item_reference", "id": item_id}, {"id": item_id}):
+                body = {**BODY, "input": [{"role": "user", "content": "Go on."}, item]}
+                r = httpx.post(f"{proxy.url}/v1/responses", json=body, headers=BOB)
+                assert r.status_code == 404, r.text
+                assert r.json()["error"]["message"] == f"Item with id '{item_id}' not found."
+                assert r.json()["error"]["param"] == "input"
+        reasoning = next(i for i in items if i.startswith("rs_"))
+        blobless = {**BODY, "input": [{"type": "reasoning", "id": reasoning, "summary": []}]}
+        r = httpx.post(f"{proxy.url}/v1/responses", json=blobless, headers=BOB)
+        assert r.status_code == 404
+        assert upstream_count(mock) == asked  # none of it reached the upstream
+        # Its creator references them (the upstream resolves them).
+        references = [{"type": "item_reference", "id": i} for i in items]
+        mine = {**BODY, "input": [*references, {"role": "user", "content": "Go on."}]}
+        r = httpx.post(f"{proxy.url}/v1/responses", json=mine, headers=ALICE)
+        assert r.status_code == 200, r.text
+        assert httpx.get(f"{mock.url}/_mock/requests/last").json()["body"]["input"][0]["id"] == items[0]
+
+
+def test_an_item_id_the_proxy_never_relayed_is_refused(mock: BackgroundServer) -> None:
+    with gateway(mock) as proxy:
+        asked = upstream_count(mock)
+        body = {**BODY, "input": [{"type": "item_reference", "id": "msg_someone_elses"}]}
+        r = httpx.post(f"{proxy.url}/v1/responses", json=body, headers=ALICE)
+        assert r.status_code == 404
+        assert r.json()["error"]["message"] == "Item with id 'msg_someone_elses' not found."
+        assert upstream_count(mock) == asked
+
+
+def test_conversations_are_refused_in_gateway_mode(mock: BackgroundServer) -> None:
+    """A conversation object lives in the shared account under no tenant: `conversation` and the
+    `/v1/conversations` routes are refused, and nothing reaches the upstream."""
+    with gateway(mock) as proxy:
+        asked = upstream_count(mock)
+        r = httpx.post(f"{proxy.url}/v1/responses", json={**BODY, "conversation": "conv_x"}, headers=ALICE)
+        assert r.status_code == 400
+        error = r.json()["error"]
+        assert error["param"] == "conversation" and error["code"] == "conversation_not_supported"
+        assert "gateway mode" in error["message"]
+        for method, path in (
+            ("POST", ""),
+            ("GET", "/conv_x"),
+            ("DELETE", "/conv_x"),
+            ("GET", "/conv_x/items"),
+        ):
+            r = httpx.request(method, f"{proxy.url}/v1/conversations{path}", headers=ALICE)
+            assert r.status_code == 403, (method, path, r.text)
+            assert r.json()["error"]["code"] == "conversations_not_served"
+        r = httpx.get(f"{proxy.url}/v1/conversations/conv_x", headers={"authorization": "Bearer nope"})
+        assert r.status_code == 401  # (who asks is checked first)
+        assert upstream_count(mock) == asked
+
+
+def test_byok_mode_passes_conversations_on(mock: BackgroundServer) -> None:
+    settings = make_settings(upstream_base_url=f"{mock.url}/openai/v1")
+    with BackgroundServer(create_app(settings, table=simulated_table(mock.port))) as proxy:
+        r = httpx.get(f"{proxy.url}/v1/conversations/conv_x", headers=ALICE)
+    assert r.status_code == 404 and "conversations_not_served" not in r.text  # (the mock's own 404)
+
+
+async def test_a_record_is_kept_alive_by_its_use() -> None:
+    """An owner record is renewed each time it is used: a conversation in use never expires."""
+    now = [0.0]
+    store = MemoryStore(ttl=100, clock=lambda: now[0])
+    settings = make_settings(client_keys=["ck-alice"], upstream_api_key="sk-operator")
+    owners = NativeOwners(store, DoorSecrets.of(settings, None), gateway=True)
+    tenants = owners.tenants(ALICE.items())
+    await owners.record(tenants.current, "resp_1")
+    now[0] = 60
+    assert await owners.owns(tenants, "resp_1")
+    now[0] = 130  # past the first write's TTL, within the use's
+    assert await owners.owns(tenants, "resp_1")
+    now[0] = 300
+    assert not await owners.owns(tenants, "resp_1")
+
+
+def test_serve_warns_when_records_would_be_split_between_workers() -> None:
+    """The memory store is one process's: with several workers a record is found only by the
+    worker that wrote it."""
+    split = make_settings(client_keys=["ck-alice"], upstream_api_key="sk-operator", workers=4)
+    warning = split_records_warning(split)
+    assert warning is not None and "THINKPROXY_STATE_URL" in warning and "4 workers" in warning
+    shared = make_settings(
+        client_keys=["ck-alice"],
+        upstream_api_key="sk-operator",
+        workers=4,
+        state_url="redis://localhost:6379/0",
+    )
+    assert split_records_warning(shared) is None
+    assert split_records_warning(make_settings(workers=4)) is None  # BYOK: nothing recorded
+    assert split_records_warning(make_settings(client_keys=["ck-alice"], upstream_api_key="sk-o")) is None

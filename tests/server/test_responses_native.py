@@ -13,7 +13,7 @@ import pytest
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
-from proxy.server.responses_native import strip_proxy_blobs
+from proxy.server.responses_native import BLOBS_LEFT_OUT_HEADER, strip_proxy_blobs
 from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings
 
@@ -58,6 +58,13 @@ def test_the_proxys_own_blobs_never_reach_a_native_upstream(mock: BackgroundServ
     assert "tp1." not in json.dumps(sent["body"])
     assert [i.get("type", "message") for i in sent["body"]["input"]] == ["message", "message", "message"]
     assert r.status_code == 200, r.text
+    # A native answer carries no trace: the client learns what was left out from a header.
+    assert r.headers[BLOBS_LEFT_OUT_HEADER] == "2"
+    with proxy_for(mock, "openai") as proxy:
+        r = httpx.post(
+            f"{proxy.url}/v1/responses", json={"model": "gpt-5.4", "input": "Hi."}, headers=HEADERS
+        )
+    assert BLOBS_LEFT_OUT_HEADER not in r.headers
 
 
 def test_strip_leaves_a_body_without_our_blobs_alone() -> None:

@@ -16,7 +16,8 @@ says what to review; `release(decisions, now_ms)` gives the bytes the client get
   `stop` when no call is left.
 
 What the gate can attribute, and what it removes instead (failing closed), are the rules it shares
-with non-stream completions (proxy.core.stream.gate_rules; those: proxy.core.stream.gate_completion).
+with non-stream completions (proxy.core.stream.gate_rules; those: proxy.core.stream.gate_completion);
+following the calls as their fragments come is proxy.core.stream.gate_calls.
 Every event is read, named `event: trace` or not (SDKs parse named events as chunks too); a data
 event the gate cannot read as JSON is withheld.
 
@@ -28,9 +29,8 @@ calls are renumbered after the gate's `review.request` so `seq` stays 0, 1, 2…
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -47,22 +47,17 @@ from proxy.core.review_rules import (
     rejection_text,
     shown_name,
 )
+from proxy.core.stream.gate_calls import CallTracker, rewrite_calls
 from proxy.core.stream.gate_rules import (
     call_fragments,
-    carried_name,
-    choices0,
     decision_for,
     finish_reason,
-    index_of,
     is_json,
-    is_zero,
     ms,
     read_object,
-    refusal,
     retimed,
     review_event,
     set_finish_reason,
-    texts,
 )
 from proxy.core.stream.jsonio import dumps
 from proxy.core.stream.sse import SSEDecoder, SSEEvent, comment_frame, data_frame
@@ -71,16 +66,6 @@ from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, event_frames
 DONE = b"[DONE]"
 _TRACE_COMMENT = b": trace "
 _WITHHELD = b": thinkproxy: an event that is not JSON was withheld (tool calls are under review)\n\n"
-
-
-@dataclass(slots=True)
-class _Call:
-    index: int
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-    name_complete: bool = False
-    covered: bool = False
 
 
 @dataclass(slots=True)
@@ -104,23 +89,18 @@ class StreamGate:
         max_event_bytes: int,
         names: ClientNames = NO_CLIENT_NAMES,
     ) -> None:
-        self._policy = policy
         self._names = names  # the tools the client knows by other names (review_rules.ClientTool)
         self._new_id = new_id
         self._trace_format = trace_format  # None: the client gets no trace
         self._zh = zh
         self._decoder = SSEDecoder(max_event_bytes)
-        self._calls: dict[int, _Call] = {}
+        self._calls = CallTracker(policy, names)  # (its `holding` and `covered` hold the stream)
         self._held: list[_Held] = []
-        self._holding = False
-        self._covered = False  # a covered call was seen (or one was removed): hold to the end
         self._next_seq = 0  # the first trace seq the client has not been given
         self._last_t = 0.0  # the latest t_ms the client has been given
         self._held_t: float | None = None  # the t_ms of the first trace event held with the calls
         self._meta: ChunkMeta | None = None
         self._reviews: list[HeldCall] = []
-        # Calls removed without a review, by where they came from: (name pieces, why).
-        self._removed: dict[str, tuple[list[str], str]] = {}
         self._final: _Held | None = None  # data: [DONE], kept for the closing events
 
     # -- feeding ---------------------------------------------------------------------------------
@@ -135,17 +115,17 @@ class StreamGate:
 
     @property
     def holding(self) -> bool:
-        return self._covered
+        return self._calls.covered
 
     def flush(self, closing: Sequence[dict[str, Any]] = ()) -> bytes:
         """The upstream is done and no held call is covered (a call whose name never settled, say):
         what was held goes to the client, then `closing` (the trace's last events) and [DONE].
         Nothing while a covered call awaits review."""
-        if self._covered:
+        if self._calls.covered:
             return b""
         out = [h.raw for h in self._held]
         self._held.clear()
-        self._holding = False
+        self._calls.holding = False
         out.append(self._frames(list(closing)))
         if self._final is not None:
             out.append(self._final.raw)
@@ -156,7 +136,7 @@ class StreamGate:
         """The exchange failed: what was held never reaches the client (nobody reviewed it)."""
         self._held.clear()
         self._final = None
-        self._holding = self._covered = False
+        self._calls.holding = self._calls.covered = False
 
     def _take(self, event: SSEEvent, out: list[bytes]) -> None:
         held = self._understand(event)
@@ -167,18 +147,18 @@ class StreamGate:
         if held.chunk is not None:
             if self._meta is None:
                 self._meta = chunk_meta(held.chunk)
-            if self._track_calls(held.chunk):
+            if self._calls.track_calls(held.chunk):
                 # Something was removed: what the client gets is the chunk without it.
                 held.raw = data_frame(dumps(held.chunk))
-        if self._holding:
+        if self._calls.holding:
             self._held.append(held)
             if held.trace is not None and self._held_t is None:
                 t = held.trace.get("t_ms")
                 if isinstance(t, int | float) and not isinstance(t, bool):
                     self._held_t = float(t)
-            if not self._covered and self._names_settled():
+            if not self._calls.covered and self._calls.names_settled():
                 # Every call so far is one the policy does not cover: let them go.
-                self._holding = False
+                self._calls.holding = False
                 self._held_t = None
                 out.extend(h.raw for h in self._held)
                 for h in self._held:
@@ -214,116 +194,6 @@ class StreamGate:
         if isinstance(t, int | float) and not isinstance(t, bool):
             self._last_t = max(self._last_t, float(t))
 
-    def _track_calls(self, chunk: dict[str, Any]) -> bool:
-        """Follows choice 0's calls and removes, in place, every call it cannot attribute; True
-        when something was removed."""
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            return False
-        changed = False
-        for choice in choices:
-            if not isinstance(choice, dict):
-                continue
-            zero = is_zero(choice)
-            where: tuple[Any, ...] = (choice.get("index"),) if not zero else (0,)
-            for key in ("delta", "message"):
-                delta = choice.get(key)
-                if not isinstance(delta, dict):
-                    continue
-                if delta.get("function_call") is not None:
-                    shape = "function_call" if zero else "choice"
-                    self._remove((*where, "fc"), delta.pop("function_call"), shape)
-                    changed = True
-                fragments = delta.get("tool_calls")
-                if fragments is None:
-                    continue
-                if not zero or key == "message" or not isinstance(fragments, list):
-                    for fragment in fragments if isinstance(fragments, list) else [fragments]:
-                        self._remove((*where, index_of(fragment)), fragment, "shape" if zero else "choice")
-                    del delta["tool_calls"]
-                    changed = True
-                    continue
-                kept: list[Any] = []
-                for fragment in fragments:
-                    why = self._unattributable(fragment)
-                    if why is None:
-                        self._track(fragment)
-                        kept.append(fragment)
-                    else:
-                        self._remove((*where, index_of(fragment)), fragment, why)
-                if len(kept) != len(fragments):
-                    changed = True
-                    if kept:
-                        delta["tool_calls"] = kept
-                    else:
-                        del delta["tool_calls"]
-            finish = choice.get("finish_reason")
-            if isinstance(finish, str):
-                if zero:
-                    for call in self._calls.values():
-                        call.name_complete = True
-                if finish == "function_call" or (not zero and finish == "tool_calls"):
-                    choice["finish_reason"] = "stop"  # no call is left where this one pointed
-                    changed = True
-        return changed
-
-    def _unattributable(self, fragment: Any) -> str | None:
-        """Why a `tool_calls` fragment of choice 0 cannot be attributed to one call, or None."""
-        if not isinstance(fragment, dict):
-            return "shape"
-        index = fragment.get("index")
-        if type(index) is not int or index < 0:
-            return "shape"
-        if fragment.get("type") not in (None, "function") or fragment.get("custom") is not None:
-            return "shape"
-        function = fragment.get("function")
-        if function is None:
-            function = {}
-        elif not isinstance(function, dict):
-            return "shape"
-        name = function.get("name")
-        if not texts(fragment.get("id"), name, function.get("arguments")):
-            return "shape"
-        call = self._calls.get(index)
-        if call is not None and call.name_complete and isinstance(name, str) and name and name != call.name:
-            return "renamed"
-        return None
-
-    def _track(self, fragment: dict[str, Any]) -> None:
-        index: int = fragment["index"]
-        call = self._calls.get(index)
-        if call is None:
-            call = self._calls[index] = _Call(index)
-            self._holding = True  # nothing of a new call goes out before its name is known
-        if isinstance(fragment.get("id"), str) and fragment["id"]:
-            call.id = fragment["id"]
-        function = fragment.get("function")
-        if not isinstance(function, dict):
-            return
-        name = function.get("name")
-        if isinstance(name, str) and name and name != call.name:
-            call.name = name if name.startswith(call.name) else call.name + name
-        arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            call.arguments.append(arguments)
-            call.name_complete = True
-        if call.name and self._policy.covers(call.name, self._names) and not call.covered:
-            call.covered = self._covered = True
-
-    def _remove(self, where: tuple[Any, ...], carrier: Any, why: str) -> None:
-        """A call removed before it reached the client: remembered (its name, as its pieces
-        come), so the client is told; from here on the stream is held to the end."""
-        names, _ = self._removed.setdefault(repr(where), ([], why))
-        name = carried_name(carrier, legacy=where[-1:] == ("fc",))
-        if name:
-            joined = "".join(names)
-            if name != joined:
-                names[:] = [name] if name.startswith(joined) else [*names, name]
-        self._covered = self._holding = True
-
-    def _names_settled(self) -> bool:
-        return all(call.name_complete for call in self._calls.values())
-
     # -- after the upstream ended ----------------------------------------------------------------
     def held_calls(
         self, *, now: float, timeout: float, extra: dict[str, Any] | None = None
@@ -341,23 +211,20 @@ class StreamGate:
                     expires=now + timeout,
                     extra=client_extra(call.name, self._names, extra),
                 )
-                for call in sorted(self._calls.values(), key=lambda c: c.index)
+                for call in sorted(self._calls.calls.values(), key=lambda c: c.index)
                 if call.covered
             ]
         return self._reviews
 
     def removed_calls(self) -> list[tuple[HeldCall, Decision]]:
         """The calls removed without a review, each with the reason the client is told."""
-        return [
-            refusal(shown_name("".join(names), self._names), why, self._zh)
-            for names, why in self._removed.values()
-        ]
+        return self._calls.removed_calls(self._zh)
 
     def finish_after(self, decisions: dict[str, Decision]) -> str | None:
         """The finish reason `release` gives the client when it changes it (no call left), or None."""
         refused = {c.index for c in self._reviews if not decision_for(decisions, c).releases_call}
-        if self._removed or refused:
-            return "tool_calls" if any(i not in refused for i in self._calls) else "stop"
+        if self._calls.removed or refused:
+            return "tool_calls" if any(i not in refused for i in self._calls.calls) else "stop"
         return None
 
     def review_events(self, now_ms: float) -> list[dict[str, Any]]:
@@ -385,7 +252,7 @@ class StreamGate:
         refused = [(c, d) for c, d in verdicts.values() if not d.releases_call]
         refused += self.removed_calls()
         refused_indexes = {c.index for c, d in verdicts.values() if not d.releases_call}
-        kept = [i for i in sorted(self._calls) if i not in refused_indexes]
+        kept = [i for i in sorted(self._calls.calls) if i not in refused_indexes]
         renumber = {old: new for new, old in enumerate(kept)}
         modified = {c.index: d.arguments for c, d in verdicts.values() if d.verdict is Verdict.MODIFY}
         wrote_args: set[int] = set()
@@ -401,7 +268,7 @@ class StreamGate:
                         out.append(data_frame(orjson.dumps(self._text_chunk(refused))))
                         set_finish_reason(chunk, "tool_calls" if kept else "stop")
                 if refused or modified:
-                    rewritten = _rewrite_calls(chunk, renumber, modified, wrote_args)
+                    rewritten = rewrite_calls(chunk, renumber, modified, wrote_args)
                     if rewritten is not None:
                         out.append(data_frame(dumps(rewritten)))
                 else:
@@ -425,7 +292,7 @@ class StreamGate:
             out.append(data_frame(DONE))
         self._held.clear()
         self._final = None
-        self._holding = self._covered = False
+        self._calls.holding = self._calls.covered = False
         return b"".join(out)
 
     # -- pieces ----------------------------------------------------------------------------------
@@ -456,45 +323,3 @@ class StreamGate:
 
     def _finish_chunk(self, reason: str) -> dict[str, Any]:
         return {**self._base_chunk(), "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}
-
-
-def _rewrite_calls(
-    chunk: dict[str, Any], renumber: dict[int, int], modified: dict[int, str | None], wrote_args: set[int]
-) -> dict[str, Any] | None:
-    """The chunk with refused calls removed, kept ones renumbered, modified arguments put in;
-    None when nothing of it is left to send."""
-    chunk = copy.deepcopy(chunk)  # a private copy: the held original stays as it came
-    left = False
-    for choice in choices0(chunk):
-        delta = choice.get("delta")
-        fragments = delta.get("tool_calls") if isinstance(delta, dict) else None
-        if not isinstance(fragments, list) or not isinstance(delta, dict):
-            left = True
-            continue
-        kept_fragments = []
-        for fragment in fragments:
-            index = fragment["index"]  # (the gate removed every fragment without an integer index)
-            if index not in renumber:
-                continue  # a refused call: nothing of it reaches the client
-            fragment = {**fragment, "index": renumber[index]}
-            if index in modified:
-                function = fragment.get("function")
-                function = dict(function) if isinstance(function, dict) else {}
-                if index in wrote_args:
-                    function.pop("arguments", None)
-                    if not function.get("name") and not fragment.get("id"):
-                        continue  # a fragment that only carried the replaced arguments
-                else:
-                    function["arguments"] = modified[index] or "{}"
-                    wrote_args.add(index)
-                fragment["function"] = function
-            kept_fragments.append(fragment)
-        if kept_fragments:
-            delta["tool_calls"] = kept_fragments
-        else:
-            del delta["tool_calls"]
-        if delta or choice.get("finish_reason") is not None:
-            left = True
-    if not left and chunk.get("usage") is None:
-        return None
-    return chunk

@@ -89,16 +89,18 @@ def release_completion(
     *,
     now_ms: float | None = None,
     closing: Sequence[dict[str, Any]] = (),
+    names: ClientNames = NO_CLIENT_NAMES,
 ) -> dict[str, Any]:
-    """The completion as the decisions make it (a new dict): calls it cannot attribute removed,
-    review events and then `closing` (the trace's `done`, from the trace builder) at `now_ms`
-    ending its trace."""
+    """The completion as the decisions make it (a new dict): calls it cannot attribute removed
+    (named to the client as it knows the tool: `names`, as for `completion_held_calls`), review
+    events and then `closing` (the trace's `done`, from the trace builder) at `now_ms` ending its
+    trace."""
     out: dict[str, Any] = copy.deepcopy(completion)
     verdicts = {c.index: (c, decisions.get(c.review_id, Decision(Verdict.TIMEOUT))) for c in reviews}
     # The calls as the upstream listed them: a review's `index` is a position in this list, which
     # removing the calls the gate cannot read would shift.
     listed = _message_calls(out)
-    removed = _removed_calls(out, zh)
+    removed = _removed_calls(out, zh, names)
     choice = _first_message_choice(out)
     if choice is not None:
         message = choice["message"]
@@ -166,9 +168,16 @@ def _plain_call(call: Any) -> bool:
     )
 
 
-def _removed_calls(completion: dict[str, Any], zh: bool) -> list[tuple[HeldCall, Decision]]:
+def _removed_calls(
+    completion: dict[str, Any], zh: bool, names: ClientNames = NO_CLIENT_NAMES
+) -> list[tuple[HeldCall, Decision]]:
     """Removes, in place, every call outside the first index-0 choice's readable `tool_calls`
-    (other choices, a second entry with index 0, the legacy `function_call`, custom calls)."""
+    (other choices, a second entry with index 0, the legacy `function_call`, custom calls), each
+    named as the client knows the tool (the stream gate's words)."""
+
+    def refused(name: str, why: str) -> tuple[HeldCall, Decision]:
+        return refusal(shown_name(name, names), why, zh)
+
     removed: list[tuple[HeldCall, Decision]] = []
     first = _first_message_choice(completion)
     choices = completion.get("choices")
@@ -183,7 +192,7 @@ def _removed_calls(completion: dict[str, Any], zh: bool) -> list[tuple[HeldCall,
             if fc is not None:
                 del message["function_call"]
                 why = "function_call" if choice is first else "choice"
-                removed.append(refusal(carried_name(fc, legacy=True), why, zh))
+                removed.append(refused(carried_name(fc, legacy=True), why))
             calls = message.get("tool_calls")
             if calls is None:
                 continue
@@ -191,12 +200,12 @@ def _removed_calls(completion: dict[str, Any], zh: bool) -> list[tuple[HeldCall,
                 plain = [c for c in calls if _plain_call(c)]
                 for call in calls:
                     if not _plain_call(call):
-                        removed.append(refusal(carried_name(call), "shape", zh))
+                        removed.append(refused(carried_name(call), "shape"))
                 if len(plain) != len(calls):
                     message["tool_calls"] = plain
                 continue
             for call in calls if isinstance(calls, list) else [calls]:
-                removed.append(refusal(carried_name(call), "choice", zh))
+                removed.append(refused(carried_name(call), "choice"))
             del message["tool_calls"]
         if choice is not first and choice.get("finish_reason") in ("tool_calls", "function_call"):
             choice["finish_reason"] = "stop"

@@ -113,3 +113,34 @@ def test_a_namespaced_call_is_held_by_the_name_its_client_runs() -> None:
         out["choices"][0]["message"]["content"]
         == "The call to mail.send_email was not made: the review timed out."
     )
+
+
+def test_a_call_removed_for_its_shape_is_named_as_its_client_knows_it() -> None:
+    """The client is told about a removed call by the name it runs the tool by (`mail.send_email`),
+    as the stream gate tells it, never by the upstream's flattened `mail__send_email`."""
+    names = {"mail__send_email": ClientTool("send_email", "mail")}
+    body = completion(("a", "crm_lookup", "{}"))
+    body["choices"][0]["message"]["tool_calls"].append(
+        {"id": "b", "type": "custom", "custom": {"name": "mail__send_email", "input": "x"}}
+    )
+    body["choices"].append(
+        {
+            "index": 1,
+            "message": {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "mail__send_email", "arguments": "{}"},
+                    }
+                ],
+            },
+            "finish_reason": "tool_calls",
+        }
+    )
+    held = completion_held_calls(body, POLICY, new_id=ids(), now=0.0, timeout=1.0, names=names)
+    out = release_completion(body, held, {}, zh=False, names=names)
+    content = out["choices"][0]["message"]["content"]
+    assert "mail__send_email" not in content
+    assert content.count("mail.send_email") == 2, content
