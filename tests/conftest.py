@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import re
+import ast
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,18 +24,53 @@ def proxy_client() -> Iterator[Callable[..., httpx.AsyncClient]]:
 
 # Tests that start a server (a proxy or a mock on a loopback port), a child process or a real
 # program (Redis, Prometheus, Chromium, `thinkproxy serve`) are marked `spawns`: they are the slow
-# ones, and `-m "not spawns"` gives the quick in-process suite. A module is marked by what it
-# uses, read from its source once, so a new such test is marked without anyone remembering to.
-SPAWNING = re.compile(
-    r"\b(BackgroundServer|subprocess|start_serve|Popen|realredis|playwright|start_proxy_process)\b"
+# ones, and `-m "not spawns"` gives the quick in-process suite. A module is marked by what its code
+# uses — the modules it imports, the names it calls or asks for as fixtures, read from its syntax
+# tree once — so a new such test is marked without anyone remembering to, and a word in a string,
+# a comment or a docstring (the purity test's allowlist names subprocess) marks nothing. A module
+# that spawns in a way these miss says so itself: `pytestmark = pytest.mark.spawns`.
+SPAWNING_MODULES = ("subprocess", "multiprocessing", "playwright", "tests.realredis")
+SPAWNING_NAMES = frozenset(
+    {
+        "BackgroundServer",  # proxy.server.serving: uvicorn on a thread, on a loopback port
+        "start_serve",  # tests.helpers: `thinkproxy serve` as a child process
+        "start_proxy_process",
+        "Popen",
+        "create_subprocess_exec",  # asyncio's child processes
+        "create_subprocess_shell",
+    }
 )
+
+
+def spawns(source: str) -> bool:
+    """Whether a test module's code starts a server, a child process or a real program."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names] + [a.name for a in node.names]
+        elif isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.arg):  # a fixture that spawns, asked for by name
+            names = [node.arg]
+        else:
+            continue
+        for name in names:
+            if name in SPAWNING_NAMES or any(
+                name == module or name.startswith(module + ".") for module in SPAWNING_MODULES
+            ):
+                return True
+    return False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     spawning: dict[str, bool] = {}
     for item in items:
         path = str(item.path)
-        if path not in spawning:
-            spawning[path] = bool(SPAWNING.search(item.path.read_text(encoding="utf-8")))
+        if path not in spawning:  # (a test module: pytest imported it, so it parses)
+            spawning[path] = item.path.suffix == ".py" and spawns(item.path.read_text(encoding="utf-8"))
         if spawning[path]:
             item.add_marker(pytest.mark.spawns)
