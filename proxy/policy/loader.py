@@ -1,5 +1,5 @@
 """Reading the policy file, at start (`serve` and `check` refuse a bad one before binding a port)
-and again on SIGHUP (proxy.policy.reload keeps the running policy when the new file is bad)."""
+and again on SIGHUP (proxy.server.reload keeps the running policy when the new file is bad)."""
 
 from __future__ import annotations
 

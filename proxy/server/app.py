@@ -33,11 +33,11 @@ from proxy.core.routing import (
     resolve_route_keys,
 )
 from proxy.core.tool_titles import load_tool_titles
-from proxy.policy import reload
 from proxy.policy.api import UsageAPI
 from proxy.policy.service import ThinkingPolicy
 from proxy.review.api import ReviewAPI
 from proxy.review.service import ReviewService
+from proxy.server import reload
 from proxy.server.access_log import configure_logging
 from proxy.server.browser_guard import BrowserGuard, HostRule
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
@@ -129,7 +129,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # SIGHUP reads the policy and routes files again (proxy.policy.reload).
+        # SIGHUP reads the policy and routes files again (proxy.server.reload).
         remove = reload.install(
             asyncio.get_running_loop(), lambda: reload.reload_files(proxy, thinking, load_routes)
         )

@@ -89,13 +89,7 @@ LAYERS: dict[str, frozenset[str]] = {
 }
 # Imports that break the layers today, each with its reason: found, not endorsed. The test fails
 # when one is no longer needed, so the list only shrinks.
-LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # FINDING (2026-12-05): SIGHUP reload swaps the reloaded policy and routes into the running
-    # `Proxy` (its services) and `ModelsListing`, so it imports both classes from the edge. The
-    # fix is for the edge to hand reload what it swaps (or for reload to move to server/).
-    ("proxy.policy.reload", "proxy.server.handlers"): "reload_files(proxy: Proxy, …)",
-    ("proxy.policy.reload", "proxy.server.models_listing"): "the merged /v1/models it rebuilds",
-}
+LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:

@@ -20,8 +20,8 @@ import pytest
 from proxy.core.controls import Level
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
-from proxy.policy.reload import reload_files
 from proxy.server.app import create_app, load_routes
+from proxy.server.reload import reload_files
 from proxy.server.serving import BackgroundServer
 from tests.helpers import laughs, make_settings, simulated_providers_file, start_serve
 

@@ -1,4 +1,4 @@
-"""proxy.policy.reload: a SIGHUP reload swaps in a file only when the whole of it checks out; a bad
+"""proxy.server.reload: a SIGHUP reload swaps in a file only when the whole of it checks out; a bad
 one (wrong bytes, an alias bomb, several faults) keeps the one in use and is one log line."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from proxy.core.controls import Level
-from proxy.policy.reload import reload_files
 from proxy.server.app import create_app, load_routes
+from proxy.server.reload import reload_files
 from tests.helpers import laughs, make_settings
 
 POLICY = "keys:\n  alice: {max_level: standard}\n"
