@@ -14,7 +14,9 @@ the handlers (proxy.server.handlers) run the I/O and nothing else:
    *I/O: the replay store's lookup of remembered reasoning (chat only).*
 3. `plan_chat(…)` / `passthrough(…)` — the upstream request itself (URL, headers, body with the
    thinking level applied in the provider's dialect), the response headers that say what was done,
-   and the options of the response pipeline (reasoning normalization, trace).
+   and the options of the response pipeline (reasoning normalization, trace). For chat, around
+   the thinking policy's judgement and the replay store's lookup, proxy.core.plan_finish decides
+   the rest (the route, the trace and its notes, the review gate) and calls these.
 
 Settings are passed in as values (`Defaults`), functions as callables (`resolve`: the upstream
 allow-list), so tests drive every decision without a server, a socket or the environment.
@@ -164,9 +166,20 @@ class Target:
     """Step 2's outcome: where the request goes, with which body and headers."""
 
     destination: Destination
-    body: bytes
+    # The body as sent. None: a chat body built by the proxy (a front door's bridged request) and not
+    # serialized yet; `body` serializes `parsed` when first read, so a body the plan rewrites anyway
+    # is serialized once, not twice.
+    raw: bytes | None
     parsed: dict[str, Any] | None  # the chat body (chat completions only)
     headers: list[tuple[str, str]]  # the client's, with the credentials of the mode (no filtering yet)
+
+    @property
+    def body(self) -> bytes:
+        raw = self.raw
+        if raw is None:
+            assert self.parsed is not None
+            raw = self.raw = jsonio.dumps(self.parsed)
+        return raw
 
     @property
     def model(self) -> str | None:
@@ -284,7 +297,6 @@ def plan_chat(
     zh = prefers_chinese(arrival.headers.get("accept-language"))
     level = intent.controls.level
     body = restored if restored is not None else tgt.parsed
-    content = jsonio.dumps(restored) if restored is not None else tgt.body
     applied: Level | None = None
     method: str | None = None
     result = rewrite_body(body, level, dialect, zh=zh)
@@ -294,6 +306,8 @@ def plan_chat(
     if level is not None or rewritten is not body:  # (no level: history fields fitted, if needed)
         applied, method = result.level_applied, result.method
         content = jsonio.dumps(rewritten)  # integers above 64 bits kept exact
+    else:  # (the body as it came is serialized only here, when it goes unchanged: Target.body)
+        content = jsonio.dumps(restored) if restored is not None else tgt.body
     response_headers = thinking_headers(applied, dialect.name, method)
     if budget_param is not None:
         response_headers.append((BUDGET_HEADER, f"{budget_param}={intent.budget_tokens}"))

@@ -4,8 +4,9 @@ else decides here.
 Chat completions and every other `/v1/*` path go through the same three plan steps; between them
 a handler vets a client-chosen upstream's name, reads the body, and asks the replay store for
 remembered reasoning; then the relay (proxy.server.relay) sends the upstream request and streams
-the answer back through the response pipeline. Every request ends in `finish` exactly once: its
-access-log line, then its observers.
+the answer back through the response pipeline. A chat request's last steps are
+proxy.core.plan_finish's; `run_chat` only awaits between them. Every request ends in `finish`
+exactly once: its access-log line, then its observers.
 """
 
 from __future__ import annotations
@@ -13,28 +14,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from proxy.core import plan
-from proxy.core.controls import UPSTREAM_HEADER, Level, TraceFormat, TraceMode
+from proxy.core import plan, plan_finish
+from proxy.core.controls import UPSTREAM_HEADER, Level
 from proxy.core.errors import ProxyError
 from proxy.core.events import AccessRecord, Listener, notify_end, start_observers
 from proxy.core.gateway import GatewayAuth
 from proxy.core.native_usage import UsageReader, model_asked
-from proxy.core.plan import ChatContext, FrontDoor
+from proxy.core.plan import FrontDoor
 from proxy.core.protocols import chat as chat_door
-from proxy.core.protocols.responses_upstream import ResponsesAnswer, over_responses_note, wants_usage
-from proxy.core.providers import ProvidersTable
+from proxy.core.providers import Dialect, ProvidersTable
 from proxy.core.review_rules import NO_CLIENT_NAMES, ClientNames, refuse_unreviewed_route
 from proxy.core.routing import RouteTable
-from proxy.core.stream.taps import build_trace, needs_outcome, output_sink, tap_needs_detail, trace_tap
 from proxy.core.tool_titles import NO_TITLES, ToolTitles
-from proxy.policy.service import Decision as PolicyDecision
 from proxy.policy.service import ThinkingPolicy
 from proxy.review.service import ReviewService
 from proxy.server import policy_gate
@@ -110,6 +108,9 @@ class Proxy:
     def __init__(self, services: Services) -> None:
         self.s = services
         self.defaults = defaults_of(services.settings)
+        self.setup = plan_finish.ChatSetup(
+            self.defaults, services.settings.max_sse_event_bytes, services.tool_titles, services.review
+        )
         self.log = self.finish
         self.relay = Relay(services.settings, services.upstream, self.finish, services.review)
         routes = services.routes
@@ -278,17 +279,6 @@ class Proxy:
         tgt = plan.target(destination, arrival, body, parsed, s.gateway, record.forward_headers)
         return arrival, intent, tgt
 
-    async def thinking_policy(
-        self,
-        thinking: ThinkingPolicy,
-        level: Level | None,
-        record: AccessRecord,
-        *,
-        can_turn_off: bool = True,
-    ) -> PolicyDecision:
-        """The policy's decision for this key and level (proxy.server.policy_gate.decide)."""
-        return await policy_gate.decide(thinking, level, record, can_turn_off=can_turn_off)
-
     async def run_chat(
         self,
         request: Request,
@@ -300,99 +290,51 @@ class Proxy:
         started: float,
         door: FrontDoor | None = None,
         client_names: ClientNames = NO_CLIENT_NAMES,
+        dialect: Dialect | None = None,
     ) -> Response:
-        """Steps 3 of a chat request (the replay store's lookup, the plan, the relay). `door`: a
-        front door other than chat completions (proxy.server.responses_door) whose client reads
-        the answer in its own protocol; `client_names`: the tools its client knows by other names
-        than the upstream's (the review gate matches and shows those)."""
+        """Step 3 of a chat request: the awaits between the plan's last steps (proxy.core.
+        plan_finish): the thinking policy's judgement, the replay store's lookup, the relay.
+        `door`: a front door other than chat completions (proxy.server.responses_door) whose
+        client reads the answer in its own protocol; `client_names`: the tools its client knows by
+        other names than the upstream's (the review gate matches and shows those); `dialect`: the
+        providers-table entry when the caller has already looked it up for this target."""
         s = self.s
-        gateway_mode = s.gateway.enabled
         controls = intent.controls
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
         record.request_messages = parsed.get("messages")
         record.level_requested = controls.level.value if controls.level is not None else None
         policy_note = None
-        dialect = plan.chat_dialect(s.table, tgt)
+        if dialect is None:
+            dialect = plan.chat_dialect(s.table, tgt)
         if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
             # (judged on what would really be sent: the level, or the body's own knobs it leaves)
             judged = await policy_gate.judge_chat(s.thinking, intent, tgt, dialect, record)
             intent, tgt, policy_note = judged.intent, judged.target, judged.note
-            controls = intent.controls
             assert tgt.parsed is not None
             parsed = tgt.parsed
-        # Function tools with a level on an upstream whose chat completions refuses them, or any
-        # level where the entry wants the reasoning seen: over its Responses API, where its
-        # encrypted reasoning is replayed with the calls it preceded.
-        effort = plan.responses_effort(dialect, parsed, controls.level) if door is None else None
-        if effort is not None:
-            dialect = replace(dialect, replay=plan.RESPONSES_REPLAY)
+        route = plan_finish.route_chat(dialect, parsed, intent.controls, bridged=door is not None)
         prepared = None
-        restored = None
         if s.replay is not None:  # remembered reasoning back into the history, before the rewrite
-            prepared = await s.replay.prepare(parsed, dialect, record.model, request.headers.items(), record)
+            prepared = await s.replay.prepare(
+                parsed, route.dialect, record.model, request.headers.items(), record
+            )
             parsed = prepared.body
-            restored = parsed if prepared.changed else None
-        if restored is None and parsed is not tgt.parsed:
-            tgt = plan.Target(tgt.destination, tgt.body, parsed, tgt.headers)
-        dropped: tuple[str, ...] = ()
-        if effort is None:
-            chat_plan = plan.plan_chat(
-                arrival, tgt, intent, dialect, self.defaults, restored=restored, gateway_mode=gateway_mode
-            )
-        else:
-            chat_plan, dropped = plan.plan_responses(
-                arrival, tgt, intent, dialect, self.defaults, parsed, effort, gateway_mode=gateway_mode
-            )
-        level_name = chat_plan.level_name
-        record.provider, record.level = dialect.name, level_name
-        record.thinking_method = chat_plan.method
-        trace = build_trace(
-            controls.trace,
-            trace_tap(record.observers),
-            zh=chat_plan.zh,
-            level=level_name,
-            provider=dialect.name,
-            method=chat_plan.method,
-            titles=s.tool_titles,
-            output=output_sink(record.observers),
-            detailed_tap=tap_needs_detail(record.observers),
-            outcome=needs_outcome(record.observers),
-        )
-        if prepared is not None:
-            prepared.annotate(trace)
-        if policy_note is not None and trace is not None:
-            en, zh, rule = policy_note
-            trace.add_note(en, zh, code="thinking_policy", rule=rule)
-        if effort is not None and trace is not None:
-            note = over_responses_note(dropped, plan.over_responses_why(dialect, parsed))
-            trace.add_note(*note, code="upstream_responses_api", fields=list(dropped))
-        capture = prepared.capture if prepared is not None else None
-        gate = None
-        if s.review is not None:
-            s.review.check_request(parsed)
-            if record.stream:
-                shown = None if controls.trace is TraceMode.OFF else controls.trace_format
-                if door is not None and shown is not None:
-                    shown = TraceFormat.COMMENT  # a front door's stream carries the trace as comments
-                gate = s.review.stream_gate(shown, chat_plan.zh, s.settings.max_sse_event_bytes, client_names)
-        trace_format = controls.trace_format if door is None else TraceFormat.COMMENT
-        upstream = None if effort is None else ResponsesAnswer(include_usage=wants_usage(parsed))
-        context = ChatContext(
+        done = plan_finish.finish_chat(
+            self.setup,
+            arrival,
+            intent,
+            tgt,
+            route,
             parsed,
-            chat_plan.reasoning,
-            trace,
-            trace_format,
-            capture,
-            gate=gate,
-            zh=chat_plan.zh,
+            record,
+            gateway_mode=s.gateway.enabled,
+            prepared=prepared,
+            policy_note=policy_note,
             door=door,
-            upstream=upstream,
             client_names=client_names,
         )
-        if door is not None:
-            door.planned(trace)
-        extra = chat_plan.response_headers + record.response_headers
+        extra = done.plan.response_headers + record.response_headers
         return await self.relay(
-            request.receive, chat_plan.request, record, started, extra_headers=extra, chat=context
+            request.receive, done.plan.request, record, started, extra_headers=extra, chat=done.context
         )
