@@ -30,6 +30,7 @@ per worker, each within its own output cap when it names one.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Mapping
@@ -51,13 +52,18 @@ _NESTED_CAPS = (("thinking", "budget_tokens"), ("reasoning", "max_tokens"))
 
 def output_cap(body: Mapping[str, Any]) -> int | None:
     """The largest output or thinking cap a request body names (None: it names none)."""
-    found = [body.get(name) for name in _CAP_FIELDS]
+    largest: int | None = None  # (no lists: read for every budgeted request)
+    for name in _CAP_FIELDS:
+        n = body.get(name)
+        if type(n) is int and n > 0 and (largest is None or n > largest):
+            largest = n
     for holder, name in _NESTED_CAPS:
         inner = body.get(holder)
-        if isinstance(inner, Mapping):
-            found.append(inner.get(name))
-    numbers = [n for n in found if type(n) is int and n > 0]
-    return max(numbers) if numbers else None
+        if inner is not None and isinstance(inner, Mapping):  # (absent: no ABC check)
+            n = inner.get(name)
+            if type(n) is int and n > 0 and (largest is None or n > largest):
+                largest = n
+    return largest
 
 
 def in_flight_bound(limit: int) -> int:
@@ -74,21 +80,28 @@ class Window:
     def width(self) -> float:
         return self.period / BUCKETS
 
+    # (`bucket`'s arithmetic is spelled out in each method: these run several times per budgeted
+    # request, and a call or a range less each is measurable there.)
     def bucket(self, now: float) -> int:
-        return int(now // self.width)
+        return int(now // (self.period / BUCKETS))
 
     def live(self, now: float) -> range:
         """The buckets in the window at `now`: the current one and the BUCKETS - 1 before it."""
-        current = self.bucket(now)
+        current = int(now // (self.period / BUCKETS))
         return range(current - BUCKETS + 1, current + 1)
 
     def spent(self, counts: Mapping[int, int], now: float) -> int:
-        live = self.live(now)
-        return sum(tokens for bucket, tokens in counts.items() if bucket in live)
+        current = int(now // (self.period / BUCKETS))
+        first = current - BUCKETS + 1
+        total = 0
+        for bucket, tokens in counts.items():
+            if first <= bucket <= current:
+                total += tokens
+        return total
 
     def stale(self, counts: Mapping[int, int], now: float) -> list[int]:
         """Buckets that have left the window (a store may delete them)."""
-        first = self.live(now).start
+        first = int(now // (self.period / BUCKETS)) - BUCKETS + 1
         return [bucket for bucket in counts if bucket < first]
 
     def reset_at(self, counts: Mapping[int, int], now: float, limit: int) -> float:
@@ -113,10 +126,31 @@ class Window:
         before = self.spent(counts, now) - reserved
         return before < limit and (alone or 2 * before < limit)
 
+    def settlement(
+        self, counts: Mapping[int, int], now: float, bucket: int, reserved: int, difference: int
+    ) -> tuple[int, int, list[int]] | None:
+        """What settling a reservation of `reserved` tokens set aside in `bucket` adds, `difference`
+        being actual - reserved, given the key's `counts`: (bucket, tokens, the stale buckets to
+        delete), or None when nothing is to be added. Where the reservation's bucket has left the
+        window (whether or not the store still has it), what was spent goes in the current bucket."""
+        current = int(now // (self.period / BUCKETS))
+        first = current - BUCKETS + 1
+        stale = [old for old in counts if old < first]
+        if bucket < first:
+            spent = difference + reserved
+            return (current, spent, stale) if spent > 0 else None
+        return bucket, difference, stale
+
     @property
     def ttl(self) -> int:
         """How long a bucket must be kept: the window, and one bucket's width more."""
         return int(self.period + self.width) + 1
+
+
+@functools.cache
+def window_for(seconds: int) -> Window:
+    """The window of a budget's period: one object per period (a handful), not one per call."""
+    return Window(seconds)
 
 
 class Peaks:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
-from proxy.core.budgets import Peaks, Window
+from proxy.core.budgets import Peaks, window_for
 from proxy.core.controls import Level
 from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver
 from proxy.core.gateway import ClientKey
@@ -120,6 +120,7 @@ class ThinkingPolicy:
         self.peaks = Peaks()  # each key's recent answers: what its next request sets aside
         self._held: dict[str, int] = {}  # what this worker's requests in flight set aside, per key
         self._writes: set[asyncio.Task[None]] = set()
+        self._observer = _Spend(self)  # (it keeps nothing of a request: one serves them all)
 
     @classmethod
     def from_settings(cls, settings: Settings, client_keys: Sequence[ClientKey]) -> ThinkingPolicy | None:
@@ -198,7 +199,7 @@ class ThinkingPolicy:
         """When the key's spent budget has room again (None: it has room now, or the store could
         not say). With `record`, the check is an admission: the request's reservation is set
         aside in the same step, and kept on the record (HOLD) when it is admitted."""
-        window = Window(budget.seconds)
+        window = window_for(budget.seconds)
         key = budget_key(client, budget)
         now = self.clock()
         own = record.notes.get(HOLD) if record is not None else None
@@ -206,11 +207,14 @@ class ThinkingPolicy:
             record = None  # (admitted already: a second look only reads, its own reservation aside)
         tokens = self.peaks.reservation(key, budget.limit, asks) if record is not None else 0
         bucket = window.bucket(now)
+        store = self.store
         try:
             if record is None:
-                counts = await self.store.counts(key)
+                counts = await store.counts(key)
+            elif type(store) is MemoryBudgets:  # (no I/O: the same step in place, no awaits)
+                counts = store.reserve_now(key, bucket, tokens)
             else:
-                counts = await self.store.reserve(key, bucket, tokens, window.ttl)
+                counts = await store.reserve(key, bucket, tokens, window.ttl)
         except StoreUnavailable as exc:
             self._fault("read" if record is None else "reserve", exc)
             return None
@@ -280,7 +284,13 @@ class ThinkingPolicy:
             if usage is not None and usage.reasoning is not None:
                 self.peaks.add(hold.key, reasoning)
             if reasoning != hold.tokens:
-                self._write(self._settle(hold, reasoning - hold.tokens))
+                store = self.store
+                if type(store) is MemoryBudgets:  # (no I/O: settled in place, no task)
+                    found = self._settlement(hold, reasoning - hold.tokens, store.counts_now(hold.key))
+                    if found is not None:
+                        store.add_now(hold.key, *found)
+                else:
+                    self._write(self._settle(hold, reasoning - hold.tokens))
             return
         budget = self.policy.rule_for(record.client).reasoning_tokens
         if record.client is None or budget is None:
@@ -298,22 +308,23 @@ class ThinkingPolicy:
     async def _settle(self, hold: Hold, difference: int) -> None:
         """The difference between what a request spent and what it set aside, in the bucket it set
         it aside in (where the reservation left the window already, what it spent, now)."""
-        window = Window(hold.budget.seconds)
-        now = self.clock()
         try:
-            counts = await self.store.counts(hold.key)
-            stale = window.stale(counts, now)
-            if hold.bucket < window.live(now).start:  # (whether or not the store still has it)
-                spent = difference + hold.tokens
-                if spent > 0:
-                    await self.store.add(hold.key, window.bucket(now), spent, window.ttl, stale)
-                return
-            await self.store.add(hold.key, hold.bucket, difference, window.ttl, stale)
+            found = self._settlement(hold, difference, await self.store.counts(hold.key))
+            if found is not None:
+                bucket, tokens, stale = found
+                await self.store.add(hold.key, bucket, tokens, window_for(hold.budget.seconds).ttl, stale)
         except StoreUnavailable as exc:
             self._fault("write", exc)
 
+    def _settlement(
+        self, hold: Hold, difference: int, counts: dict[int, int]
+    ) -> tuple[int, int, list[int]] | None:
+        """What settling `hold` adds now (proxy.core.budgets.Window.settlement)."""
+        window = window_for(hold.budget.seconds)
+        return window.settlement(counts, self.clock(), hold.bucket, hold.tokens, difference)
+
     async def _add(self, client: str, budget: Budget, tokens: int) -> None:
-        window = Window(budget.seconds)
+        window = window_for(budget.seconds)
         now = self.clock()
         key = budget_key(client, budget)
         try:
@@ -327,7 +338,7 @@ class ThinkingPolicy:
         budget = self.policy.rule_for(client).reasoning_tokens
         if budget is None:
             return None
-        window = Window(budget.seconds)
+        window = window_for(budget.seconds)
         try:
             counts = await self.store.counts(budget_key(client, budget))
         except StoreUnavailable as exc:
@@ -358,7 +369,7 @@ class ThinkingPolicy:
 
     # -- the listener ---------------------------------------------------------------------------
     def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver | None:
-        return _Spend(self)
+        return self._observer
 
 
 class _Spend(RequestObserver):

@@ -44,24 +44,43 @@ class BudgetStore(Protocol):
 
 
 class MemoryBudgets:
-    """One process's counts (a single replica, or a test)."""
+    """One process's counts (a single replica, or a test). Every operation is a step on a dict, so
+    each has a synchronous form too (`*_now`): the policy (proxy.policy.service) calls those in
+    place of the awaits, and of a task per settled request, when its store is exactly this class;
+    a subclass (a test's failing store) is always called through the async ones."""
 
     name = "memory"
 
     def __init__(self) -> None:
         self._counts: dict[str, dict[int, int]] = {}
 
-    async def counts(self, key: str) -> dict[int, int]:
+    def counts_now(self, key: str) -> dict[int, int]:
         return dict(self._counts.get(key, {}))
 
-    async def add(self, key: str, bucket: int, tokens: int, ttl: int, stale: Sequence[int]) -> None:
-        counts = self._counts.setdefault(key, {})
+    def add_now(self, key: str, bucket: int, tokens: int, stale: Sequence[int]) -> None:
+        counts = self._counts.get(key)
+        if counts is None:
+            counts = self._counts[key] = {}
         counts[bucket] = counts.get(bucket, 0) + tokens
         for old in stale:
             counts.pop(old, None)
 
+    def reserve_now(self, key: str, bucket: int, tokens: int) -> dict[int, int]:
+        counts = self._counts.get(key)
+        if counts is None:
+            counts = self._counts[key] = {}
+        counts[bucket] = counts.get(bucket, 0) + tokens
+        return dict(counts)
+
+    async def counts(self, key: str) -> dict[int, int]:
+        return self.counts_now(key)
+
+    async def add(self, key: str, bucket: int, tokens: int, ttl: int, stale: Sequence[int]) -> None:
+        self.add_now(key, bucket, tokens, stale)
+
     async def reserve(self, key: str, bucket: int, tokens: int, ttl: int) -> dict[int, int]:
-        # (no await between the two: one step for every request of this process)
+        # (no await between the two: one step for every request of this process; through the
+        # async methods, which a subclass may override)
         await self.add(key, bucket, tokens, ttl, ())
         return await self.counts(key)
 

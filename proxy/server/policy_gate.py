@@ -110,9 +110,9 @@ async def judge_chat(
     assert tgt.parsed is not None
     controls = intent.controls
     asked = chat_asks(tgt.parsed, controls.level, dialect, intent.budget_tokens)
-    caps = [n for n in (output_cap(tgt.parsed), intent.budget_tokens) if n is not None]
-    off = can_turn_off(dialect)
-    decision = await decide(thinking, asked, record, can_turn_off=off, asks=max(caps, default=None))
+    cap, budget = output_cap(tgt.parsed), intent.budget_tokens
+    asks = budget if cap is None else cap if budget is None else max(cap, budget)
+    decision = await decide(thinking, asked, record, can_turn_off=can_turn_off(dialect), asks=asks)
     if decision.rule is None or decision.level is None:
         return ChatJudgement(intent, tgt, None)
     level = decision.level
