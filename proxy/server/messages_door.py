@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Send
 
-from proxy.core import plan
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import FailedAnswer, ProxyError
 from proxy.core.events import AccessRecord
@@ -42,15 +39,19 @@ from proxy.core.protocols.messages_request import (
 from proxy.core.protocols.messages_state import RestoreReport, restore_thinking, spilled_keys, thinking_sealer
 from proxy.core.protocols.messages_stream import PING, MessagesTranscoder
 from proxy.core.stream import jsonio
-from proxy.core.stream.chunk_template import KnownRun
-from proxy.core.stream.trace import TraceBuilder
 from proxy.server.asgi import BodyProducer, RelayResponse, body_piece
-from proxy.server.handlers import Proxy
-from proxy.server.messages_native import forward_native
-from proxy.server.responses_door import CHAT_PATH, OMITTED_TOOLS_HEADER, add_notes
-from proxy.server.responses_store import restore_history, store_spill
-from proxy.server.tenancy import DoorSecrets
-from proxy.state.base import StateStore
+from proxy.server.door_common import (
+    BridgedOutput,
+    Door,
+    Note,
+    NoteWords,
+    bridge_notes,
+    chat_request,
+    forward_native,
+    new_id,
+    restore_history,
+)
+from proxy.server.messages_native import NATIVE
 
 logger = logging.getLogger("thinkproxy.messages")
 
@@ -68,35 +69,15 @@ def _json(body: bytes) -> Any:
         return None
 
 
-def new_id(prefix: str) -> str:
-    """An id in Anthropic's style (`msg_…`, `toolu_…`): 24 random hex digits."""
-    return f"{prefix}_{secrets.token_hex(12)}"
+# Ids in Anthropic's style (`msg_…`, `toolu_…`): 24 random hex digits.
+anthropic_id = partial(new_id, digits=24)
 
 
 @dataclass(slots=True)
-class MessagesOutput:
+class MessagesOutput(BridgedOutput):
     """The bridged answer in the Messages protocol (a proxy.core.plan.FrontDoor): the translation
-    is pure (MessagesTranscoder); writing large reasoning to the state store is this edge's I/O."""
-
-    transcoder: MessagesTranscoder
-    notes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    # Reasoning payloads too large to seal inline (messages_state.thinking_sealer): written to the
-    # state store at the next settle, before the block that refers to them goes out.
-    spill: list[tuple[str, bytes]] = field(default_factory=list)
-    spill_store: StateStore | None = None
-    tenant: str | None = None  # (whose share the spilled payloads count toward)
-
-    def planned(self, trace: TraceBuilder | None) -> None:
-        add_notes(trace, self.notes)
-
-    def feed(self, data: bytes) -> bytes:
-        return self.transcoder.feed(data)
-
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
-        return self.transcoder.feed_pieces(pieces)
-
-    def close(self) -> bytes:
-        return self.transcoder.close()
+    is pure (MessagesTranscoder); writing large reasoning to the state store is this edge's I/O
+    (door_common.BridgedOutput). A failed answer is said by its status."""
 
     def completion(self, body: bytes) -> bytes:
         out = self.transcoder.completion(body)
@@ -109,21 +90,9 @@ class MessagesOutput:
             )
         return out
 
-    async def settle(self) -> None:
-        if self.spill:  # (called after every write: most have nothing to store)
-            await store_spill(self.spill, self.spill_store, self.tenant)
 
-
-class MessagesDoor:
+class MessagesDoor(Door):
     """The handlers of `/v1/messages*`, bound to one app's proxy."""
-
-    def __init__(self, proxy: Proxy) -> None:
-        self.proxy = proxy
-        s = proxy.s
-        self.store = s.replay.store if s.replay is not None else None
-        # The tenant hashes and sealing keys, before and after a rotation (proxy.server.tenancy).
-        self.tenancy = DoorSecrets.of(s.settings, s.replay.secrets if s.replay is not None else None)
-        self.secret, self.keys = self.tenancy.secrets.current, self.tenancy.keys
 
     # -- POST /v1/messages ----------------------------------------------------------------------
     async def create(self, request: Request) -> Response:
@@ -149,42 +118,35 @@ class MessagesDoor:
     async def _create(self, request: Request, record: AccessRecord, started: float) -> Response:
         proxy = self.proxy
         s = proxy.s
-        arrival, intent, tgt = await proxy.arrive(request, record, parse=True)
-        assert tgt.parsed is not None
-        parsed = tgt.parsed
-        dialect = plan.chat_dialect(s.table, tgt)
-        record.model = tgt.model
-        record.stream = parsed.get("stream") is True
+        arrival, intent, tgt, parsed, dialect = await self.arrive(request, record)
         if dialect.messages.mode == "native":
-            return await forward_native(proxy, request, arrival, intent, tgt, dialect, record, started)
+            return await forward_native(
+                proxy, NATIVE, request, arrival, intent, tgt, dialect, record, started
+            )
         bridged = bridge_messages(parsed)
         chat = bridged.body
-        tenants = self.tenancy.tenants(request.headers.items())
+        tenants, ctx, expansion = self.sealing(request, tgt, dialect, str(chat.get("model") or ""))
         tenant = tenants.current  # (what this request writes is kept under the current hash)
-        model = str(chat.get("model") or "")
-        base_url = tgt.destination.base_url
-        ctx = self.tenancy.seal_context(tenants, dialect.name, base_url, int(time.time()), model)
-        # (what the signatures put back is bounded like a body: proxy.core.protocols.expansion)
-        report = await self._restore(chat["messages"], bridged, Expansion(ctx, s.settings.max_body_bytes))
+        report = await self._restore(chat["messages"], bridged, expansion)
         if LEVEL_HEADER not in request.headers and bridged.level is not None:
             controls = replace(intent.controls, level=bridged.level)
             intent = replace(intent, controls=controls, budget_tokens=bridged.budget_tokens)
         spill: list[tuple[str, bytes]] = []
         transcoder = MessagesTranscoder(
-            new_id("msg"),
+            anthropic_id("msg"),
             str(chat.get("model") or ""),
             seal=thinking_sealer(ctx, spill if self.store is not None else None),
-            new_id=new_id,
+            new_id=anthropic_id,
             show_thinking=bridged.show_thinking,
             stop_sequences=tuple(chat.get("stop") or ()),
         )
-        door = MessagesOutput(transcoder, notes=_notes(bridged, report), spill=spill, spill_store=self.store)
-        door.tenant = tenant
-        if bridged.omitted_tools:
-            record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(bridged.omitted_tools)))
+        door = MessagesOutput(
+            transcoder, notes=_notes(bridged, report), spill=spill, spill_store=self.store, tenant=tenant
+        )
         # (the query is Anthropic's, `?beta=true` from Claude Code and the SDKs' beta calls: not sent on)
-        chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), b"", arrival.headers)
-        chat_tgt = plan.Target(tgt.destination, jsonio.dumps(chat), chat, chat_headers(tgt.headers))
+        chat_arrival, chat_tgt = chat_request(
+            arrival, tgt, chat, record, bridged.omitted_tools, query=b"", headers=chat_headers(tgt.headers)
+        )
         response = await proxy.run_chat(
             request, chat_arrival, intent, chat_tgt, chat, record, started, door=door
         )
@@ -270,34 +232,10 @@ def with_pings(produce: BodyProducer, interval: float, record: AccessRecord) -> 
     return produce_with_pings
 
 
-def _notes(bridged: BridgedMessages, report: RestoreReport) -> list[tuple[str, str, dict[str, Any]]]:
+# How the Messages door names what its bridge notes speak of (door_common.bridge_notes).
+WORDS = NoteWords("Server tools", "服务端工具", "Thinking", "思考块", "signature", "签名")
+
+
+def _notes(bridged: BridgedMessages, report: RestoreReport) -> list[Note]:
     """What the trace says about the bridge: tools left out, fields dropped, signatures not used."""
-    notes: list[tuple[str, str, dict[str, Any]]] = []
-    if bridged.omitted_tools:
-        names = ", ".join(bridged.omitted_tools)
-        notes.append(
-            (
-                f"Server tools left out (the upstream cannot run them): {names}",
-                f"已省略上游无法运行的服务端工具：{names}",
-                {"code": "omitted_tools", "tools": list(bridged.omitted_tools)},
-            )
-        )
-    if bridged.dropped:
-        names = ", ".join(bridged.dropped)
-        notes.append(
-            (
-                f"Request fields not carried to a chat upstream: {names}",
-                f"未转发到聊天接口的请求字段：{names}",
-                {"code": "dropped_fields", "fields": list(bridged.dropped)},
-            )
-        )
-    unused = report.unverified + report.foreign
-    if unused:
-        notes.append(
-            (
-                f"Thinking not used: {unused} signature(s) did not verify or were not the proxy's",
-                f"未使用的思考块：{unused} 个签名无法验证或非本代理生成",
-                {"code": "unverified_reasoning", "count": unused},
-            )
-        )
-    return notes
+    return bridge_notes(bridged.omitted_tools, bridged.dropped, report.unverified + report.foreign, WORDS)

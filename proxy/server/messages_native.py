@@ -10,67 +10,38 @@ policy set, a native `/v1/messages` that could call tools is refused, as a nativ
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
+from typing import Any
 
 from proxy.core import plan
-from proxy.core.controls import LEVEL_HEADER
+from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
-from proxy.core.headers import filter_headers
-from proxy.core.native_usage import UsageReader
 from proxy.core.protocols.messages_native import native_body, native_headers, strip_proxy_thinking
 from proxy.core.providers import Dialect
-from proxy.core.review_rules import refuse_unreviewed_route
-from proxy.core.stream import jsonio
-from proxy.server.handlers import Proxy
+from proxy.policy.service import ThinkingPolicy
+from proxy.server.door_common import NativeRoute, Planned
 from proxy.server.policy_gate import judge_messages
 
 MESSAGES_PATH = "/v1/messages"
 
 
-async def forward_native(
-    proxy: Proxy,
-    request: Request,
-    arrival: plan.Arrival,
-    intent: plan.Intent,
-    tgt: plan.Target,
-    dialect: Dialect,
-    record: AccessRecord,
-    started: float,
-) -> Response:
-    s = proxy.s
-    if s.review is not None:  # the gate reads chat answers: a native answer would go around it
-        refuse_unreviewed_route(arrival.method, MESSAGES_PATH, tgt.body)
-    assert tgt.parsed is not None
-    rule = dialect.messages
-    header = LEVEL_HEADER in request.headers
-    level = intent.controls.level
-    changed, applied = native_body(tgt.parsed, level, rule, header=header)
-    if s.thinking is not None:  # the key's ceiling and budget judge the body that would go
-        changed, applied = await judge_messages(s.thinking, tgt.parsed, (changed, applied), rule, record)
-    stripped, _ = strip_proxy_thinking(changed if changed is not None else tgt.parsed)
-    body = stripped if stripped is not None else changed
-    record.level_requested = intent.controls.level.value if intent.controls.level is not None else None
-    record.provider = dialect.name
-    record.level = applied.value if applied is not None else "none"
-    record.thinking_method = "params" if applied is not None else None
-    headers = plan.thinking_headers(applied, dialect.name, "params", "messages")
+def _level_body(body: dict[str, Any], level: Level | None, dialect: Dialect, header: bool) -> Planned:
+    return native_body(body, level, dialect.messages, header=header)
+
+
+async def _judge(
+    thinking: ThinkingPolicy, body: dict[str, Any], planned: Planned, dialect: Dialect, record: AccessRecord
+) -> Planned:
+    return await judge_messages(thinking, body, planned, dialect.messages, record)
+
+
+def _url(arrival: plan.Arrival, tgt: plan.Target, dialect: Dialect, gateway_mode: bool) -> str:
     # The client's query (Claude Code's `?beta=true`) is Anthropic's own: it goes on, as on any route.
-    query = plan.scrub_credentials(arrival.query) if s.gateway.enabled else arrival.query
-    url = rule.url(tgt.destination.base_url) + (f"?{query.decode('latin-1')}" if query else "")
-    request_out = plan.UpstreamRequest(
-        "POST",
-        url,
-        [
-            *native_headers(filter_headers(tgt.headers, plan.DROP_REQUEST_CHAT)),
-            ("accept-encoding", "identity"),
-        ],
-        tgt.body if body is None else jsonio.dumps(body),
-        client_chosen=tgt.destination.client_chosen,
-    )
-    extra = headers + record.response_headers
-    # (its answer's usage is read as it goes by: budgets and the usage book count it)
-    usage = UsageReader(limit=s.settings.max_response_bytes)
-    return await proxy.relay(
-        request.receive, request_out, record, started, extra_headers=extra, chat=None, usage=usage
-    )
+    query = plan.scrub_credentials(arrival.query) if gateway_mode else arrival.query
+    return dialect.messages.url(tgt.destination.base_url) + (f"?{query.decode('latin-1')}" if query else "")
+
+
+# The Messages door's own parts of the native forwarding (door_common.forward_native): the thinking
+# blocks left out are not counted in a header; the review rules read the Messages path.
+NATIVE = NativeRoute(
+    "messages", _level_body, _judge, strip_proxy_thinking, _url, native_headers, review_path=MESSAGES_PATH
+)

@@ -18,9 +18,7 @@ The I/O lives here: reading and writing stored responses in the state store, the
 from __future__ import annotations
 
 import logging
-import secrets
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -56,75 +54,39 @@ from proxy.core.protocols.responses_state import (
 from proxy.core.protocols.responses_stream import ResponsesTranscoder
 from proxy.core.protocols.responses_tools import client_names
 from proxy.core.stream import jsonio
-from proxy.core.stream.chunk_template import KnownRun
-from proxy.core.stream.trace import TraceBuilder
+from proxy.server.door_common import (
+    BridgedOutput,
+    Door,
+    Note,
+    NoteWords,
+    bridge_notes,
+    chat_request,
+    forward_native,
+    new_id,
+    note,
+    restore_history,
+)
 from proxy.server.handlers import Proxy
 from proxy.server.native_owners import NativeOwners
-from proxy.server.responses_native import forward_native
-from proxy.server.responses_store import (
-    StoredResponses,
-    input_items,
-    restore_history,
-    store_spill,
-    stored_keys,
-)
-from proxy.server.tenancy import DoorSecrets
-from proxy.state.base import StateStore
+from proxy.server.responses_native import NATIVE
+from proxy.server.responses_store import StoredResponses, input_items, stored_keys
 
 logger = logging.getLogger("thinkproxy.responses")
 
-OMITTED_TOOLS_HEADER = "x-thinking-omitted-tools"
-CHAT_PATH = "/v1/chat/completions"
-
-
-def new_id(prefix: str) -> str:
-    """An id in OpenAI's style (`resp_…`, `rs_…`, `msg_…`, `fc_…`, `call_…`): 48 random hex digits."""
-    return f"{prefix}_{secrets.token_hex(24)}"
-
-
-def add_notes(trace: TraceBuilder | None, notes: list[tuple[str, str, dict[str, Any]]]) -> None:
-    """A bridged door's trace notes (tools left out, fields dropped…), before the trace begins."""
-    if trace is not None:
-        for en, zh, fields in notes:
-            trace.add_note(en, zh, **fields)
-
 
 @dataclass(slots=True)
-class BridgeOutput:
+class BridgeOutput(BridgedOutput):
     """The bridged answer in the Responses protocol (a proxy.core.plan.FrontDoor): the translation
-    is pure (ResponsesTranscoder); storing the response at its end is this edge's I/O."""
+    is pure (ResponsesTranscoder, CompactionTranscoder); storing the response at its end is this
+    edge's I/O, as is writing large reasoning to the state store (door_common.BridgedOutput)."""
 
-    transcoder: ResponsesTranscoder | CompactionTranscoder
-    notes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     saver: StoredResponses | None = None  # (None: the response is not kept)
-    tenant: str = ""
     stored_input: list[Any] = field(default_factory=list)  # this turn's own items (references resolved)
     previous: str | None = None  # the response this one continues (its record is kept by reference)
     earlier_keys: list[str] = field(default_factory=list)  # the store keys of the earlier turns
     settled: bool = False
-    # Reasoning payloads too large to seal inline (responses_state.reasoning_sealer): written to
-    # the state store at the next settle, before the item that refers to them goes out.
-    spill: list[tuple[str, bytes]] = field(default_factory=list)
-    spill_store: StateStore | None = None
 
-    def planned(self, trace: TraceBuilder | None) -> None:
-        add_notes(trace, self.notes)
-
-    def feed(self, data: bytes) -> bytes:
-        return self.transcoder.feed(data)
-
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
-        return self.transcoder.feed_pieces(pieces)
-
-    def close(self) -> bytes:
-        return self.transcoder.close()
-
-    def completion(self, body: bytes) -> bytes:
-        return self.transcoder.completion(body)
-
-    async def settle(self) -> None:
-        if self.spill:  # (called after every write: most have nothing to store)
-            await store_spill(self.spill, self.spill_store, self.tenant or None)
+    async def keep(self) -> None:
         final = self.transcoder.final
         if self.settled or final is None or self.saver is None:
             return
@@ -132,19 +94,14 @@ class BridgeOutput:
         await self.saver.save(self.tenant, final, self.stored_input, self.previous, self.earlier_keys)
 
 
-class ResponsesDoor:
+class ResponsesDoor(Door):
     """The handlers of `/v1/responses*`, bound to one app's proxy."""
 
     def __init__(self, proxy: Proxy) -> None:
-        self.proxy = proxy
-        s = proxy.s
-        self.store = s.replay.store if s.replay is not None else None
+        super().__init__(proxy)
         self.stored = StoredResponses(self.store)
-        # The tenant hashes and sealing keys, before and after a rotation (proxy.server.tenancy).
-        self.tenancy = DoorSecrets.of(s.settings, s.replay.secrets if s.replay is not None else None)
-        self.secret, self.keys = self.tenancy.secrets.current, self.tenancy.keys
         # Gateway mode: which tenant created each id a native upstream stores (proxy.server.native_owners).
-        self.owners = NativeOwners(self.store, self.tenancy, gateway=s.gateway.enabled)
+        self.owners = NativeOwners(self.store, self.tenancy, gateway=proxy.s.gateway.enabled)
 
     # -- POST /v1/responses ---------------------------------------------------------------------
     async def create(self, request: Request) -> Response:
@@ -165,12 +122,7 @@ class ResponsesDoor:
     ) -> Response:
         proxy = self.proxy
         s = proxy.s
-        arrival, intent, tgt = await proxy.arrive(request, record, parse=True)
-        assert tgt.parsed is not None
-        parsed = tgt.parsed
-        dialect = plan.chat_dialect(s.table, tgt)
-        record.model = tgt.model
-        record.stream = parsed.get("stream") is True
+        arrival, intent, tgt, parsed, dialect = await self.arrive(request, record)
         if dialect.responses.mode == "native":
             if compact:  # the upstream compacts itself: its own endpoint, as it came
                 if self.owners.active:  # (it may continue a stored response: only its creator's)
@@ -182,7 +134,7 @@ class ResponsesDoor:
                     request, req, record, started, reaches_model=True, asks=asks
                 )
             return await forward_native(
-                proxy, request, arrival, intent, tgt, dialect, record, started, owners=self.owners
+                proxy, NATIVE, request, arrival, intent, tgt, dialect, record, started, owners=self.owners
             )
         if compact:
             if parsed.get("stream") is not None:
@@ -205,13 +157,8 @@ class ResponsesDoor:
         assert tgt.parsed is not None
         parsed = tgt.parsed
         dialect = plan.chat_dialect(s.table, tgt)
-        tenants = self.tenancy.tenants(request.headers.items())
+        tenants, ctx, expansion = self.sealing(request, tgt, dialect, str(parsed.get("model") or ""))
         tenant = tenants.current  # (what this request writes is kept under the current hash)
-        model = str(parsed.get("model") or "")
-        base_url = tgt.destination.base_url
-        ctx = self.tenancy.seal_context(tenants, dialect.name, base_url, int(time.time()), model)
-        # Everything put back (references, earlier turns, sealed reasoning) is bounded like a body.
-        expansion = Expansion(ctx, s.settings.max_body_bytes)
         own = input_items(parsed)
         own, unresolved, repeated = await self.stored.resolve_references(own, tenants, expansion)
         earlier, earlier_keys = await self.stored.earlier(parsed, tenants, expansion)
@@ -249,10 +196,9 @@ class ResponsesDoor:
         if bridged.store and self.store is not None:
             door.saver, door.stored_input = self.stored, own
             door.previous, door.earlier_keys = parsed.get("previous_response_id"), earlier_keys
-        if bridged.omitted_tools:
-            record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(bridged.omitted_tools)))
-        chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), arrival.query, arrival.headers)
-        chat_tgt = plan.Target(tgt.destination, jsonio.dumps(chat), chat, tgt.headers)
+        chat_arrival, chat_tgt = chat_request(
+            arrival, tgt, chat, record, bridged.omitted_tools, query=arrival.query, headers=tgt.headers
+        )
         return await self.proxy.run_chat(
             request,
             chat_arrival,
@@ -359,53 +305,23 @@ class ResponsesDoor:
         return s.table.match(base_url).responses.mode == "native"
 
 
+# How the Responses door names what its bridge notes speak of (door_common.bridge_notes).
+WORDS = NoteWords("Hosted tools", "托管工具", "Sealed reasoning", "加密推理", "blob", "")
+
+
 def _notes(
     bridged: BridgedRequest, report: RestoreReport, unopened: int, unresolved: list[str], repeated: list[str]
-) -> list[tuple[str, str, dict[str, Any]]]:
-    """What the trace says about the bridge: tools left out, fields dropped, blobs not used,
-    references the state store did not hold or that came more than once."""
-    notes: list[tuple[str, str, dict[str, Any]]] = []
+) -> list[Note]:
+    """What the trace says about the bridge: references the state store did not hold or that came
+    more than once, then what every bridge says (tools left out, fields dropped, blobs not used)."""
+    notes: list[Note] = []
     if repeated:
-        notes.append(
-            (
-                f"Repeated item_reference(s) put in once: {', '.join(repeated)}",
-                f"重复的条目引用只放入一次：{', '.join(repeated)}",
-                {"code": "repeated_references", "ids": repeated},
-            )
-        )
+        en = f"Repeated item_reference(s) put in once: {', '.join(repeated)}"
+        zh = f"重复的条目引用只放入一次：{', '.join(repeated)}"
+        notes.append(note(en, zh, code="repeated_references", ids=repeated))
     if unresolved:
-        notes.append(
-            (
-                f"Referenced items not found in the state store, left out: {', '.join(unresolved)}",
-                f"状态存储中未找到被引用的条目，已省略：{', '.join(unresolved)}",
-                {"code": "unresolved_references", "ids": unresolved},
-            )
-        )
-    if bridged.omitted_tools:
-        names = ", ".join(bridged.omitted_tools)
-        notes.append(
-            (
-                f"Hosted tools left out (the upstream cannot run them): {names}",
-                f"已省略上游无法运行的托管工具：{names}",
-                {"code": "omitted_tools", "tools": list(bridged.omitted_tools)},
-            )
-        )
-    if bridged.dropped:
-        names = ", ".join(bridged.dropped)
-        notes.append(
-            (
-                f"Request fields not carried to a chat upstream: {names}",
-                f"未转发到聊天接口的请求字段：{names}",
-                {"code": "dropped_fields", "fields": list(bridged.dropped)},
-            )
-        )
+        en = f"Referenced items not found in the state store, left out: {', '.join(unresolved)}"
+        zh = f"状态存储中未找到被引用的条目，已省略：{', '.join(unresolved)}"
+        notes.append(note(en, zh, code="unresolved_references", ids=unresolved))
     unused = report.unverified + report.foreign + unopened
-    if unused:
-        notes.append(
-            (
-                f"Sealed reasoning not used: {unused} blob(s) did not verify or were not the proxy's",
-                f"未使用的加密推理：{unused} 个无法验证或非本代理生成",
-                {"code": "unverified_reasoning", "count": unused},
-            )
-        )
-    return notes
+    return notes + bridge_notes(bridged.omitted_tools, bridged.dropped, unused, WORDS)

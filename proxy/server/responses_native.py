@@ -24,21 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from proxy.core import plan, seal
-from proxy.core.controls import LEVEL_HEADER, Level
-from proxy.core.events import AccessRecord
-from proxy.core.headers import filter_headers
-from proxy.core.native_usage import UsageReader
+from proxy.core.controls import Level
 from proxy.core.protocols.responses_request import EFFORT_LEVELS
 from proxy.core.providers import Dialect
-from proxy.core.review_rules import refuse_unreviewed_route
-from proxy.core.stream import jsonio
-from proxy.server.asgi import RelayResponse
-from proxy.server.handlers import Proxy
-from proxy.server.native_owners import NativeOwners
+from proxy.server.door_common import NativeRoute, Planned
 from proxy.server.policy_gate import judge_responses
 
 # How many input items carrying the proxy's own blob were left out before the hop (when any).
@@ -84,59 +74,15 @@ def _proxy_sealed(item: Any) -> bool:
     return isinstance(item, dict) and seal.is_ours(item.get("encrypted_content"))
 
 
-async def forward_native(
-    proxy: Proxy,
-    request: Request,
-    arrival: plan.Arrival,
-    intent: plan.Intent,
-    tgt: plan.Target,
-    dialect: Dialect,
-    record: AccessRecord,
-    started: float,
-    owners: NativeOwners | None = None,
-) -> Response:
-    s = proxy.s
-    if s.review is not None:  # the gate reads chat answers: a native answer would go around it
-        refuse_unreviewed_route(arrival.method, arrival.path, tgt.body)
-    assert tgt.parsed is not None
-    # Gateway mode: stored state (a response, its items) is used only by the tenant that created it.
-    tenants = owners.tenants(request.headers.items()) if owners is not None and owners.active else None
-    if owners is not None and tenants is not None:
-        await owners.check_continuation(tenants, tgt.parsed)
-    header = LEVEL_HEADER in request.headers
-    level = intent.controls.level
-    changed, applied = native_body(tgt.parsed, level, dialect, header=header)
-    if s.thinking is not None:  # the key's ceiling and budget judge the body that would go
-        changed, applied = await judge_responses(s.thinking, tgt.parsed, (changed, applied), dialect, record)
-    stripped, left_out = strip_proxy_blobs(changed if changed is not None else tgt.parsed)
-    changed = stripped if stripped is not None else changed
-    if left_out:
-        record.response_headers.append((BLOBS_LEFT_OUT_HEADER, str(left_out)))
-    record.level_requested = intent.controls.level.value if intent.controls.level is not None else None
-    record.provider = dialect.name
-    record.level = applied.value if applied is not None else "none"
-    record.thinking_method = "params" if applied is not None else None
-    headers = plan.thinking_headers(applied, dialect.name, "params", "responses")
-    request_out = plan.UpstreamRequest(
-        "POST",
-        plan.upstream_url(arrival, tgt.destination, gateway_mode=s.gateway.enabled),
-        # Only encodings the proxy decodes (Codex asks for zstd): identity, as on chat.
-        [*filter_headers(tgt.headers, plan.DROP_REQUEST_CHAT), ("accept-encoding", "identity")],
-        tgt.body if changed is None else jsonio.dumps(changed),
-        client_chosen=tgt.destination.client_chosen,
-    )
-    extra = headers + record.response_headers
-    # (its answer's usage is read as it goes by: budgets and the usage book count it)
-    usage = UsageReader(limit=s.settings.max_response_bytes)
-    response = await proxy.relay(
-        request.receive, request_out, record, started, extra_headers=extra, chat=None, usage=usage
-    )
-    if (
-        owners is not None
-        and tenants is not None
-        and tgt.parsed.get("store") is not False
-        and isinstance(response, RelayResponse)
-        and 200 <= response.status_code < 300
-    ):
-        response.produce = owners.tap(response.produce, tenants.current)  # (whose id this is)
-    return response
+def _level_body(body: dict[str, Any], level: Level | None, dialect: Dialect, header: bool) -> Planned:
+    return native_body(body, level, dialect, header=header)
+
+
+def _url(arrival: plan.Arrival, tgt: plan.Target, dialect: Dialect, gateway_mode: bool) -> str:
+    return plan.upstream_url(arrival, tgt.destination, gateway_mode=gateway_mode)
+
+
+# The Responses door's own parts of the native forwarding (door_common.forward_native).
+NATIVE = NativeRoute(
+    "responses", _level_body, judge_responses, strip_proxy_blobs, _url, left_out_header=BLOBS_LEFT_OUT_HEADER
+)

@@ -1,5 +1,6 @@
-"""The Responses door's state-store I/O (proxy.server.responses_door): stored responses, the items
-an `item_reference` names, and reasoning payloads too large to seal inline.
+"""The Responses door's state-store I/O (proxy.server.responses_door): stored responses and the
+items an `item_reference` names (reasoning payloads too large to seal inline are both doors':
+proxy.server.door_common).
 
 - A stored response holds its own turn only (proxy.core.protocols.responses_state.StoredResponse):
   `previous_response_id` walks the chain of records back (`StoredResponses.earlier`), one lookup
@@ -23,78 +24,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 from proxy.core.errors import BadRequest, ServiceUnavailable, quoted
-from proxy.core.protocols.expansion import SPILL_CAP, Expansion
+from proxy.core.protocols.expansion import Expansion
 from proxy.core.protocols.responses_state import RESPONSE_KIND, STORED_RESPONSE_CAP, StoredResponse
-from proxy.core.protocols.sealing import RestoreReport
 from proxy.core.replay_keys import Tenants, store_key
 from proxy.core.stream import jsonio
+from proxy.server.door_common import read_spilled
 from proxy.server.tenancy import every_key, get_rotated
 from proxy.state.base import StateStore
 
 logger = logging.getLogger("thinkproxy.responses")
 
 ITEM_KIND = "response_item"  # the replay_keys kind of a stored output item
-# Past this many sealed blobs in one history, opening them (decryption, inflation) runs in a worker
-# thread, so a request full of blobs never holds the event loop (and /healthz) for long.
-OFFLOAD_BLOBS = 64
 # The most stored turns a `previous_response_id` chain is walked back (one lookup each): past it a
 # 400 asks for the items in `input`. Codex sends its items itself; 1,000 turns is far past what
 # any client continues by id, and bounds what one request can make the store answer.
 MAX_CHAIN_TURNS = 1_000
 CHAIN_YIELD_EVERY = 64  # a chain walk lets the event loop run other tasks this often
 REFERENCE_BATCH = 256  # `item_reference` ids read per store call (counted before the next)
-
-
-async def read_spilled(store: StateStore | None, keys: list[str]) -> dict[str, bytes | None]:
-    """The large reasoning payloads a history's blobs refer to, by key (a store fault: none, so
-    those blobs count as missing; the store off: none)."""
-    if not keys or store is None:
-        return {}
-    try:
-        values = await store.get_many(keys)
-    except Exception:
-        logger.warning("The state store did not answer for large reasoning payloads.")
-        return {}
-    return dict(zip(keys, values, strict=True))
-
-
-async def restore_history(
-    blobs: int,
-    keys_of: Callable[[], list[str]],
-    restore: Callable[[Mapping[str, bytes | None]], RestoreReport],
-    store: StateStore | None,
-) -> RestoreReport:
-    """Both doors' restore of a history's reasoning from its `blobs` sealed blobs: the store keys
-    they refer to (`keys_of`, opening each distinct blob once), those payloads read, then
-    `restore`. Opening runs in a worker thread past OFFLOAD_BLOBS blobs, so that a request full
-    of blobs never holds the event loop (and /healthz) for long."""
-    if blobs <= OFFLOAD_BLOBS:
-        return restore(await read_spilled(store, keys_of()))
-    keys = await asyncio.to_thread(keys_of)
-    spilled = await read_spilled(store, keys)
-    return await asyncio.to_thread(restore, spilled)
-
-
-async def store_spill(
-    spill: list[tuple[str, bytes]], store: StateStore | None, tenant: str | None = None
-) -> None:
-    """Reasoning payloads too large to seal inline, written to the state store (counted toward the
-    tenant's share) before the item or block that refers to them goes out (both doors' settle).
-    A payload past SPILL_CAP (what an inline one may inflate to) is not kept: the blob that refers
-    to it then counts as missing on the next turn, like an expired one."""
-    if spill and store is not None:
-        entries, spill[:] = [entry for entry in spill if len(entry[1]) <= SPILL_CAP], []
-        if not entries:
-            return
-        try:
-            await store.put_many(entries, tenant=tenant)
-        except Exception:  # (the next turn then finds it missing: the miss policy applies)
-            logger.warning("Storing %d large reasoning payload(s) failed.", len(entries))
 
 
 def input_items(parsed: dict[str, Any]) -> list[Any]:
