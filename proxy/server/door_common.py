@@ -125,7 +125,9 @@ def chat_request(
     if omitted_tools:
         record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(omitted_tools)))
     chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), query, arrival.headers)
-    return chat_arrival, plan.Target(tgt.destination, jsonio.dumps(chat), chat, headers)
+    # Not serialized here: the plan rewrites a body with a level anyway, so it is serialized once
+    # (plan.Target.body), when it is first read.
+    return chat_arrival, plan.Target(tgt.destination, None, chat, headers)
 
 
 # -- the trace's notes ---------------------------------------------------------------------------

@@ -37,7 +37,6 @@ from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
 from proxy.core.front_door_rules import MessagesRule
 from proxy.core.providers import Dialect
-from proxy.core.stream import jsonio
 from proxy.policy.refusals import RuleRefusal
 from proxy.policy.service import HEADER as POLICY_HEADER
 from proxy.policy.service import BudgetExceeded, Decision, ThinkingPolicy
@@ -120,7 +119,7 @@ async def judge_chat(
     # has none for that level, the knobs must not go as they came either: the upstream's default.
     body = strip_knobs(tgt.parsed, dialect)
     if body is not tgt.parsed:
-        tgt = plan.Target(tgt.destination, jsonio.dumps(body), body, tgt.headers)
+        tgt = plan.Target(tgt.destination, None, body, tgt.headers)  # (serialized once, when read)
     budget, cap = intent.budget_tokens, budget_number(dialect, level)
     budget = None if budget is None or cap is None else min(budget, cap)
     intent = replace(intent, controls=replace(controls, level=level), budget_tokens=budget)
