@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from proxy.core import plan
+from proxy.core import plan, plan_chat
 from proxy.core.controls import Controls, TraceFormat, TraceMode
 from proxy.core.events import AccessRecord
-from proxy.core.plan import ChatContext, ChatPlan, FrontDoor
+from proxy.core.plan_chat import ChatContext, ChatPlan, FrontDoor
 from proxy.core.protocols.responses_upstream import ResponsesAnswer, over_responses_note, wants_usage
 from proxy.core.providers import Dialect
 from proxy.core.review_rules import NO_CLIENT_NAMES, ClientNames
@@ -93,12 +93,12 @@ class ChatRoute:
 def route_chat(dialect: Dialect, body: dict[str, Any], controls: Controls, *, bridged: bool) -> ChatRoute:
     """Step 3a. Function tools with a level on an upstream whose chat completions refuses them, or
     any level where the entry wants the reasoning seen: over its Responses API, where its encrypted
-    reasoning is replayed with the calls it preceded (plan.responses_effort). A front door's
+    reasoning is replayed with the calls it preceded (plan_chat.responses_effort). A front door's
     request (`bridged`) always goes over chat completions."""
-    effort = None if bridged else plan.responses_effort(dialect, body, controls.level)
+    effort = None if bridged else plan_chat.responses_effort(dialect, body, controls.level)
     if effort is None:
         return ChatRoute(dialect)
-    return ChatRoute(replace(dialect, replay=plan.RESPONSES_REPLAY), effort)
+    return ChatRoute(replace(dialect, replay=plan_chat.RESPONSES_REPLAY), effort)
 
 
 def stream_trace_format(controls: Controls, *, bridged: bool) -> TraceFormat:
@@ -149,11 +149,11 @@ def finish_chat(
     dialect, effort, controls = route.dialect, route.effort, intent.controls
     dropped: tuple[str, ...] = ()
     if effort is None:
-        chat_plan = plan.plan_chat(
+        chat_plan = plan_chat.plan_chat(
             arrival, tgt, intent, dialect, setup.defaults, restored=restored, gateway_mode=gateway_mode
         )
     else:
-        chat_plan, dropped = plan.plan_responses(
+        chat_plan, dropped = plan_chat.plan_responses(
             arrival, tgt, intent, dialect, setup.defaults, body, effort, gateway_mode=gateway_mode
         )
     record.provider, record.level = dialect.name, chat_plan.level_name
@@ -166,7 +166,7 @@ def finish_chat(
             en, zh, rule = policy_note
             trace.add_note(en, zh, code="thinking_policy", rule=rule)
         if effort is not None:
-            note = over_responses_note(dropped, plan.over_responses_why(dialect, body))
+            note = over_responses_note(dropped, plan_chat.over_responses_why(dialect, body))
             trace.add_note(*note, code="upstream_responses_api", fields=list(dropped))
     bridged = door is not None
     gate = None

@@ -9,7 +9,7 @@ No door imports another; both import this.
 - **Bridged** (a chat-only upstream): ids in the door's style (`new_id`), the trace's bilingual
   notes about the bridge (`add_notes`, `bridge_notes`), the chat request the chat path runs
   (`chat_request`: `CHAT_PATH`, and the tools left out named in `OMITTED_TOOLS_HEADER`), and the
-  answer written last in the door's protocol (`BridgedOutput`, a proxy.core.plan.FrontDoor
+  answer written last in the door's protocol (`BridgedOutput`, a proxy.core.plan_chat.FrontDoor
   around the door's pure transcoder): reasoning too large to seal inline written to the state
   store (`store_spill`) before what refers to it goes out, and put back on the next turn
   (`restore_history`).
@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import plan
+from proxy.core import plan, plan_chat
 from proxy.core.controls import LEVEL_HEADER, Level
 from proxy.core.events import AccessRecord
 from proxy.core.headers import filter_headers
@@ -92,7 +92,7 @@ class Door:
         arrival, intent, tgt = await self.proxy.arrive(request, record, parse=True)
         assert tgt.parsed is not None
         parsed = tgt.parsed
-        dialect = plan.chat_dialect(self.proxy.s.table, tgt)
+        dialect = plan_chat.chat_dialect(self.proxy.s.table, tgt)
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
         return arrival, intent, tgt, parsed, dialect
@@ -197,7 +197,7 @@ class Transcoder(Protocol):
 
 @dataclass(slots=True)
 class BridgedOutput:
-    """The bridged answer in the door's protocol (a proxy.core.plan.FrontDoor): the translation is
+    """The bridged answer in the door's protocol (a proxy.core.plan_chat.FrontDoor): the translation is
     pure (the door's transcoder); writing large reasoning to the state store is this edge's I/O.
     A door adds its own I/O at the answer's end by overriding `keep`."""
 
@@ -345,13 +345,13 @@ async def forward_native(
     record.provider = dialect.name
     record.level = applied.value if applied is not None else "none"
     record.thinking_method = "params" if applied is not None else None
-    headers = plan.thinking_headers(applied, dialect.name, "params", route.route)
+    headers = plan_chat.thinking_headers(applied, dialect.name, "params", route.route)
     request_out = plan.UpstreamRequest(
         "POST",
         route.url(arrival, tgt, dialect, s.gateway.enabled),
         # Only encodings the proxy decodes (Codex asks for zstd): identity, as on chat.
         [
-            *route.headers(filter_headers(tgt.headers, plan.DROP_REQUEST_CHAT)),
+            *route.headers(filter_headers(tgt.headers, plan_chat.DROP_REQUEST_CHAT)),
             ("accept-encoding", "identity"),
         ],
         tgt.body if changed is None else jsonio.dumps(changed),

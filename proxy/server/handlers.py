@@ -21,13 +21,13 @@ from urllib.parse import quote
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from proxy.core import plan, plan_finish
+from proxy.core import plan, plan_chat, plan_finish
 from proxy.core.controls import UPSTREAM_HEADER, Level
 from proxy.core.errors import ProxyError
 from proxy.core.events import AccessRecord, Listener, notify_end, start_observers
 from proxy.core.gateway import GatewayAuth
 from proxy.core.native_usage import UsageReader, model_asked
-from proxy.core.plan import FrontDoor
+from proxy.core.plan_chat import FrontDoor
 from proxy.core.protocols import chat as chat_door
 from proxy.core.providers import Dialect, ProvidersTable
 from proxy.core.review_rules import NO_CLIENT_NAMES, ClientNames, refuse_unreviewed_route
@@ -306,7 +306,7 @@ class Proxy:
         record.level_requested = controls.level.value if controls.level is not None else None
         policy_note = None
         if dialect is None:
-            dialect = plan.chat_dialect(s.table, tgt)
+            dialect = plan_chat.chat_dialect(s.table, tgt)
         if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
             # (judged on what would really be sent: the level, or the body's own knobs it leaves)
             judged = await policy_gate.judge_chat(s.thinking, intent, tgt, dialect, record)

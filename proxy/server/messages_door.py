@@ -75,7 +75,7 @@ anthropic_id = partial(new_id, digits=24)
 
 @dataclass(slots=True)
 class MessagesOutput(BridgedOutput):
-    """The bridged answer in the Messages protocol (a proxy.core.plan.FrontDoor): the translation
+    """The bridged answer in the Messages protocol (a proxy.core.plan_chat.FrontDoor): the translation
     is pure (MessagesTranscoder); writing large reasoning to the state store is this edge's I/O
     (door_common.BridgedOutput). A failed answer is said by its status."""
 

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
-from proxy.core import plan
+from proxy.core import plan, plan_chat
 from proxy.core.budgets import output_cap
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadRequest, NotFound, quoted
@@ -76,7 +76,7 @@ logger = logging.getLogger("thinkproxy.responses")
 
 @dataclass(slots=True)
 class BridgeOutput(BridgedOutput):
-    """The bridged answer in the Responses protocol (a proxy.core.plan.FrontDoor): the translation
+    """The bridged answer in the Responses protocol (a proxy.core.plan_chat.FrontDoor): the translation
     is pure (ResponsesTranscoder, CompactionTranscoder); storing the response at its end is this
     edge's I/O, as is writing large reasoning to the state store (door_common.BridgedOutput)."""
 
@@ -156,7 +156,7 @@ class ResponsesDoor(Door):
         s = self.proxy.s
         assert tgt.parsed is not None
         parsed = tgt.parsed
-        dialect = plan.chat_dialect(s.table, tgt)
+        dialect = plan_chat.chat_dialect(s.table, tgt)
         tenants, ctx, expansion = self.sealing(request, tgt, dialect, str(parsed.get("model") or ""))
         tenant = tenants.current  # (what this request writes is kept under the current hash)
         own = input_items(parsed)

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core import plan
+from proxy.core import plan, plan_chat
 from proxy.core.controls import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
 from proxy.core.errors import BadRequest, Forbidden, Unauthorized
 from proxy.core.gateway import GatewayAuth, parse_client_keys
@@ -103,13 +103,13 @@ def test_gateway_mode_names_the_client_and_refuses_strangers() -> None:
 
 def chat_plan(
     headers: list[tuple[str, str]], body: dict[str, Any], gateway: GatewayAuth = BYOK, query: bytes = b""
-) -> plan.ChatPlan:
+) -> plan_chat.ChatPlan:
     a = arrival(headers, query=query)
     intent = plan.begin(a, gateway, resolve, DEFAULTS, routed=False)
     raw = orjson.dumps(body)
     tgt = plan.target(plan.destination_of(intent, a, raw, body, None), a, raw, body, gateway)
-    dialect = plan.chat_dialect(TABLE, tgt)
-    return plan.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=gateway.enabled)
+    dialect = plan_chat.chat_dialect(TABLE, tgt)
+    return plan_chat.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=gateway.enabled)
 
 
 def test_a_chat_plan_sends_the_level_in_the_dialect_and_says_so() -> None:
@@ -149,15 +149,15 @@ def test_without_a_level_a_history_field_the_upstream_refuses_still_goes() -> No
     intent = plan.begin(a, BYOK, resolve, DEFAULTS, routed=False)
     raw = orjson.dumps(body, option=orjson.OPT_INDENT_2)
     tgt = plan.target(plan.destination_of(intent, a, raw, body, None), a, raw, body, BYOK)
-    dialect = plan.chat_dialect(table, tgt)
+    dialect = plan_chat.chat_dialect(table, tgt)
     assert dialect.name == "groq"
-    p = plan.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=False)
+    p = plan_chat.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=False)
     assert orjson.loads(p.request.content)["messages"][1] == {"role": "assistant", "content": "Hello."}
     assert p.applied is None and p.level_name == "none"
     clean = {**body, "messages": [body["messages"][0], body["messages"][2]]}
     raw = orjson.dumps(clean, option=orjson.OPT_INDENT_2)
     tgt = plan.target(plan.destination_of(intent, a, raw, clean, None), a, raw, clean, BYOK)
-    p = plan.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=False)
+    p = plan_chat.plan_chat(a, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=False)
     assert p.request.content == raw  # nothing to fit: byte for byte, as before
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core import plan, plan_finish
+from proxy.core import plan, plan_chat, plan_finish
 from proxy.core.controls import Controls, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
 from proxy.core.errors import BadRequest
 from proxy.core.events import AccessRecord
@@ -68,7 +68,7 @@ def request(base_url: str, body: dict[str, Any], headers: list[tuple[str, str]] 
     tgt = plan.target(plan.destination_of(intent, arrival, raw, body, None), arrival, raw, body, BYOK)
     record = AccessRecord(method="POST", path=path)
     record.stream = body.get("stream") is True
-    return Request(arrival, intent, tgt, body, plan.chat_dialect(TABLE, tgt), record)
+    return Request(arrival, intent, tgt, body, plan_chat.chat_dialect(TABLE, tgt), record)
 
 
 def finish(
@@ -76,7 +76,7 @@ def finish(
     setup: plan_finish.ChatSetup = SETUP,
     *,
     bridged: bool = False,
-    door: plan.FrontDoor | None = None,
+    door: plan_chat.FrontDoor | None = None,
     **kwargs: Any,
 ) -> plan_finish.FinishedChat:
     route = plan_finish.route_chat(r.dialect, r.body, r.intent.controls, bridged=bridged or door is not None)
@@ -106,8 +106,8 @@ def test_function_tools_with_a_level_go_over_responses_and_replay_its_reasoning_
     )
     route = plan_finish.route_chat(r.dialect, r.body, r.intent.controls, bridged=False)
     assert route.effort == "high"
-    assert route.dialect.replay == plan.RESPONSES_REPLAY and route.dialect.name == r.dialect.name
-    assert r.dialect.replay != plan.RESPONSES_REPLAY  # the table's entry is left as it is
+    assert route.dialect.replay == plan_chat.RESPONSES_REPLAY and route.dialect.name == r.dialect.name
+    assert r.dialect.replay != plan_chat.RESPONSES_REPLAY  # the table's entry is left as it is
 
 
 def test_a_front_doors_request_never_goes_over_responses() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core import plan
+from proxy.core import plan, plan_chat
 from proxy.core.controls import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
 from proxy.core.gateway import GatewayAuth, parse_client_keys
 from proxy.core.providers import ProvidersTable, default_providers_path
@@ -58,7 +58,7 @@ def body(model: str, tools: list[Any] | None = None, **extra: Any) -> dict[str, 
 
 def effort_for(base_url: str, parsed: dict[str, Any], level: Level | None) -> str | None:
     dialect = TABLE.match(base_url, parsed["model"])
-    return plan.responses_effort(dialect, parsed, level)
+    return plan_chat.responses_effort(dialect, parsed, level)
 
 
 # --- responses_effort -----------------------------------------------------------------------------
@@ -111,10 +111,10 @@ def test_reasoning_visible_sends_every_leveled_request_over_responses(
     parsed = body("gpt-5.4", tools)
     dialect = VISIBLE.match(OPENAI, "gpt-5.4")
     assert dialect.reasoning_visible == "responses"
-    assert plan.responses_effort(dialect, parsed, level) == EFFORT.get(level)  # type: ignore[arg-type]
+    assert plan_chat.responses_effort(dialect, parsed, level) == EFFORT.get(level)  # type: ignore[arg-type]
     why = "chat_tools_with_reasoning" if tools else None
-    assert plan.over_responses_why(TABLE.match(OPENAI, "gpt-5.4"), parsed) == why
-    assert plan.over_responses_why(dialect, parsed) == "reasoning_visible"
+    assert plan_chat.over_responses_why(TABLE.match(OPENAI, "gpt-5.4"), parsed) == why
+    assert plan_chat.over_responses_why(dialect, parsed) == "reasoning_visible"
 
 
 def test_reasoning_visible_is_per_entry_and_off_by_default() -> None:
@@ -156,12 +156,12 @@ def test_the_entry_decides_and_names_the_effort() -> None:
 def test_a_table_that_says_chat_keeps_chat_completions() -> None:
     text = TABLE_TEXT.replace("chat_tools_with_reasoning: responses", "chat_tools_with_reasoning: chat")
     dialect = ProvidersTable.from_text(text).match(OPENAI, "gpt-5.4")
-    assert plan.responses_effort(dialect, body("gpt-5.4", [WEATHER]), Level.DEEP) is None
+    assert plan_chat.responses_effort(dialect, body("gpt-5.4", [WEATHER]), Level.DEEP) is None
 
 
 def test_the_responses_replay_policy_keeps_reasoning_details_on_tool_call_turns() -> None:
-    assert plan.RESPONSES_REPLAY.mode == "tool_calls"
-    assert plan.RESPONSES_REPLAY.field == "reasoning_details"
+    assert plan_chat.RESPONSES_REPLAY.mode == "tool_calls"
+    assert plan_chat.RESPONSES_REPLAY.field == "reasoning_details"
 
 
 # --- plan_responses ------------------------------------------------------------------------------
@@ -175,17 +175,17 @@ def responses_plan(
     query: bytes = b"",
     gateway: GatewayAuth = BYOK,
     defaults: plan.Defaults = DEFAULTS,
-) -> tuple[plan.ChatPlan, tuple[str, ...]]:
+) -> tuple[plan_chat.ChatPlan, tuple[str, ...]]:
     pairs = [("x-thinking-level", level), *(headers or [("authorization", "Bearer sk-client")])]
     path = "/v1/chat/completions"
     arrival = plan.Arrival("POST", path, path.encode(), query, Headers(pairs))
     intent = plan.begin(arrival, gateway, lambda _: base_url, defaults, routed=False)
     raw = orjson.dumps(parsed)
     tgt = plan.target(plan.destination_of(intent, arrival, raw, parsed, None), arrival, raw, parsed, gateway)
-    dialect = plan.chat_dialect(TABLE, tgt)
-    effort = plan.responses_effort(dialect, parsed, intent.controls.level)
+    dialect = plan_chat.chat_dialect(TABLE, tgt)
+    effort = plan_chat.responses_effort(dialect, parsed, intent.controls.level)
     assert effort is not None
-    return plan.plan_responses(
+    return plan_chat.plan_responses(
         arrival, tgt, intent, dialect, defaults, parsed, effort, gateway_mode=gateway.enabled
     )
 

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core import plan
+from proxy.core import plan, plan_chat
 from proxy.core.controls import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
 from proxy.core.gateway import GatewayAuth
 from proxy.core.providers import ProvidersTable
@@ -30,7 +30,7 @@ class Headers(dict[str, str]):
         return list(self.pairs)
 
 
-def planned(base_url: str, model: str, level: Level, budget: int | None) -> plan.ChatPlan:
+def planned(base_url: str, model: str, level: Level, budget: int | None) -> plan_chat.ChatPlan:
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40000}
     headers = Headers([("x-thinking-level", level.value)])
     arrival = plan.Arrival("POST", "/v1/chat/completions", b"/v1/chat/completions", b"", headers)
@@ -40,8 +40,8 @@ def planned(base_url: str, model: str, level: Level, budget: int | None) -> plan
     tgt = plan.target(
         plan.destination_of(intent, arrival, raw, body, None), arrival, raw, body, GatewayAuth(None, ())
     )
-    dialect = plan.chat_dialect(TABLE, tgt)
-    return plan.plan_chat(arrival, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=False)
+    dialect = plan_chat.chat_dialect(TABLE, tgt)
+    return plan_chat.plan_chat(arrival, tgt, intent, dialect, DEFAULTS, restored=None, gateway_mode=False)
 
 
 @pytest.mark.parametrize(

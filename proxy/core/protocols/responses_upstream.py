@@ -281,7 +281,7 @@ def over_responses_note(dropped: tuple[str, ...], rule: str | None = None) -> tu
 
 
 class ResponsesAnswer:
-    """The upstream's Responses answer as the internal chat exchange (a plan.UpstreamDecoder):
+    """The upstream's Responses answer as the internal chat exchange (a plan_chat.UpstreamDecoder):
     streamed events through proxy.core.protocols.responses_decode.ResponsesDecoder, a whole
     `Response` through completion_from_response."""
 

@@ -131,7 +131,7 @@ class StreamPipeline:
         return self._feed_known(run, now_ms, None)
 
     def feed_pieces(self, pieces: Sequence[bytes | KnownRun], now_ms: float) -> bytes:
-        """What another decoder made of one read (proxy.core.plan.UpstreamDecoder.feed_pieces)."""
+        """What another decoder made of one read (proxy.core.plan_chat.UpstreamDecoder.feed_pieces)."""
         out = [
             self._feed_known(p, now_ms, None) if isinstance(p, KnownRun) else self._feed(p, now_ms, None)
             for p in pieces
@@ -140,7 +140,7 @@ class StreamPipeline:
 
     def feed_runs(self, piece: bytes | Sequence[bytes | KnownRun], now_ms: float) -> list[bytes | KnownRun]:
         """`feed` (bytes) or `feed_pieces` (a decoder's pieces), for a front door that translates the
-        output (proxy.core.plan.FrontDoor.feed_pieces): the same bytes, with each run of chunks of
+        output (proxy.core.plan_chat.FrontDoor.feed_pieces): the same bytes, with each run of chunks of
         more of the same that went out as it came apart as a KnownRun with its texts, so that the
         door takes the texts instead of scanning the bytes a second time."""
         runs: list[bytes | KnownRun] = []
