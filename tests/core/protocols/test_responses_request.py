@@ -946,6 +946,9 @@ def jsonish(value: Any) -> Any:
     return repr(value)  # an `object` field: any JSON value will do
 
 
+# Hypothesis sometimes prints the repr of these strategies (drawn from the SDK's typed unions: ~60 kB)
+# and warns that it is large; the repr says nothing a failure would not, so that warning is noise.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr:hypothesis.errors.HypothesisWarning")
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     items=st.lists(st.from_type(ResponseInputItemParam), max_size=6),
