@@ -44,7 +44,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Send
 
-from proxy.core.errors import BadRequest, Forbidden, NotFound, ServiceUnavailable
+from proxy.core.errors import BadRequest, Forbidden, NotFound, ServiceUnavailable, quoted
 from proxy.core.events import AccessRecord
 from proxy.core.replay_keys import Tenants, store_key
 from proxy.server.asgi import BodyProducer
@@ -60,10 +60,6 @@ QUOTE_CHARS: Final = 80
 # An `"id"` member of a JSON object (inside a string its quotes are escaped: never matched).
 _ID_MEMBER = re.compile(rb'"id"\s*:\s*"([^"\\]{1,512})"')
 CARRY: Final = 600  # the bytes of one piece kept to find an id cut at its end in the next
-
-
-def _quoted(ident: str) -> str:
-    return repr(ident if len(ident) <= QUOTE_CHARS else ident[:QUOTE_CHARS] + "…")
 
 
 def ids_in(data: bytes) -> list[str]:
@@ -175,12 +171,12 @@ class NativeOwners:
                     [store_key(t, OWNER_KIND, ident) for t in tenants.every for ident in owned]
                 )
             except Exception:  # a record not renewed just expires sooner
-                logger.warning("Renewing the owner of response %s failed.", _quoted(owned[0]))
+                logger.warning("Renewing the owner of response %s failed.", quoted(owned[0], QUOTE_CHARS))
         return [ident for ident, value in zip(ids, found, strict=True) if value is None]
 
     def refusal(self, response_id: str) -> NotFound:
         """The 404 of an id this client did not create (the upstream's words for an unknown id)."""
-        message = f"Response with id {_quoted(response_id)} not found."
+        message = f"Response with id {quoted(response_id, QUOTE_CHARS)} not found."
         if self.store is None:
             message += (
                 " In gateway mode the proxy serves a native upstream's stored responses only to the key "
@@ -190,7 +186,7 @@ class NativeOwners:
 
     def continuation_refusal(self, response_id: str) -> BadRequest:
         """The 400 of a `previous_response_id` this client did not create."""
-        message = f"Previous response with id {_quoted(response_id)} not found."
+        message = f"Previous response with id {quoted(response_id, QUOTE_CHARS)} not found."
         if self.store is None:
             message += (
                 " In gateway mode a native upstream's responses are continued only by the key that "
@@ -200,7 +196,7 @@ class NativeOwners:
 
     def item_refusal(self, item_id: str) -> NotFound:
         """The 404 of an input item id this client did not get (the upstream's words, param `input`)."""
-        message = f"Item with id {_quoted(item_id)} not found."
+        message = f"Item with id {quoted(item_id, QUOTE_CHARS)} not found."
         if self.store is None:
             message += (
                 " In gateway mode a native upstream's stored items are used only by the key that "
@@ -229,7 +225,7 @@ class NativeOwners:
                 [(store_key(tenant, OWNER_KIND, ident), b"1") for ident in ids], tenant=tenant
             )
         except Exception:  # the state store never fails a request: the id is just not continuable
-            logger.warning("Recording the owner of response %s failed.", _quoted(ids[0]))
+            logger.warning("Recording the owner of response %s failed.", quoted(ids[0], QUOTE_CHARS))
 
     def tap(self, produce: BodyProducer, tenant: str) -> BodyProducer:
         """`produce` with every id of the answer (`ids_in`) recorded as `tenant`'s before the piece
