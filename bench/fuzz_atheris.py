@@ -63,7 +63,7 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
 
     with atheris.instrument_imports(include=["proxy"]):
         import proxy.core.controls
-        import proxy.core.rewrite
+        import proxy.core.plan.rewrite
         import proxy.core.stream.pipeline
         import proxy.core.stream.reasoning
         import proxy.core.stream.sse
@@ -79,7 +79,7 @@ def load_harness() -> dict[str, Callable[[bytes], None]]:
 
     from proxy.core.controls import Level, ReasoningField, TraceFormat, TraceMode
     from proxy.core.errors import BadRequest, ProxyError
-    from proxy.core.rewrite import rewrite_body
+    from proxy.core.plan.rewrite import rewrite_body
     from proxy.core.stream.pipeline import StreamPipeline
     from proxy.core.stream.reasoning import ReasoningOptions, StreamReasoningExtractor, normalize_completion
     from proxy.core.stream.sse import SSEDecoder

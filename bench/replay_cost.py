@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
+from proxy.core.config.providers import ProvidersTable
 from proxy.core.controls import TraceFormat
 from proxy.core.events import AccessRecord
-from proxy.core.providers import ProvidersTable
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions

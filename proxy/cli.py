@@ -45,7 +45,7 @@ def _naming(variable: str) -> Iterator[None]:
 def _route_key_variables() -> set[str]:
     """The variables the routes file's `api_key_env` fields name (none when there is no readable
     file: its errors are reported where it is loaded)."""
-    from proxy.core.routing import RouteTable
+    from proxy.core.config.routing import RouteTable
 
     path = os.environ.get("THINKPROXY_ROUTES_FILE")
     if not path:
@@ -67,9 +67,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from proxy.console import AdminAccess
+    from proxy.core.config.providers import ProvidersTable
+    from proxy.core.config.tool_titles import load_tool_titles
     from proxy.core.gateway import GatewayAuth
-    from proxy.core.providers import ProvidersTable
-    from proxy.core.tool_titles import load_tool_titles
     from proxy.policy.loader import load_policy
     from proxy.server.access_log import configure_logging
     from proxy.server.app import load_routes
@@ -143,7 +143,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "THINKPROXY_STATE_URL=redis://… to see every worker's (and every replica's)",
                 file=sys.stderr,
             )
-    from proxy.server.native_owners import split_records_warning
+    from proxy.server.doors.native_owners import split_records_warning
 
     if (split := split_records_warning(settings)) is not None:
         print(f"thinkproxy: warning: {split}", file=sys.stderr)
@@ -219,10 +219,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     import orjson
 
+    from proxy.core.config.providers import ProvidersTable
+    from proxy.core.config.routing import RouteTable
     from proxy.core.controls import Level
     from proxy.core.errors import ProxyError
-    from proxy.core.providers import ProvidersTable
-    from proxy.core.routing import RouteTable
     from proxy.explain import explain, explain_routed
 
     try:
@@ -264,8 +264,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from proxy.core.providers import ProvidersTable, default_providers_path
-    from proxy.core.routing import RouteTable, key_environment, resolve_route_keys
+    from proxy.core.config.providers import ProvidersTable, default_providers_path
+    from proxy.core.config.routing import RouteTable, key_environment, resolve_route_keys
 
     path = Path(args.file) if args.file else default_providers_path()
     try:
@@ -299,7 +299,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_tool_titles(path: str | None) -> int:
     """The tool titles file `serve` would read (THINKPROXY_TOOL_TITLES_FILE), if one is set (0: fine)."""
-    from proxy.core.tool_titles import load_tool_titles
+    from proxy.core.config.tool_titles import load_tool_titles
 
     if path is None:
         return 0

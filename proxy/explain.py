@@ -13,10 +13,16 @@ from typing import Any
 
 import orjson
 
+from proxy.core.config.providers import (
+    Dialect,
+    EntrySummary,
+    LevelRule,
+    ProvidersTable,
+    default_providers_path,
+)
+from proxy.core.config.routing import RouteTable
 from proxy.core.controls import Level
-from proxy.core.providers import Dialect, EntrySummary, LevelRule, ProvidersTable, default_providers_path
-from proxy.core.rewrite import rewrite_body
-from proxy.core.routing import RouteTable
+from proxy.core.plan.rewrite import rewrite_body
 
 DEFAULT_QUESTION = "What is 17 × 23? Answer with the number."
 

@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from proxy.core.config.url_patterns import canonical_host
 from proxy.core.controls import Level, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
 from proxy.core.paths import escape, has_dot_segment
 from proxy.core.stream.sse import DEFAULT_MAX_EVENT_BYTES
-from proxy.core.url_patterns import canonical_host
 
 CommaList = Annotated[list[str], NoDecode]
 PREFIX = "THINKPROXY_"

@@ -23,9 +23,9 @@ from tempfile import TemporaryDirectory
 from types import FrameType
 from typing import Any
 
+from proxy.core.config.providers import ProvidersTable, default_providers_path
+from proxy.core.config.yamlfile import load_config
 from proxy.core.errors import ConfigError
-from proxy.core.providers import ProvidersTable, default_providers_path
-from proxy.core.yamlfile import load_config
 
 # Path prefixes of the simulated upstream → the providers.yaml entry whose dialect it speaks.
 SIMULATED_ROUTES = {

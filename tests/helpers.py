@@ -17,13 +17,13 @@ import httpx
 import orjson
 import pytest
 
+from proxy.core.config.providers import ProvidersTable, default_providers_path
+from proxy.core.config.yamlfile import load_config
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
-from proxy.core.providers import ProvidersTable, default_providers_path
 from proxy.core.stream.chunk_template import KnownRun, learn
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
-from proxy.core.yamlfile import load_config
 from proxy.server.serving import BackgroundServer, bind_loopback
 from proxy.settings import Settings
 from proxy.simulated import simulated_providers_text
@@ -145,7 +145,7 @@ def assert_run_tells_its_texts(run: KnownRun) -> None:
 
 
 def known_pieces(read: bytes) -> list[bytes | KnownRun]:
-    """`read` as a decoder of another protocol hands it over (proxy.core.protocols.responses_decode):
+    """`read` as a decoder of another protocol hands it over (proxy.core.protocols.responses.upstream_decode):
     each run of whole events that share the bytes around one text field is a KnownRun with its
     texts, the rest is bytes. (Only LF-ended events are grouped, as the decoder writes them.)"""
     if b"\r" in read:
@@ -218,7 +218,7 @@ def routed_table(
 
 def route_handler(app: Any, path: str, method: str) -> object:
     """The object whose bound method serves `method path` in a proxy app (a front door, such as
-    proxy.server.responses_door.ResponsesDoor: its state store and keys, for tests that seed them)."""
+    proxy.server.doors.responses.ResponsesDoor: its state store and keys, for tests that seed them)."""
     for route in app.routes:
         if getattr(route, "path", None) == path and method in (getattr(route, "methods", None) or ()):
             owner: object = route.endpoint.__self__

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import main
-from proxy.core.providers import default_providers_path
+from proxy.core.config.providers import default_providers_path
 from tests.helpers import laughs
 
 NOT_UTF8 = b"keys:\n  alice: {max_level: d\xe9ep}\n"

@@ -14,7 +14,8 @@ import pytest
 
 from proxy.core.controls import Level
 from proxy.core.events import MODEL_ROUTES, AccessRecord
-from proxy.core.protocols import messages_request, responses_request
+from proxy.core.protocols.messages import request as messages_request
+from proxy.core.protocols.responses import request as responses_request
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer

@@ -14,7 +14,7 @@ import openai
 import orjson
 import pytest
 
-from proxy.core.providers import ProvidersTable
+from proxy.core.config.providers import ProvidersTable
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app

@@ -5,11 +5,11 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.core.config.providers import ProvidersTable
+from proxy.core.config.routing import RouteTable
 from proxy.core.controls import Level
 from proxy.core.errors import NotFound
-from proxy.core.providers import ProvidersTable
-from proxy.core.rewrite import rewrite_body
-from proxy.core.routing import RouteTable
+from proxy.core.plan.rewrite import rewrite_body
 from proxy.explain import default_body, explain, explain_routed
 
 TABLE = ProvidersTable.load()

@@ -45,6 +45,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import proxy
+from proxy.core.config.providers import Dialect, ProvidersTable, ReplayPolicy
 from proxy.core.controls import (
     Level,
     ReasoningField,
@@ -57,10 +58,9 @@ from proxy.core.controls import (
     parse_trace_mode,
 )
 from proxy.core.errors import BadRequest, ConfigError, Forbidden, ProxyError, UnreadableAnswer
-from proxy.core.providers import Dialect, ProvidersTable, ReplayPolicy
-from proxy.core.replay import Remembered, apply_restore, capture_records, decode_record
-from proxy.core.replay_keys import plan_lookups
-from proxy.core.rewrite import fit_history, rewrite_body
+from proxy.core.plan.rewrite import fit_history, rewrite_body
+from proxy.core.replay.keys import plan_lookups
+from proxy.core.replay.rules import Remembered, apply_restore, capture_records, decode_record
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.completion import process_completion
 from proxy.core.stream.pipeline import WITHHELD_COMMENT, StreamPipeline

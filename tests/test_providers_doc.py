@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.providers import ProvidersTable
+from proxy.core.config.providers import ProvidersTable
 from proxy.explain import (
     BEGIN_MARK,
     END_MARK,

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from proxy.cli import main
-from proxy.core.providers import ProvidersTable
+from proxy.core.config.providers import ProvidersTable
 from proxy.mock import MockOptions, create_mock_app
 from proxy.mock.dialects import REGISTRY
 from proxy.server.app import create_app

@@ -11,8 +11,8 @@ import httpx
 import orjson
 import pytest
 
+from proxy.core.config.providers import ProvidersTable
 from proxy.core.controls import Level, TraceFormat
-from proxy.core.providers import ProvidersTable
 from proxy.core.stream.completion import process_completion
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions

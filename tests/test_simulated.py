@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from proxy.cli import main
+from proxy.core.config.providers import ProvidersTable, default_providers_path
 from proxy.core.errors import ConfigError
-from proxy.core.providers import ProvidersTable, default_providers_path
 from proxy.server.serving import bind_loopback
 from proxy.simulated import SIMULATED_ROUTES, simulated_providers_text, simulated_serve, simulated_table
 from tests.helpers import free_port

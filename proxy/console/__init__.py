@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute
 
 from proxy.console.feed import Feed
 from proxy.console.routes import AdminAccess, ConsoleRoutes
-from proxy.core.tool_titles import ToolTitles
+from proxy.core.config.tool_titles import ToolTitles
 from proxy.settings import Settings
 
 __all__ = ["AdminAccess", "Console", "Feed"]

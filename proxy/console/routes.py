@@ -17,9 +17,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from proxy.console.feed import MAX_SUBSCRIBERS, Feed, Recent
+from proxy.core.config.tool_titles import ToolTitles
 from proxy.core.errors import ConfigError, ServiceUnavailable, Unauthorized
 from proxy.core.gateway import parse_client_keys
-from proxy.core.tool_titles import ToolTitles
 from proxy.settings import Settings
 
 UI_DIR = Path(__file__).with_name("ui")

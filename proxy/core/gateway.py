@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from proxy.core.config.routing import Destination
 from proxy.core.errors import ConfigError, Forbidden, Unauthorized
-from proxy.core.routing import Destination
 
 # Every request header that carries a client's credential, in any provider's or browser's form.
 # In gateway mode none of them reaches an upstream (chat, pass-through and model listings alike):

@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.budgets import output_cap
+from proxy.core.policy.budgets import output_cap
 from proxy.core.usage import ReasoningTally, TokenUsage, account, count
 
 # A `usage` that is an object (a chat chunk's `"usage": null` is not worth parsing).
@@ -273,7 +273,7 @@ GENERATION_PATHS = frozenset(
 @dataclass(frozen=True, slots=True)
 class Asked:
     """What a request relayed as it came asks: its model, and its own output cap (for the
-    reservation: proxy.core.budgets.output_cap)."""
+    reservation: proxy.core.policy.budgets.output_cap)."""
 
     model: str
     output_cap: int | None

@@ -120,7 +120,7 @@ class SealKeys:
     Derive once at start-up; sealing and opening reuse the cipher objects.
 
     A blob's binding holds the tenant hash, which is keyed with the deployment secret too
-    (proxy.core.replay_keys.tenant_of): a blob sealed before a rotation is bound to the hash its
+    (proxy.core.replay.keys.tenant_of): a blob sealed before a rotation is bound to the hash its
     own secret made of the client's key. `for_tenants` pairs each earlier key with that hash, per
     request; without it every key opens with the binding's tenant (the current hash)."""
 
@@ -175,7 +175,7 @@ class SealKeys:
 class Binding:
     """What a blob belongs to; opening needs the same binding it was sealed with.
 
-    `tenant`: the tenant hash (proxy.core.replay_keys.tenant_of). `provider`, `base_url`: the
+    `tenant`: the tenant hash (proxy.core.replay.keys.tenant_of). `provider`, `base_url`: the
     upstream entry that produced the reasoning. `kind`: one of `KINDS`. `ids`: the item id
     (Responses) and/or the tool-use ids (Anthropic) the blob belongs to, as a set."""
 

@@ -51,7 +51,7 @@ from proxy.mock.dialects import (
 )
 from proxy.mock.faults import Abort, BadMockHeader, Canned, Fault, Plan, Sleep, Step
 from proxy.mock.messages import messages_routes
-from proxy.mock.responses import ResponsesApi
+from proxy.mock.responses.routes import ResponsesApi
 from proxy.mock.scenarios import Script, answer, cut, output_limit
 
 __all__ = ["DIALECTS", "MockDisconnect", "MockOptions", "create_mock_app"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from proxy.core.config.policy_file import Policy, parse_policy
+from proxy.core.config.yamlfile import decode_config
 from proxy.core.errors import ConfigError
 from proxy.core.gateway import ClientKey
-from proxy.core.policy_file import Policy, parse_policy
-from proxy.core.yamlfile import decode_config
 
 SETTING = "THINKPROXY_POLICY_FILE"
 

@@ -8,7 +8,7 @@ Before (`decide`, called by Proxy.run_chat for every front door):
 - a level above the key's `max_level` is sent at the ceiling (a request without a level only when
   the ceiling is off: the upstream's own default might think). The level is what the request
   would really send: the header's, or the one the body's own knobs ask where the level leaves
-  them in place (each door reads them with proxy.core.body_level). A body relayed as it came
+  them in place (each door reads them with proxy.core.policy.body_level). A body relayed as it came
   (`admit`) cannot be sent at the ceiling: knobs above it are refused (403
   `thinking_level_above_ceiling`);
 - where the rule needs thinking off (`max_level: off`, or a spent budget with `on_exhausted: off`)
@@ -18,7 +18,7 @@ Before (`decide`, called by Proxy.run_chat for every front door):
   a trace note says so. Never silent.
 
 Admission (in `decide`, for a key with a budget, and `admit` for a route relayed as it came): the
-request sets aside an estimate of its reasoning (proxy.core.budgets: the largest of the key's
+request sets aside an estimate of its reasoning (proxy.core.policy.budgets: the largest of the key's
 recent answers, the default and the request's own output cap) in the same atomic step that checks
 the budget, so requests in flight together see each other; what is spent and set aside reaching
 the limit refuses (or turns off) the next one, and past half the limit a worker admits a key's
@@ -46,11 +46,11 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
-from proxy.core.budgets import Peaks, window_for
+from proxy.core.config.policy_file import Budget, KeyRule, Policy, above
 from proxy.core.controls import Level
 from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver
 from proxy.core.gateway import ClientKey
-from proxy.core.policy_file import Budget, KeyRule, Policy, above
+from proxy.core.policy.budgets import Peaks, window_for
 from proxy.policy.loader import load_policy
 from proxy.policy.refusals import BudgetExceeded, LevelAboveCeiling, ThinkingOffUnavailable
 from proxy.policy.store import BudgetStore, MemoryBudgets, RedisBudgets
@@ -144,11 +144,11 @@ class ThinkingPolicy:
         asks: int | None = None,
     ) -> Decision:
         """`level`: what the request would really send (a door reads the body's own knobs where
-        the level leaves them: proxy.core.body_level); `can_turn_off`: whether its upstream entry
+        the level leaves them: proxy.core.policy.body_level); `can_turn_off`: whether its upstream entry
         can send thinking off. Where the rule needs off and the entry cannot, the request is
         refused: any body sent would think. `record`: the request's, which an admission's
         reservation waits on until its end (without one the budget is only read); `asks`: the
-        request's own output cap (proxy.core.budgets.output_cap), set aside when it is larger."""
+        request's own output cap (proxy.core.policy.budgets.output_cap), set aside when it is larger."""
         rule = self.policy.rule_for(client)
         if client is not None and rule.reasoning_tokens is not None:
             exhausted = await self._exhausted(client, rule.reasoning_tokens, record, asks)
@@ -319,7 +319,7 @@ class ThinkingPolicy:
     def _settlement(
         self, hold: Hold, difference: int, counts: dict[int, int]
     ) -> tuple[int, int, list[int]] | None:
-        """What settling `hold` adds now (proxy.core.budgets.Window.settlement)."""
+        """What settling `hold` adds now (proxy.core.policy.budgets.Window.settlement)."""
         window = window_for(hold.budget.seconds)
         return window.settlement(counts, self.clock(), hold.bucket, hold.tokens, difference)
 

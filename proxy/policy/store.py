@@ -1,10 +1,10 @@
 """Where reasoning-token budgets are counted: in the process, or in Redis so that replicas share
 them (THINKPROXY_STATE_URL). A budget's counts are one hash per key and window length,
-`tp:budget:<client>:<per>`, whose fields are bucket numbers (proxy.core.budgets); an addition is
+`tp:budget:<client>:<per>`, whose fields are bucket numbers (proxy.core.policy.budgets); an addition is
 one HINCRBY, atomic however many replicas add at once, with the hash's expiry renewed and buckets
 that left the window deleted in the same round trip.
 
-A reservation (`reserve`, proxy.core.budgets) adds a request's estimate and reads every count back
+A reservation (`reserve`, proxy.core.policy.budgets) adds a request's estimate and reads every count back
 in one atomic step (in Redis one MULTI/EXEC: HINCRBY, EXPIRE, HGETALL), so of the requests that
 reserve at once each sees the ones before it, whichever replica they are on.
 

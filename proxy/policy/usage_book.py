@@ -9,8 +9,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from proxy.core.config.policy_file import Price
 from proxy.core.events import AccessRecord
-from proxy.core.policy_file import Price
 
 # Clients and models are bounded (configured keys; models as the metrics bound them), but a
 # gateway open for months sees many model ids: past this many rows the rest is one row.

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from proxy.core.errors import ProxyError, Unauthorized, quoted
 from proxy.core.gateway import ClientKey, find_key, presented_key
-from proxy.core.review_rules import parse_decision
+from proxy.core.review.rules import parse_decision
 from proxy.review.hub import Posted, StoreUnavailable
 from proxy.review.service import ReviewService, audit
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from proxy.core.review_rules import TIMED_OUT, Decision, HeldCall, Verdict
+from proxy.core.review.rules import TIMED_OUT, Decision, HeldCall, Verdict
 
 log = logging.getLogger("thinkproxy.review")
 

@@ -22,7 +22,7 @@ import orjson
 from proxy.core.controls import TraceFormat
 from proxy.core.errors import BadRequest, ConfigError
 from proxy.core.gateway import ClientKey, parse_client_keys
-from proxy.core.review_rules import NO_CLIENT_NAMES, ClientNames, Decision, HeldCall, ReviewPolicy
+from proxy.core.review.rules import NO_CLIENT_NAMES, ClientNames, Decision, HeldCall, ReviewPolicy
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.gate_completion import (
     completion_finish,

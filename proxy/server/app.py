@@ -1,11 +1,11 @@
 """The Starlette application: its routes and the wiring of its services, nothing else.
 
 Routes: `POST /v1/chat/completions` (rewritten, normalized, traced), `POST /v1/responses` and
-its stored responses (proxy.server.responses_door), `POST /v1/messages` and its token count
-(proxy.server.messages_door), `GET /v1/models` (merged across routes),
+its stored responses (proxy.server.doors.responses), `POST /v1/messages` and its token count
+(proxy.server.doors.messages), `GET /v1/models` (merged across routes),
 every other `/v1/*` path forwarded transparently, `GET /healthz`, and the
 capabilities' own (metrics, console, reviews). The handlers are proxy.server.handlers; what they
-decide is proxy.core.plan's.
+decide is proxy.core.plan.request's.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from starlette.routing import Route, WebSocketRoute
 from proxy.console import Console
 from proxy.console.cors import CORSMiddleware
 from proxy.console.routes import AdminAccess
-from proxy.core.events import Listener
-from proxy.core.gateway import GatewayAuth, parse_client_keys
-from proxy.core.providers import ProvidersTable
-from proxy.core.routing import (
+from proxy.core.config.providers import ProvidersTable
+from proxy.core.config.routing import (
     RouteTable,
     key_environment,
     resolve_route_keys,
 )
-from proxy.core.tool_titles import load_tool_titles
+from proxy.core.config.tool_titles import load_tool_titles
+from proxy.core.events import Listener
+from proxy.core.gateway import GatewayAuth, parse_client_keys
 from proxy.policy.api import UsageAPI
 from proxy.policy.service import ThinkingPolicy
 from proxy.review.api import ReviewAPI
@@ -40,12 +40,12 @@ from proxy.review.service import ReviewService
 from proxy.server import reload
 from proxy.server.access_log import configure_logging
 from proxy.server.browser_guard import BrowserGuard, HostRule
+from proxy.server.doors.messages import MessagesDoor
+from proxy.server.doors.native_owners import refuse_conversations
+from proxy.server.doors.responses import ResponsesDoor
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
-from proxy.server.messages_door import MessagesDoor
-from proxy.server.native_owners import refuse_conversations
 from proxy.server.replay_service import ReplayService
-from proxy.server.responses_door import ResponsesDoor
 from proxy.server.upstream.factory import build_upstream
 from proxy.server.upstream.policy import UpstreamPolicy
 from proxy.settings import Settings
@@ -162,7 +162,7 @@ def create_app(
         WebSocketRoute("/v1/responses", responses.refuse_websocket),
         Route("/v1/messages", messages.create, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
-        # Gateway mode: a conversation object would be every tenant's (proxy.server.native_owners).
+        # Gateway mode: a conversation object would be every tenant's (proxy.server.doors.native_owners).
         *(
             Route(path, refuse_conversations(proxy), methods=PASSTHROUGH_METHODS)
             for path in ("/v1/conversations", "/v1/conversations/{rest:path}")

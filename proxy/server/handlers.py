@@ -1,11 +1,11 @@
-"""The request handlers: they run the I/O a request plan (proxy.core.plan) asks for, and nothing
+"""The request handlers: they run the I/O a request plan (proxy.core.plan.request) asks for, and nothing
 else decides here.
 
 Chat completions and every other `/v1/*` path go through the same three plan steps; between them
 a handler vets a client-chosen upstream's name, reads the body, and asks the replay store for
 remembered reasoning; then the relay (proxy.server.relay) sends the upstream request and streams
 the answer back through the response pipeline. A chat request's last steps are
-proxy.core.plan_finish's; `run_chat` only awaits between them. Every request ends in `finish`
+proxy.core.plan.finish's; `run_chat` only awaits between them. Every request ends in `finish`
 exactly once: its access-log line, then its observers.
 """
 
@@ -21,18 +21,20 @@ from urllib.parse import quote
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from proxy.core import plan, plan_chat, plan_finish
+from proxy.core.config.providers import Dialect, ProvidersTable
+from proxy.core.config.routing import RouteTable
+from proxy.core.config.tool_titles import NO_TITLES, ToolTitles
 from proxy.core.controls import UPSTREAM_HEADER, Level
 from proxy.core.errors import ProxyError
 from proxy.core.events import AccessRecord, Listener, notify_end, start_observers
 from proxy.core.gateway import GatewayAuth
 from proxy.core.native_usage import UsageReader, model_asked
-from proxy.core.plan_chat import FrontDoor
+from proxy.core.plan import chat as plan_chat
+from proxy.core.plan import finish as plan_finish
+from proxy.core.plan import request as plan
+from proxy.core.plan.chat import FrontDoor
 from proxy.core.protocols import chat as chat_door
-from proxy.core.providers import Dialect, ProvidersTable
-from proxy.core.review_rules import NO_CLIENT_NAMES, ClientNames, refuse_unreviewed_route
-from proxy.core.routing import RouteTable
-from proxy.core.tool_titles import NO_TITLES, ToolTitles
+from proxy.core.review.rules import NO_CLIENT_NAMES, ClientNames, refuse_unreviewed_route
 from proxy.policy.service import ThinkingPolicy
 from proxy.review.service import ReviewService
 from proxy.server import policy_gate
@@ -64,7 +66,7 @@ class Services:
     guard: ConnectGuard  # resolves upstream names; vets client-chosen ones at connect (proxy.server.egress)
     # Capabilities watching requests (metrics, tracing, console, replay capture): proxy.core.events.
     listeners: tuple[Listener, ...] = ()
-    routes: RouteTable | None = None  # the routes file (proxy.core.routing), if one is configured
+    routes: RouteTable | None = None  # the routes file (proxy.core.config.routing), if one is configured
     # Human review of sensitive tool calls (proxy.review): None unless THINKPROXY_REVIEW_TOOLS is set.
     review: ReviewService | None = None
     tool_titles: ToolTitles = field(default_factory=lambda: NO_TITLES)
@@ -294,7 +296,7 @@ class Proxy:
     ) -> Response:
         """Step 3 of a chat request: the awaits between the plan's last steps (proxy.core.
         plan_finish): the thinking policy's judgement, the replay store's lookup, the relay.
-        `door`: a front door other than chat completions (proxy.server.responses_door) whose
+        `door`: a front door other than chat completions (proxy.server.doors.responses) whose
         client reads the answer in its own protocol; `client_names`: the tools its client knows by
         other names than the upstream's (the review gate matches and shows those); `dialect`: the
         providers-table entry when the caller has already looked it up for this target."""

@@ -1,10 +1,11 @@
 """`GET /v1/models` with a routes file: every route's upstream asked at once, answers merged.
 
-The I/O half of the merge (the pure half is `proxy.core.routing.merge_models`). Each distinct upstream is
-asked once: in gateway mode with the key a chat request to it would carry, in BYOK mode without
-the client's credentials (a client's key only ever goes where its request's model sends it). An
-upstream that fails (status other than 2xx, no answer within LISTING_TIMEOUT_S, not a model list,
-a body over MAX_LIST_BYTES) is left out and named, never dropped silently.
+The I/O half of the merge (the pure half is `proxy.core.config.routing.merge_models`). Each
+distinct upstream is asked once: in gateway mode with the key a chat request to it would carry,
+in BYOK mode without the client's credentials (a client's key only ever goes where its request's
+model sends it). An upstream that fails (status other than 2xx, no answer within
+LISTING_TIMEOUT_S, not a model list, a body over MAX_LIST_BYTES) is left out and named, never
+dropped silently.
 
 The merged list is kept for CACHE_TTL_S (PARTIAL_TTL_S when an upstream was missing from it), so
 a client polling `/v1/models` does not make the proxy ask every upstream every time. A listing
@@ -32,10 +33,10 @@ from typing import Any
 
 import orjson
 
+from proxy.core.config.routing import Destination, Listing, RouteTable, listings, merge_models, model_ids
 from proxy.core.errors import ProxyError, UpstreamUnreachable
 from proxy.core.gateway import GatewayAuth
-from proxy.core.plan import UpstreamRequest
-from proxy.core.routing import Destination, Listing, RouteTable, listings, merge_models, model_ids
+from proxy.core.plan.request import UpstreamRequest
 from proxy.server.upstream.common import TRANSPORT_ERRORS, Upstream
 from proxy.settings import Settings
 

@@ -3,7 +3,7 @@ send is judged before it goes, and what the decision changes is applied to the b
 
 "What it would really send" is the level the header (or the default) names where the entry
 applies it, and otherwise what the body's own knobs ask, since they then go as they came
-(proxy.core.body_level reads them: chat's `thinking` / `reasoning_effort` / …, the Responses API's
+(proxy.core.policy.body_level reads them: chat's `thinking` / `reasoning_effort` / …, the Responses API's
 `reasoning`, the Messages API's `thinking` / `output_config.effort`). A body above the key's
 ceiling is sent at the ceiling: its knobs replaced by the entry's own for that level (or removed,
 where the entry has none for it), a numeric budget capped at that level's number; the answer's
@@ -17,8 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.core import plan
-from proxy.core.body_level import (
+from proxy.core.config.front_door_rules import MessagesRule
+from proxy.core.config.providers import Dialect
+from proxy.core.controls import Level
+from proxy.core.events import AccessRecord
+from proxy.core.plan import request as plan
+from proxy.core.policy.body_level import (
     budget_number,
     can_turn_off,
     cap_messages,
@@ -32,11 +36,7 @@ from proxy.core.body_level import (
     responses_level,
     strip_knobs,
 )
-from proxy.core.budgets import output_cap
-from proxy.core.controls import Level
-from proxy.core.events import AccessRecord
-from proxy.core.front_door_rules import MessagesRule
-from proxy.core.providers import Dialect
+from proxy.core.policy.budgets import output_cap
 from proxy.policy.refusals import RuleRefusal
 from proxy.policy.service import HEADER as POLICY_HEADER
 from proxy.policy.service import BudgetExceeded, Decision, ThinkingPolicy
@@ -55,7 +55,7 @@ async def decide(
     """The policy's decision for this key and the level the request would send; `X-Thinking-Policy`
     on the response when it changed the level or refused (a spent budget also says when to retry).
     `asks`: the request's own output cap, which its budget's reservation sets aside when larger
-    (proxy.core.budgets)."""
+    (proxy.core.policy.budgets)."""
     try:
         decision = await thinking.decide(
             record.client, level, can_turn_off=can_turn_off, record=record, asks=asks
@@ -115,7 +115,7 @@ async def judge_chat(
     if decision.rule is None or decision.level is None:
         return ChatJudgement(intent, tgt, None)
     level = decision.level
-    # The entry's params for the level replace the client's knobs (proxy.core.rewrite); where it
+    # The entry's params for the level replace the client's knobs (proxy.core.plan.rewrite); where it
     # has none for that level, the knobs must not go as they came either: the upstream's default.
     body = strip_knobs(tgt.parsed, dialect)
     if body is not tgt.parsed:

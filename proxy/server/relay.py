@@ -35,9 +35,9 @@ from proxy.core.errors import BadUpstreamResponse, ProxyError
 from proxy.core.events import AccessRecord
 from proxy.core.headers import filter_headers
 from proxy.core.native_usage import UsageReader
-from proxy.core.plan import UpstreamRequest
-from proxy.core.plan_chat import ChatContext
-from proxy.core.review_rules import HeldCall
+from proxy.core.plan.chat import ChatContext
+from proxy.core.plan.request import UpstreamRequest
+from proxy.core.review.rules import HeldCall
 from proxy.core.stream.completion import process_completion
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.trace import TraceBuilder

@@ -2,7 +2,7 @@
 
 Each file is read and checked whole before anything changes; a file with a fault leaves the one in
 use running, and the log says what was wrong in one line (the messages `check` prints, joined by
-` | `): bytes that are not UTF-8, an alias bomb (proxy.core.yamlfile), a syntax error, each field at
+` | `): bytes that are not UTF-8, an alias bomb (proxy.core.config.yamlfile), a syntax error, each field at
 fault. With `serve --workers N`, uvicorn's supervisor restarts its workers on SIGHUP, which reads
 every file anew in each of them.
 """
@@ -15,9 +15,9 @@ import signal
 from asyncio import AbstractEventLoop
 from collections.abc import Callable
 
+from proxy.core.config.routing import RouteTable
 from proxy.core.errors import ConfigError
 from proxy.core.gateway import GatewayAuth
-from proxy.core.routing import RouteTable
 from proxy.policy.loader import load_policy
 from proxy.policy.service import ThinkingPolicy
 from proxy.server.handlers import Proxy

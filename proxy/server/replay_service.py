@@ -1,5 +1,5 @@
 """The replay store at the edge: one batched lookup before a chat request goes upstream, one
-write after its response ended. The decisions are proxy.core.replay_keys' and proxy.core.replay's
+write after its response ended. The decisions are proxy.core.replay.keys' and proxy.core.replay.rules's
 (pure); this module only does the I/O around them, keeps the outcome counters and reports store outages.
 
 Per request (chat completions only):
@@ -28,10 +28,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.config.providers import Dialect, ReplayPolicy
 from proxy.core.events import AccessRecord, RequestObserver, TraceEvents
 from proxy.core.gateway import presented_key
-from proxy.core.providers import Dialect, ReplayPolicy
-from proxy.core.replay import (
+from proxy.core.replay.keys import Secrets, Tenants, plan_lookups, store_key, turn_keys
+from proxy.core.replay.rules import (
     HEADER,
     RecordCache,
     Remembered,
@@ -40,7 +41,6 @@ from proxy.core.replay import (
     apply_restore,
     capture_records,
 )
-from proxy.core.replay_keys import Secrets, Tenants, plan_lookups, store_key, turn_keys
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.trace import TraceBuilder
 from proxy.server.tenancy import deployment_secrets, get_rotated

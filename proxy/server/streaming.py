@@ -16,7 +16,7 @@ from starlette.types import Message, Send
 
 from proxy.core.errors import BadUpstreamResponse, ProxyError, error_payload
 from proxy.core.events import AccessRecord, notify_stream
-from proxy.core.plan_chat import ChatContext, FrontDoor
+from proxy.core.plan.chat import ChatContext, FrontDoor
 from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.pipeline import DONE, StreamFailure, StreamPipeline

@@ -1,7 +1,7 @@
 """Whom a request belongs to, before and after a rotation of THINKPROXY_STATE_SECRET (DESIGN.md,
 "Sealed blobs": rotation is real).
 
-A tenant is a keyed hash of the key a client presented (proxy.core.replay_keys.tenant_of), keyed
+A tenant is a keyed hash of the key a client presented (proxy.core.replay.keys.tenant_of), keyed
 with the deployment secret; it names every store key of the client's state (replay entries,
 stored responses and their items, spilled reasoning payloads) and is bound into every blob sealed
 for it. After a rotation the same client has another hash, so what the old secret left is found
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from proxy.core import seal
 from proxy.core.gateway import presented_key
 from proxy.core.protocols.sealing import SealContext
-from proxy.core.replay_keys import Secrets, Tenants
+from proxy.core.replay.keys import Secrets, Tenants
 from proxy.settings import Settings
 from proxy.state.base import StateStore
 

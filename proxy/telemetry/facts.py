@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from proxy.core.events import AccessRecord
 
 if TYPE_CHECKING:
-    from proxy.core.providers import ProvidersTable
-    from proxy.core.routing import RouteTable
+    from proxy.core.config.providers import ProvidersTable
+    from proxy.core.config.routing import RouteTable
 
 REPLAY_NOTE = "replay.outcome"  # the replay store keeps its own ReplayNote under "replay"
 REPLAY_OUTCOMES = ("restored", "placeholder", "missing")

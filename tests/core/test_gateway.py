@@ -3,9 +3,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from proxy.core.config.routing import Destination, RouteTable
 from proxy.core.errors import ConfigError, Unauthorized
 from proxy.core.gateway import GatewayAuth, parse_client_keys, presented_key
-from proxy.core.routing import Destination, RouteTable
 from tests.helpers import make_settings
 
 

@@ -119,7 +119,7 @@ def imported(node: ast.Import | ast.ImportFrom, module: str) -> Iterator[str]:
         package = parts[:keep]
         base = ".".join([*package, base] if base else package)
     yield base
-    for alias in node.names:  # `from proxy.core import plan` imports the module proxy.core.plan
+    for alias in node.names:  # `from proxy.core import plan` imports the module proxy.core.plan.request
         yield f"{base}.{alias.name}"
 
 
@@ -337,12 +337,12 @@ def test_the_purity_check_sees_an_import_anywhere_in_a_module(bad: str) -> None:
 @pytest.mark.parametrize(
     ("module", "source", "bad"),
     [
-        ("proxy.core.providers", "from pathlib import Path", False),
+        ("proxy.core.config.providers", "from pathlib import Path", False),
         ("proxy.core.config.providers", "from pathlib import Path", False),  # (moved, same loader)
-        ("proxy.core.routing", "from dotenv import dotenv_values", False),
-        ("proxy.core.plan", "from dotenv import dotenv_values", True),
+        ("proxy.core.config.routing", "from dotenv import dotenv_values", False),
+        ("proxy.core.plan.request", "from dotenv import dotenv_values", True),
         ("proxy.core.seal", "import secrets", False),
-        ("proxy.core.plan", "from urllib.parse import quote", False),
+        ("proxy.core.plan.request", "from urllib.parse import quote", False),
         ("proxy.core.stream.sse", "from typing import Any", False),
     ],
 )
@@ -355,7 +355,7 @@ def test_start_up_only_names_are_for_their_modules(module: str, source: str, bad
     [
         ("proxy.core", "from .. import settings"),  # the package itself: `..` is proxy
         ("proxy.core.stream", "from ...server import relay"),
-        ("proxy.core.plan", "from .. import settings"),
+        ("proxy.core.errors", "from .. import settings"),
         ("proxy.core.stream.sse", "from ...server.relay import Relay"),
     ],
 )

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import proxy
-from proxy.core.replay_keys import tenant_of
+from proxy.core.replay.keys import tenant_of
 from proxy.core.seal import (
     INLINE_CAP,
     KINDS,

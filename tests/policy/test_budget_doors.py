@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.core.providers import ProvidersTable, default_providers_path
-from proxy.core.yamlfile import load_config
+from proxy.core.config.providers import ProvidersTable, default_providers_path
+from proxy.core.config.yamlfile import load_config
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings

@@ -126,8 +126,8 @@ def test_a_redis_that_went_away_refuses_no_one(mock: BackgroundServer, tmp_path:
 
 def test_concurrent_reservations_each_see_the_ones_before_them(redis: RedisServer) -> None:
     """The reserve is one atomic step (MULTI/EXEC): of 200 requests reserving 10 tokens each at once
-    against a limit of 1000, on two replicas, exactly 100 are admitted (proxy.core.budgets.admits)."""
-    from proxy.core.budgets import Window
+    against a limit of 1000, on two replicas, exactly 100 are admitted (proxy.core.policy.budgets.admits)."""
+    from proxy.core.policy.budgets import Window
 
     window = Window(86_400)
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from proxy.core.config.policy_file import parse_policy
 from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
-from proxy.core.policy_file import parse_policy
 from proxy.core.usage import ReasoningTokens, TokenUsage
 from proxy.policy.service import BudgetExceeded, Decision, ThinkingPolicy
 from proxy.policy.store import MemoryBudgets
@@ -327,7 +327,7 @@ def test_cheap_answers_then_a_burst_at_once_stay_within_the_documented_bound() -
     # A key whose last answers were cheap still sets aside the default per request, and once half
     # the limit is spent or set aside a worker admits one of its requests at a time: a burst of 50
     # deep requests after three 10-token answers is not all admitted (docs/policy.md, "Budgets").
-    from proxy.core.budgets import in_flight_bound
+    from proxy.core.policy.budgets import in_flight_bound
 
     limit = 10_000
     parsed = parse_policy(
@@ -360,7 +360,7 @@ def test_a_request_sets_aside_its_own_output_cap() -> None:
 
 
 def test_a_reservation_whose_bucket_the_store_deleted_counts_what_was_spent_now() -> None:
-    from proxy.core.budgets import Window
+    from proxy.core.policy.budgets import Window
 
     thinking, clock = policy()  # bob: 100 per hour
     [record] = bobs(1)

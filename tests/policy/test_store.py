@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from proxy.core.config.policy_file import parse_policy
 from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
-from proxy.core.policy_file import parse_policy
 from proxy.core.usage import ReasoningTokens, TokenUsage
 from proxy.policy.service import ThinkingPolicy
 from proxy.policy.store import MemoryBudgets

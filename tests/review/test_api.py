@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from proxy.core.gateway import parse_client_keys
-from proxy.core.review_rules import Decision, HeldCall, ReviewPolicy
+from proxy.core.review.rules import Decision, HeldCall, ReviewPolicy
 from proxy.review.api import ReviewAPI
 from proxy.review.hub import MemoryReviewHub, Posted, RedisReviewHub
 from proxy.review.service import ReviewService

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from proxy.core.controls import TraceFormat, TraceMode
-from proxy.core.review_rules import Decision, ReviewPolicy, Verdict
+from proxy.core.review.rules import Decision, ReviewPolicy, Verdict
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.gate_completion import completion_held_calls, release_completion
 from proxy.core.stream.taps import build_trace

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.core.providers import ProvidersTable, default_providers_path
+from proxy.core.config.providers import ProvidersTable, default_providers_path
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app

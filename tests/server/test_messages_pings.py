@@ -1,4 +1,4 @@
-"""The Messages door's pings (proxy.server.messages_door.with_pings): a `ping` event after each
+"""The Messages door's pings (proxy.server.doors.messages.with_pings): a `ping` event after each
 keep-alive interval of silence, never before the first write, never inside a write, and nothing
 left running once the stream ends."""
 
@@ -10,8 +10,8 @@ import pytest
 from starlette.types import Message, Send
 
 from proxy.core.events import AccessRecord
-from proxy.core.protocols.messages_stream import PING
-from proxy.server.messages_door import with_pings
+from proxy.core.protocols.messages.stream import PING
+from proxy.server.doors.messages import with_pings
 
 INTERVAL = 0.01
 

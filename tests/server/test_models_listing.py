@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.core.config.routing import RouteTable
 from proxy.core.errors import UpstreamUnreachable
 from proxy.core.gateway import ClientKey, GatewayAuth
-from proxy.core.plan import UpstreamRequest
-from proxy.core.routing import RouteTable
+from proxy.core.plan.request import UpstreamRequest
 from proxy.server import models_listing
 from proxy.server.models_listing import (
     CACHE_TTL_S,

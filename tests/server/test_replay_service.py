@@ -19,8 +19,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from proxy.core.providers import ProvidersTable
-from proxy.core.replay_keys import Secrets
+from proxy.core.config.providers import ProvidersTable
+from proxy.core.replay.keys import Secrets
 from proxy.mock import MockOptions, create_mock_app
 from proxy.mock.scenarios import Depth, answer
 from proxy.server.app import create_app

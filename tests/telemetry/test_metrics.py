@@ -618,8 +618,8 @@ def test_configured_models_keep_their_label_when_every_other_one_is_taken() -> N
 
 
 def test_known_models_are_the_names_written_in_routes_and_providers_yaml(tmp_path: Path) -> None:
-    from proxy.core.providers import ProvidersTable
-    from proxy.core.routing import RouteTable
+    from proxy.core.config.providers import ProvidersTable
+    from proxy.core.config.routing import RouteTable
     from proxy.telemetry.facts import configured_models
 
     routes = RouteTable.from_text(

@@ -1,6 +1,6 @@
 """Front doors and upstream protocols: adapters around the one internal exchange.
 
-The internal request is a chat-completions body (proxy.core.plan reads it); the internal event
+The internal request is a chat-completions body (proxy.core.plan.request reads it); the internal event
 stream is the normalized chat-chunk stream the response pipeline (proxy.core.stream.pipeline)
 produces. A *front door* turns its wire request into the internal one and the internal events into
 its wire events; an *upstream protocol* turns the internal request into its wire request and its

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.stream.jsonio import parse_chat_body
+from proxy.core.jsonio import parse_chat_body
 
 NAME = "chat"
 

@@ -30,10 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from proxy.core import seal
+from proxy.core import jsonio, seal
 from proxy.core.errors import PayloadTooLarge
 from proxy.core.protocols.sealing import SealContext, opened_blob
-from proxy.core.stream import jsonio
 
 __all__ = ["SPILL_CAP", "UNBOUNDED", "Expansion", "too_large"]
 

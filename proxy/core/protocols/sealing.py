@@ -20,10 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from proxy.core import seal
-from proxy.core.replay import for_model
-from proxy.core.replay_keys import store_key
-from proxy.core.stream import jsonio
+from proxy.core import jsonio, seal
+from proxy.core.replay.keys import store_key
+from proxy.core.replay.rules import for_model
 
 __all__ = [
     "SPILL_KIND",
@@ -56,7 +55,7 @@ class SealContext:
 
     def usable(self, payload: dict[str, Any]) -> dict[str, Any]:
         """An opened payload as this request may put it back: the replay store's model rule
-        (proxy.core.replay.for_model), so a blob carries signed data only to its own model."""
+        (proxy.core.replay.rules.for_model), so a blob carries signed data only to its own model."""
         return payload if self.model is None else for_model(payload, self.model)
 
 

@@ -3,8 +3,8 @@
 A chat upstream reads the calls in a conversation only as chat has them: an assistant message's
 `tool_calls`, each answered by one `tool` message before the conversation goes on. Some upstreams
 refuse anything else in their own words, others read it wrong in silence. So both bridged doors —
-the Responses door (input items, proxy.core.protocols.responses_input) and the Messages door
-(content blocks, proxy.core.protocols.messages_input) — hold their client to the same rule before
+the Responses door (input items, proxy.core.protocols.responses.inputs) and the Messages door
+(content blocks, proxy.core.protocols.messages.inputs) — hold their client to the same rule before
 anything is sent, and refuse (400, naming the item) what breaks it:
 
 - each call has its own id;

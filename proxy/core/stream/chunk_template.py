@@ -31,7 +31,7 @@ _BLANKS = b" \t\r\n"
 
 class KnownRun(NamedTuple):
     """Chunks of more of the same that another decoder wrote and already read (the Responses
-    upstream's decoder, proxy.core.protocols.responses_decode): whole SSE events, each `prefix` +
+    upstream's decoder, proxy.core.protocols.responses.upstream_decode): whole SSE events, each `prefix` +
     one non-empty JSON string + `suffix`, and those strings' texts in order. The pipeline takes
     such a run from its texts when it is of its own template (StreamPipeline.feed_known), instead
     of scanning bytes whose texts are already known."""

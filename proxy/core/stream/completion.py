@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
+from proxy.core import jsonio
 from proxy.core.errors import UnreadableAnswer
-from proxy.core.stream import harmony, jsonio
+from proxy.core.stream import harmony
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder

@@ -36,7 +36,8 @@ from typing import Any
 import orjson
 
 from proxy.core.controls import TraceFormat
-from proxy.core.review_rules import (
+from proxy.core.jsonio import dumps
+from proxy.core.review.rules import (
     NO_CLIENT_NAMES,
     ClientNames,
     Decision,
@@ -59,7 +60,6 @@ from proxy.core.stream.gate_rules import (
     review_event,
     set_finish_reason,
 )
-from proxy.core.stream.jsonio import dumps
 from proxy.core.stream.sse import SSEDecoder, SSEEvent, comment_frame, data_frame
 from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, event_frames
 

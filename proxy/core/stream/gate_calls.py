@@ -15,7 +15,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.review_rules import ClientNames, Decision, HeldCall, ReviewPolicy, shown_name
+from proxy.core.review.rules import ClientNames, Decision, HeldCall, ReviewPolicy, shown_name
 from proxy.core.stream.gate_rules import carried_name, choices0, index_of, is_zero, refusal, texts
 
 

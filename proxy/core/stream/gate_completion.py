@@ -15,7 +15,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from proxy.core.review_rules import (
+from proxy.core.review.rules import (
     NO_CLIENT_NAMES,
     ClientNames,
     Decision,
@@ -50,7 +50,7 @@ def completion_held_calls(
 ) -> list[HeldCall]:
     """The calls of a `chat.completion` (its first choice with index 0) that the policy holds for
     review. Calls anywhere else are removed by `release_completion` (see `completion_removes`).
-    `names`: the tools the client knows by other names (proxy.core.review_rules.ClientTool)."""
+    `names`: the tools the client knows by other names (proxy.core.review.rules.ClientTool)."""
     held = []
     for position, call in enumerate(_message_calls(completion)):
         if not _plain_call(call):

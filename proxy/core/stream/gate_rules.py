@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.review_rules import Decision, HeldCall, Verdict
+from proxy.core.review.rules import Decision, HeldCall, Verdict
 
 # Why a call was removed without a review, as the client is told.
 WHY = {

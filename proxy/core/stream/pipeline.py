@@ -14,9 +14,10 @@ from typing import Any
 
 import orjson
 
+from proxy.core import jsonio
 from proxy.core.controls import TraceFormat
 from proxy.core.errors import UNREADABLE_ANSWER_CODE, error_payload
-from proxy.core.stream import chunk_template, harmony, jsonio
+from proxy.core.stream import chunk_template, harmony
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
 from proxy.core.stream.reasoning import ReasoningOptions
@@ -131,7 +132,7 @@ class StreamPipeline:
         return self._feed_known(run, now_ms, None)
 
     def feed_pieces(self, pieces: Sequence[bytes | KnownRun], now_ms: float) -> bytes:
-        """What another decoder made of one read (proxy.core.plan_chat.UpstreamDecoder.feed_pieces)."""
+        """What another decoder made of one read (proxy.core.plan.chat.UpstreamDecoder.feed_pieces)."""
         out = [
             self._feed_known(p, now_ms, None) if isinstance(p, KnownRun) else self._feed(p, now_ms, None)
             for p in pieces
@@ -140,7 +141,7 @@ class StreamPipeline:
 
     def feed_runs(self, piece: bytes | Sequence[bytes | KnownRun], now_ms: float) -> list[bytes | KnownRun]:
         """`feed` (bytes) or `feed_pieces` (a decoder's pieces), for a front door that translates the
-        output (proxy.core.plan_chat.FrontDoor.feed_pieces): the same bytes, with each run of chunks of
+        output (proxy.core.plan.chat.FrontDoor.feed_pieces): the same bytes, with each run of chunks of
         more of the same that went out as it came apart as a KnownRun with its texts, so that the
         door takes the texts instead of scanning the bytes a second time."""
         runs: list[bytes | KnownRun] = []

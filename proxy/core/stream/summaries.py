@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.stream.jsonio import DEPTH_ERROR, deeper_than
+from proxy.core.jsonio import DEPTH_ERROR, deeper_than
 
 MAX_VALUE_CHARS = 60
 MAX_PAIRS = 6

@@ -84,7 +84,7 @@ class TraceBuilder:
         titles: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self._off = mode is TraceMode.OFF
-        # Display titles by tool name ({"en": …, "zh": …}, proxy.core.tool_titles): tool events of a
+        # Display titles by tool name ({"en": …, "zh": …}, proxy.core.config.tool_titles): tool events of a
         # named tool get a `title` in the trace's language.
         self._titles = titles or {}
         self._detailed = mode is TraceMode.DETAILED

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.stream.jsonio import dumps
+from proxy.core.jsonio import dumps
 from proxy.core.stream.sse import comment_frame
 
 

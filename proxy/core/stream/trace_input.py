@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.stream.jsonio import deeper_than
+from proxy.core.jsonio import deeper_than
 from proxy.core.stream.tool_args import MAX_NAME_CHARS
 
 # Entries of the upstream's `usage` nested deeper than this (no real usage is) are left out of `done`.

@@ -2,7 +2,7 @@
 
 `Turn` (ids and request flags), `Counts` (usage) and `Rejection` (an error answer) are what the
 mock app hands a dialect; `frame`, `split_text` and friends build the SSE body. `ResponsesTraits`
-says whether and how the provider serves the Responses API (`proxy.mock.responses`).
+says whether and how the provider serves the Responses API (`proxy.mock.responses.routes`).
 """
 
 from __future__ import annotations

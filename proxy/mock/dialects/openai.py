@@ -92,7 +92,7 @@ def _alnum(length: int) -> str:
 class OpenAI(Dialect):
     """OpenAI: no reasoning text at all, only `usage.completion_tokens_details.reasoning_tokens`;
     `usage: null` on every chunk when include_usage is on; an `obfuscation` pad on stream chunks.
-    Its native Responses API (`proxy.mock.responses`) seals reasoning and checks it comes back."""
+    Its native Responses API (`proxy.mock.responses.routes`) seals reasoning and checks it comes back."""
 
     name = "openai"
     default_model = "gpt-5.1"

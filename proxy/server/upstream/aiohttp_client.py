@@ -15,7 +15,7 @@ import aiohttp
 import yarl
 
 from proxy.core.errors import BadRequest
-from proxy.core.plan import UpstreamRequest
+from proxy.core.plan.request import UpstreamRequest
 from proxy.server.egress import ConnectGuard, GuardedAiohttpResolver
 from proxy.server.upstream.common import (
     TRANSPORT_ERRORS,

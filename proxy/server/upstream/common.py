@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 import aiohttp
 import httpx
 
+from proxy.core.config.url_patterns import scrub_urls
 from proxy.core.errors import BadUpstreamResponse, ProxyError, UpstreamTimeout, UpstreamUnreachable
-from proxy.core.plan import UpstreamRequest
-from proxy.core.url_patterns import scrub_urls
+from proxy.core.plan.request import UpstreamRequest
 from proxy.server.egress import refusal
 
 # The most decoded bytes one decompression step may produce: a small compressed read can inflate

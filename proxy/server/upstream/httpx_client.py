@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from proxy.core.plan import UpstreamRequest
+from proxy.core.plan.request import UpstreamRequest
 from proxy.server.egress import CLIENT_CHOSEN
 from proxy.server.upstream.common import (
     TRANSPORT_ERRORS,

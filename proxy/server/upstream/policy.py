@@ -1,7 +1,8 @@
 """Which upstream a request may go to: the configured one, or an allow-listed X-Upstream-Base-URL.
 
 A client-chosen upstream is the classic way to turn a proxy into an open relay (SSRF), so it is
-refused unless a `THINKPROXY_ALLOWED_UPSTREAMS` pattern admits it (proxy.core.url_patterns: the pattern's
+refused unless a `THINKPROXY_ALLOWED_UPSTREAMS` pattern admits it
+(proxy.core.config.url_patterns: the pattern's
 scheme, its port or else the scheme's default port, its path prefix after dot-segments are
 refused). Loopback, link-local, cloud-metadata and private addresses (RFC 1918, 100.64.0.0/10,
 fc00::/7) are sensitive: only a pattern naming the host exactly reaches them, never a wildcard.
@@ -16,9 +17,9 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from proxy.core.config.url_patterns import UrlPattern, UrlTarget, canonical_host
 from proxy.core.errors import BadRequest, ConfigError, Forbidden
 from proxy.core.paths import escape, has_dot_segment
-from proxy.core.url_patterns import UrlPattern, UrlTarget, canonical_host
 from proxy.settings import Settings
 
 METADATA_HOSTS = frozenset(

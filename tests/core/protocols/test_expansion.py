@@ -11,12 +11,12 @@ import pytest
 from proxy.core import seal
 from proxy.core.errors import PayloadTooLarge
 from proxy.core.protocols.expansion import SPILL_CAP, Expansion
-from proxy.core.protocols.messages_request import bridge_messages
-from proxy.core.protocols.messages_state import restore_thinking
-from proxy.core.protocols.messages_state import spilled_keys as messages_spilled_keys
-from proxy.core.protocols.responses_input import map_input
-from proxy.core.protocols.responses_state import expand_compaction, restore_reasoning, seal_compaction
-from proxy.core.protocols.responses_state import spilled_keys as responses_spilled_keys
+from proxy.core.protocols.messages.request import bridge_messages
+from proxy.core.protocols.messages.state import restore_thinking
+from proxy.core.protocols.messages.state import spilled_keys as messages_spilled_keys
+from proxy.core.protocols.responses.inputs import map_input
+from proxy.core.protocols.responses.state import expand_compaction, restore_reasoning, seal_compaction
+from proxy.core.protocols.responses.state import spilled_keys as responses_spilled_keys
 from proxy.core.protocols.sealing import SealContext
 
 KEYS = seal.SealKeys(b"secret-one")

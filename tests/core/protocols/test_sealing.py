@@ -71,8 +71,8 @@ def test_the_model_rule_holds_for_a_spilled_payload_too() -> None:
 
 def test_a_bridged_restore_applies_the_model_rule() -> None:
     """Through the Responses door's restore (and its spilled-payload path)."""
-    from proxy.core.protocols.responses_input import map_input
-    from proxy.core.protocols.responses_state import restore_reasoning
+    from proxy.core.protocols.responses.inputs import map_input
+    from proxy.core.protocols.responses.state import restore_reasoning
 
     made = replace(CTX, model="gemini-3-pro")
     for large in (False, True):
@@ -98,8 +98,8 @@ def test_a_bridged_restore_applies_the_model_rule() -> None:
 
 def test_a_messages_restore_applies_the_model_rule() -> None:
     """Through the Messages door's restore: a signature's details go back to its own model only."""
-    from proxy.core.protocols.messages_request import bridge_messages
-    from proxy.core.protocols.messages_state import restore_thinking
+    from proxy.core.protocols.messages.request import bridge_messages
+    from proxy.core.protocols.messages.state import restore_thinking
 
     made = replace(CTX, model="gemini-3-pro")
     text = seal_reasoning(made, "anthropic.thinking", ("toolu_a",), SIGNED, spill=None, spill_id="m.0")

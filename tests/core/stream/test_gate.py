@@ -11,7 +11,7 @@ import pytest
 
 from proxy.core.controls import TraceFormat
 from proxy.core.errors import BadRequest
-from proxy.core.review_rules import ClientTool, Decision, ReviewPolicy, Verdict, parse_decision
+from proxy.core.review.rules import ClientTool, Decision, ReviewPolicy, Verdict, parse_decision
 from proxy.core.stream.gate import StreamGate
 
 POLICY = ReviewPolicy(("send_email", "delete_*"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from proxy.core.review_rules import ClientTool, Decision, ReviewPolicy, Verdict
+from proxy.core.review.rules import ClientTool, Decision, ReviewPolicy, Verdict
 from proxy.core.stream.gate_completion import completion_finish, completion_held_calls, release_completion
 
 POLICY = ReviewPolicy(("send_email", "delete_*"))

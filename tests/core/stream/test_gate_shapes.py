@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.review_rules import Decision, HeldCall, ReviewPolicy, Verdict
+from proxy.core.review.rules import Decision, HeldCall, ReviewPolicy, Verdict
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.gate_completion import completion_held_calls, release_completion
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from proxy.core.controls import Controls, ReasoningField, ReasoningVisibility, TraceFormat, TraceMode
-from proxy.core.plan import Defaults, Intent
-from proxy.core.plan_chat import reasoning_options
+from proxy.core.plan.chat import reasoning_options
+from proxy.core.plan.request import Defaults, Intent
 from proxy.core.stream.completion import process_completion
 from proxy.core.stream.harmony import (
     HEADER_LIMIT,

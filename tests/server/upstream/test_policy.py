@@ -218,7 +218,7 @@ def test_an_idn_host_is_sent_in_ascii() -> None:
 
 
 def test_the_providers_table_and_the_allow_list_read_the_same_patterns() -> None:
-    from proxy.core.providers import ProvidersTable
+    from proxy.core.config.providers import ProvidersTable
 
     table = ProvidersTable.load().with_extra_patterns(
         "deepseek", ["[::1]:11434", "http://127.0.0.1:11435/ds"]

@@ -1,0 +1,490 @@
+"""providers.yaml: its schema, loading, and the lookup of a provider's thinking dialect by URL and model.
+
+Pure apart from reading the providers file in `ProvidersTable.load`. Everything a request needs is
+compiled at load time (patterns, model globs, one `Dialect` per entry and per model override), so
+`ProvidersTable.match` only compares strings and returns a prebuilt object.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import date
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from proxy.core.config.front_door_rules import BRIDGE as BRIDGE  # re-exported: part of an entry
+from proxy.core.config.front_door_rules import MESSAGES_BRIDGE as MESSAGES_BRIDGE
+from proxy.core.config.front_door_rules import MessagesRule as MessagesRule
+from proxy.core.config.front_door_rules import ResponsesRule as ResponsesRule
+from proxy.core.config.url_patterns import UrlPattern, UrlTarget
+from proxy.core.config.yamlfile import decode_config, load_config
+from proxy.core.controls import Level
+from proxy.core.errors import ConfigError
+from proxy.core.replay.policy import ReplayPolicy as ReplayPolicy  # re-exported: part of an entry
+
+# --------------------------------------------------------------------------------------------------
+# Schema (pydantic, unknown keys rejected everywhere)
+# --------------------------------------------------------------------------------------------------
+
+_TAG = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
+_DOTTED = re.compile(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$")
+_ENTRY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it travels in the X-Thinking-Provider header
+_URL = re.compile(r"^https?://\S+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReasoningFormat(_Strict):
+    """Where an upstream puts reasoning besides the reasoning_content / reasoning fields.
+
+    `tags` are inline tag names (`think` means `<think>…</think>` in content); `implicit_open` means the
+    chat template opens the first tag itself, so the output may start inside it and only close it.
+    """
+
+    tags: tuple[str, ...] = ()
+    implicit_open: bool = False
+
+    @field_validator("tags")
+    @classmethod
+    def _check_tags(cls, tags: tuple[str, ...]) -> tuple[str, ...]:
+        for tag in tags:
+            if not _TAG.match(tag):
+                raise ValueError(f"{tag!r} is not a tag name (write think, not <think>)")
+        return tags
+
+
+class LevelRule(_Strict):
+    """How one level is applied: `params` deep-merged into the body, or `prompt`, the name of an
+    instruction injected as a system message. Exactly one of the two; `params: {}` sends nothing."""
+
+    params: dict[str, Any] | None = None
+    prompt: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_method(self) -> LevelRule:
+        if self.params is not None and self.prompt is not None:
+            raise ValueError("a level gives either params or prompt, not both")
+        if self.params is None and self.prompt is None:
+            raise ValueError("a level needs params (use {} to send nothing) or prompt")
+        return self
+
+
+class _Levels(_Strict):
+    off: LevelRule | None = None
+    standard: LevelRule | None = None
+    deep: LevelRule | None = None
+
+    def as_mapping(self) -> Mapping[Level, LevelRule]:
+        rules = {Level.OFF: self.off, Level.STANDARD: self.standard, Level.DEEP: self.deep}
+        return MappingProxyType({level: rule for level, rule in rules.items() if rule is not None})
+
+
+def _check_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
+    for path in paths:
+        if not _DOTTED.match(path):
+            raise ValueError(f"{path!r} is not a dotted path such as chat_template_kwargs.enable_thinking")
+    return paths
+
+
+class _ModelOverride(_Strict):
+    match: tuple[str, ...] = Field(min_length=1)
+    levels: _Levels | None = None
+    conflicts: tuple[str, ...] | None = None
+    reasoning: ReasoningFormat | None = None
+    replay: ReplayPolicy | None = None
+    responses: ResponsesRule | None = None
+    messages: MessagesRule | None = None
+    chat_tools_with_reasoning: Literal["responses", "chat"] | None = None
+    reasoning_visible: Literal["responses", "chat"] | None = None
+
+    @field_validator("match")
+    @classmethod
+    def _check_globs(cls, globs: tuple[str, ...]) -> tuple[str, ...]:
+        for glob in globs:
+            if not glob.strip():
+                raise ValueError("empty model glob")
+        return globs
+
+    @field_validator("conflicts")
+    @classmethod
+    def _check_conflicts(cls, paths: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if paths is None else _check_paths(paths)
+
+
+class _Entry(_Strict):
+    docs: str
+    # The day `docs` was last re-read against this entry (or the page's own date when older). The
+    # shipped table carries one on every entry; an operator's own file may leave it out.
+    verified: date | None = None
+    match: tuple[str, ...] = Field(min_length=1)
+    levels: _Levels
+    conflicts: tuple[str, ...]
+    reasoning: ReasoningFormat
+    replay: ReplayPolicy
+    responses: ResponsesRule = BRIDGE
+    messages: MessagesRule = MESSAGES_BRIDGE
+    # A chat request with function tools and a level: over the upstream's Responses API, when its
+    # chat completions refuses that combination (OpenAI GPT-5.4+); `chat` forwards it as it is.
+    chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"
+    # Every chat request with a level other than off over the Responses API, so that chat clients
+    # see the reasoning summaries the upstream's chat completions never returns (OpenAI).
+    reasoning_visible: Literal["responses", "chat"] = "chat"
+    models: tuple[_ModelOverride, ...] = ()
+
+    @field_validator("docs")
+    @classmethod
+    def _check_docs(cls, docs: str) -> str:
+        if not _URL.match(docs):
+            raise ValueError(f"{docs!r} is not an http(s) URL")
+        return docs
+
+    @field_validator("verified", mode="before")
+    @classmethod
+    def _check_verified(cls, value: object) -> object:
+        if value is not None and not isinstance(value, (date, str)):  # a number would read as a timestamp
+            raise ValueError(f"{value!r} is not a date (write YYYY-MM-DD)")
+        return value
+
+    @field_validator("conflicts")
+    @classmethod
+    def _check_conflicts(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_paths(paths)
+
+
+class _Instruction(_Strict):
+    en: str = Field(min_length=1)
+    zh: str = Field(min_length=1)
+
+
+class _ProvidersFile(_Strict):
+    instructions: dict[str, _Instruction] = Field(default_factory=dict)
+    providers: dict[str, _Entry] = Field(min_length=1)
+
+
+# --------------------------------------------------------------------------------------------------
+# The resolved dialect a request is rewritten with
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One providers.yaml entry with the matching model override already merged in.
+
+    `levels` holds only the levels this provider supports; `conflicts` are dotted paths removed from
+    the client's body before the level's params are merged; `instructions` are all the table's named
+    instructions ({name: {"en": …, "zh": …}}) that prompt rules refer to, and `instruction_texts` the
+    set of their texts (stripped), used to recognise an earlier copy in a conversation's history.
+    """
+
+    name: str
+    docs: str
+    levels: Mapping[Level, LevelRule]
+    conflicts: tuple[str, ...]
+    reasoning: ReasoningFormat
+    replay: ReplayPolicy
+    instructions: Mapping[str, Mapping[str, str]]
+    instruction_texts: frozenset[str] = frozenset()
+    model_override: tuple[str, ...] | None = None  # the globs of the override that applied, if any
+    responses: ResponsesRule = BRIDGE  # how POST /v1/responses reaches this upstream
+    messages: MessagesRule = MESSAGES_BRIDGE  # how POST /v1/messages reaches this upstream
+    chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"  # (see _Entry)
+    reasoning_visible: Literal["responses", "chat"] = "chat"  # (see _Entry)
+
+
+@dataclass(frozen=True)
+class EntrySummary:
+    """A read-only view of one entry, for documentation and explanations."""
+
+    name: str
+    docs: str
+    patterns: tuple[str, ...]
+    dialect: Dialect
+    overrides: tuple[Dialect, ...]
+    verified: date | None = None  # when `docs` was last re-read against the entry
+
+
+# --------------------------------------------------------------------------------------------------
+# URL patterns
+# --------------------------------------------------------------------------------------------------
+
+# The syntax and both ways of matching live in proxy.core.config.url_patterns (shared with the allow-list).
+
+
+# --------------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------------
+
+_CACHE_LIMIT = 4096  # (base_url, model) pairs; the model string is client-chosen, so the cache is bounded
+
+
+@dataclass(frozen=True)
+class _CompiledEntry:
+    name: str
+    docs: str
+    patterns: tuple[UrlPattern, ...]
+    dialect: Dialect
+    overrides: tuple[tuple[tuple[re.Pattern[str], ...], Dialect], ...]
+    verified: date | None = None
+
+    def dialect_for(self, model: str | None) -> Dialect:
+        if model is not None:
+            for globs, dialect in self.overrides:
+                if any(glob.match(model) for glob in globs):
+                    return dialect
+        return self.dialect
+
+
+class ProvidersTable:
+    """The validated providers file: base URL (+ model) -> `Dialect`.
+
+    Build it with `load` (a file, by default the shipped one) or `from_text`; both raise
+    `ConfigError` naming the entry and the field at fault. `match` is meant to run on every request:
+    it returns prebuilt dialects and caches by (base_url, model).
+    """
+
+    def __init__(self, entries: tuple[_CompiledEntry, ...], source: str) -> None:
+        self._entries = entries
+        self._source = source
+        self._cache: dict[tuple[str, str | None], Dialect] = {}
+
+    # ---- construction -----------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> ProvidersTable:
+        path = default_providers_path() if path is None else Path(path)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the providers file: {exc.strerror or exc}") from None
+        return cls.from_text(decode_config(data, str(path)), source=path.name)
+
+    @classmethod
+    def from_text(cls, text: str, source: str = "providers.yaml") -> ProvidersTable:
+        data = load_config(text, source)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: the file must be a mapping with 'providers' (and 'instructions')")
+        try:
+            parsed = _ProvidersFile.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError("\n".join(_describe(source, err) for err in exc.errors())) from None
+        return cls(_compile(parsed, source), source)
+
+    def with_extra_patterns(self, entry: str, patterns: list[str]) -> ProvidersTable:
+        """A copy in which `entry` also matches `patterns` (e.g. a simulated upstream's path prefix)."""
+        names = [e.name for e in self._entries]
+        if entry not in names:
+            raise ConfigError(f"{self._source}: no entry {entry!r} (entries: {', '.join(names)})")
+        extra = []
+        for i, text in enumerate(patterns):
+            try:
+                extra.append(UrlPattern.parse(text))
+            except ValueError as exc:
+                raise ConfigError(f"{self._source}: entry {entry!r}, extra pattern [{i}]: {exc}") from None
+        entries = tuple(
+            _CompiledEntry(e.name, e.docs, e.patterns + tuple(extra), e.dialect, e.overrides, e.verified)
+            if e.name == entry
+            else e
+            for e in self._entries
+        )
+        return ProvidersTable(entries, self._source)
+
+    def with_messages_bridged(self, entry: str) -> ProvidersTable:
+        """A copy in which `entry`'s Messages door bridges (for a simulated upstream serving chat only)."""
+        entries = tuple(
+            _CompiledEntry(
+                e.name,
+                e.docs,
+                e.patterns,
+                replace(e.dialect, messages=MESSAGES_BRIDGE),
+                tuple((globs, replace(d, messages=MESSAGES_BRIDGE)) for globs, d in e.overrides),
+                e.verified,
+            )
+            if e.name == entry
+            else e
+            for e in self._entries
+        )
+        return ProvidersTable(entries, self._source)
+
+    # ---- lookup -----------------------------------------------------------------------------------
+
+    @property
+    def entry_names(self) -> list[str]:
+        return [e.name for e in self._entries]
+
+    def match(self, base_url: str, model: str | None = None) -> Dialect:
+        """The dialect for an upstream base URL and model: the most specific pattern's entry, then
+        the first model override whose glob matches (case-insensitive)."""
+        key = (base_url, model)
+        cache = self._cache
+        found = cache.get(key)
+        if found is not None:
+            return found
+        entry, _ = self._best(base_url)
+        found = entry.dialect_for(model)
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[key] = found
+        return found
+
+    def matched_pattern(self, base_url: str) -> str:
+        """The pattern text that made `match` pick its entry for this base URL."""
+        return self._best(base_url)[1].text
+
+    def summaries(self) -> list[EntrySummary]:
+        return [
+            EntrySummary(
+                e.name,
+                e.docs,
+                tuple(p.text for p in e.patterns),
+                e.dialect,
+                tuple(d for _, d in e.overrides),
+                e.verified,
+            )
+            for e in self._entries
+        ]
+
+    def _best(self, base_url: str) -> tuple[_CompiledEntry, UrlPattern]:
+        target = UrlTarget.lenient(base_url)
+        best: tuple[_CompiledEntry, UrlPattern] | None = None
+        for entry in self._entries:
+            for pattern in entry.patterns:
+                if pattern.matches(target) and (best is None or pattern.specificity > best[1].specificity):
+                    best = (entry, pattern)
+        assert best is not None, "validation guarantees a catch-all entry"
+        return best
+
+
+def default_providers_path() -> Path:
+    """The packaged copy (wheel installs carry proxy/providers.yaml) or, in a checkout, the repo root's."""
+    package = Path(__file__).resolve().parents[2]  # proxy/, where the wheel puts its copy
+    packaged = package / "providers.yaml"
+    return packaged if packaged.is_file() else package.parent / "providers.yaml"
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _field_path(parts: Iterable[int | str]) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _describe(source: str, err: Mapping[str, Any]) -> str:
+    loc = tuple(err["loc"])
+    message = str(err["msg"]).removeprefix("Value error, ")
+    message = message[:1].lower() + message[1:]
+    if err["type"] == "extra_forbidden" and len(loc) >= 2 and loc[-2] == "levels":
+        message = f"unknown level {loc[-1]!r} (levels are off, standard, deep)"
+    if len(loc) >= 2 and loc[0] == "providers":
+        where = f"entry {loc[1]!r}"
+        rest = loc[2:]
+    elif len(loc) >= 2 and loc[0] == "instructions":
+        where = f"instruction {loc[1]!r}"
+        rest = loc[2:]
+    else:
+        return f"{source}: field {_field_path(loc)!r}: {message}"
+    return (
+        f"{source}: {where}, field {_field_path(rest)!r}: {message}"
+        if rest
+        else f"{source}: {where}: {message}"
+    )
+
+
+def _compile(parsed: _ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
+    instructions: Mapping[str, Mapping[str, str]] = MappingProxyType(
+        {name: MappingProxyType({"en": ins.en, "zh": ins.zh}) for name, ins in parsed.instructions.items()}
+    )
+    texts = frozenset(text.strip() for ins in instructions.values() for text in ins.values())
+
+    def fail(entry: str, where: str, message: str) -> ConfigError:
+        return ConfigError(f"{source}: entry {entry!r}, field {where!r}: {message}")
+
+    def build(name: str, entry: _Entry, override: _ModelOverride | None, where: str) -> Dialect:
+        levels = (override.levels if override and override.levels is not None else entry.levels).as_mapping()
+        reasoning = override.reasoning if override and override.reasoning is not None else entry.reasoning
+        for level, rule in levels.items():
+            if rule.prompt is None:
+                continue
+            field_name = f"{where}levels.{level.value}.prompt"
+            if rule.prompt not in instructions:
+                known = ", ".join(sorted(instructions)) or "none defined"
+                raise fail(name, field_name, f"unknown instruction {rule.prompt!r} (known: {known})")
+            if not any(
+                f"<{tag}>" in text for tag in reasoning.tags for text in instructions[rule.prompt].values()
+            ):
+                raise fail(
+                    name,
+                    field_name,
+                    f"instruction {rule.prompt!r} asks for none of this entry's reasoning.tags "
+                    f"{list(reasoning.tags)}: the tag parser could not split its reasoning from the answer",
+                )
+        return Dialect(
+            name=name,
+            docs=entry.docs,
+            levels=levels,
+            conflicts=override.conflicts if override and override.conflicts is not None else entry.conflicts,
+            reasoning=reasoning,
+            replay=override.replay if override and override.replay is not None else entry.replay,
+            instructions=instructions,
+            instruction_texts=texts,
+            model_override=override.match if override else None,
+            responses=override.responses if override and override.responses is not None else entry.responses,
+            messages=override.messages if override and override.messages is not None else entry.messages,
+            chat_tools_with_reasoning=(
+                override.chat_tools_with_reasoning
+                if override and override.chat_tools_with_reasoning is not None
+                else entry.chat_tools_with_reasoning
+            ),
+            reasoning_visible=(
+                override.reasoning_visible
+                if override and override.reasoning_visible is not None
+                else entry.reasoning_visible
+            ),
+        )
+
+    compiled: list[_CompiledEntry] = []
+    catch_alls: list[str] = []
+    for name, entry in parsed.providers.items():
+        if not _ENTRY_NAME.match(name):
+            raise ConfigError(f"{source}: entry {name!r}: names use letters, digits, '_', '.', '-' only")
+        patterns = []
+        for i, text in enumerate(entry.match):
+            try:
+                patterns.append(UrlPattern.parse(text))
+            except ValueError as exc:
+                raise fail(name, f"match[{i}]", str(exc)) from None
+        if any(p.catch_all for p in patterns):
+            if len(patterns) > 1:
+                raise fail(name, "match", "the catch-all '*' stands alone in its entry")
+            catch_alls.append(name)
+        overrides = tuple(
+            (
+                tuple(re.compile(fnmatch.translate(glob.strip()), re.IGNORECASE) for glob in override.match),
+                build(name, entry, override, f"models[{i}]."),
+            )
+            for i, override in enumerate(entry.models)
+        )
+        compiled.append(
+            _CompiledEntry(
+                name, entry.docs, tuple(patterns), build(name, entry, None, ""), overrides, entry.verified
+            )
+        )
+    if len(catch_alls) != 1:
+        found = f"found {len(catch_alls)}: {', '.join(catch_alls)}" if catch_alls else "found none"
+        raise ConfigError(
+            f"{source}: exactly one entry must be the catch-all (match: ['*']) "
+            f"for unrecognized upstreams; {found}"
+        )
+    return tuple(compiled)

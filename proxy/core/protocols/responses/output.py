@@ -1,0 +1,290 @@
+"""The Responses API's output objects, built from values: output items, their content parts, the
+usage and the `Response` object (what proxy.core.protocols.responses.events streams).
+
+Pure. Shapes follow the openai-python types (`openai.types.responses`, checked against 3.57):
+`ResponseReasoningItem`, `ResponseOutputMessage` + `ResponseOutputText`, `ResponseFunctionToolCall`,
+`ResponseUsage`, `Response`. Every field a type requires is always present; optional ones only when
+the proxy has a value for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from proxy.core import jsonio
+from proxy.core.usage import ESTIMATED_MARKER
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
+
+# The request fields a `Response` object repeats back (fields `Response` declares).
+ECHO_KEYS = (
+    "instructions",
+    "metadata",
+    "parallel_tool_calls",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "background",
+    "max_output_tokens",
+    "max_tool_calls",
+    "previous_response_id",
+    "prompt_cache_key",
+    "reasoning",
+    "safety_identifier",
+    "service_tier",
+    "text",
+    "top_logprobs",
+    "truncation",
+    "user",
+)
+# What `Response` requires and a request may leave out (the API's own defaults).
+_REQUIRED_ECHO: Mapping[str, Any] = MappingProxyType(
+    {"parallel_tool_calls": True, "tool_choice": "auto", "tools": ()}
+)
+# `ResponseError.code` is a closed set; any other code (a chat error's) becomes "server_error".
+ERROR_CODES = frozenset(("server_error", "rate_limit_exceeded", "invalid_prompt"))
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFrame:
+    """What the caller knows of the response before the first event: its id, the model it names,
+    when it was created (epoch seconds), whether the request asked for a reasoning summary, and the
+    request fields the response repeats (`ECHO_KEYS`)."""
+
+    id: str
+    model: str
+    created_at: float
+    summary: bool = False
+    echo: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_request(
+        cls, request: Mapping[str, Any], *, response_id: str, model: str, created_at: float
+    ) -> ResponseFrame:
+        """The frame of a Responses request body: its echoed fields, and `summary` when it asked
+        `reasoning.summary` (auto | concise | detailed)."""
+        reasoning = request.get("reasoning")
+        summary = reasoning.get("summary") if isinstance(reasoning, Mapping) else None
+        echo = MappingProxyType({key: request[key] for key in ECHO_KEYS if key in request})
+        wants = isinstance(summary, str) and summary not in ("", "none")
+        return cls(response_id, model, created_at, summary=wants, echo=echo)
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningItemFacts:
+    """What the sealing callback gets for one reasoning item as it is done; it returns the item's
+    `encrypted_content`, or None for none.
+
+    `details`: the raw `reasoning_details` entries that came while the item was open or its calls
+    streamed, as sent. `call_ids`: the tool calls that directly followed it (its item is done with
+    them), in order; `signatures`: their `extra_content` (Gemini's thought signatures) by call id.
+    `status` is "incomplete" when the output was cut inside the reasoning (max tokens, filter)."""
+
+    item_id: str
+    response_id: str
+    model: str
+    text: str
+    details: tuple[Any, ...] = ()
+    call_ids: tuple[str, ...] = ()
+    signatures: Mapping[str, Any] = field(default_factory=dict)
+    status: ItemStatus = "completed"
+
+
+Seal = Callable[[ReasoningItemFacts], str | None]
+# Makes an id from its kind's prefix: "rs" (reasoning item), "msg", "fc" (function_call item),
+# "call" (a call id the chat stream did not give).
+IdFactory = Callable[[str], str]
+
+
+def output_text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def reasoning_text_part(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
+
+
+def summary_text_part(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
+
+
+def reasoning_item(
+    item_id: str,
+    text: str | None,
+    *,
+    summary: bool,
+    status: ItemStatus,
+    encrypted_content: str | None = None,
+) -> dict[str, Any]:
+    """A reasoning item. Its text goes in one `summary_text` part (`summary`) or one
+    `reasoning_text` content part; None (not begun) leaves both lists empty."""
+    item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": []}
+    if summary:
+        if text is not None:
+            item["summary"].append(summary_text_part(text))
+    else:
+        item["content"] = [] if text is None else [reasoning_text_part(text)]
+    if encrypted_content is not None:
+        item["encrypted_content"] = encrypted_content
+    item["status"] = status
+    return item
+
+
+def message_item(item_id: str, text: str | None, *, status: ItemStatus) -> dict[str, Any]:
+    """An assistant message with one `output_text` part (none while not begun)."""
+    content = [] if text is None else [output_text_part(text)]
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": content}
+
+
+def function_call_item(
+    item_id: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    *,
+    status: ItemStatus,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    item = {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
+
+
+def custom_tool_call_item(
+    item_id: str, call_id: str, name: str, input_: str, namespace: str | None = None
+) -> dict[str, Any]:
+    """A freeform tool's call (`ResponseCustomToolCall` has no status)."""
+    item = {"id": item_id, "type": "custom_tool_call", "call_id": call_id, "name": name, "input": input_}
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
+
+
+def count(container: Any, *keys: str) -> int:
+    """The first of `keys` in `container` holding a count (an int, not a bool), else 0."""
+    if isinstance(container, Mapping):
+        for key in keys:
+            value = container.get(key)
+            if type(value) is int:
+                return value
+    return 0
+
+
+def responses_usage(usage: Any) -> dict[str, Any] | None:
+    """A chat `usage` object in the Responses shape (None when there is none).
+
+    prompt_tokens → input_tokens; prompt_tokens_details.cached_tokens (or DeepSeek's
+    prompt_cache_hit_tokens) → input_tokens_details.cached_tokens; completion_tokens →
+    output_tokens; completion_tokens_details.reasoning_tokens → output_tokens_details.reasoning_tokens
+    (with the proxy's `reasoning_tokens_estimated` marker when it estimated the count);
+    total_tokens (or their sum). `cache_write_tokens`, which the type requires, is the provider's
+    prompt_tokens_details.cache_write_tokens when it sends one, else 0."""
+    if not isinstance(usage, Mapping):
+        return None
+    prompt_details = usage.get("prompt_tokens_details")
+    input_tokens = count(usage, "prompt_tokens")
+    output_tokens = count(usage, "completion_tokens")
+    cached = count(prompt_details, "cached_tokens") or count(usage, "prompt_cache_hit_tokens")
+    completion_details = usage.get("completion_tokens_details")
+    reasoning_details: dict[str, Any] = {"reasoning_tokens": count(completion_details, "reasoning_tokens")}
+    if isinstance(completion_details, Mapping) and completion_details.get(ESTIMATED_MARKER) is True:
+        reasoning_details[ESTIMATED_MARKER] = True  # the proxy's estimate says so (proxy.core.usage)
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": cached,
+            "cache_write_tokens": count(prompt_details, "cache_write_tokens"),
+        },
+        "output_tokens": output_tokens,
+        "output_tokens_details": reasoning_details,
+        "total_tokens": count(usage, "total_tokens") or input_tokens + output_tokens,
+    }
+
+
+def response_error(message: str, code: str) -> dict[str, Any]:
+    return {"code": code if code in ERROR_CODES else "server_error", "message": message}
+
+
+def response_object(
+    frame: ResponseFrame,
+    *,
+    status: ResponseStatus,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    incomplete_reason: str | None = None,
+) -> dict[str, Any]:
+    """The `Response` object: the frame's id, model and time, the echoed request fields, and what
+    the stream has produced so far."""
+    out: dict[str, Any] = {
+        "id": frame.id,
+        "object": "response",
+        "created_at": frame.created_at,
+        "model": frame.model,
+        "status": status,
+        "output": output,
+        "error": error,
+        "incomplete_details": None if incomplete_reason is None else {"reason": incomplete_reason},
+        "usage": usage,
+    }
+    for key, default in _REQUIRED_ECHO.items():
+        value = frame.echo.get(key, default)
+        out[key] = list(value) if isinstance(value, tuple) else value
+    for key in ECHO_KEYS:
+        if key in frame.echo and key not in out:
+            out[key] = frame.echo[key]
+    return out
+
+
+def custom_input(arguments: str) -> str:
+    """A freeform tool's input from its chat call's arguments (`{"input": "…"}`, the one string
+    argument the bridge declared); arguments that are not that object are the input as they came."""
+    try:
+        parsed = jsonio.loads(arguments.encode())
+    except ValueError:
+        return arguments
+    if isinstance(parsed, dict) and isinstance(parsed.get("input"), str):
+        return str(parsed["input"])
+    return arguments
+
+
+def first_choice(choices: Any) -> Mapping[str, Any] | None:
+    """The chunk's choice 0 (a response has one output)."""
+    if isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+                return choice
+    return None
+
+
+def error_facts(error: Any) -> tuple[str, str]:
+    """The message and code of an error chunk's `error`."""
+    if isinstance(error, Mapping):
+        message, code = error.get("message"), error.get("code")
+        return (
+            message if isinstance(message, str) else "upstream error",
+            code if isinstance(code, str) else "",
+        )
+    return (error if isinstance(error, str) and error else "upstream error", "")
+
+
+def frame(event: Mapping[str, Any]) -> bytes:
+    """One event as SSE: `event: <type>`, `data: <json>`, a blank line."""
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + jsonio.dumps(event) + b"\n\n"
+
+
+def frames(events: Iterable[Mapping[str, Any]]) -> bytes:
+    return b"".join(frame(event) for event in events)

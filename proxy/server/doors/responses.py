@@ -1,0 +1,329 @@
+"""The Responses API front door: `POST /v1/responses` (and its stored responses, compaction) onto
+the same core as chat completions (docs/responses.md).
+
+Per providers.yaml entry (`responses: native | bridge`):
+
+- **bridge** (chat-only upstreams): the request is mapped to the internal chat request
+  (proxy.core.protocols.responses.request), earlier turns expanded (`previous_response_id`,
+  compaction items), reasoning put back from the sealed `encrypted_content` blobs
+  (proxy.core.protocols.responses.state); then the chat path runs as for any chat request
+  (proxy.server.handlers.Proxy.run_chat: replay store, level rewrite, normalization, trace,
+  review gate, relay), and its output is translated last (`BridgeOutput`, a FrontDoor).
+- **native**: forwarded to the upstream's own `/responses`, the level sent as `reasoning.effort`;
+  reasoning items, `encrypted_content` and errors pass untouched (proxy.server.doors.responses_native).
+
+The I/O lives here: reading and writing stored responses in the state store, the clock, ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket
+
+from proxy.core import jsonio
+from proxy.core.controls import LEVEL_HEADER
+from proxy.core.errors import BadRequest, NotFound, quoted
+from proxy.core.events import AccessRecord
+from proxy.core.plan import chat as plan_chat
+from proxy.core.plan import request as plan
+from proxy.core.policy.budgets import output_cap
+from proxy.core.protocols.expansion import Expansion
+from proxy.core.protocols.responses.compaction import (
+    CompactionTranscoder,
+    compaction_request,
+    is_trigger,
+    user_messages,
+)
+from proxy.core.protocols.responses.output import ResponseFrame
+from proxy.core.protocols.responses.request import BridgedRequest, bridge_request
+from proxy.core.protocols.responses.state import (
+    STORED_RESPONSE_CAP,
+    RestoreReport,
+    SealContext,
+    expand_compaction,
+    reasoning_sealer,
+    restore_reasoning,
+    seal_compaction,
+    spilled_keys,
+)
+from proxy.core.protocols.responses.stream import ResponsesTranscoder
+from proxy.core.protocols.responses.tools import client_names
+from proxy.server.doors.common import (
+    BridgedOutput,
+    Door,
+    Note,
+    NoteWords,
+    bridge_notes,
+    chat_request,
+    forward_native,
+    new_id,
+    note,
+    restore_history,
+)
+from proxy.server.doors.native_owners import NativeOwners
+from proxy.server.doors.responses_native import NATIVE
+from proxy.server.doors.responses_store import StoredResponses, input_items, stored_keys
+from proxy.server.handlers import Proxy
+
+logger = logging.getLogger("thinkproxy.responses")
+
+
+@dataclass(slots=True)
+class BridgeOutput(BridgedOutput):
+    """The bridged answer in the Responses protocol (a proxy.core.plan.chat.FrontDoor): the translation
+    is pure (ResponsesTranscoder, CompactionTranscoder); storing the response at its end is this
+    edge's I/O, as is writing large reasoning to the state store (door_common.BridgedOutput)."""
+
+    saver: StoredResponses | None = None  # (None: the response is not kept)
+    stored_input: list[Any] = field(default_factory=list)  # this turn's own items (references resolved)
+    previous: str | None = None  # the response this one continues (its record is kept by reference)
+    earlier_keys: list[str] = field(default_factory=list)  # the store keys of the earlier turns
+    settled: bool = False
+
+    async def keep(self) -> None:
+        final = self.transcoder.final
+        if self.settled or final is None or self.saver is None:
+            return
+        self.settled = True
+        await self.saver.save(self.tenant, final, self.stored_input, self.previous, self.earlier_keys)
+
+
+class ResponsesDoor(Door):
+    """The handlers of `/v1/responses*`, bound to one app's proxy."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        super().__init__(proxy)
+        self.stored = StoredResponses(self.store)
+        # Gateway mode: which tenant created each id a native upstream stores
+        # (proxy.server.doors.native_owners).
+        self.owners = NativeOwners(self.store, self.tenancy, gateway=proxy.s.gateway.enabled)
+
+    # -- POST /v1/responses ---------------------------------------------------------------------
+    async def create(self, request: Request) -> Response:
+        async def run(record: AccessRecord, started: float) -> Response:
+            return await self._create(request, record, started)
+
+        return await self.proxy.guarded(request, "responses", run)
+
+    # -- POST /v1/responses/compact ---------------------------------------------------------------
+    async def compact(self, request: Request) -> Response:
+        async def run(record: AccessRecord, started: float) -> Response:
+            return await self._create(request, record, started, compact=True)
+
+        return await self.proxy.guarded(request, "responses", run)
+
+    async def _create(
+        self, request: Request, record: AccessRecord, started: float, *, compact: bool = False
+    ) -> Response:
+        proxy = self.proxy
+        s = proxy.s
+        arrival, intent, tgt, parsed, dialect = await self.arrive(request, record)
+        if dialect.responses.mode == "native":
+            if compact:  # the upstream compacts itself: its own endpoint, as it came
+                if self.owners.active:  # (it may continue a stored response: only its creator's)
+                    await self.owners.check_continuation(self.owners.tenants(request.headers.items()), parsed)
+                # (budgeted, and its usage read, uncompressed: it reaches a model)
+                req = plan.passthrough(arrival, tgt, gateway_mode=s.gateway.enabled, read=True)
+                asks = output_cap(parsed)
+                return await proxy.relay_as_it_came(
+                    request, req, record, started, reaches_model=True, asks=asks
+                )
+            return await forward_native(
+                proxy, NATIVE, request, arrival, intent, tgt, dialect, record, started, owners=self.owners
+            )
+        if compact:
+            if parsed.get("stream") is not None:
+                raise BadRequest("/v1/responses/compact does not stream; leave stream out.", param="stream")
+            record.stream = False
+        return await self._bridge(request, arrival, intent, tgt, record, started, compact=compact)
+
+    async def _bridge(
+        self,
+        request: Request,
+        arrival: plan.Arrival,
+        intent: plan.Intent,
+        tgt: plan.Target,
+        record: AccessRecord,
+        started: float,
+        *,
+        compact: bool,
+    ) -> Response:
+        s = self.proxy.s
+        assert tgt.parsed is not None
+        parsed = tgt.parsed
+        dialect = plan_chat.chat_dialect(s.table, tgt)
+        tenants, ctx, expansion = self.sealing(request, tgt, dialect, str(parsed.get("model") or ""))
+        tenant = tenants.current  # (what this request writes is kept under the current hash)
+        own = input_items(parsed)
+        own, unresolved, repeated = await self.stored.resolve_references(own, tenants, expansion)
+        earlier, earlier_keys = await self.stored.earlier(parsed, tenants, expansion)
+        items, unopened = expand_compaction([*earlier, *own], ctx, expansion)
+        trigger = bool(items) and is_trigger(items[-1])
+        request_items = items[:-1] if trigger else items
+        bridged = bridge_request(
+            {**parsed, "input": request_items}, hosted_tools=s.settings.responses_hosted_tools
+        )
+        chat = bridged.body
+        if compact or trigger:
+            chat = compaction_request(
+                chat["messages"], {**parsed, "stream": not compact and parsed.get("stream")}
+            )
+        report = await self._restore(chat["messages"], bridged, ctx, expansion)
+        if LEVEL_HEADER not in request.headers and bridged.level is not None:
+            intent = replace(intent, controls=replace(intent.controls, level=bridged.level))
+        record.request_messages = chat.get("messages")
+        response_id = new_id("resp")
+        frame = ResponseFrame.for_request(
+            parsed, response_id=response_id, model=str(chat.get("model") or ""), created_at=int(time.time())
+        )
+        transcoder: ResponsesTranscoder | CompactionTranscoder
+        spill: list[tuple[str, bytes]] = []
+        if compact or trigger:
+            kept = user_messages(request_items) if compact else None
+            transcoder = CompactionTranscoder(
+                frame, sealer=partial(seal_compaction, ctx), new_id=new_id, kept=kept
+            )
+        else:
+            sealer = reasoning_sealer(ctx, spill if self.store is not None else None)
+            transcoder = ResponsesTranscoder(frame, seal=sealer, new_id=new_id, tool_names=bridged.tool_names)
+        door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened, unresolved, repeated))
+        door.spill, door.spill_store, door.tenant = spill, self.store, tenant
+        if bridged.store and self.store is not None:
+            door.saver, door.stored_input = self.stored, own
+            door.previous, door.earlier_keys = parsed.get("previous_response_id"), earlier_keys
+        chat_arrival, chat_tgt = chat_request(
+            arrival, tgt, chat, record, bridged.omitted_tools, query=arrival.query, headers=tgt.headers
+        )
+        return await self.proxy.run_chat(
+            request,
+            chat_arrival,
+            intent,
+            chat_tgt,
+            chat,
+            record,
+            started,
+            door=door,
+            client_names=client_names(bridged.tool_names),
+        )
+
+    async def _restore(
+        self, messages: list[dict[str, Any]], bridged: BridgedRequest, ctx: SealContext, expansion: Expansion
+    ) -> RestoreReport:
+        """The history's reasoning put back from its blobs (each distinct one opened once): in a
+        worker thread past OFFLOAD_BLOBS blobs, so that opening many never holds the event loop."""
+        turns = bridged.reasoning
+        return await restore_history(
+            sum(1 for turn in turns for item in turn.items if item.encrypted_content),
+            lambda: spilled_keys(turns, ctx, expansion),
+            lambda spilled: restore_reasoning(messages, turns, ctx, spilled, expansion),
+            self.store,
+        )
+
+    # -- the WebSocket transport ------------------------------------------------------------------
+    async def refuse_websocket(self, websocket: WebSocket) -> None:
+        """Codex (and the Agents SDK, when asked) try the Responses WebSocket transport first. It is
+        not served: a 426 answers the upgrade, on which Codex falls back to HTTP at once (measured:
+        one attempt; a 403 or 404 costs it seven attempts with backoff, ~6 s)."""
+        error = BadRequest(
+            "The Responses WebSocket transport is not served by this proxy; use HTTP (POST /v1/responses).",
+            code="websocket_not_supported",
+        )
+        response = Response(error.body(), status_code=426, media_type="application/json")
+        if "websocket.http.response" in websocket.scope.get("extensions", {}):
+            await websocket.send_denial_response(response)
+        else:  # (a server without the denial-response extension: a close before accept is a 403)
+            await websocket.close()
+
+    # -- GET / DELETE /v1/responses/{id} --------------------------------------------------------
+    async def retrieve(self, request: Request) -> Response:
+        return await self._stored(request, delete=False)
+
+    async def delete(self, request: Request) -> Response:
+        return await self._stored(request, delete=True)
+
+    async def _stored(self, request: Request, *, delete: bool) -> Response:
+        async def run(record: AccessRecord, started: float) -> Response:
+            proxy = self.proxy
+            s = proxy.s
+            record.client = s.gateway.authorize(request.headers.items())
+            plan.read_controls(request.headers, proxy.defaults)
+            response_id = request.path_params["response_id"]
+            tenants = self.tenancy.tenants(request.headers.items())
+            stored = await self.stored.load(tenants, response_id) if self.store is not None else None
+            if stored is None:
+                if self._native_upstream(request):
+                    if self.owners.active and not await self.owners.owns(tenants, response_id):
+                        raise self.owners.refusal(response_id)  # (another tenant's, or unknown)
+                    return await proxy.forward(request, False, started, record)
+                raise NotFound(f"Response with id {quoted(response_id)} not found.", code="not_found")
+            if stored.too_large and not delete:
+                raise NotFound(
+                    f"Response with id {quoted(response_id)} was too large to store ({stored.too_large} "
+                    f"bytes; one stored response holds at most {STORED_RESPONSE_CAP}).",
+                    code="not_found",
+                )
+            if delete:
+                assert self.store is not None
+                await self.store.delete_many(stored_keys(tenants, response_id, stored))
+                payload: dict[str, Any] = {"id": response_id, "object": "response", "deleted": True}
+            else:
+                payload = stored.response
+            out = jsonio.dumps(payload)
+            record.status, record.bytes_out = 200, len(out)
+            proxy.finish(record, started)
+            return Response(out, media_type="application/json", headers=dict(record.response_headers))
+
+        return await self.proxy.guarded(request, "responses", run)
+
+    # -- GET /v1/responses/{id}/input_items, POST /v1/responses/{id}/cancel ---------------------
+    async def stored_part(self, request: Request) -> Response:
+        """A native upstream's stored response's input items, or its cancellation: passed through
+        as any route, but in gateway mode only for the tenant that created the response
+        (proxy.server.doors.native_owners); others get the upstream's 404 for an unknown id."""
+
+        async def run(record: AccessRecord, started: float) -> Response:
+            if self.owners.active and self._native_upstream(request):
+                record.client = self.proxy.s.gateway.authorize(request.headers.items())
+                response_id = request.path_params["response_id"]
+                if not await self.owners.owns(self.owners.tenants(request.headers.items()), response_id):
+                    raise self.owners.refusal(response_id)
+            return await self.proxy.forward(request, False, started, record)
+
+        return await self.proxy.guarded(request, "passthrough", run)
+
+    def _native_upstream(self, request: Request) -> bool:
+        """Whether a response this proxy does not hold may be the upstream's own (a native one)."""
+        s = self.proxy.s
+        if s.routes is not None:
+            return False
+        base_url = s.policy.resolve(request.headers.get("x-upstream-base-url"))
+        return s.table.match(base_url).responses.mode == "native"
+
+
+# How the Responses door names what its bridge notes speak of (door_common.bridge_notes).
+WORDS = NoteWords("Hosted tools", "托管工具", "Sealed reasoning", "加密推理", "blob", "")
+
+
+def _notes(
+    bridged: BridgedRequest, report: RestoreReport, unopened: int, unresolved: list[str], repeated: list[str]
+) -> list[Note]:
+    """What the trace says about the bridge: references the state store did not hold or that came
+    more than once, then what every bridge says (tools left out, fields dropped, blobs not used)."""
+    notes: list[Note] = []
+    if repeated:
+        en = f"Repeated item_reference(s) put in once: {', '.join(repeated)}"
+        zh = f"重复的条目引用只放入一次：{', '.join(repeated)}"
+        notes.append(note(en, zh, code="repeated_references", ids=repeated))
+    if unresolved:
+        en = f"Referenced items not found in the state store, left out: {', '.join(unresolved)}"
+        zh = f"状态存储中未找到被引用的条目，已省略：{', '.join(unresolved)}"
+        notes.append(note(en, zh, code="unresolved_references", ids=unresolved))
+    unused = report.unverified + report.foreign + unopened
+    return notes + bridge_notes(bridged.omitted_tools, bridged.dropped, unused, WORDS)
