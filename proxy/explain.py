@@ -16,10 +16,10 @@ import orjson
 from proxy.core.config.providers import (
     Dialect,
     EntrySummary,
-    LevelRule,
     ProvidersTable,
     default_providers_path,
 )
+from proxy.core.config.providers_schema import LevelRule
 from proxy.core.config.routing import RouteTable
 from proxy.core.controls import Level
 from proxy.core.plan.rewrite import rewrite_body
