@@ -7,20 +7,19 @@ the same for a non-streamed answer. For the same answer both give the same reaso
 Reasoning is read from (per choice): `reasoning_content`, `reasoning`, `reasoning_details[]` text and
 summary items (one of them, in that order of precedence: OpenRouter sends the same text in `reasoning`
 and `reasoning_details`), Mistral `thinking` content parts, and inline tags in content (`<think>…</think>`
-and the like; gpt-oss harmony channels: proxy.core.stream.harmony). Tags are found however the text is
-split: a possible tag start at the end of a chunk is held back (at most the longest tag's length) until
-the next chunk decides it.
+and the like, split however the text is split: proxy.core.stream.reasoning_tags; gpt-oss harmony
+channels: proxy.core.stream.harmony).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.controls import ReasoningField
+from proxy.core.stream.reasoning_tags import TextSplitter, tag_set
 
 ReasoningSink = Callable[[int, str], None]
 _TEXT_DETAIL_KEYS = {"reasoning.text": "text", "reasoning.summary": "summary"}
@@ -65,86 +64,12 @@ class ChunkOutcome:
 _UNCHANGED = {(r, c): ChunkOutcome(False, r, c) for r in (False, True) for c in (False, True)}
 
 
-class _TagSet:
-    """The opening and closing tag strings for a set of names, and how to find them."""
-
-    __slots__ = ("is_opening", "longest", "pattern", "prefixes")
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.is_opening: dict[str, bool] = {}
-        for name in names:
-            if not name or any(c in name for c in "<>/"):
-                raise ValueError(f"invalid reasoning tag name {name!r}")
-            self.is_opening[f"<{name}>"] = True
-            self.is_opening[f"</{name}>"] = False
-        # Longest first so that no tag is matched as a mere part of another.
-        tags = sorted(self.is_opening, key=len, reverse=True)
-        self.pattern = re.compile("|".join(map(re.escape, tags)))
-        self.longest = len(tags[0])
-        # Every proper prefix of a tag: what a chunk may end with while the tag is still unfinished.
-        self.prefixes = frozenset(tag[:i] for tag in tags for i in range(1, len(tag)))
-
-
 @dataclass(frozen=True, slots=True)
 class TextRule:
     """See StreamReasoningExtractor.text_rule."""
 
     unless_lt: bool  # a text with `<` in it needs the full path
     tell: Callable[[str], None] | None
-
-
-@functools.lru_cache(maxsize=64)
-def _tag_set(names: tuple[str, ...]) -> _TagSet:
-    """The tag set of `names`, built once (a regex and every tag prefix; never changed after)."""
-    return _TagSet(names)
-
-
-class _TextSplitter:
-    """Splits one choice's content text into reasoning and answer at tags, across chunks.
-
-    Every tag occurrence is removed: an opening tag switches to reasoning, a closing tag to
-    answer. So content never carries a tag and reasoning + content = input minus tags.
-    """
-
-    __slots__ = ("fresh", "held", "inside", "tags")
-
-    def __init__(self, tags: _TagSet | None, inside: bool) -> None:
-        self.tags = tags
-        self.inside = inside
-        self.held = ""  # a possible tag start at the end of the text so far
-        self.fresh = True  # no content text seen yet
-
-    def feed(self, text: str) -> tuple[str, str]:
-        """(reasoning, answer) parts of `text`; a possible unfinished tag at its end is held."""
-        if not text:
-            return "", ""
-        self.fresh = False
-        tags = self.tags
-        if tags is None or (not self.held and "<" not in text):
-            return (text, "") if self.inside else ("", text)
-        s = self.held + text
-        self.held = ""
-        reasoning: list[str] = []
-        answer: list[str] = []
-        pos = 0
-        for match in tags.pattern.finditer(s):
-            if match.start() > pos:
-                (reasoning if self.inside else answer).append(s[pos : match.start()])
-            self.inside = tags.is_opening[match.group()]
-            pos = match.end()
-        end = len(s)
-        lt = s.rfind("<", max(pos, end - tags.longest + 1))
-        if lt >= 0 and s[lt:] in tags.prefixes:
-            self.held = s[lt:]
-            end = lt
-        if end > pos:
-            (reasoning if self.inside else answer).append(s[pos:end])
-        return "".join(reasoning), "".join(answer)
-
-    def flush(self) -> tuple[str, str]:
-        """The held text as literal text of the current side: the tag never completed."""
-        held, self.held = self.held, ""
-        return (held, "") if self.inside else ("", held)
 
 
 class _Writer:
@@ -262,7 +187,7 @@ def _content_parts(parts: list[Any]) -> tuple[str, str]:
 
 
 def _normalize(
-    obj: dict[str, Any], splitter: _TextSplitter, writer: _Writer, implicit_open: bool, finishing: bool
+    obj: dict[str, Any], splitter: TextSplitter, writer: _Writer, implicit_open: bool, finishing: bool
 ) -> tuple[bool, str, bool]:
     """Normalize one delta or message in place → (changed, its reasoning text, carried content)."""
     reasoning = _field_reasoning(obj)
@@ -326,7 +251,7 @@ class StreamReasoningExtractor:
         self, options: ReasoningOptions, sink: ReasoningSink | None = None, *, fast_path: bool = True
     ) -> None:
         names = options.tags or (("think",) if options.implicit_open else ())
-        self._tags = _tag_set(names) if names else None
+        self._tags = tag_set(names) if names else None
         self._implicit = options.implicit_open
         self._writer = _Writer(options)
         # The one output field and the other plain one, when reasoning can stay where it came.
@@ -334,7 +259,7 @@ class StreamReasoningExtractor:
         if not options.hide and options.output_field is not ReasoningField.BOTH:
             field = options.output_field.value
             self._in_place = (field, "reasoning" if field == "reasoning_content" else "reasoning_content")
-        self._splitters: dict[Any, _TextSplitter] = {}
+        self._splitters: dict[Any, TextSplitter] = {}
         # True while no choice is inside reasoning or holding text back: the fast path is exact.
         # `fast_path=False` only for the tests: the full path is the reference the fast one must match.
         self._fast_path = fast_path
@@ -463,10 +388,10 @@ class StreamReasoningExtractor:
                 if text and type(text) is str:
                     self._sink(_choice_index(choice), text)
 
-    def _splitter(self, index: Any) -> _TextSplitter:
+    def _splitter(self, index: Any) -> TextSplitter:
         splitter = self._splitters.get(index)
         if splitter is None:
-            splitter = self._splitters[index] = _TextSplitter(self._tags, self._implicit)
+            splitter = self._splitters[index] = TextSplitter(self._tags, self._implicit)
         return splitter
 
 
@@ -483,7 +408,7 @@ def normalize_message(message: dict[str, Any], options: ReasoningOptions) -> boo
     of the same answer concatenate to.
     """
     names = options.tags or (("think",) if options.implicit_open else ())
-    splitter = _TextSplitter(_tag_set(names) if names else None, options.implicit_open)
+    splitter = TextSplitter(tag_set(names) if names else None, options.implicit_open)
     changed, _, _ = _normalize(message, splitter, _Writer(options), options.implicit_open, finishing=True)
     return changed
 

@@ -24,7 +24,8 @@ id, created and model are `response.created`'s.
 Text is never dropped: what the deltas did not deliver of a `*.done` event's or a done item's whole
 text is sent then, and the final Response's output catches up items never streamed. A stream that
 ends without a terminal event, or with an event that is not JSON, ends with an error chunk: it must
-never look complete. `completion_from_response` is the non-stream form, from the same helpers.
+never look complete. The non-stream form, from the same helpers, is
+proxy.core.protocols.responses.upstream_items.completion_from_response.
 """
 
 from __future__ import annotations
@@ -35,22 +36,32 @@ from typing import Any, Final
 from proxy.core import jsonio
 from proxy.core.errors import error_payload
 from proxy.core.protocols.event_template import Run, learn
-from proxy.core.protocols.responses.output import count
+from proxy.core.protocols.responses.upstream_items import (
+    CALLS,
+    DELTA_FIELD,
+    ERROR_TYPE,
+    REASONING,
+    call_field,
+    call_id,
+    chat_usage,
+    encrypted_detail,
+    error_facts,
+    escaped,
+    finish_reason,
+    list_of,
+    seconds,
+    text_field,
+    text_parts,
+)
 from proxy.core.stream.chunk_template import KnownRun, joined, pieces_of, value_span
 from proxy.core.stream.sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, SSEDecoder, SSEEvent, data_frame
 
-__all__ = ["ENCRYPTED_FORMAT", "ENCRYPTED_TYPE", "ResponsesDecoder", "completion_from_response"]
+__all__ = ["ResponsesDecoder"]
 
-ENCRYPTED_TYPE: Final = "reasoning.encrypted"
-ENCRYPTED_FORMAT: Final = "openai-responses-v1"
 DONE: Final = b"data: [DONE]\n\n"
-ERROR_TYPE: Final = "upstream_error"
-INCOMPLETE_FINISH: Final = {"max_output_tokens": "length", "content_filter": "content_filter"}
-CALLS: Final = ("function_call", "custom_tool_call")
 # Templates learned per stream at most: a slot whose events never match their template (some
 # field varies that event_template does not know) is then just decoded, without a learning cost.
 MAX_LEARNS: Final = 16
-REASONING: Final = ("summary_text", "reasoning_text")
 
 # A text slot: (kind, output index, part index). Kinds are the part types (output_text, refusal,
 # summary_text, reasoning_text), and a call's `arguments` or a custom call's `input`.
@@ -65,8 +76,6 @@ _TEXT_EVENTS: Final = {
     "response.function_call_arguments": ("arguments", ""),
     "response.custom_tool_call_input": ("input", ""),
 }
-_DELTA_FIELD: Final = {"output_text": "content", "refusal": "refusal"}
-_PART_KINDS: Final = frozenset((*_DELTA_FIELD, *REASONING))  # the text parts of message and reasoning items
 
 
 class ResponsesDecoder:
@@ -168,7 +177,7 @@ class ResponsesDecoder:
         kind, index, _ = slot
         if kind in REASONING:
             return self._last_reasoning == slot and self._forms.get(index) == kind
-        return kind in _DELTA_FIELD or index in self._calls
+        return kind in DELTA_FIELD or index in self._calls
 
     def close(self) -> bytes:
         """The upstream body ended: the rest, and an error chunk when no terminal event came."""
@@ -217,7 +226,7 @@ class ResponsesDecoder:
             part = event.get(index_field) if index_field else 0
             index = self._index(event.get("output_index"), event.get("item_id"))
             slot = (slot_kind, index, part if type(part) is int else 0)
-            text = event.get("delta" if end == "delta" else _text_field(slot_kind))
+            text = event.get("delta" if end == "delta" else text_field(slot_kind))
             if isinstance(text, str):
                 (self._text if end == "delta" else self._catch_up)(slot, text)
         elif kind in ("response.output_item.added", "response.output_item.done"):
@@ -234,7 +243,7 @@ class ResponsesDecoder:
             self._terminal(kind, event.get("response"))
         elif kind == "error":
             nested = event.get("error")
-            self._fail(*_error_facts(nested if isinstance(nested, Mapping) else event))
+            self._fail(*error_facts(nested if isinstance(nested, Mapping) else event))
 
     def _index(self, output_index: Any, item_id: Any) -> int:
         """An item's output index: the event's, else the one its id came with (-1: unknown)."""
@@ -249,7 +258,7 @@ class ResponsesDecoder:
         if isinstance(response, Mapping):
             head = self._head
             head["id"] = head["id"] or str(response.get("id") or "")
-            head["created"] = head["created"] or _seconds(response.get("created_at"))
+            head["created"] = head["created"] or seconds(response.get("created_at"))
             head["model"] = head["model"] or str(response.get("model") or "")
 
     def _text(self, slot: Slot, text: str) -> None:
@@ -265,11 +274,11 @@ class ResponsesDecoder:
             self._chunk({"reasoning_content": "\n\n" + text if separate else text})
             plain = plain and not separate
             key = "reasoning_content"
-        elif kind in _DELTA_FIELD:
-            key = _DELTA_FIELD[kind]
+        elif kind in DELTA_FIELD:
+            key = DELTA_FIELD[kind]
             self._chunk({key: text})
         elif index in self._calls:  # (arguments before their call was announced come with it)
-            self._arguments(index, _escaped(text) if kind == "input" else text)
+            self._arguments(index, escaped(text) if kind == "input" else text)
             plain, key = plain and kind == "arguments", "arguments"
         else:
             return
@@ -295,12 +304,12 @@ class ResponsesDecoder:
 
     def _start_call(self, index: int, item: Mapping[str, Any]) -> None:
         k = self._calls[index] = len(self._calls)
-        arguments = "".join(self._texts.get((_call_field(item), index, 0), ()))
+        arguments = "".join(self._texts.get((call_field(item), index, 0), ()))
         if item.get("type") == "custom_tool_call":
             self._open_custom.add(index)
-            arguments = '{"input":"' + _escaped(arguments)
+            arguments = '{"input":"' + escaped(arguments)
         function = {"name": str(item.get("name") or ""), "arguments": arguments}
-        call = {"index": k, "id": _call_id(item), "type": "function", "function": function}
+        call = {"index": k, "id": call_id(item), "type": "function", "function": function}
         self._chunk({"tool_calls": [call]})
 
     def _arguments(self, index: int, text: str) -> None:
@@ -315,15 +324,15 @@ class ResponsesDecoder:
         if item.get("type") in CALLS:
             if index not in self._calls:
                 self._start_call(index, item)
-            field = _call_field(item)
+            field = call_field(item)
             self._catch_up((field, index, 0), str(item.get(field) or ""))
             if index in self._open_custom:
                 self._open_custom.discard(index)
                 self._arguments(index, '"}')
             return
-        for kind, number, text in _parts(item):
+        for kind, number, text in text_parts(item):
             self._catch_up((kind, index, number), text)
-        detail = _encrypted_detail(item, self._details)
+        detail = encrypted_detail(item, self._details)
         if detail is not None:
             self._details += 1
             self._chunk({"reasoning_details": [detail]})
@@ -332,16 +341,16 @@ class ResponsesDecoder:
         response = response if isinstance(response, Mapping) else {}
         self._take_head(response)
         if kind == "response.failed" or response.get("status") == "failed":
-            self._fail(*_error_facts(response.get("error")))
+            self._fail(*error_facts(response.get("error")))
             return
-        for index, item in enumerate(_list(response.get("output"))):
+        for index, item in enumerate(list_of(response.get("output"))):
             if isinstance(item, Mapping):
                 self._item_done(index, item)
         for index in sorted(self._open_custom):  # (a custom call never done)
             self._arguments(index, '"}')
         incomplete = kind == "response.incomplete" or response.get("status") == "incomplete"
-        self._chunk({}, _finish_reason(response, incomplete=incomplete, called=bool(self._calls)))
-        usage = _chat_usage(response.get("usage"))
+        self._chunk({}, finish_reason(response, incomplete=incomplete, called=bool(self._calls)))
+        usage = chat_usage(response.get("usage"))
         if self._include_usage and usage is not None:
             self._out.append(data_frame(jsonio.dumps({**self._head, "choices": [], "usage": usage})))
         self._out.append(DONE)
@@ -358,136 +367,3 @@ class ResponsesDecoder:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         self._frame = data_frame(jsonio.dumps({**self._head, "choices": [choice]}))
         self._out.append(self._frame)
-
-
-def completion_from_response(response: Mapping[str, Any]) -> dict[str, Any]:
-    """A whole `Response` as a `chat.completion`; a failed one as an `{"error": …}` body (the
-    caller chooses the status)."""
-    error = response.get("error")
-    if response.get("status") == "failed" or (isinstance(error, Mapping) and error):
-        message, code = _error_facts(error)
-        return error_payload(message, ERROR_TYPE, code)
-    texts: dict[str, list[str]] = {"output_text": [], "refusal": [], "reasoning": []}
-    details: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    for item in _list(response.get("output")):
-        kind = item.get("type") if isinstance(item, Mapping) else None
-        if kind == "reasoning":
-            texts["reasoning"] += _reasoning_texts(item)
-            detail = _encrypted_detail(item, len(details))
-            details += [] if detail is None else [detail]
-        elif kind == "message":
-            for part_kind, _, text in _parts(item):
-                texts.get(part_kind, []).append(text)
-        elif kind in CALLS:
-            arguments = str(item.get(_call_field(item)) or "")
-            if kind == "custom_tool_call":
-                arguments = jsonio.dumps({"input": arguments}).decode()
-            function = {"name": str(item.get("name") or ""), "arguments": arguments}
-            calls.append({"id": _call_id(item), "type": "function", "function": function})
-    reply: dict[str, Any] = {"role": "assistant", "content": "".join(texts["output_text"]) or None}
-    extra = {
-        "refusal": "".join(texts["refusal"]),
-        "reasoning_content": "\n\n".join(texts["reasoning"]),
-        "reasoning_details": details,
-        "tool_calls": calls,
-    }
-    reply.update((key, value) for key, value in extra.items() if value)
-    incomplete = response.get("status") == "incomplete"
-    finish = _finish_reason(response, incomplete=incomplete, called=bool(calls))
-    out: dict[str, Any] = {
-        "id": str(response.get("id") or ""),
-        "object": "chat.completion",
-        "created": _seconds(response.get("created_at")),
-        "model": str(response.get("model") or ""),
-        "choices": [{"index": 0, "message": reply, "finish_reason": finish, "logprobs": None}],
-    }
-    usage = _chat_usage(response.get("usage"))
-    return out if usage is None else {**out, "usage": usage}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _seconds(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-def _escaped(text: str) -> str:
-    """`text` as it is written inside a JSON string: escaping is per character, so the escaped
-    pieces of a text add up to the escaped text."""
-    return jsonio.dumps(text)[1:-1].decode()
-
-
-def _text_field(kind: str) -> str:
-    """The field of a part's (or a done event's) whole text."""
-    return kind if kind in ("refusal", "arguments", "input") else "text"
-
-
-def _call_field(item: Mapping[str, Any]) -> str:
-    return "input" if item.get("type") == "custom_tool_call" else "arguments"
-
-
-def _call_id(item: Mapping[str, Any]) -> str:
-    return str(item.get("call_id") or item.get("id") or "")
-
-
-def _parts(item: Mapping[str, Any]) -> list[tuple[str, int, str]]:
-    """A message's or reasoning item's text parts: (part type, part index, text)."""
-    out: list[tuple[str, int, str]] = []
-    for field in ("summary", "content"):
-        for number, part in enumerate(_list(item.get(field))):
-            kind = part.get("type") if isinstance(part, Mapping) else None
-            if kind in _PART_KINDS and isinstance(part.get(_text_field(kind)), str):
-                out.append((kind, number, part[_text_field(kind)]))
-    return out
-
-
-def _reasoning_texts(item: Mapping[str, Any]) -> list[str]:
-    """A reasoning item's non-empty texts: its summary when it has one, else its raw text."""
-    parts = [(kind, text) for kind, _, text in _parts(item) if text]
-    summary = [text for kind, text in parts if kind == "summary_text"]
-    return summary or [text for kind, text in parts if kind == "reasoning_text"]
-
-
-def _encrypted_detail(item: Mapping[str, Any], index: int) -> dict[str, Any] | None:
-    """The `reasoning_details` entry of a reasoning item with `encrypted_content` (else None)."""
-    data = item.get("encrypted_content")
-    if item.get("type") != "reasoning" or not isinstance(data, str) or not data:
-        return None
-    summary = [text for kind, _, text in _parts(item) if kind == "summary_text"]
-    detail = {"type": ENCRYPTED_TYPE, "id": str(item.get("id") or ""), "data": data}
-    return {**detail, "format": ENCRYPTED_FORMAT, "index": index, "summary": summary}
-
-
-def _finish_reason(response: Mapping[str, Any], *, incomplete: bool, called: bool) -> str:
-    details = response.get("incomplete_details")
-    reason = details.get("reason") if isinstance(details, Mapping) else None
-    if incomplete or reason is not None:
-        return INCOMPLETE_FINISH.get(reason, "length") if isinstance(reason, str) else "length"
-    return "tool_calls" if called else "stop"
-
-
-def _chat_usage(usage: Any) -> dict[str, Any] | None:
-    """A Responses `usage` in the chat shape (None when there is none)."""
-    if not isinstance(usage, Mapping):
-        return None
-    prompt, completion = count(usage, "input_tokens"), count(usage, "output_tokens")
-    cached = count(usage.get("input_tokens_details"), "cached_tokens")
-    reasoning = count(usage.get("output_tokens_details"), "reasoning_tokens")
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": count(usage, "total_tokens") or prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
-        "completion_tokens_details": {"reasoning_tokens": reasoning},
-    }
-
-
-def _error_facts(error: Any) -> tuple[str, str]:
-    """The message and code of a Responses error (`ResponseError`, or an `error` event)."""
-    error = error if isinstance(error, Mapping) else {}
-    message, code = error.get("message"), error.get("code")
-    message = message if isinstance(message, str) and message else "The upstream response failed."
-    return message, code if isinstance(code, str) and code else "upstream_failed"

@@ -34,12 +34,15 @@ from typing import Any, Final
 
 from proxy.core import jsonio
 from proxy.core.errors import BadRequest, quoted
-from proxy.core.protocols.responses.upstream_decode import ResponsesDecoder, completion_from_response
+from proxy.core.protocols.responses.upstream_decode import ResponsesDecoder
+from proxy.core.protocols.responses.upstream_items import (
+    ENCRYPTED_FORMAT,
+    ENCRYPTED_TYPE,
+    completion_from_response,
+)
 from proxy.core.stream.chunk_template import KnownRun
 
 __all__ = [
-    "ENCRYPTED_FORMAT",
-    "ENCRYPTED_TYPE",
     "ResponsesAnswer",
     "UpstreamResponsesRequest",
     "over_responses_note",
@@ -47,8 +50,6 @@ __all__ = [
     "wants_usage",
 ]
 
-ENCRYPTED_TYPE: Final = "reasoning.encrypted"
-ENCRYPTED_FORMAT: Final = "openai-responses-v1"
 _KEPT: Final = ("model", "temperature", "top_p", "user", "parallel_tool_calls", "stream", "metadata")
 _HANDLED: Final = frozenset(
     {

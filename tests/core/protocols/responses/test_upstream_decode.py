@@ -17,7 +17,8 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from proxy.core.protocols.responses.upstream_decode import ResponsesDecoder, completion_from_response
+from proxy.core.protocols.responses.upstream_decode import ResponsesDecoder
+from proxy.core.protocols.responses.upstream_items import completion_from_response
 from proxy.core.stream.chunk_template import KnownRun
 from proxy.mock import create_mock_app
 from tests.helpers import assert_run_tells_its_texts

@@ -24,10 +24,12 @@ from openai.types.responses.response_input_param import FunctionCallOutput
 from pydantic import TypeAdapter
 
 from proxy.core.errors import BadRequest
-from proxy.core.protocols.responses.upstream_decode import completion_from_response
-from proxy.core.protocols.responses.upstream_request import (
+from proxy.core.protocols.responses.upstream_items import (
     ENCRYPTED_FORMAT,
     ENCRYPTED_TYPE,
+    completion_from_response,
+)
+from proxy.core.protocols.responses.upstream_request import (
     UpstreamResponsesRequest,
     responses_request,
 )
