@@ -6,6 +6,7 @@ failures it can be asked to produce, `responses` for OpenAI's Responses API (wit
 `responses_replay`, `responses_output` and `responses_seal`).
 """
 
-from proxy.mock.app import DIALECTS, MockDisconnect, MockOptions, create_mock_app
+from proxy.mock.app import DIALECTS, MockOptions, create_mock_app
+from proxy.mock.sending import MockDisconnect
 
 __all__ = ["DIALECTS", "MockDisconnect", "MockOptions", "create_mock_app"]

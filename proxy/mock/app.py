@@ -1,7 +1,8 @@
 """The simulated upstream as a Starlette app: routes, the request log, and sending fault steps.
 
-The only I/O of the mock. Content comes from `scenarios`, provider shapes from `dialects`,
-faults from `faults`; this module reads requests, records them, and writes the answer.
+The mock's I/O, with `sending` (an answer written step by step). Content comes from `scenarios`,
+provider shapes from `dialects`, faults from `faults`, embeddings from `embeddings`; this module
+reads requests, records them, and hands the answer to `sending`.
 
 Routes (a `{dialect}` path prefix picks the provider shape; without it, the default dialect):
     POST [/{dialect}]/v1/chat/completions     (also [/{dialect}]/chat/completions)
@@ -16,12 +17,7 @@ Routes (a `{dialect}` path prefix picks the provider shape; without it, the defa
 
 from __future__ import annotations
 
-import base64
 import gzip
-import hashlib
-import logging
-import math
-import struct
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -34,7 +30,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import error_body
 from proxy.mock import faults
@@ -47,17 +42,17 @@ from proxy.mock.dialects import (
     count_tokens,
     dialect_named,
     models_payload,
-    tokens,
 )
-from proxy.mock.faults import Abort, BadMockHeader, Canned, Fault, Plan, Sleep, Step
+from proxy.mock.embeddings import embeddings
+from proxy.mock.faults import BadMockHeader, Canned, Fault, Plan, Step
 from proxy.mock.messages import messages_routes
 from proxy.mock.responses.routes import ResponsesApi
 from proxy.mock.scenarios import Script, answer, cut, output_limit
+from proxy.mock.sending import StepResponse, install_log_filter
 
-__all__ = ["DIALECTS", "MockDisconnect", "MockOptions", "create_mock_app"]
+__all__ = ["DIALECTS", "MockOptions", "create_mock_app"]
 
 LOG_SIZE = 100
-EMBEDDING_DIMENSIONS = 16
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
 HUGE_MARKER = "\x00huge\x00"  # never produced by a scenario; replaced by the padding
 
@@ -71,80 +66,13 @@ class MockOptions:
     chunk_chars: int = 4  # roughly how much text per chunk
 
 
-class MockDisconnect(Exception):
-    """Raised inside a response to cut the connection mid-body (`X-Mock-Fault: disconnect`).
-
-    An ASGI server closes the connection when the app raises after the response started, so the
-    client sees a body that ends without its terminating chunk (and no `[DONE]`).
-    """
-
-
-class StepResponse(Response):
-    """A response sent as `faults.Step`s: bytes are sent, pauses waited (ending early if the
-    client leaves), an abort raises `MockDisconnect`."""
-
-    def __init__(
-        self,
-        steps: Iterable[Step],
-        *,
-        status_code: int = 200,
-        headers: dict[str, str] | None = None,
-        media_type: str | None = None,
-    ) -> None:
-        self.steps = steps
-        self.status_code = status_code
-        if media_type is not None:
-            self.media_type = media_type
-        self.background = None
-        self.init_headers(headers)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        try:
-            for step in self.steps:
-                if isinstance(step, bytes):
-                    await send({"type": "http.response.body", "body": step, "more_body": True})
-                elif isinstance(step, Sleep):
-                    if await _client_left_within(receive, step.seconds):
-                        return
-                elif isinstance(step, Abort):
-                    raise MockDisconnect("connection cut by X-Mock-Fault: disconnect")
-        except OSError:
-            return  # the client went away; nothing left to tell it
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _client_left_within(receive: Receive, seconds: float) -> bool:
-    """Wait `seconds`, or less if the client disconnects first (then True): a stalled answer
-    must not keep a server busy for 30 s after its client gave up."""
-    with anyio.move_on_after(seconds):
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return True
-        await anyio.sleep(seconds)  # unexpected message: just sit out the rest of the pause
-    return False
-
-
-class _HideMockDisconnect(logging.Filter):
-    """The server logs an app exception with a traceback; a requested disconnect is not an error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], MockDisconnect))
-
-
-def _install_log_filter() -> None:
-    server_log = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, _HideMockDisconnect) for f in server_log.filters):
-        server_log.addFilter(_HideMockDisconnect())
-
-
 def create_mock_app(options: MockOptions = MockOptions()) -> Starlette:
     """A new simulated upstream; each app keeps its own request log."""
     if dialect_named(options.default_dialect) is None:
         raise ValueError(f"unknown dialect {options.default_dialect!r}; known: {', '.join(DIALECTS)}")
     if options.pace_ms < 0 or options.chunk_chars < 1:
         raise ValueError("pace_ms must be >= 0 and chunk_chars >= 1")
-    _install_log_filter()
+    install_log_filter()
     mock = _MockUpstream(options)
     routes = [
         Route("/", mock.index, methods=["GET"]),
@@ -287,7 +215,7 @@ class _MockUpstream:
                 status_code=400,
                 media_type="application/json",
             )
-        return _json(_embeddings(body))
+        return _json(embeddings(body))
 
     # --- what every answer starts with ---------------------------------------------------------
 
@@ -459,38 +387,3 @@ def _finish(steps: Iterable[Step], plan: Plan) -> Iterable[Step]:
     """Unpaced bytes go out in few sends; gzip last so it compresses what is actually sent."""
     sent = faults.coalesce(steps)
     return faults.gzip_steps(sent) if plan.has(Fault.GZIP) else sent
-
-
-# --- embeddings ---------------------------------------------------------------------------------
-
-
-def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
-    raw = body["input"]
-    inputs = raw if isinstance(raw, list) and raw and not isinstance(raw[0], int) else [raw]
-    dimensions = body.get("dimensions")
-    size = dimensions if isinstance(dimensions, int) and 0 < dimensions <= 4096 else EMBEDDING_DIMENSIONS
-    as_base64 = body.get("encoding_format") == "base64"
-    data = []
-    for index, item in enumerate(inputs):
-        vector = _vector(item if isinstance(item, str) else orjson.dumps(item).decode(), size)
-        embedding: Any = base64.b64encode(struct.pack(f"<{size}f", *vector)).decode() if as_base64 else vector
-        data.append({"object": "embedding", "index": index, "embedding": embedding})
-    used = sum(tokens(i) if isinstance(i, str) else len(i) if isinstance(i, list) else 1 for i in inputs)
-    return {
-        "object": "list",
-        "data": data,
-        "model": str(body.get("model") or "text-embedding-3-small"),
-        "usage": {"prompt_tokens": used, "total_tokens": used},
-    }
-
-
-def _vector(text: str, size: int) -> list[float]:
-    """A unit vector that depends only on the text."""
-    digest = b""
-    counter = 0
-    while len(digest) < size * 2:
-        digest += hashlib.sha256(f"{counter}:{text}".encode()).digest()
-        counter += 1
-    values = [int.from_bytes(digest[2 * i : 2 * i + 2], "little") / 32767.5 - 1.0 for i in range(size)]
-    norm = math.sqrt(sum(v * v for v in values)) or 1.0
-    return [round(v / norm, 6) for v in values]

@@ -15,7 +15,6 @@ import pytest
 import uvicorn
 
 from proxy.mock import MockDisconnect, MockOptions, create_mock_app
-from proxy.mock.app import _client_left_within
 from proxy.mock.faults import (
     DEFAULT_HUGE_BYTES,
     FEW_FRAMES,
@@ -31,6 +30,7 @@ from proxy.mock.faults import (
     parse_plan,
     stream_steps,
 )
+from proxy.mock.sending import client_left_within
 
 FRAMES = [f'data: {{"n":{i}}}\n\n'.encode() for i in range(8)] + [b"data: [DONE]\n\n"]
 CHAT = {"messages": [{"role": "user", "content": "Explain how a rainbow forms"}], "stream": True}
@@ -166,8 +166,8 @@ async def test_pause_ends_early_when_the_client_leaves() -> None:
         await asyncio.Event().wait()
         return {}
 
-    assert await _client_left_within(gone, 30) is True
-    assert await _client_left_within(silent, 0.01) is False
+    assert await client_left_within(gone, 30) is True
+    assert await client_left_within(silent, 0.01) is False
 
 
 # --- each fault through the app ----------------------------------------------------------------
