@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
+import jsonschema.exceptions
 import orjson
 import pytest
 
@@ -233,3 +235,52 @@ def laughs(levels: int) -> str:
     lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
     return "\n".join(lines) + "\n"
+
+
+class OpenResponsesSchema:
+    """The Open Responses specification (tests/fixtures/openresponses/: its released openapi.json
+    with the later upstream versions of the component schemas in components/ put in place of the
+    released ones; sources and license in its README) as a validator, the way its compliance suite
+    validates: a response object against `ResponseResource`, a streamed event against the member
+    of the `text/event-stream` union its `type` names. Each check returns the errors, as readable
+    strings (an empty list: it conforms)."""
+
+    FOLDER = Path(__file__).parent / "fixtures" / "openresponses"
+
+    def __init__(self) -> None:
+        self.document: dict[str, Any] = json.loads((self.FOLDER / "openapi.json").read_text(encoding="utf-8"))
+        schemas = self.document["components"]["schemas"]
+        for later in sorted((self.FOLDER / "components").glob("*.json")):
+            assert later.stem in schemas, f"{later.name} replaces no schema of the release"
+            schemas[later.stem] = json.loads(later.read_text(encoding="utf-8"))
+        stream = self.document["paths"]["/responses"]["post"]["responses"]["200"]["content"]
+        self.events: dict[str, str] = {}  # event type -> its schema's name
+        for member in stream["text/event-stream"]["schema"]["oneOf"]:
+            name = member["$ref"].rsplit("/", 1)[1]
+            (kind,) = self.document["components"]["schemas"][name]["properties"]["type"]["enum"]
+            self.events[kind] = name
+        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+
+    def errors(self, value: Any, schema: str) -> list[str]:
+        """Where `value` breaks the component schema `schema` (e.g. "ResponseResource")."""
+        validator = self._validators.get(schema)
+        if validator is None:
+            root = {**self.document, "$ref": f"#/components/schemas/{schema}"}
+            validator = jsonschema.Draft202012Validator(root)
+            self._validators[schema] = validator
+        found = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {_leaf(e).message}" for e in found]
+
+    def event_errors(self, event: Any) -> list[str]:
+        """Where a streamed event breaks its event schema (an unknown `type` is an error too)."""
+        kind = event.get("type") if isinstance(event, dict) else None
+        name = self.events.get(kind) if isinstance(kind, str) else None
+        if name is None:
+            return [f"no event schema has type {kind!r}"]
+        return [f"{kind}: {error}" for error in self.errors(event, name)]
+
+
+def _leaf(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """The innermost cause of a jsonschema error (a oneOf/anyOf failure: its best match)."""
+    best = jsonschema.exceptions.best_match(error.context) if error.context else None
+    return error if best is None else _leaf(best)

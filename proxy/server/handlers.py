@@ -231,7 +231,10 @@ class Proxy:
                 request, req, record, started, True, asks=asked.output_cap, level=level, can_turn_off=off
             )
         assert tgt.parsed is not None
-        return await self.run_chat(request, arrival, intent, tgt, tgt.parsed, record, started)
+        dialect = plan_chat.chat_dialect(self.s.table, tgt)
+        return await self.run_chat(
+            request, arrival, intent, tgt, tgt.parsed, record, started, dialect=dialect
+        )
 
     async def relay_as_it_came(
         self,
@@ -290,16 +293,18 @@ class Proxy:
         parsed: dict[str, Any],
         record: AccessRecord,
         started: float,
+        *,
+        dialect: Dialect,
         door: FrontDoor | None = None,
         client_names: ClientNames = NO_CLIENT_NAMES,
-        dialect: Dialect | None = None,
     ) -> Response:
-        """Step 3 of a chat request: the awaits between the plan's last steps (proxy.core.
-        plan_finish): the thinking policy's judgement, the replay store's lookup, the relay.
-        `door`: a front door other than chat completions (proxy.server.doors.responses) whose
-        client reads the answer in its own protocol; `client_names`: the tools its client knows by
-        other names than the upstream's (the review gate matches and shows those); `dialect`: the
-        providers-table entry when the caller has already looked it up for this target."""
+        """Step 3 of a chat request: the awaits between the plan's last steps (proxy.core.plan.
+        finish): the thinking policy's judgement, the replay store's lookup, the relay.
+        `dialect`: the target's providers-table entry, looked up once per request by whoever read
+        it first (the chat route, or the door: proxy.server.doors.common.Door.arrive); `door`: a
+        front door other than chat completions (proxy.server.doors.responses) whose client reads
+        the answer in its own protocol; `client_names`: the tools its client knows by other names
+        than the upstream's (the review gate matches and shows those)."""
         s = self.s
         controls = intent.controls
         record.model = tgt.model
@@ -307,8 +312,6 @@ class Proxy:
         record.request_messages = parsed.get("messages")
         record.level_requested = controls.level.value if controls.level is not None else None
         policy_note = None
-        if dialect is None:
-            dialect = plan_chat.chat_dialect(s.table, tgt)
         if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
             # (judged on what would really be sent: the level, or the body's own knobs it leaves)
             judged = await policy_gate.judge_chat(s.thinking, intent, tgt, dialect, record)

@@ -8,8 +8,10 @@ Three ways a response travels back, chosen once its headers are in:
   content-length, a reset, broken chunked framing) is cut short for the client too: the
   connection is dropped without ending the body, never ended cleanly.
 - **completion** — a non-stream chat answer: read whole (decoded, bounded by
-  THINKPROXY_MAX_RESPONSE_BYTES), normalized and traced by the pure pipeline, then written.
-- **stream** — an SSE chat answer: through the pure StreamPipeline, one client write per upstream
+  THINKPROXY_MAX_RESPONSE_BYTES), normalized and traced by the pure pipeline, then written in
+  the client's protocol (its front door's `completion`; the identity for chat).
+- **stream** — an SSE chat answer: through its pure ResponseStream (decoder, StreamPipeline,
+  review gate, front door: proxy.core.stream.response_stream), one client write per upstream
   read; any failure after the stream started ends it with an error event, then `[DONE]`.
 
 Every exchange runs under one ClientWatch: client disconnect, read timeout (upstream silence),
@@ -40,6 +42,7 @@ from proxy.core.plan.request import UpstreamRequest
 from proxy.core.review.rules import HeldCall
 from proxy.core.stream.completion import process_completion
 from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.response_stream import ResponseStream, front_door
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.usage import ReasoningTally, account
 from proxy.review.service import ReviewService, audit_undecided
@@ -54,13 +57,12 @@ from proxy.server.relayed_usage import note_relayed, read_as_relayed
 from proxy.server.request_ids import rename_upstream_request_id
 from proxy.server.streaming import (
     ElapsedMs,
-    _client_writer,
-    completion_through_door,
+    client_writer,
+    door_writer,
     read_all,
     relay_raw,
     relay_stream,
     review_context,
-    through_door,
 )
 from proxy.server.upstream.common import (
     TRANSPORT_ERRORS,
@@ -256,8 +258,6 @@ class Relay:
             return await self._completion(
                 watch, response, record, started, extra_headers, chat, elapsed_ms, tally
             )
-        if chat.gate is not None and chat.trace is not None:
-            chat.trace.hold_done()  # the gate may hold a call: `done` must include the hold
         pipeline = StreamPipeline(
             reasoning=chat.reasoning,
             trace=chat.trace,
@@ -265,6 +265,14 @@ class Relay:
             max_event_bytes=self.settings.max_sse_event_bytes,
             capture=chat.capture,
             tally=tally,
+        )
+        stream = ResponseStream(
+            pipeline,
+            chat.request_body,
+            gate=chat.gate,
+            door=chat.door,
+            upstream=chat.upstream,
+            trace=chat.trace,
         )
         headers = (
             filter_headers(response.headers, DROP_RESPONSE_DECODED | {"cache-control"})
@@ -274,21 +282,14 @@ class Relay:
         write = partial(
             relay_stream,
             response,
-            pipeline,
-            chat,
+            stream,
             elapsed_ms,
             record,
             watch,
             self.settings.total_timeout,
             self.review,
         )
-        return RelayResponse(
-            write if chat.door is None else partial(through_door, chat.door, write, record),
-            status_code=response.status,
-            headers=headers,
-            watch=watch,
-            on_close=close,
-        )
+        return RelayResponse(write, status_code=response.status, headers=headers, watch=watch, on_close=close)
 
     async def _completion(
         self,
@@ -339,9 +340,9 @@ class Relay:
             return self._reviewed_completion(
                 self.review, held, watch, record, started, headers, chat, elapsed_ms
             )
-        if chat.door is not None:
-            out = chat.door.completion(out)
-            await chat.door.settle()
+        door = front_door(chat.door)
+        out = door.completion(out)
+        await door.settle()  # (the door's own I/O, storing a response, before the client reads it)
         headers.append(("content-length", str(len(out))))
         record.bytes_out = len(out)
 
@@ -372,13 +373,11 @@ class Relay:
         parsed, calls = held
 
         async def write(send: Send) -> None:
-            if chat.door is not None:
-                send = completion_through_door(chat.door, send)
             decided = await review.settle_completion(
                 parsed,
                 calls,
                 chat.zh,
-                _client_writer(record, watch, send),
+                door_writer(front_door(chat.door), client_writer(record, watch, send)),
                 watch.touch,
                 chat.trace,
                 elapsed_ms,

@@ -1,6 +1,8 @@
 """Writing an answer to the client, once the relay chose how: the raw body as it came, or a chat
-stream through the response pipeline (proxy.core.stream.pipeline), one client write per upstream
-read; calls the review gate holds are settled here before the stream ends.
+stream through its ResponseStream (proxy.core.stream.response_stream: decoder, pipeline, review
+gate and front door, pure), one client write per upstream read; calls the review gate holds are
+settled here, with the reviewers, before the stream ends. Only bytes move here: what to write is
+the stream's.
 """
 
 from __future__ import annotations
@@ -11,17 +13,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-from starlette.types import Message, Send
+from starlette.types import Send
 
-from proxy.core.errors import BadUpstreamResponse, ProxyError, error_payload
+from proxy.core.errors import BadUpstreamResponse, ProxyError
 from proxy.core.events import AccessRecord, notify_stream
-from proxy.core.plan.chat import ChatContext, FrontDoor
-from proxy.core.stream.chunk_template import KnownRun
+from proxy.core.plan.chat import FrontDoor
 from proxy.core.stream.gate import StreamGate
-from proxy.core.stream.pipeline import DONE, StreamFailure, StreamPipeline
-from proxy.core.stream.sse import data_frame
-from proxy.core.stream.trace import TraceBuilder
+from proxy.core.stream.pipeline import StreamFailure
+from proxy.core.stream.response_stream import CHAT_DOOR, ResponseStream
 from proxy.review.service import ReviewService, audit_undecided
 from proxy.server.asgi import (
     ClientTooSlow,
@@ -49,10 +48,16 @@ def review_context(record: AccessRecord) -> dict[str, Any]:
     return {"model": record.model, "provider": record.provider}
 
 
-def _client_writer(
-    record: AccessRecord, watch: ClientWatch, send: Send
-) -> Callable[[bytes], Awaitable[None]]:
+Write = Callable[[bytes], Awaitable[None]]  # bytes to the client
+
+
+def client_writer(record: AccessRecord, watch: ClientWatch, send: Send, door: FrontDoor = CHAT_DOOR) -> Write:
+    """Bytes to the client, counted, under the write timeout; the door's own I/O (storing a
+    response, large reasoning) settled before each write, so a client that continues from what it
+    reads finds it stored."""
+
     async def write(data: bytes) -> None:
+        await door.settle()
         if data:
             record.bytes_out += len(data)
             watch.writing = True
@@ -96,36 +101,9 @@ async def relay_raw(response: UpstreamResponse, record: AccessRecord, watch: Cli
         raise RelayAborted(translate_error(exc, response.url).code) from None
 
 
-FIRST_EVENT_APART_BYTES = 4096
-
-
-def first_event(piece: bytes) -> bytes:
-    """The first event of a stream's first read when that read is big (an upstream that sends
-    many events at once): it goes to the client before the rest is processed. Empty otherwise,
-    and when the read does not hold a whole LF-ended event followed by more (the pipeline is the
-    same whatever the split, so nothing else depends on where this cuts)."""
-    if len(piece) <= FIRST_EVENT_APART_BYTES:
-        return b""
-    end = piece.find(b"\n\n", 0, FIRST_EVENT_APART_BYTES)
-    return piece[: end + 2] if end >= 0 else b""
-
-
-def first_apart(piece: bytes | list[bytes | KnownRun]) -> tuple[bytes | list[bytes | KnownRun], ...]:
-    """The first read as pieces with its first event apart (first_event), when it has one."""
-    if isinstance(piece, bytes):
-        head = first_event(piece)
-        return (head, piece[len(head) :]) if head else (piece,)
-    first = piece[0] if piece else None
-    if not isinstance(first, bytes):
-        return (piece,)
-    head = first_event(first)
-    return ([head], [first[len(head) :], *piece[1:]]) if head else (piece,)
-
-
 async def relay_stream(
     response: UpstreamResponse,
-    pipeline: StreamPipeline,
-    chat: ChatContext,
+    stream: ResponseStream,
     elapsed_ms: ElapsedMs,
     record: AccessRecord,
     watch: ClientWatch,
@@ -133,72 +111,32 @@ async def relay_stream(
     review: ReviewService | None,
     send: Send,
 ) -> None:
-    """SSE through the pipeline; every failure ends the stream with an error event, then [DONE].
-
-    With a review gate, what the pipeline writes goes through the gate first; a held call is
-    settled once the upstream is done (proxy.review)."""
+    """A streamed chat answer: each upstream read handed to the stream (proxy.core.stream.
+    response_stream), what it returns written, what it asks awaited (the door's settle before a
+    write, the reviewers when the gate holds calls). Every failure ends the stream with an error
+    event, then [DONE]; then the door's end."""
     clock = time.perf_counter
-    gate = chat.gate
-    upstream = chat.upstream  # another upstream protocol: decoded to chat chunks first
-    # A front door without a review gate between: the pipeline's output goes to it in pieces.
-    door = send if isinstance(send, DoorSend) and gate is None else None
+    write = client_writer(record, watch, send, stream.door)
     started = clock() - elapsed_ms() / 1000.0
     failure: ProxyError | None = None
     notify_stream(record)
     try:
-        first = pipeline.begin(chat.request_body, elapsed_ms())
-        if first:
-            await send(body_piece(first))
         # (uvicorn's send does not raise when the client is gone, so what this catches is the
         # upstream's failure; the client leaving is the disconnect watch's business.)
-        first_read = True
+        await write(stream.begin(elapsed_ms()))
         async for read in response.reader(decoded=True):
-            now = clock()  # the hot loop: runs for every upstream read
-            watch.last_read = now
-            # A piece is a read, or another upstream protocol's read decoded to chat chunks, its
-            # runs of more of the same with their texts (which the pipeline then does not read again).
-            pieces: tuple[bytes | list[bytes | KnownRun], ...] = (read,)
-            if upstream is not None:
-                pieces = (upstream.feed_pieces(read),)
-            if first_read:
-                first_read = False
-                pieces = first_apart(pieces[0])
-            for piece in pieces:
-                ms = (now - started) * 1000.0
-                if door is not None:  # a front door reads the texts of the pipeline's runs
-                    runs = pipeline.feed_runs(piece, ms)
-                    if runs:
-                        watch.writing = True
-                        await door.runs(runs)
-                        watch.writing = False
-                        now = watch.last_read = clock()
-                    continue
-                if isinstance(piece, bytes):
-                    out = pipeline.feed(piece, ms)
-                else:
-                    out = pipeline.feed_pieces(piece, ms)
-                if gate is not None:
-                    out = gate.feed(out)
-                if out:
-                    record.bytes_out += len(out)
-                    watch.writing = True
-                    await send(body_piece(out))
-                    watch.writing = False
-                    now = watch.last_read = clock()
-            if pipeline.closed:  # e.g. an oversized event ended the stream: stop reading
+            now = watch.last_read = clock()  # the hot loop: runs for every upstream read
+            out = stream.feed(read, (now - started) * 1000.0)
+            if stream.pending:  # a big first read: its first event goes out before the rest is read
+                await write(out)
+                watch.last_read = clock()
+                out = stream.resume(elapsed_ms())
+            if out:
+                await write(out)
+                watch.last_read = clock()  # (time blocked writing is not upstream silence)
+            if stream.closed:  # e.g. an oversized event ended the stream: stop reading
                 break
-        if upstream is not None and not pipeline.closed:
-            rest = pipeline.feed(upstream.close(), elapsed_ms())  # (an early end is an error event)
-            if gate is not None:
-                rest = gate.feed(rest)
-            if rest:
-                record.bytes_out += len(rest)
-                watch.writing = True
-                await send(body_piece(rest))
-                watch.writing = False
-        tail = pipeline.finish(elapsed_ms())
-        if gate is not None:
-            tail = gate.feed(tail)
+        await write(stream.finish(elapsed_ms()))
     except TRANSPORT_ERRORS as exc:
         failure = translate_error(exc, response.url)
     except ProxyError as exc:  # a body that cannot be decoded, say
@@ -216,50 +154,50 @@ async def relay_stream(
     except Exception:
         logger.exception("Unexpected error in the stream relay; the stream ends with an error event.")
         failure = ProxyError("The proxy failed while relaying this stream (an internal error; see its log).")
-    if failure is None:
-        if pipeline.failure is not None:  # the pipeline ended the stream with an error event itself
-            record.error = record.error or pipeline.failure.code
-        if tail:
-            record.bytes_out += len(tail)
-            watch.writing = True
-            await send(body_piece(tail))
-            watch.writing = False
-        if gate is not None and gate.holding and review is not None:
-            await settle_held_calls(gate, review, record, watch, send, total_timeout, chat.trace, elapsed_ms)
-        elif gate is not None:
-            # What was held while a call's name was unsettled (none was covered), the trace's
-            # `done` (held back for the gate) and [DONE].
-            closing = chat.trace.release_done(elapsed_ms()) if chat.trace is not None else []
-            if rest := gate.flush(closing):
-                await send(body_piece(rest))
-        return
-    frames = failure_frames(pipeline, failure, elapsed_ms())
-    if gate is not None:
-        gate.discard()  # a call nobody reviewed never reaches the client
-        if chat.trace is not None:
-            chat.trace.release_done(elapsed_ms())  # (for the listeners: the client gets the error)
-        if not frames:  # the pipeline had passed [DONE] on, and the gate held it: end the stream
-            payload = error_payload(failure.message, failure.type, failure.code)
-            frames = data_frame(orjson.dumps(payload)) + data_frame(DONE)
-    record.error = failure.code
-    watch.writing = True
-    await send(body_piece(frames))
+    if failure is not None:
+        record.error = failure.code
+        ended = StreamFailure(failure.message, type=failure.type, code=failure.code)
+        await write(fail(stream, ended, elapsed_ms()))
+    else:
+        if stream.failure is not None:  # the pipeline ended the stream with an error event itself
+            record.error = record.error or stream.failure.code
+        gate = stream.held
+        if gate is not None and review is not None:
+            await settle_held_calls(gate, review, stream, record, watch, write, total_timeout, elapsed_ms)
+    await write(stream.close())
+
+
+def fail(stream: ResponseStream, failure: StreamFailure, now_ms: float) -> bytes:
+    """The stream's error event and [DONE] (ResponseStream.fail), the pipeline's own failure to
+    write them logged."""
+    frames = stream.fail(failure, now_ms)
+    if stream.broken is not None:
+        logger.error(
+            "The stream pipeline failed while ending a stream; a plain error event is sent.",
+            exc_info=stream.broken,
+        )
+    return frames
 
 
 async def settle_held_calls(
     gate: StreamGate,
     review: ReviewService,
+    stream: ResponseStream,
     record: AccessRecord,
     watch: ClientWatch,
-    send: Send,
+    write: Write,
     total_timeout: float,
-    trace: TraceBuilder | None,
     elapsed_ms: ElapsedMs,
 ) -> None:
-    """The upstream is done and the gate holds calls: wait for the reviewers, then release."""
+    """The upstream is done and the gate holds calls: wait for the reviewers, then release (what
+    the review service writes goes through the stream's door)."""
+
+    async def through(data: bytes) -> None:
+        await write(stream.relay(data))
+
     try:
         decided = await review.settle_stream(
-            gate, _client_writer(record, watch, send), watch.touch, review_context(record), trace, elapsed_ms
+            gate, through, watch.touch, review_context(record), stream.trace, elapsed_ms
         )
     except asyncio.CancelledError:
         fired = watch.take_cancel()
@@ -269,82 +207,26 @@ async def settle_held_calls(
             # (take_cancel absorbed the cancellation: re-raising it would escape the response)
             raise ClientTooSlow from None  # it reads nothing: no error event can reach it
         # The total timeout ran out while a reviewer was awaited: the held call is not released.
-        gate.discard()
-        if trace is not None:
-            trace.release_done(elapsed_ms())  # (for the listeners: the client gets the error)
         record.error = "review_incomplete"
         message = (
             f"The exchange reached the total timeout of {total_timeout:g} s (THINKPROXY_TOTAL_TIMEOUT) "
             "while a tool call waited for review; the call was not released."
         )
-        payload = error_payload(message, "proxy_error", "review_incomplete")
-        watch.writing = True
-        await send(body_piece(data_frame(orjson.dumps(payload)) + data_frame(DONE)))
+        ended = StreamFailure(message, type="proxy_error", code="review_incomplete")
+        await write(fail(stream, ended, elapsed_ms()))
         return
     audit_undecided(decided)
 
 
-class DoorSend:
-    """What a stream written in a front door's protocol is sent to (through_door): every message
-    (the pipeline's output, a settled review, an error event) goes through the door; `runs` takes
-    the pipeline's output with its runs apart (StreamPipeline.feed_runs), which the door reads
-    from their texts. The door's own I/O (storing the response) runs before the bytes that end
-    the client's stream, so a client that continues from it at once finds it stored."""
-
-    __slots__ = ("door", "record", "send")
-
-    def __init__(self, door: FrontDoor, record: AccessRecord, send: Send) -> None:
-        self.door, self.record, self.send = door, record, send
-
-    async def __call__(self, message: Message) -> None:
-        data = message.get("body", b"")
-        out = self.door.feed(data)
-        await self.door.settle()  # (a no-op until the answer is whole: then stored before its end is sent)
-        self.record.bytes_out += len(out) - len(data)
-        if out:
-            await self.send({**message, "body": out})
-
-    async def runs(self, pieces: list[bytes | KnownRun]) -> None:
-        """The pipeline's output as StreamPipeline.feed_runs gives it (not counted by the writer)."""
-        out = self.door.feed_pieces(pieces)
-        await self.door.settle()
-        self.record.bytes_out += len(out)
-        if out:
-            await self.send(body_piece(out))
-
-
-async def through_door(
-    door: FrontDoor, write: Callable[[Send], Awaitable[None]], record: AccessRecord, send: Send
-) -> None:
-    """A stream written in a front door's protocol: everything `write` sends goes through the door
-    (DoorSend), then the door's end."""
-    await write(DoorSend(door, record, send))
-    tail = door.close()
-    await door.settle()
-    if tail:
-        record.bytes_out += len(tail)
-        await send(body_piece(tail))
-
-
-def completion_through_door(door: FrontDoor, send: Send) -> Send:
+def door_writer(door: FrontDoor, write: Write) -> Write:
     """A non-stream answer the review gate writes once settled, translated by the door (the gate
-    writes the whole body in one piece; the body's end closes the connection's response)."""
+    writes the whole body in one piece; the spaces that keep the connection alive while a
+    reviewer decides pass as they are)."""
 
-    async def translated(message: Message) -> None:
-        data = message.get("body", b"")
-        if data.strip():  # (the spaces that keep the connection alive while a reviewer decides pass)
+    async def translated(data: bytes) -> None:
+        if data.strip():
             data = door.completion(data)
             await door.settle()
-        await send({**message, "body": data})
+        await write(data)
 
     return translated
-
-
-def failure_frames(pipeline: StreamPipeline, failure: ProxyError, now_ms: float) -> bytes:
-    """The error event and [DONE] that end a broken stream, even when the pipeline itself broke."""
-    try:
-        return pipeline.fail(StreamFailure(failure.message, type=failure.type, code=failure.code), now_ms)
-    except Exception:
-        logger.exception("The stream pipeline failed while ending a stream; a plain error event is sent.")
-        payload = error_payload(failure.message, failure.type, failure.code)
-        return data_frame(orjson.dumps(payload)) + data_frame(DONE)

@@ -640,29 +640,3 @@ async def test_the_first_event_of_a_big_first_read_is_written_before_the_rest_is
     pieces = [m["body"] for m in sent if m["type"] == "http.response.body" and m["body"]]
     assert pieces[0] == events[0]  # alone: the rest of the read came after it
     assert b"".join(pieces) == body
-
-
-def test_first_event_is_cut_only_from_a_big_read_with_more_after_it() -> None:
-    from proxy.server.streaming import FIRST_EVENT_APART_BYTES, first_event
-
-    event = sse_chunk("Hello")
-    assert first_event(event * 2) == b""  # small: processed whole
-    big = event + b"x" * FIRST_EVENT_APART_BYTES
-    assert first_event(big) == event
-    assert first_event(b"data: " + b"y" * FIRST_EVENT_APART_BYTES + b"\n\n" + event) == b""  # no end in reach
-
-
-def test_first_apart_cuts_a_decoded_first_read_the_same_way() -> None:
-    # Another upstream protocol's first read arrives decoded, as pieces: the first event of its
-    # first piece goes apart, and the pieces after it stay as they came (a run keeps its texts).
-    from proxy.core.stream.chunk_template import KnownRun
-    from proxy.server.streaming import FIRST_EVENT_APART_BYTES, first_apart
-
-    event = sse_chunk("Hello")
-    big = event + b"x" * FIRST_EVENT_APART_BYTES
-    run = KnownRun(event, b"data: ", b"\n\n", ["Hello"])
-    assert first_apart(big) == (event, big[len(event) :])
-    assert first_apart(event) == (event,)
-    assert first_apart([big, run]) == ([event], [big[len(event) :], run])
-    assert first_apart([run, big]) == ([run, big],)  # (a run first: nothing to cut)
-    assert first_apart([]) == ([],)

@@ -35,6 +35,7 @@ from proxy.core.protocols.responses.upstream_request import ResponsesAnswer, ove
 from proxy.core.review.rules import NO_CLIENT_NAMES, ClientNames
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.gate import StreamGate
+from proxy.core.stream.response_stream import front_door
 from proxy.core.stream.taps import build_trace, needs_outcome, output_sink, tap_needs_detail, trace_tap
 from proxy.core.stream.trace import TraceBuilder
 
@@ -189,8 +190,7 @@ def finish_chat(
         upstream=None if effort is None else ResponsesAnswer(include_usage=wants_usage(body)),
         client_names=client_names,
     )
-    if door is not None:
-        door.planned(trace)
+    front_door(door).planned(trace)  # (the door's own notes; a chat client's door has none)
     return FinishedChat(chat_plan, context)
 
 

@@ -89,7 +89,8 @@ class Door:
         self, request: Request, record: AccessRecord
     ) -> tuple[plan.Arrival, plan.Intent, plan.Target, Body, Dialect]:
         """A request to the door read and planned as far as the chat path's first step: its
-        parsed body and its entry's dialect, the record's model and whether it streams."""
+        parsed body and its entry's dialect (the request's one lookup in the providers table: a
+        bridged request hands it on to Proxy.run_chat), the record's model and whether it streams."""
         arrival, intent, tgt = await self.proxy.arrive(request, record, parse=True)
         assert tgt.parsed is not None
         parsed = tgt.parsed

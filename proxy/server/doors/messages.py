@@ -148,7 +148,7 @@ class MessagesDoor(Door):
             arrival, tgt, chat, record, bridged.omitted_tools, query=b"", headers=chat_headers(tgt.headers)
         )
         response = await proxy.run_chat(
-            request, chat_arrival, intent, chat_tgt, chat, record, started, door=door
+            request, chat_arrival, intent, chat_tgt, chat, record, started, dialect=dialect, door=door
         )
         if record.stream and isinstance(response, RelayResponse):
             response.produce = with_pings(response.produce, s.settings.review_keepalive, record)

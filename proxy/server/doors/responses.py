@@ -28,10 +28,10 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from proxy.core import jsonio
+from proxy.core.config.providers import Dialect
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadRequest, NotFound, quoted
 from proxy.core.events import AccessRecord
-from proxy.core.plan import chat as plan_chat
 from proxy.core.plan import request as plan
 from proxy.core.policy.budgets import output_cap
 from proxy.core.protocols.expansion import Expansion
@@ -142,7 +142,7 @@ class ResponsesDoor(Door):
             if parsed.get("stream") is not None:
                 raise BadRequest("/v1/responses/compact does not stream; leave stream out.", param="stream")
             record.stream = False
-        return await self._bridge(request, arrival, intent, tgt, record, started, compact=compact)
+        return await self._bridge(request, arrival, intent, tgt, dialect, record, started, compact=compact)
 
     async def _bridge(
         self,
@@ -150,15 +150,17 @@ class ResponsesDoor(Door):
         arrival: plan.Arrival,
         intent: plan.Intent,
         tgt: plan.Target,
+        dialect: Dialect,
         record: AccessRecord,
         started: float,
         *,
         compact: bool,
     ) -> Response:
+        """A request to a chat-only upstream: bridged to the chat path, with the entry `dialect`
+        the door looked up (Door.arrive: once per request)."""
         s = self.proxy.s
         assert tgt.parsed is not None
         parsed = tgt.parsed
-        dialect = plan_chat.chat_dialect(s.table, tgt)
         tenants, ctx, expansion = self.sealing(request, tgt, dialect, str(parsed.get("model") or ""))
         tenant = tenants.current  # (what this request writes is kept under the current hash)
         own = input_items(parsed)
@@ -181,7 +183,12 @@ class ResponsesDoor(Door):
         record.request_messages = chat.get("messages")
         response_id = new_id("resp")
         frame = ResponseFrame.for_request(
-            parsed, response_id=response_id, model=str(chat.get("model") or ""), created_at=int(time.time())
+            parsed,
+            response_id=response_id,
+            model=str(chat.get("model") or ""),
+            created_at=int(time.time()),
+            clock=time.time,
+            can_store=self.store is not None,
         )
         transcoder: ResponsesTranscoder | CompactionTranscoder
         spill: list[tuple[str, bytes]] = []
@@ -209,6 +216,7 @@ class ResponsesDoor(Door):
             chat,
             record,
             started,
+            dialect=dialect,
             door=door,
             client_names=client_names(bridged.tool_names),
         )

@@ -3,8 +3,11 @@ usage and the `Response` object (what proxy.core.protocols.responses.events stre
 
 Pure. Shapes follow the openai-python types (`openai.types.responses`, checked against 3.57):
 `ResponseReasoningItem`, `ResponseOutputMessage` + `ResponseOutputText`, `ResponseFunctionToolCall`,
-`ResponseUsage`, `Response`. Every field a type requires is always present; optional ones only when
-the proxy has a value for them.
+`ResponseUsage`, `Response`, and the Open Responses specification's schemas (`ResponseResource`,
+`Message`, `FunctionCall`, `ReasoningBody`, `Usage`; tests/fixtures/openresponses/). Every field
+either requires is always present (the `Response` object: every field `ResponseResource` requires,
+`presence_penalty` and `frequency_penalty` included, which openai-python does not declare);
+optional ones only when the proxy has a value for them.
 """
 
 from __future__ import annotations
@@ -15,64 +18,121 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from proxy.core import jsonio
-from proxy.core.usage import ESTIMATED_MARKER
+from proxy.core.usage import ESTIMATED_MARKER, cached_input
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 
-# The request fields a `Response` object repeats back (fields `Response` declares).
-ECHO_KEYS = (
-    "instructions",
-    "metadata",
-    "parallel_tool_calls",
-    "temperature",
-    "tool_choice",
-    "tools",
-    "top_p",
-    "background",
-    "max_output_tokens",
-    "max_tool_calls",
-    "previous_response_id",
-    "prompt_cache_key",
-    "reasoning",
-    "safety_identifier",
-    "service_tier",
-    "text",
-    "top_logprobs",
-    "truncation",
-    "user",
+# What a `Response` repeats of its request, each with the API's documented default for a request
+# that leaves it out (a field sent as null counts as absent). Together with the fields computed in
+# `echo_fields` (tools, text, reasoning) and the ones that say what the bridge did (`background`,
+# `service_tier`), they are every field Open Responses' `ResponseResource` requires of a response
+# (docs/responses.md, "The response object"). Mutable defaults are made anew per object.
+ECHO_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "instructions": None,
+        "previous_response_id": None,
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "truncation": "disabled",
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_logprobs": 0,
+        "max_output_tokens": None,
+        "max_tool_calls": None,
+        "store": True,
+        "safety_identifier": None,
+        "prompt_cache_key": None,
+        "user": None,
+    }
 )
-# What `Response` requires and a request may leave out (the API's own defaults).
-_REQUIRED_ECHO: Mapping[str, Any] = MappingProxyType(
-    {"parallel_tool_calls": True, "tool_choice": "auto", "tools": ()}
-)
+# The request fields a `Response` repeats: those above, and the three `echo_fields` shapes.
+ECHO_KEYS = (*ECHO_DEFAULTS, "metadata", "tools", "text", "reasoning")
+# What the bridge did whatever the request asked: it answers in the request (no background mode)
+# and has no service tiers.
+BRIDGE_FACTS: Mapping[str, Any] = MappingProxyType({"background": False, "service_tier": "default"})
+# The tool types a bridged upstream gets (as chat functions); hosted tools are left out of it
+# (proxy.core.protocols.responses.tools), so a response does not list them among its tools.
+BRIDGED_TOOL_TYPES = frozenset(("function", "namespace", "custom"))
 # `ResponseError.code` is a closed set; any other code (a chat error's) becomes "server_error".
 ERROR_CODES = frozenset(("server_error", "rate_limit_exceeded", "invalid_prompt"))
+
+Clock = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
 class ResponseFrame:
     """What the caller knows of the response before the first event: its id, the model it names,
-    when it was created (epoch seconds), whether the request asked for a reasoning summary, and the
-    request fields the response repeats (`ECHO_KEYS`)."""
+    when it was created (epoch seconds), whether the request asked for a reasoning summary, the
+    request fields the response repeats (`ECHO_KEYS`; one left out gets its default) and the
+    caller's wall clock, read for `completed_at` when the response completes (the core never reads
+    the clock itself; None: `completed_at` stays null)."""
 
     id: str
     model: str
     created_at: float
     summary: bool = False
     echo: Mapping[str, Any] = field(default_factory=dict)
+    clock: Clock | None = None
 
     @classmethod
     def for_request(
-        cls, request: Mapping[str, Any], *, response_id: str, model: str, created_at: float
+        cls,
+        request: Mapping[str, Any],
+        *,
+        response_id: str,
+        model: str,
+        created_at: float,
+        clock: Clock | None = None,
+        can_store: bool = True,
     ) -> ResponseFrame:
-        """The frame of a Responses request body: its echoed fields, and `summary` when it asked
-        `reasoning.summary` (auto | concise | detailed)."""
+        """The frame of a Responses request body: its echoed fields (`echo_fields`), and `summary`
+        when it asked `reasoning.summary` (auto | concise | detailed). `can_store`: whether the
+        response can be kept at all (False: the state store is off, and `store` says false)."""
         reasoning = request.get("reasoning")
         summary = reasoning.get("summary") if isinstance(reasoning, Mapping) else None
-        echo = MappingProxyType({key: request[key] for key in ECHO_KEYS if key in request})
+        echo = echo_fields(request)
+        if not can_store:
+            echo["store"] = False
         wants = isinstance(summary, str) and summary not in ("", "none")
-        return cls(response_id, model, created_at, summary=wants, echo=echo)
+        return cls(response_id, model, created_at, summary=wants, echo=MappingProxyType(echo), clock=clock)
+
+
+def echo_fields(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a `Response` repeats of its request, as the response states them: the ones the
+    request set (not null), `tools` as the model had them (function tools with their `description`,
+    `parameters` and `strict`, null where not sent; hosted tools, left out of a bridged request, not
+    listed), `text` with its `format` (default `text`), `reasoning` as `{effort, summary}`."""
+    echo = {key: request[key] for key in ECHO_KEYS if request.get(key) is not None}
+    tools = request.get("tools")
+    if isinstance(tools, list):
+        echo["tools"] = [
+            _tool(tool)
+            for tool in tools
+            if isinstance(tool, Mapping) and tool.get("type") in BRIDGED_TOOL_TYPES
+        ]
+    text = request.get("text")
+    if isinstance(text, Mapping):
+        echo["text"] = {**text, "format": text.get("format") or {"type": "text"}}
+    reasoning = request.get("reasoning")
+    if isinstance(reasoning, Mapping):
+        summary = reasoning.get("summary")
+        echo["reasoning"] = {
+            "effort": reasoning.get("effort"),
+            "summary": reasoning.get("generate_summary") if summary is None else summary,
+        }
+    return echo
+
+
+def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        return dict(tool)  # (namespace and custom tools as declared)
+    out = {"type": "function", "name": tool.get("name")}
+    for key in ("description", "parameters", "strict"):
+        out[key] = tool.get(key)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,8 +246,10 @@ def count(container: Any, *keys: str) -> int:
 def responses_usage(usage: Any) -> dict[str, Any] | None:
     """A chat `usage` object in the Responses shape (None when there is none).
 
-    prompt_tokens → input_tokens; prompt_tokens_details.cached_tokens (or DeepSeek's
-    prompt_cache_hit_tokens) → input_tokens_details.cached_tokens; completion_tokens →
+    prompt_tokens → input_tokens; the upstream's cache hits in whichever shape it reports them
+    (proxy.core.usage.cached_input: OpenAI's prompt_tokens_details.cached_tokens, DeepSeek's
+    prompt_cache_hit_tokens, Kimi's top-level cached_tokens; 0 when it says nothing) →
+    input_tokens_details.cached_tokens; completion_tokens →
     output_tokens; completion_tokens_details.reasoning_tokens → output_tokens_details.reasoning_tokens
     (with the proxy's `reasoning_tokens_estimated` marker when it estimated the count);
     total_tokens (or their sum). `cache_write_tokens`, which the type requires, is the provider's
@@ -197,7 +259,7 @@ def responses_usage(usage: Any) -> dict[str, Any] | None:
     prompt_details = usage.get("prompt_tokens_details")
     input_tokens = count(usage, "prompt_tokens")
     output_tokens = count(usage, "completion_tokens")
-    cached = count(prompt_details, "cached_tokens") or count(usage, "prompt_cache_hit_tokens")
+    cached = cached_input(usage) or 0
     completion_details = usage.get("completion_tokens_details")
     reasoning_details: dict[str, Any] = {"reasoning_tokens": count(completion_details, "reasoning_tokens")}
     if isinstance(completion_details, Mapping) and completion_details.get(ESTIMATED_MARKER) is True:
@@ -227,12 +289,15 @@ def response_object(
     error: dict[str, Any] | None = None,
     incomplete_reason: str | None = None,
 ) -> dict[str, Any]:
-    """The `Response` object: the frame's id, model and time, the echoed request fields, and what
-    the stream has produced so far."""
+    """The `Response` object: the frame's id, model and times, the echoed request fields (their
+    defaults where the request left them out), what the bridge did, and what the stream has
+    produced so far. `completed_at` is the frame's clock when the status is completed, else null."""
+    clock = frame.clock
     out: dict[str, Any] = {
         "id": frame.id,
         "object": "response",
-        "created_at": frame.created_at,
+        "created_at": int(frame.created_at),
+        "completed_at": int(clock()) if clock is not None and status == "completed" else None,
         "model": frame.model,
         "status": status,
         "output": output,
@@ -240,12 +305,14 @@ def response_object(
         "incomplete_details": None if incomplete_reason is None else {"reason": incomplete_reason},
         "usage": usage,
     }
-    for key, default in _REQUIRED_ECHO.items():
-        value = frame.echo.get(key, default)
-        out[key] = list(value) if isinstance(value, tuple) else value
-    for key in ECHO_KEYS:
-        if key in frame.echo and key not in out:
-            out[key] = frame.echo[key]
+    echo = frame.echo
+    for key, default in ECHO_DEFAULTS.items():
+        out[key] = echo.get(key, default)
+    out["tools"] = echo.get("tools", [])
+    out["text"] = echo.get("text", {"format": {"type": "text"}})
+    out["reasoning"] = echo.get("reasoning")
+    out["metadata"] = echo.get("metadata", {})
+    out.update(BRIDGE_FACTS)
     return out
 
 

@@ -63,8 +63,8 @@ EFFORT_LEVELS: Final[Mapping[str, Level]] = MappingProxyType(
 )
 _SUMMARIES: Final = ("auto", "concise", "detailed")
 
-# Copied as they are (when not null).
-_KEPT: Final = ("model", "temperature", "top_p", "user")
+# Copied as they are (when not null): same meaning on chat (the penalties: Open Responses' fields).
+_KEPT: Final = ("model", "temperature", "top_p", "presence_penalty", "frequency_penalty", "user")
 # Mapped here, item by item (see docs/responses.md).
 _MAPPED: Final = frozenset(
     {
