@@ -7,10 +7,12 @@ proxies serve the tests, each started once per session on 127.0.0.1: one with th
 `THINKPROXY_STATE=off`, where reasoning can only survive a tool loop through the proxy's sealed
 `encrypted_content` that the client echoes back.
 
-The Node clients (Codex CLI, the AI SDK) live in tests/clients/node, installed by `npm ci` from the
-committed lockfile (.ci/run does it). On a developer machine without node or without that install
-the Node tests are skipped and the reason is printed at the end of the run; in CI (`CI=true`)
-a missing client fails instead: a test that needs a real component must run there.
+The Node clients (Codex CLI, Claude Code, the AI SDK) live in tests/clients/node. The test session
+installs them itself when node and npm are on PATH: `npm ci` from the committed lockfile, once, and
+again only when the lockfile is newer than the install (so the README's one test command runs
+them). On a developer machine without node or npm the Node tests are skipped and the reason is
+printed at the end of the run; in CI (`CI=true`) a missing client fails instead: a test that needs
+a real component must run there.
 """
 
 from __future__ import annotations
@@ -64,15 +66,56 @@ def require_module(name: str) -> None:
         missing_component(f"the Python package {name!r} is not installed (pip install -e '.[test]')")
 
 
+NPM_CI_TIMEOUT_S = 900.0  # the clients ship native binaries: a cold install downloads ~300 MB
+
+
+def needs_install(folder: Path) -> bool:
+    """Whether `folder`'s packages must be (re)installed: never installed, or its lockfile changed
+    since (npm writes node_modules/.package-lock.json at every install)."""
+    installed = folder / "node_modules" / ".package-lock.json"
+    if not installed.is_file():
+        return True
+    return (folder / "package-lock.json").stat().st_mtime > installed.stat().st_mtime
+
+
+def install_clients(folder: Path, npm: str, say: Callable[[str], None]) -> str | None:
+    """`npm ci` in `folder` from its committed lockfile; None, or why it failed."""
+    say(f"tests/clients: installing the Node clients from {folder.name}/package-lock.json (npm ci, once)")
+    try:
+        done = subprocess.run(
+            [npm, "ci", "--prefix", str(folder), "--no-audit", "--no-fund", "--loglevel=error"],
+            capture_output=True,
+            text=True,
+            timeout=NPM_CI_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"npm ci --prefix {folder} did not finish within {NPM_CI_TIMEOUT_S:.0f} s"
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return f"npm ci --prefix {folder} failed ({done.returncode}): {' / '.join(tail)}"
+    return None
+
+
 @pytest.fixture(scope="session")
-def node() -> str:
-    """The node binary, with tests/clients/node's packages installed."""
+def node(pytestconfig: pytest.Config) -> str:
+    """The node binary, with tests/clients/node's packages installed (by this session if needed)."""
     found = shutil.which("node")
     if found is None:
         missing_component("node is not on PATH (Debian: apt-get install nodejs npm)")
     assert found is not None
-    if not (NODE_DIR / "node_modules" / ".package-lock.json").is_file():
-        missing_component("tests/clients/node is not installed (npm ci --prefix tests/clients/node)")
+    if needs_install(NODE_DIR):
+        npm = shutil.which("npm")
+        if npm is None:
+            missing_component(
+                "npm is not on PATH, so tests/clients/node cannot be installed (apt-get install npm)"
+            )
+        assert npm is not None
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        say = (lambda line: reporter.write_line(line)) if reporter is not None else print
+        failure = install_clients(NODE_DIR, npm, say)
+        if failure is not None:
+            missing_component(failure)
     return found
 
 
