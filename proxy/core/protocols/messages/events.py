@@ -1,9 +1,10 @@
-"""The Messages front door's encoder: the internal event stream (normalized chat-completion chunks)
-as the events an Anthropic Messages client reads.
+"""The Messages front door's encoder: the internal event stream (the typed events read from the
+pipeline's chat chunks, proxy.core.protocols.chat_events) as the events an Anthropic Messages client
+reads.
 
-Pure and incremental. `MessagesEncoder` takes the chunks the response pipeline produces, one
-`feed(chunk)` at a time, then `end()` (`[DONE]`) or `fail(message)` (the exchange broke); each
-call returns the events it produced, as dicts shaped like the Anthropic SDK's types
+Pure and incremental. `MessagesEncoder` takes the events, `feed(events)` as they come (`Done`, or
+`end()`: `[DONE]`), or `fail(message)` (the exchange broke); each call returns the events it
+produced, as dicts shaped like the Anthropic SDK's types
 (`anthropic.types.RawMessageStreamEvent`, plus `ping` and `error`). `message()` is the `Message`
 object as the stream stands (the non-stream answer is built by the same encoder, so both agree).
 
@@ -28,12 +29,24 @@ signature, as Anthropic's own API does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.core import jsonio
-from proxy.core.protocols.responses.output import count, error_facts, first_choice
+from proxy.core.protocols.chat_events import (
+    ChatEvent,
+    Done,
+    Error,
+    Finish,
+    ReasoningDelta,
+    ReasoningDetails,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    call_index,
+)
+from proxy.core.protocols.responses.output import count
 
 __all__ = ["STOP_REASONS", "IdFactory", "MessagesEncoder", "ThinkingFacts", "ThinkingSeal", "error_event"]
 
@@ -47,9 +60,6 @@ STOP_REASONS: Final[Mapping[str, str]] = {
     "length": "max_tokens",
     "content_filter": "refusal",
 }
-# Where an upstream names the stop string that ended the answer, on the choice: vLLM's
-# `stop_reason` (a string, or a stop token's id), SGLang's `matched_stop`.
-MATCHED_STOP_FIELDS: Final = ("stop_reason", "matched_stop")
 NO_FINISH_MESSAGE: Final = "the upstream stream ended without a finish reason"
 # Error types by the chat error's code (anything else is api_error).
 _ERROR_TYPES: Final[Mapping[str, str]] = {
@@ -94,11 +104,10 @@ def error_event(message: str, type_: str = "api_error") -> Event:
     return {"type": "error", "error": {"type": type_, "message": message}}
 
 
-def matched_stop(choice: Mapping[str, Any], stop_sequences: tuple[str, ...]) -> str | None:
-    """The requested stop sequence the upstream says ended the answer, if it says so."""
-    for name in MATCHED_STOP_FIELDS:
-        value = choice.get(name)
-        if isinstance(value, str) and value in stop_sequences:
+def matched_stop(matched: tuple[str, ...], stop_sequences: tuple[str, ...]) -> str | None:
+    """The requested stop sequence the upstream says ended the answer (Finish.matched), if any."""
+    for value in matched:
+        if value in stop_sequences:
             return value
     return None
 
@@ -146,31 +155,44 @@ class MessagesEncoder:
         message["content"], message["stop_reason"] = [], None
         return [{"type": "message_start", "message": message}]
 
-    def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
+    def feed(self, events: Iterable[ChatEvent]) -> list[Event]:
+        """The events the next events of the internal stream produce. Output after the finish
+        reason is not carried (a later usage still counts)."""
         if self._finished:
             return []
         out = self.start()
-        error = chunk.get("error")
-        if error is not None:
-            message, code = error_facts(error)
-            return out + self._fail(message, _ERROR_TYPES.get(code, "api_error"))
-        if isinstance(chunk.get("usage"), Mapping):
-            self._usage = chunk["usage"]
-        choice = first_choice(chunk.get("choices"))
-        if choice is None or self._finish is not None:
-            return out
-        delta = choice.get("delta")
-        if isinstance(delta, Mapping):
-            self._delta(delta, out)
+        for event in events:
             if self._finished:
-                return out
-        finish = choice.get("finish_reason")
-        if isinstance(finish, str) and finish:
-            self._finish = finish
-            if finish == "stop":
-                self._stop_sequence = matched_stop(choice, self._stops)
-            self._stop_current(out, None)
-            self._stop_unnamed(out)
+                break
+            open_ = self._finish is None
+            if type(event) is TextDelta:
+                if open_:
+                    for text in event.texts:
+                        self._text(text, out)
+            elif type(event) is ReasoningDelta:
+                if open_:
+                    for text in event.texts:
+                        self._thinking(text, out)
+            elif type(event) is ToolCallDelta:
+                if open_:
+                    self._tool_call(event, out)
+            elif type(event) is ReasoningDetails:
+                current = self._current
+                if open_ and current is not None and current.kind == "thinking":
+                    current.details.extend(event.details)
+            elif type(event) is Usage:
+                self._usage = event.usage
+            elif type(event) is Finish:
+                if open_:
+                    self._finish = finish = event.reason
+                    if finish == "stop":
+                        self._stop_sequence = matched_stop(event.matched, self._stops)
+                    self._stop_current(out, None)
+                    self._stop_unnamed(out)
+            elif type(event) is Error:
+                out += self._fail(event.message, _ERROR_TYPES.get(event.code, "api_error"))
+            elif type(event) is Done:
+                out += self.end()
         return out
 
     def delta_frame(self, reasoning: bool) -> tuple[bytes, bytes] | None:
@@ -238,29 +260,16 @@ class MessagesEncoder:
     def _stop_reason(self, finish: str) -> str | None:
         return "stop_sequence" if self._stop_sequence is not None else STOP_REASONS.get(finish)
 
-    def _delta(self, delta: Mapping[str, Any], out: list[Event]) -> None:
-        reasoning = delta.get("reasoning_content")
-        if not (isinstance(reasoning, str) and reasoning):
-            reasoning = delta.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            block = self._open("thinking", out)
-            block.text.append(reasoning)
-            if self._show:
-                self._delta_event(out, block, {"type": "thinking_delta", "thinking": reasoning})
-        details = delta.get("reasoning_details")
-        current = self._current
-        if isinstance(details, list) and current is not None and current.kind == "thinking":
-            current.details.extend(details)
-        content = delta.get("content")
-        if isinstance(content, str) and content:
-            block = self._open("text", out)
-            block.text.append(content)
-            self._delta_event(out, block, {"type": "text_delta", "text": content})
-        calls = delta.get("tool_calls")
-        if isinstance(calls, list):
-            for fragment in calls:
-                if isinstance(fragment, Mapping) and not self._finished:
-                    self._tool_call(fragment, out)
+    def _thinking(self, text: str, out: list[Event]) -> None:
+        block = self._open("thinking", out)
+        block.text.append(text)
+        if self._show:
+            self._delta_event(out, block, {"type": "thinking_delta", "thinking": text})
+
+    def _text(self, text: str, out: list[Event]) -> None:
+        block = self._open("text", out)
+        block.text.append(text)
+        self._delta_event(out, block, {"type": "text_delta", "text": text})
 
     def _open(self, kind: str, out: list[Event]) -> _Block:
         current = self._current
@@ -277,27 +286,26 @@ class MessagesEncoder:
         out.append({"type": "content_block_start", "index": block.index, "content_block": start})
         return block
 
-    def _tool_call(self, fragment: Mapping[str, Any], out: list[Event]) -> None:
-        call_id = fragment.get("id")
-        index = fragment.get("index")
-        if type(index) is not int:
-            index = self._index_of(call_id)
-        function = fragment.get("function")
-        function = function if isinstance(function, Mapping) else {}
-        name, arguments = function.get("name"), function.get("arguments")
+    def _tool_call(self, fragment: ToolCallDelta, out: list[Event]) -> None:
+        index = fragment.chat_index
+        if index is None:
+            index = call_index(
+                fragment.call_id, {i: b.call_id for i, b in self._calls.items()}, self._last_call
+            )
+        name, arguments = fragment.name, fragment.arguments
         block = self._calls.get(index)
         if block is None:
             block = _Block("tool_use", -1)
-            block.call_id = call_id if isinstance(call_id, str) and call_id else self._new_id("toolu")
+            block.call_id = fragment.call_id or self._new_id("toolu")
             self._calls[index] = block
         elif block.stopped:
-            if isinstance(arguments, str) and arguments:
+            if arguments:
                 self._finished_with(out, "the upstream interleaved the arguments of parallel tool calls")
             return
         self._last_call = index
-        if isinstance(name, str) and name and not block.name:
+        if name and not block.name:
             block.name = name
-        if isinstance(arguments, str) and arguments:
+        if arguments:
             block.text.append(arguments)
             if block.index >= 0:
                 self._delta_event(out, block, {"type": "input_json_delta", "partial_json": arguments})
@@ -313,15 +321,6 @@ class MessagesEncoder:
         out.append({"type": "content_block_start", "index": block.index, "content_block": start})
         if block.text:
             self._delta_event(out, block, {"type": "input_json_delta", "partial_json": "".join(block.text)})
-
-    def _index_of(self, call_id: Any) -> int:
-        if isinstance(call_id, str) and call_id:
-            for index, block in self._calls.items():
-                if block.call_id == call_id:
-                    return index
-        elif self._last_call is not None:
-            return self._last_call
-        return max(self._calls, default=-1) + 1
 
     def _stop_current(self, out: list[Event], next_call_id: str | None) -> None:
         """The open block stopped (a thinking block sealed, bound to the call that follows it)."""

@@ -13,12 +13,12 @@ returns the events it completes (proxy.core.protocols.messages.events):
   Anthropic's `ping` event; every other comment (the trace's `: trace {…}`) passes as it is: the
   Anthropic SDKs skip comments, and no event type is invented for the trace.
 
-Most of a stream is runs of chunks of more of the same (the next piece of reasoning or of the
-answer; the pipeline passes them on as the upstream's bytes). A run is read the pipeline's way, by
-the ChunkTemplate of the last such chunk decoded (proxy.core.stream.chunk_template), without
-decoding each chunk: while the matching block is open, each text joins it and its
-`content_block_delta` is written as fixed bytes around the text's JSON string (nothing for thinking
-not shown), byte for byte what decoding it would write.
+The output is read once into typed events (proxy.core.protocols.chat_events.ChatEventReader): most
+of a stream is runs of chunks of more of the same (the next piece of reasoning or of the answer),
+which the reader gives as one event carrying its texts, read by their shape without decoding each
+chunk, or taken as the pipeline hands them over. While the matching block is open, each text joins
+it and its `content_block_delta` is written as fixed bytes around the text's JSON string (nothing
+for thinking not shown), byte for byte what the encoder's general path writes.
 
 The first bytes of the stream are `message_start` and a `ping`, as Anthropic's API sends them.
 `close()` ends a stream that stopped without `[DONE]` with an `error` event (never one that looks
@@ -30,34 +30,32 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import orjson
-
 from proxy.core import jsonio
-from proxy.core.protocols.messages.events import (
-    MATCHED_STOP_FIELDS,
-    IdFactory,
-    MessagesEncoder,
-    ThinkingSeal,
-    error_event,
+from proxy.core.protocols.chat_events import (
+    ChatEvent,
+    ChatEventReader,
+    Comment,
+    Error,
+    ReasoningDelta,
+    TextDelta,
+    completion_events,
 )
-from proxy.core.protocols.messages.runs import take_run
-from proxy.core.protocols.responses.output import error_facts, first_choice, frames
-from proxy.core.stream import chunk_template
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, template_of_run
-from proxy.core.stream.sse import SSEDecoder
+from proxy.core.protocols.messages.events import IdFactory, MessagesEncoder, ThinkingSeal, error_event
+from proxy.core.protocols.responses.output import frames
+from proxy.core.stream.chunk_template import KnownRun
 
 __all__ = ["CUT_SHORT", "MessagesTranscoder", "message_from_completion"]
 
-DONE: Final = b"[DONE]"
 CUT_SHORT: Final = "the answer ended before it was complete (the stream stopped without its end)"
 KEEPALIVE: Final = b": keep-alive"
 PING: Final = b'event: ping\ndata: {"type":"ping"}\n\n'
-# The pipeline bounds events itself; this decoder only re-reads what the pipeline wrote.
-_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
 
 
 class MessagesTranscoder:
-    """One message's translation (stream or non-stream, not both)."""
+    """One message's translation (stream or non-stream, not both).
+
+    `templates=False` (the tests' reference) reads every chunk alone and writes every event through
+    the encoder's general path: no run read by its shape, no delta written directly."""
 
     def __init__(
         self,
@@ -81,16 +79,8 @@ class MessagesTranscoder:
             show_thinking=show_thinking,
             stop_sequences=stop_sequences,
         )
-        self._decoder = SSEDecoder(_MAX_EVENT_BYTES)
-        # The shape of the last plain text chunk decoded; `templates=False` (the tests' reference:
-        # every event decoded) never learns one.
-        self._template: ChunkTemplate | None = None
-        self._templates = templates
-        # True once a template came with a run handed over (feed_pieces): the runs bring their own
-        # from then on, and the chunks decoded between them need not teach one.
-        self._adopted = False
-        self._decoded = 0  # chunks decoded
-        self.hits = 0  # chunks read by their template, not decoded
+        self.reader = ChatEventReader(templates=templates)
+        self._direct = templates
         self._final: dict[str, Any] | None = None
         self._whole = False  # the stream reached message_stop
 
@@ -101,93 +91,29 @@ class MessagesTranscoder:
             self._final = self._encoder.message()
         return self._final
 
+    @property
+    def hits(self) -> int:
+        """Chunks read as runs (by their shape, or handed over with their texts), not decoded."""
+        return self.reader.taken + self.reader.handed
+
     def start(self) -> bytes:
         """`message_start` and a `ping`, once."""
         events = self._encoder.start()
         return frames(events) + PING if events else b""
 
     def feed(self, data: bytes) -> bytes:
-        out: list[bytes] = [self.start()]
-        pos, size = 0, len(data)
-        decoder = self._decoder
-        while pos < size:
-            template = self._template
-            if (
-                template is not None
-                and template.event_prefix is not None
-                and decoder.idle
-                and data.startswith(template.event_prefix, pos)
-            ):
-                end = self._run(template, data, pos, out)
-                if end > pos:
-                    pos = end
-                    continue
-            cut = data.find(b"\n\n", pos)
-            end = size if cut < 0 else cut + 2
-            for event in decoder.feed(data[pos:end] if pos or end < size else data):
-                self._event(event.raw, event.data, out)
-            pos = end
-        return b"".join(out)
+        return self._write(self.reader.feed(data))
 
     def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
-        """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks this
-        transcoder's template reads is taken from its texts, its bytes not scanned again."""
-        out: list[bytes] = [self.start()]
-        for piece in pieces:
-            if isinstance(piece, bytes):
-                out.append(self.feed(piece))
-            elif not self._known(piece, out):
-                out.append(self.feed(piece.data))
-        return b"".join(out)
-
-    def _known(self, run: KnownRun, out: list[bytes]) -> bool:
-        """A run of the chunks of this transcoder's template, taken from its texts (as `_run` takes
-        them from the bytes); False: not such a run, or not at a point where its texts are enough."""
-        if not self._templates:
-            return False
-        self._adopted |= run.template is not None  # (from now on the runs bring their templates)
-        template = template_of_run(self._template, run)
-        if template is None or not self._decoder.idle:
-            return False
-        self._template = template
-        frame = self._encoder.delta_frame(template.reasoning)
-        if frame is None:
-            return False
-        texts = run.texts
-        self._encoder.extend(texts)
-        self.hits += len(texts)
-        head, tail = frame
-        if head:  # (as the encoder writes each text)
-            inside = jsonio.string_insides(texts)
-            out.append(head + b'"' + (b'"' + tail + head + b'"').join(inside) + b'"' + tail)
-        return True
-
-    def _run(self, template: ChunkTemplate, data: bytes, start: int, out: list[bytes]) -> int:
-        """Where the run of `template`'s chunks from `start` ends (`start`: none taken), their
-        events added to `out`."""
-        frame = self._encoder.delta_frame(template.reasoning)
-        if frame is None:
-            return start
-        assert template.event_prefix is not None
-        end, tokens, texts, canonical = take_run(data, start, template.event_prefix, template.suffix)
-        if not tokens:
-            return start
-        self._encoder.extend(texts)
-        self.hits += len(tokens)
-        head, tail = frame
-        if head:
-            if not canonical:
-                tokens = [orjson.dumps(text) for text in texts]  # (as the encoder writes each one)
-            out.append(head + (tail + head).join(tokens) + tail)
-        return end
+        """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks the reader
+        reads by their shape is taken from its texts, its bytes not scanned again."""
+        return self._write(self.reader.feed_pieces(pieces))
 
     def close(self) -> bytes:
-        out: list[bytes] = [self.start()]
-        for event in self._decoder.flush():
-            self._event(event.raw, event.data, out)
+        out = self._write(self.reader.close())
         if not self._encoder.finished:
-            out.append(frames(self._encoder.fail(CUT_SHORT)))
-        return b"".join(out)
+            out += frames(self._encoder.fail(CUT_SHORT))
+        return out
 
     def completion(self, body: bytes) -> bytes:
         try:
@@ -208,42 +134,62 @@ class MessagesTranscoder:
             self._final = message
         return jsonio.dumps(message)
 
-    def _event(self, raw: bytes, data: bytes | None, out: list[bytes]) -> None:
-        if data is None:
-            lines = [line for line in raw.splitlines() if line.startswith(b":")]
-            comments = [line + b"\n" for line in lines if line != KEEPALIVE]
-            if comments:
-                out.append(b"".join(comments) + b"\n")
-            if len(comments) < len(lines) and not self._encoder.finished:
-                out.append(PING)
-            return
-        if data == DONE:
-            events = self._encoder.end()
-        else:
-            try:
-                chunk = jsonio.loads(data)
-            except ValueError:
-                chunk = None
-            events = []
-            if isinstance(chunk, dict):
-                events = self._encoder.feed(chunk)
-                if self._templates and not self._adopted:
-                    self._learn(data, chunk)
-        if events and events[-1]["type"] == "message_stop":
-            self._whole = True  # (the Message is built only when asked for: `final`)
-        out.append(frames(events))
+    def _write(self, events: list[ChatEvent]) -> bytes:
+        """The bytes of `events`, after the opening ones (once). The proxy's keep-alives (written
+        while a reviewer decides) become Anthropic's `ping`; other comment lines (the trace's) pass
+        as they are: the Anthropic SDKs skip comments."""
+        encoder = self._encoder
+        out: list[bytes] = [self.start()]
+        batch: list[ChatEvent] = []  # (events the encoder takes in one call)
+        for event in events:
+            if type(event) is TextDelta or type(event) is ReasoningDelta:
+                if batch:
+                    out.append(self._frames(encoder.feed(batch)))
+                    batch = []
+                self._texts(type(event) is ReasoningDelta, event.texts, out)
+            elif type(event) is Comment:
+                if batch:
+                    out.append(self._frames(encoder.feed(batch)))
+                    batch = []
+                comments = [line + b"\n" for line in event.lines if line != KEEPALIVE]
+                if comments:
+                    out.append(b"".join(comments) + b"\n")
+                if len(comments) < len(event.lines) and not encoder.finished:
+                    out.append(PING)
+            else:
+                batch.append(event)
+        if batch:
+            out.append(self._frames(encoder.feed(batch)))
+        return b"".join(out)
 
-    def _learn(self, data: bytes, chunk: dict[str, Any]) -> None:
-        """The template of a plain text chunk of choice 0 (the shape of more of the same). Not
-        the stream's first chunk: it usually carries what no later chunk does (`role`)."""
-        self._decoded += 1
-        template = self._template
-        if self._decoded == 1:
-            return
-        if chunk.get("error") is None and (template is None or template.text_of(data) is None):
-            learned = chunk_template.learn(data, chunk)
-            if learned is not None and learned.index == 0:
-                self._template = learned
+    def _frames(self, written: list[dict[str, Any]]) -> bytes:
+        if written and written[-1]["type"] == "message_stop":
+            self._whole = True  # (the Message is built only when asked for: `final`)
+        return frames(written)
+
+    def _texts(self, reasoning: bool, texts: list[str], out: list[bytes]) -> None:
+        """Text deltas: while their block is open, each text joins it and its delta is written as
+        the fixed bytes around the text's JSON string; the one that opens a block (or every one,
+        in the reference) through the encoder."""
+        encoder = self._encoder
+        done = 0
+        while done < len(texts):
+            frame = encoder.delta_frame(reasoning) if self._direct else None
+            if frame is not None:
+                rest = texts[done:] if done else texts
+                encoder.extend(rest)
+                head, tail = frame
+                if not head:  # (thinking not shown: nothing written)
+                    pass
+                elif len(rest) == 1:
+                    out.append(head + jsonio.dumps(rest[0]) + tail)
+                else:  # (as the encoder writes each text)
+                    inside = jsonio.string_insides(rest)
+                    out.append(head + b'"' + (b'"' + tail + head + b'"').join(inside) + b'"' + tail)
+                return
+            one = [texts[done]]
+            out.append(frames(encoder.feed((ReasoningDelta(one) if reasoning else TextDelta(one),))))
+            done += 1
 
 
 def message_from_completion(
@@ -268,25 +214,11 @@ def message_from_completion(
         show_thinking=show_thinking,
         stop_sequences=stop_sequences,
     )
-    error = completion.get("error")
-    if error is not None:
-        return error_event(error_facts(error)[0])
-    choice = first_choice(completion.get("choices"))
-    if choice is None:
-        return error_event("the upstream's answer has no choice")
-    message = choice.get("message")
-    delta = dict(message) if isinstance(message, Mapping) else {}
-    calls = delta.get("tool_calls")
-    if isinstance(calls, list):
-        delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, Mapping)]
-    finish = choice.get("finish_reason")
-    finish = finish if isinstance(finish, str) and finish else "stop"
-    reported = {name: choice[name] for name in MATCHED_STOP_FIELDS if name in choice}
-    chunk = {
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, **reported}],
-        "usage": completion.get("usage"),
-    }
-    events = encoder.feed(chunk) + encoder.end()
-    if events and events[-1]["type"] == "error":
-        return events[-1]
+    events = completion_events(completion)
+    first = events[0]
+    if isinstance(first, Error):  # (the completion's error as it is: no type read from its code)
+        return error_event(first.message)
+    written = encoder.feed(events)
+    if written and written[-1]["type"] == "error":
+        return written[-1]
     return encoder.message()

@@ -1,9 +1,10 @@
-"""The Responses front door's encoder: the internal event stream (normalized chat-completion
-chunks) as the event stream a Responses client reads (issue 28, item 3).
+"""The Responses front door's encoder: the internal event stream (the typed events read from the
+pipeline's chat chunks, proxy.core.protocols.chat_events) as the event stream a Responses client
+reads (issue 28, item 3).
 
-Pure and incremental. `ResponsesEncoder` takes the chunks the response pipeline produces, one
-`feed(chunk)` at a time, then `end()` (the stream ended) or `fail(message)` (the exchange broke);
-each call returns the events it produced, as dicts shaped like the openai-python types
+Pure and incremental. `ResponsesEncoder` takes the events, `feed(events)` as they come (`Done`, or
+`end()`: the stream ended), or `fail(message)` (the exchange broke); each call returns the events
+it produced, as dicts shaped like the openai-python types
 (`openai.types.responses.ResponseStreamEvent`), numbered by `sequence_number` from 0. `frame` /
 `frames` write them as SSE (`event: <type>` + `data: <json>`); there is no `[DONE]`.
 
@@ -43,10 +44,22 @@ What each item holds and looks like: proxy.core.protocols.responses.items.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from proxy.core import jsonio
+from proxy.core.protocols.chat_events import (
+    ChatEvent,
+    Done,
+    Error,
+    Finish,
+    ReasoningDelta,
+    ReasoningDetails,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    call_index,
+)
 from proxy.core.protocols.responses.items import StreamItem, is_custom, item_dict
 from proxy.core.protocols.responses.output import (
     IdFactory,
@@ -56,7 +69,6 @@ from proxy.core.protocols.responses.output import (
     ResponseStatus,
     Seal,
     custom_input,
-    error_facts,
     first_choice,
     frame,
     frames,
@@ -118,6 +130,9 @@ class ResponsesEncoder:
         self._last_call: int | None = None
         self._finish: str | None = None
         self._usage: Any = None
+        # The frame of a text delta of the item streaming (text_delta_frames), and that item.
+        self._form_item: StreamItem | None = None
+        self._form = b""
 
     @property
     def finished(self) -> bool:
@@ -133,72 +148,83 @@ class ResponsesEncoder:
             self._emit(out, "response.in_progress", response=self.response())
         return out
 
-    def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
-        """The events one chunk of the internal stream produces."""
+    def feed(self, events: Iterable[ChatEvent]) -> list[Event]:
+        """The events the next events of the internal stream produce. Output after the finish
+        reason is not carried (a later usage still counts)."""
         if self._finished:
             return []
         out = self.start()
-        error = chunk.get("error")
-        if error is not None:
-            return out + self._failed(*error_facts(error))
-        if isinstance(chunk.get("usage"), Mapping):
-            self._usage = chunk["usage"]
-        choice = first_choice(chunk.get("choices"))
-        if choice is None or self._finish is not None:
-            return out
-        delta = choice.get("delta")
-        if isinstance(delta, Mapping):
-            self._delta(delta, out)
-        finish = choice.get("finish_reason")
-        if isinstance(finish, str) and finish:
-            self._finish = finish
-            self._close(out, "incomplete" if finish in INCOMPLETE_REASONS else "completed")
+        for event in events:
+            if self._finished:
+                break
+            open_ = self._finish is None
+            if type(event) is TextDelta:
+                if open_:
+                    for text in event.texts:
+                        self._text(text, out)
+            elif type(event) is ReasoningDelta:
+                if open_:
+                    for text in event.texts:
+                        self._reasoning(text, out)
+            elif type(event) is ToolCallDelta:
+                if open_:
+                    self._tool_call(event, out)
+            elif type(event) is ReasoningDetails:
+                current = self._current if self._current is not None else self._pending
+                if open_ and current is not None and current.kind == "reasoning":
+                    current.details.extend(event.details)
+            elif type(event) is Usage:
+                self._usage = event.usage
+            elif type(event) is Finish:
+                if open_:
+                    self._finish = event.reason
+                    self._close(out, "incomplete" if event.reason in INCOMPLETE_REASONS else "completed")
+            elif type(event) is Error:
+                out += self._failed(event.message, event.code)
+            elif type(event) is Done:
+                out += self.end()
         return out
 
-    def streaming(self, reasoning: bool) -> bool:
-        """Whether a text delta of this kind only continues the item streaming (text_delta_frame)."""
-        item = self._current
-        if item is None or not item.begun or self._finished or self._finish is not None:
-            return False
-        return item.kind == ("reasoning" if reasoning else "message")
-
-    def text_delta_frame(self, reasoning: bool, text: str) -> bytes | None:
-        """text_delta_frames for one text (a paced stream's chunk)."""
-        return self.text_delta_frames(reasoning, (text,))
-
     def text_delta_frames(self, reasoning: bool, texts: Sequence[str]) -> bytes | None:
-        """Plain text deltas of the item streaming (most chunks), written directly: byte for byte
-        `frames(feed(chunk))` for each text's chunk in turn, without building the events. None:
-        not that case (or a text is empty), `feed` them instead."""
+        """Text deltas that continue the item streaming (most of a stream: a run's texts, or one
+        chunk's), written directly: byte for byte `frames(feed([TextDelta([text])]))` (or
+        ReasoningDelta) for each text in turn, without building the events. None: not that case
+        (no such item streaming, or a text is empty), `feed` them instead."""
         item = self._current
         if item is None or not item.begun or self._finished or self._finish is not None or not all(texts):
             return None
-        if reasoning:
-            if item.kind != "reasoning":
-                return None
+        if item.kind != ("reasoning" if reasoning else "message"):
+            return None
+        form = self._form if self._form_item is item else self._delta_form(item)
+        item.text += texts
+        seq = self._seq
+        self._seq = seq + len(texts)
+        # each frame one % format; the texts' JSON from one orjson call
+        if len(texts) == 1:
+            return form % (seq, jsonio.dumps(texts[0])[1:-1])
+        return b"".join([form % frame for frame in enumerate(jsonio.string_insides(texts), seq)])
+
+    def _delta_form(self, item: StreamItem) -> bytes:
+        """The bytes of a text delta frame of `item` around its number (%d) and its text's JSON
+        string's insides (%s), kept while the item streams."""
+        if item.kind == "reasoning":
             summary = self._frame.summary
             kind = b"response.reasoning_summary_text.delta" if summary else b"response.reasoning_text.delta"
             index = b',"summary_index":0,"delta":' if summary else b',"content_index":0,"delta":'
             tail = b"}"
-        elif item.kind == "message":
+        else:
             kind, index, tail = (
                 b"response.output_text.delta",
                 b',"content_index":0,"delta":',
                 b',"logprobs":[]}',
             )
-        else:
-            return None
-        item.text += texts
-        seq = self._seq
-        self._seq = seq + len(texts)
         head = b"event: " + kind + b'\ndata: {"type":"' + kind + b'","sequence_number":'
         middle = (
             b',"item_id":"' + item.item_id.encode() + b'","output_index":' + b"%d" % item.output_index + index
         )
-        # head, number, middle, text, end: the texts from one orjson call, each frame one % format
         form = head + b"%d" + middle.replace(b"%", b"%%") + b'"%s"' + tail + b"\n\n"
-        inside = jsonio.string_insides(texts)
-        return b"".join([form % frame for frame in enumerate(inside, seq)])
+        self._form_item, self._form = item, form
+        return form
 
     def end(self) -> list[Event]:
         """The stream ended: the terminal event (failed when no finish reason came)."""
@@ -226,25 +252,6 @@ class ResponsesEncoder:
     # ----------------------------------------------------------------------------------------------
     # Deltas
     # ----------------------------------------------------------------------------------------------
-    def _delta(self, delta: Mapping[str, Any], out: list[Event]) -> None:
-        reasoning = delta.get("reasoning_content")
-        if not (isinstance(reasoning, str) and reasoning):
-            reasoning = delta.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            self._reasoning(reasoning, out)
-        details = delta.get("reasoning_details")
-        current = self._current if self._current is not None else self._pending
-        if isinstance(details, list) and current is not None and current.kind == "reasoning":
-            current.details.extend(details)
-        content = delta.get("content")
-        if isinstance(content, str) and content:
-            self._text(content, out)
-        tool_calls = delta.get("tool_calls")
-        if isinstance(tool_calls, list):
-            for fragment in tool_calls:
-                if isinstance(fragment, Mapping):
-                    self._tool_call(fragment, out)
-
     def _open(self, kind: str, prefix: str, out: list[Event]) -> StreamItem:
         """The open item of `kind`, or a new one after whatever else was open is done."""
         current = self._current
@@ -280,7 +287,7 @@ class ResponsesEncoder:
         self._emit(out, "response.output_text.delta", **at, content_index=0, delta=text, logprobs=[])
         item.text.append(text)
 
-    def _tool_call(self, fragment: Mapping[str, Any], out: list[Event]) -> None:
+    def _tool_call(self, fragment: ToolCallDelta, out: list[Event]) -> None:
         """One `tool_calls[i]` fragment. A call is announced once its name is known (arguments
         that came before follow at once); a fragment without an index continues the open call
         with its id, else starts a new call for a new id, else continues the last call."""
@@ -290,38 +297,28 @@ class ResponsesEncoder:
             self._pending, self._current = current, None
         elif current is not None:
             self._close(out, "completed")
-        call_id = fragment.get("id")
-        index = fragment.get("index")
-        if type(index) is not int:
-            index = self._index_of(call_id)
+        index = fragment.chat_index
+        if index is None:
+            index = call_index(
+                fragment.call_id, {i: c.call_id for i, c in self._calls.items()}, self._last_call
+            )
         call = self._calls.get(index)
         if call is None:
             call = self._calls[index] = StreamItem("function_call", self._new_id("fc"))
         self._last_call = index
-        if isinstance(call_id, str) and call_id and not call.call_id:
-            call.call_id = call_id
+        if fragment.call_id and not call.call_id:
+            call.call_id = fragment.call_id
         if call.extra is None:
-            call.extra = fragment.get("extra_content")
-        function = fragment.get("function")
-        function = function if isinstance(function, Mapping) else {}
-        name, arguments = function.get("name"), function.get("arguments")
-        if isinstance(name, str) and name and not call.name:
+            call.extra = fragment.extra
+        name, arguments = fragment.name, fragment.arguments
+        if name and not call.name:
             call.name = name
-        if isinstance(arguments, str) and arguments:
+        if arguments:
             call.text.append(arguments)
             if call.begun and not self._is_custom(call):
                 self._emit(out, "response.function_call_arguments.delta", **self._at(call), delta=arguments)
         if not call.begun and call.name:
             self._begin_call(call, out)
-
-    def _index_of(self, call_id: Any) -> int:
-        if isinstance(call_id, str) and call_id:
-            for index, call in self._calls.items():
-                if call.call_id == call_id:
-                    return index
-        elif self._last_call is not None:
-            return self._last_call
-        return max(self._calls, default=-1) + 1
 
     def _begin_call(self, call: StreamItem, out: list[Event]) -> None:
         if not call.call_id:

@@ -5,9 +5,11 @@ Pure and incremental. The bridge runs the chat path unchanged (reasoning normali
 replay capture, the review gate) and translates its output last, so every feature of the chat
 path holds here by construction (docs/architecture.md: one internal exchange, one adapter pair
 per front door). `ResponsesTranscoder.feed(bytes)` takes the pipeline's output as written, in any
-split, and returns the Responses events it completes:
+split, and returns the Responses events it completes. The output is read once into typed events
+(proxy.core.protocols.chat_events.ChatEventReader), which the encoder
+(proxy.core.protocols.responses.events.ResponsesEncoder) turns into Responses events:
 
-- a `data:` chunk → proxy.core.protocols.responses.events.ResponsesEncoder;
+- a `data:` chunk → its events (reasoning and text deltas, tool call fragments, usage, finish);
 - `data: [DONE]` → the terminal event (`response.completed` / `incomplete`, or `failed` when no
   finish reason came); an error chunk (the pipeline's own mid-stream failure event, an upstream's
   error) → `response.failed`;
@@ -26,23 +28,30 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core.protocols.responses.events import ResponsesEncoder, first_choice, frames
+from proxy.core.protocols.chat_events import (
+    ChatEvent,
+    ChatEventReader,
+    Comment,
+    ReasoningDelta,
+    TextDelta,
+    completion_events,
+)
+from proxy.core.protocols.responses.events import ResponsesEncoder, frames
 from proxy.core.protocols.responses.output import IdFactory, ResponseFrame, Seal
 from proxy.core.protocols.responses.tools import ToolName
-from proxy.core.stream import chunk_template
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, template_of_run
-from proxy.core.stream.sse import SSEDecoder
+from proxy.core.stream.chunk_template import KnownRun
 
 __all__ = ["CUT_SHORT", "ResponsesTranscoder", "response_from_completion"]
 
-DONE = b"[DONE]"
 CUT_SHORT = "the answer ended before it was complete (the stream stopped without its end)"
-# The pipeline bounds events itself; this decoder only re-reads what the pipeline wrote.
-_MAX_EVENT_BYTES = 64 * 1024 * 1024
+_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
 class ResponsesTranscoder:
-    """One response's translation (stream or non-stream, not both)."""
+    """One response's translation (stream or non-stream, not both).
+
+    `templates=False` (the tests' reference) reads every chunk alone and writes every event through
+    the encoder's general path: no run read by its shape, no delta frame written directly."""
 
     def __init__(
         self,
@@ -51,15 +60,15 @@ class ResponsesTranscoder:
         seal: Seal,
         new_id: IdFactory,
         tool_names: Mapping[str, ToolName] | None = None,
+        templates: bool = True,
     ) -> None:
         self._frame = frame
         self._seal = seal
         self._new_id = new_id
         self._tool_names = tool_names
         self._encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names)
-        self._decoder = SSEDecoder(_MAX_EVENT_BYTES)
-        self._template: ChunkTemplate | None = None  # of the last plain text delta decoded
-        self._adopted = False  # a run handed over brought its template: runs bring their own since
+        self._reader = ChatEventReader(templates=templates)
+        self._direct = templates
         self.final: dict[str, Any] | None = None
 
     @property
@@ -72,62 +81,21 @@ class ResponsesTranscoder:
 
     def feed(self, data: bytes) -> bytes:
         """The events the pipeline's next output completes; the first call opens the response
-        (`response.created`, `response.in_progress`) whatever it carries.
-
-        Runs of chunks of more of the same (most of a stream: the pipeline passes them on as the
-        upstream's bytes) are read the pipeline's way, by their ChunkTemplate, without decoding:
-        each text becomes its delta frame directly. Everything else is decoded event by event."""
-        out: list[bytes] = [self.start()]
-        pos, size = 0, len(data)
-        decoder = self._decoder
-        while pos < size:
-            template = self._template
-            if (
-                template is not None
-                and template.event_prefix is not None
-                and decoder.idle
-                and data.startswith(template.event_prefix, pos)
-                and self._encoder.streaming(template.reasoning)
-            ):
-                end, texts = template.take_texts(data, pos, _MAX_EVENT_BYTES, False)
-                if end > pos:
-                    written = self._encoder.text_delta_frames(template.reasoning, texts)
-                    assert written is not None  # (the item streams this kind of text; none is empty)
-                    out.append(written)
-                    pos = end
-                    continue
-            cut = data.find(b"\n\n", pos)
-            end = size if cut < 0 else cut + 2
-            for event in decoder.feed(data[pos:end] if pos or end < size else data):
-                self._event(event.raw, event.data, out)
-            pos = end
-        return b"".join(out)
+        (`response.created`, `response.in_progress`) whatever it carries. Runs of chunks of more of
+        the same (most of a stream) come from the reader as one event each, written in one go."""
+        return self._write(self._reader.feed(data))
 
     def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
-        """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks this
-        transcoder's template reads is written from its texts, its bytes not scanned again."""
-        out: list[bytes] = [self.start()]
-        for piece in pieces:
-            if isinstance(piece, bytes):
-                out.append(self.feed(piece))
-                continue
-            self._adopted |= piece.template is not None  # (from now on the runs bring their templates)
-            template = template_of_run(self._template, piece)
-            written = None
-            if template is not None and self._decoder.idle:
-                self._template = template
-                written = self._encoder.text_delta_frames(template.reasoning, piece.texts)
-            out.append(self.feed(piece.data) if written is None else written)
-        return b"".join(out)
+        """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks the reader
+        reads by their shape is written from its texts, its bytes not scanned again."""
+        return self._write(self._reader.feed_pieces(pieces))
 
     def close(self) -> bytes:
         """The end of the pipeline's output: what is left, and `response.failed` if it never ended."""
-        out: list[bytes] = [self.start()]
-        for event in self._decoder.flush():
-            self._event(event.raw, event.data, out)
+        out = self._write(self._reader.close())
         if not self._encoder.finished:
-            out.append(self._emit(self._encoder.fail(CUT_SHORT)))
-        return b"".join(out)
+            out += self._emit(self._encoder.fail(CUT_SHORT))
+        return out
 
     def completion(self, body: bytes) -> bytes:
         """A whole chat completion (as the pipeline wrote it) → the `Response` object's JSON."""
@@ -143,50 +111,46 @@ class ResponsesTranscoder:
         self.final = response
         return jsonio.dumps(response)
 
-    def _event(self, raw: bytes, data: bytes | None, out: list[bytes]) -> None:
-        if data is None:
-            comments = b"".join(line + b"\n" for line in raw.splitlines() if line.startswith(b":"))
-            if comments:
-                out.append(comments + b"\n")
-            return
-        if data == DONE:
-            out.append(self._emit(self._encoder.end()))
-            return
-        try:
-            chunk = jsonio.loads(data)
-        except ValueError:
-            chunk = None
-        if isinstance(chunk, dict):
-            fast = self._text_delta(chunk)
-            out.append(fast if fast is not None else self._emit(self._encoder.feed(chunk)))
-            if (
-                fast is not None
-                and not self._adopted
-                and (self._template is None or self._template.text_of(data) is None)
-            ):
-                self._template = chunk_template.learn(data, chunk)  # the shape of more of the same
+    def _write(self, events: list[ChatEvent]) -> bytes:
+        """The bytes of `events`, after the opening ones (once). Comment lines (the trace's, keep-
+        alives) pass as they are: every Responses SDK skips comments."""
+        encoder = self._encoder
+        out: list[bytes] = [self.start()]
+        batch: list[ChatEvent] = []  # (events the encoder takes in one call)
+        for event in events:
+            if type(event) is TextDelta or type(event) is ReasoningDelta:
+                if batch:
+                    out.append(self._emit(encoder.feed(batch)))
+                    batch = []
+                self._texts(type(event) is ReasoningDelta, event.texts, out)
+            elif type(event) is Comment:
+                if batch:
+                    out.append(self._emit(encoder.feed(batch)))
+                    batch = []
+                out.append(b"".join([line + b"\n" for line in event.lines]) + b"\n")
+            else:
+                batch.append(event)
+        if batch:
+            out.append(self._emit(encoder.feed(batch)))
+        return b"".join(out)
 
-    def _text_delta(self, chunk: dict[str, Any]) -> bytes | None:
-        """Most chunks carry one piece of text of the item already streaming: their frame is
-        written at once (ResponsesEncoder.text_delta_frame), not through the general path."""
-        choices = chunk.get("choices")
-        if "usage" in chunk or "error" in chunk or type(choices) is not list or len(choices) != 1:
-            return None
-        choice = choices[0]
-        if type(choice) is not dict or choice.get("finish_reason") is not None or choice.get("index", 0) != 0:
-            return None
-        delta = choice.get("delta")
-        if type(delta) is not dict or "tool_calls" in delta or "reasoning_details" in delta:
-            return None
-        content, reasoning = delta.get("content"), delta.get("reasoning_content") or delta.get("reasoning")
-        if type(content) is str and content and not reasoning:
-            return self._encoder.text_delta_frame(False, content)
-        if type(reasoning) is str and not content:
-            return self._encoder.text_delta_frame(True, reasoning)
-        return None
+    def _texts(self, reasoning: bool, texts: list[str], out: list[bytes]) -> None:
+        """Text deltas: those that continue the item streaming written directly, in one go; the
+        one that opens an item (or every one, in the reference) through the encoder."""
+        encoder = self._encoder
+        done = 0
+        while done < len(texts):
+            rest = texts[done:] if done else texts
+            written = encoder.text_delta_frames(reasoning, rest) if self._direct else None
+            if written is not None:
+                out.append(written)
+                return
+            one = [texts[done]]
+            out.append(frames(encoder.feed((ReasoningDelta(one) if reasoning else TextDelta(one),))))
+            done += 1
 
     def _emit(self, events: list[dict[str, Any]]) -> bytes:
-        if events and events[-1]["type"] in ("response.completed", "response.incomplete", "response.failed"):
+        if events and events[-1]["type"] in _TERMINAL:
             self.final = events[-1]["response"]
         return frames(events)
 
@@ -203,22 +167,5 @@ def response_from_completion(
     as one chunk through the encoder (reasoning, then text, then the tool calls). A completion
     without a finish reason counts as finished ("stop"): its body arrived whole."""
     encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names)
-    choice = first_choice(completion.get("choices"))
-    if completion.get("error") is not None:  # (a null `error` beside an answer is none, as in a stream)
-        events = encoder.feed(completion)
-    elif choice is None:
-        events = encoder.fail("the upstream's answer has no choice")
-    else:
-        message = choice.get("message")
-        delta = dict(message) if isinstance(message, Mapping) else {}
-        calls = delta.get("tool_calls")
-        if isinstance(calls, list):
-            delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, Mapping)]
-        finish = choice.get("finish_reason")
-        finish = finish if isinstance(finish, str) and finish else "stop"
-        chunk = {
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            "usage": completion.get("usage"),
-        }
-        events = encoder.feed(chunk) + encoder.end()
+    events = encoder.feed(completion_events(completion))
     return dict(events[-1]["response"])

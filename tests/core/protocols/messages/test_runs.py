@@ -10,11 +10,8 @@ from typing import Any
 
 import pytest
 
-from proxy.build_info import is_compiled
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
-from proxy.core.protocols.messages import stream as messages_stream
 from proxy.core.protocols.messages.events import ThinkingFacts
-from proxy.core.protocols.messages.runs import take_run
 from proxy.core.protocols.messages.stream import MessagesTranscoder
 from proxy.core.stream.chunk_template import KnownRun, joined
 from proxy.core.stream.pipeline import StreamPipeline
@@ -213,24 +210,12 @@ def test_what_the_pipeline_hands_over_gives_what_its_bytes_give(name: str) -> No
         assert out == reference
 
 
-@pytest.mark.skipif(
-    is_compiled("proxy.core.protocols.messages.stream"),
-    reason="patches a function a compiled module binds at build; the pure build's run covers it",
-)
-def test_runs_handed_over_are_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    scanned: list[int] = []
-
-    def counting_take_run(data: bytes, start: int, prefix: bytes, suffix: bytes) -> Any:
-        found = take_run(data, start, prefix, suffix)
-        scanned.append(len(found[1]))
-        return found
-
-    monkeypatch.setattr(messages_stream, "take_run", counting_take_run)
+def test_runs_handed_over_are_not_scanned_again() -> None:
     raw = (STREAMS / "deepseek-reasoner.sse").read_bytes()
     chunks = raw.count(b"\n\ndata: {")
     _, t = handed(pipeline_pieces(raw, []))
-    assert t.hits > chunks * 3 // 4 and sum(scanned) == 0
-    assert t._adopted  # (the runs brought the pipeline's templates: none learned again)
-    # (the same bytes, not handed over, are scanned: the patch does count)
-    feed([joined(p) for p in pipeline_pieces(raw, [])])
-    assert sum(scanned) > chunks * 3 // 4
+    assert t.reader.handed > chunks * 3 // 4 and t.reader.taken == 0
+    assert t.hits == t.reader.handed
+    # (the same bytes, not handed over, are scanned: the count does count)
+    _, scanned = feed([joined(p) for p in pipeline_pieces(raw, [])])
+    assert scanned.reader.taken > chunks * 3 // 4 and scanned.reader.handed == 0

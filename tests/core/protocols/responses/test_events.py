@@ -13,6 +13,7 @@ import pydantic
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
+from proxy.core.protocols.chat_events import chunk_events
 from proxy.core.protocols.responses.events import (
     ReasoningItemFacts,
     ResponseFrame,
@@ -99,7 +100,7 @@ def run(
     enc = encoder(summary, seal)
     events = enc.start()
     for item in chunks:
-        events += enc.feed(item)
+        events += enc.feed(chunk_events(item))
     events += enc.end()
     return events
 
@@ -449,9 +450,9 @@ def test_content_filter_is_incomplete() -> None:
 def test_failure_mid_stream_is_failed_and_never_looks_complete() -> None:
     enc = encoder()
     events = enc.start()
-    events += enc.feed(chunk(reasoning_content="thinking"))
-    events += enc.feed(chunk(content="Half"))
-    events += enc.feed(chunk(tool_calls=call(0, "call_a", "rm", '{"path":"/tm')))
+    events += enc.feed(chunk_events(chunk(reasoning_content="thinking")))
+    events += enc.feed(chunk_events(chunk(content="Half")))
+    events += enc.feed(chunk_events(chunk(tool_calls=call(0, "call_a", "rm", '{"path":"/tm'))))
     events += enc.fail("upstream connection reset", code="upstream_stream_error")
     checked(events)
     assert events[-1]["type"] == "response.failed"
@@ -473,7 +474,7 @@ def test_failure_mid_stream_is_failed_and_never_looks_complete() -> None:
     assert response["output"][2]["arguments"] == '{"path":"/tm'
     Response.model_validate(response)
     assert enc.finished
-    assert enc.feed(chunk(content="more")) == [] and enc.end() == [] and enc.fail("again") == []
+    assert enc.feed(chunk_events(chunk(content="more"))) == [] and enc.end() == [] and enc.fail("again") == []
 
 
 def test_error_chunk_fails_the_response() -> None:
@@ -503,7 +504,7 @@ def test_empty_turn_completes_with_no_output() -> None:
 
 def test_feed_before_start_opens_the_stream() -> None:
     enc = encoder()
-    events = enc.feed(chunk(content="x", finish="stop")) + enc.end()
+    events = enc.feed(chunk_events(chunk(content="x", finish="stop"))) + enc.end()
     checked(events)
     assert enc.start() == []
 
@@ -561,7 +562,9 @@ def test_frame_for_request_echoes_the_request() -> None:
     made = ResponseFrame.for_request(request, response_id="resp_9", model="deepseek-flash", created_at=1.5)
     assert made.summary
     enc = ResponsesEncoder(made, seal=Sealer(), new_id=ids())
-    events = checked(enc.start() + enc.feed(chunk(reasoning_content="r", finish="stop")) + enc.end())
+    events = checked(
+        enc.start() + enc.feed(chunk_events(chunk(reasoning_content="r", finish="stop"))) + enc.end()
+    )
     response = events[-1]["response"]
     assert response["instructions"] == "Be brief." and response["parallel_tool_calls"] is False
     assert response["model"] == "deepseek-flash" and response["id"] == "resp_9"

@@ -52,10 +52,14 @@ DONE = b"data: [DONE]\n\n"
 
 
 def transcoder(
-    summary: bool = False, tool_names: dict[str, ToolName] | None = None, seal: Sealer | None = None
+    summary: bool = False,
+    tool_names: dict[str, ToolName] | None = None,
+    seal: Sealer | None = None,
+    templates: bool = True,
 ) -> ResponsesTranscoder:
+    # templates=False: the reference, every chunk decoded and written through the general path
     return ResponsesTranscoder(
-        make_frame(summary), seal=seal or Sealer(), new_id=ids(), tool_names=tool_names
+        make_frame(summary), seal=seal or Sealer(), new_id=ids(), tool_names=tool_names, templates=templates
     )
 
 
@@ -558,9 +562,7 @@ def test_custom_tool_call_cut_short_is_never_done() -> None:
 
 
 @pytest.mark.parametrize("summary", [False, True])
-def test_the_text_delta_fast_path_writes_what_the_general_path_writes(
-    summary: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_text_delta_fast_path_writes_what_the_general_path_writes(summary: bool) -> None:
     """ResponsesTranscoder writes plain text deltas directly; byte for byte what the encoder's
     general path gives for the same stream (text with quotes, escapes, non-ASCII, empty pieces)."""
     pieces = ["", 'Zürich "quoted"', "\\ back", "tab\there", "\u2028line", "✓ done"]
@@ -573,8 +575,7 @@ def test_the_text_delta_fast_path_writes_what_the_general_path_writes(
     chunks += [data({"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]}), DONE]
     stream = b"".join(chunks)
     fast = whole(stream, summary=summary)
-    monkeypatch.setattr(ResponsesTranscoder, "_text_delta", lambda self, chunk: None)
-    general = whole(stream, summary=summary)
+    general = whole(stream, summary=summary, templates=False)
     assert fast == general
     events, _ = parse(fast)
     for event in events:
@@ -609,17 +610,14 @@ def runs_stream() -> bytes:
     )
 
 
-def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path() -> None:
     """Long runs of same-shaped chunks are read by their ChunkTemplate when fed in big pieces; the
     output is the same as decoding every event, however it is cut."""
     stream, texts = runs_stream(), RUN_TEXTS
     in_runs = whole(stream)
     assert in_runs == in_pieces([stream[i : i + 1] for i in range(len(stream))])[0]
     assert in_runs == in_pieces([stream[i : i + 777] for i in range(0, len(stream), 777)])[0]
-    monkeypatch.setattr(ResponsesTranscoder, "_text_delta", lambda self, chunk: None)
-    assert in_runs == whole(stream)  # (no template is ever learned: every event decoded)
+    assert in_runs == whole(stream, templates=False)  # (no template is ever learned: every event decoded)
     events, comments = parse(in_runs)
     assert len(comments) == 1
     for event in events:
@@ -629,9 +627,7 @@ def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path(
 
 @pytest.mark.parametrize("summary", [False, True])
 @pytest.mark.parametrize("name", ["runs", "realistic"])
-def test_runs_handed_over_with_their_texts_match_the_decoded_path(
-    name: str, summary: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_runs_handed_over_with_their_texts_match_the_decoded_path(name: str, summary: bool) -> None:
     """The pipeline's runs handed over with their texts (feed_pieces, as StreamPipeline.feed_runs
     gives them) are written from the texts: the same bytes as decoding every event, wherever the
     runs fall against the transcoder's own state."""
@@ -641,8 +637,8 @@ def test_runs_handed_over_with_their_texts_match_the_decoded_path(
         coder = transcoder(summary)
         out = coder.feed_pieces(known_pieces(stream[:cut])) + coder.feed_pieces(known_pieces(stream[cut:]))
         assert out + coder.close() == fast, cut
-    monkeypatch.setattr(ResponsesTranscoder, "_text_delta", lambda self, chunk: None)
-    assert fast == whole(stream, summary=summary)  # (no template is ever learned: every event decoded)
+    # (no template is ever learned: every event decoded)
+    assert fast == whole(stream, summary=summary, templates=False)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in STREAMS.glob("*.sse")))
