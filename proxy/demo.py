@@ -1,6 +1,7 @@
 """`thinkproxy demo`: the simulated upstream and the proxy on loopback, a short conversation
-through them with the official openai client (plain httpx when it is not installed), and a
-readable timeline of what happened."""
+through them with the official openai client (plain httpx when it is not installed), one request
+by each of the Responses and Messages doors (proxy.demo_doors), and a readable timeline of what
+happened."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 import orjson
 
 from proxy.core.stream.sse import SSEDecoder
+from proxy.demo_doors import demo_messages, demo_responses
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
@@ -212,6 +214,8 @@ def run_demo(color: bool = False, keep: bool = False, port: int = 0) -> int:
             demo_levels(client, p, base, mock.url, proxy.url)
             demo_tools(client, p, mock.url, proxy.url)
             demo_prompted(client, p, mock.url, proxy.url)
+            demo_responses(p, mock.url, proxy.url)
+            demo_messages(p, mock.url, proxy.url)
             print()
             if keep:
                 keep_serving(proxy.url, mock.url)

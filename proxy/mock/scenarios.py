@@ -5,9 +5,13 @@ Pure: a chat-completions body and a thinking depth in, a `Script` out. No provid
 only tool-call ids are unique per call, as a real provider's are.
 
 Scenarios, in order of precedence:
-1. the last message is a `role: tool` result -> a final answer that quotes the result(s);
+1. tool results came back since the user last wrote (the last message is a `role: tool` result,
+   or only a harness's `<system-reminder>` follows them) -> a final answer that quotes the
+   result(s): one tool call per question, so an agent's session ends;
 2. the request has `tools` (and `tool_choice` is not "none") -> brief reasoning, then a tool call
-   (two parallel calls when there are several tools and the user asks for two things);
+   (two parallel calls when there are several tools and the user asks for two things). Which
+   tool: a harmless one, a shell tool run with `echo` first, never one that starts an agent
+   (proxy.mock.tool_choice); offered only agent tools, it answers as in 3;
 3. otherwise -> a short answer that quotes the first words of the last user message.
 
 An output limit (`cut`: chat's `max_completion_tokens` or `max_tokens`, the Responses API's
@@ -25,6 +29,8 @@ from enum import Enum
 from typing import Any
 
 import orjson
+
+from proxy.mock.tool_choice import ranked, with_echo
 
 JSON = dict[str, Any]
 
@@ -70,11 +76,14 @@ def answer(body: Mapping[str, Any], depth: Depth) -> Script:
     """The script for one request. `depth` NONE gives an empty reasoning."""
     messages = _messages(body)
     quote = quote_of(last_user_text(messages))
-    if messages and messages[-1].get("role") == "tool":
-        return _tool_result_answer(messages, quote, depth)
+    results = _results_since_the_user_wrote(messages)
+    if results:
+        return _tool_result_answer(messages, results, quote, depth)
     tools = _function_tools(body)
     if tools and body.get("tool_choice") != "none":
-        return _tool_call(body, tools, last_user_text(messages), quote, depth)
+        chosen = _chosen_tools(body, tools, last_user_text(messages))
+        if chosen:
+            return _tool_call(chosen, last_user_text(messages), quote, depth)
     return Script(reasoning=_reasoning_plain(quote, depth), content=_plain_answer(quote))
 
 
@@ -193,16 +202,13 @@ _DEEP_LINES = [
 ]
 
 
-def _tool_call(
-    body: Mapping[str, Any], tools: list[JSON], user_text: str, quote: str, depth: Depth
-) -> Script:
-    chosen = _chosen_tools(body, tools, user_text)
+def _tool_call(chosen: list[JSON], user_text: str, quote: str, depth: Depth) -> Script:
     asks = _split_asks(user_text, len(chosen))
     calls = tuple(
         ToolCall(
             id="call_" + uuid.uuid4().hex[:24],
             name=tool["name"],
-            arguments=orjson.dumps(arguments_for(tool.get("parameters"), ask)).decode(),
+            arguments=orjson.dumps(with_echo(tool, arguments_for(tool.get("parameters"), ask), ask)).decode(),
         )
         for tool, ask in zip(chosen, asks, strict=True)
     )
@@ -224,9 +230,10 @@ def _chosen_tools(body: Mapping[str, Any], tools: list[JSON], user_text: str) ->
         named = [t for t in tools if t["name"] == name]
         if named:
             return named[:1]
-    if len(tools) >= 2 and _asks_two_things(user_text) and body.get("parallel_tool_calls") is not False:
-        return tools[:2]
-    return tools[:1]
+    callable_ = [dict(tool) for tool in ranked(tools)]  # (harmless first, no agent tools)
+    if len(callable_) >= 2 and _asks_two_things(user_text) and body.get("parallel_tool_calls") is not False:
+        return callable_[:2]
+    return callable_[:1]
 
 
 _TWO_ASKS = re.compile(r"\s(?:and|also|then)\s", re.IGNORECASE)
@@ -243,13 +250,21 @@ def _split_asks(text: str, count: int) -> list[str]:
     return [parts[0], parts[-1]]
 
 
-def _tool_result_answer(messages: list[JSON], quote: str, depth: Depth) -> Script:
-    results = []
+def _results_since_the_user_wrote(messages: list[JSON]) -> list[JSON]:
+    """The tool results after the user's last own words (a user message that is only a harness's
+    `<system-reminder>` is not the user writing): none when the user wrote last."""
+    results: list[JSON] = []
     for message in reversed(messages):
-        if message.get("role") != "tool":
+        role = message.get("role")
+        if role == "tool":
+            results.append(message)
+        elif role == "user" and _REMINDER.sub("", text_of(message.get("content"))).strip():
             break
-        results.append(message)
     results.reverse()
+    return results
+
+
+def _tool_result_answer(messages: list[JSON], results: list[JSON], quote: str, depth: Depth) -> Script:
     names = _call_names(messages)
     said = [
         f"The {names.get(str(m.get('tool_call_id')), 'tool')} tool returned: "

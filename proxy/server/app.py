@@ -43,6 +43,8 @@ from proxy.server.browser_guard import BrowserGuard, HostRule
 from proxy.server.doors.messages import MessagesDoor
 from proxy.server.doors.native_owners import refuse_conversations
 from proxy.server.doors.responses import ResponsesDoor
+from proxy.server.doors.responses_input_items import InputItems
+from proxy.server.doors.responses_ws import ResponsesSocket
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
 from proxy.server.replay_service import ReplayService
@@ -157,9 +159,9 @@ def create_app(
         Route("/v1/responses/compact", responses.compact, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
-        Route("/v1/responses/{response_id}/input_items", responses.stored_part, methods=["GET"]),
+        Route("/v1/responses/{response_id}/input_items", InputItems(responses).list, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", responses.stored_part, methods=["POST"]),
-        WebSocketRoute("/v1/responses", responses.refuse_websocket),
+        WebSocketRoute("/v1/responses", ResponsesSocket(responses).serve),
         Route("/v1/messages", messages.create, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         # Gateway mode: a conversation object would be every tenant's (proxy.server.doors.native_owners).

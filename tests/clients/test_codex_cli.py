@@ -14,7 +14,17 @@ from typing import Any
 
 import pytest
 
-from tests.clients.conftest import API_KEY, MODEL, NODE_DIR, Proxy, Upstream, assert_reasoning_replayed
+from proxy.server.serving import BackgroundServer
+from tests.clients.conftest import (
+    API_KEY,
+    MODEL,
+    NODE_DIR,
+    Proxy,
+    Upstream,
+    assert_reasoning_replayed,
+    start_proxy,
+    stop_proxy,
+)
 
 pytestmark = pytest.mark.spawns
 
@@ -107,25 +117,34 @@ def test_codex_exec_runs_a_shell_tool_turn_with_reasoning_replayed_through_the_s
     assert said and "exec_command tool returned" in said[-1], report
 
 
-def test_codex_websocket_attempt_is_refused_cleanly_and_it_falls_back_to_http_at_once(
-    node: str, proxy_state_off: Proxy, upstream: Upstream, tmp_path: Path
+def test_codex_runs_a_shell_tool_turn_over_the_socket_without_falling_back_to_http(
+    node: str, mock: BackgroundServer, tmp_path: Path
 ) -> None:
-    """With `supports_websockets = true` Codex first opens `GET /v1/responses` as a WebSocket. A
-    refusal it takes as final (measured: 426) makes it fall back to HTTP with no retry and no error
-    shown; a 403 or 404 costs retries ("Reconnecting... n/5") and a "Falling back" error."""
-    home, workdir = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    workdir.mkdir()
-
-    done = codex_exec(node, proxy_state_off, home, workdir, "echo over-http", websockets=True)
-
-    report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    """Codex CLI with `supports_websockets = true`: its warm-up (`generate: false`) and both turns
+        of a shell-tool loop go over one socket (the access lines say `WS`, none `POST`), and DeepSeek's
+        replay rule holds with the state store off (the reasoning comes back in the sealed blobs). (Before
+    the door had a WebSocket mode, Codex fell back to HTTP after a 426.)"""
+    log = Upstream(mock)
+    log.clear()
+    proxy = start_proxy(mock, tmp_path, THINKPROXY_STATE="off", THINKPROXY_LOG_LEVEL="info")
+    try:
+        home, workdir = tmp_path / "codex-home", tmp_path / "work"
+        home.mkdir()
+        workdir.mkdir()
+        done = codex_exec(node, proxy, home, workdir, COMMAND, websockets=True)
+    finally:
+        stop_proxy(proxy)
+    report = f"exit {done.returncode}\nstderr:\n{done.stderr[-3000:]}\nproxy:\n{proxy.output()[-3000:]}"
     assert done.returncode == 0, report
+    assert (workdir / "proof.txt").read_text().strip() == "codex-ran", report
     events = events_of(done.stdout)
-    assert "turn.completed" in [e["type"] for e in events], report
     errors = [e.get("message") or e.get("item", {}).get("message", "") for e in events if is_error(e)]
-    assert [m for m in errors if METADATA_WARNING not in m] == [], report
-    assert len(upstream.chat_requests()) == 2, upstream.describe()  # the call, then its result
+    assert [m for m in errors if METADATA_WARNING not in m] == [], report  # no reconnect, no fallback
+    lines = [line for line in proxy.output().splitlines() if "path=/v1/responses" in line]
+    turns = [line for line in lines if "method=WS" in line]
+    assert len(turns) >= 2 and not [line for line in lines if "method=POST" in line], report
+    assert any("method=GET" in line and "status=101" in line for line in lines), report
+    assert_reasoning_replayed(log.chat_requests(), log.describe)
 
 
 def is_error(event: dict[str, Any]) -> bool:

@@ -112,6 +112,11 @@ class Door:
         return tenants, ctx, Expansion(ctx, self.proxy.s.settings.max_body_bytes)
 
 
+# Request headers that speak to the front door, not to a chat upstream: accepted, never forwarded
+# by a bridge (`OpenResponses-Version`: the Open Responses version a client speaks, docs/responses.md).
+FRONT_DOOR_ONLY_HEADERS = frozenset({"openresponses-version"})
+
+
 def chat_request(
     arrival: plan.Arrival,
     tgt: plan.Target,
@@ -123,10 +128,12 @@ def chat_request(
     headers: Headers,
 ) -> tuple[plan.Arrival, plan.Target]:
     """The bridged request as the chat path takes it (`chat`, sent with `query` and `headers` to
-    the chat completions path); the tools the bridge left out are named in a response header."""
+    the chat completions path, less FRONT_DOOR_ONLY_HEADERS); the tools the bridge left out are
+    named in a response header."""
     if omitted_tools:
         record.response_headers.append((OMITTED_TOOLS_HEADER, ", ".join(omitted_tools)))
     chat_arrival = plan.Arrival("POST", CHAT_PATH, CHAT_PATH.encode(), query, arrival.headers)
+    headers = [pair for pair in headers if pair[0].lower() not in FRONT_DOOR_ONLY_HEADERS]
     # Not serialized here: the plan rewrites a body with a level anyway, so it is serialized once
     # (plan.Target.body), when it is first read.
     return chat_arrival, plan.Target(tgt.destination, None, chat, headers)

@@ -12,6 +12,10 @@ Per providers.yaml entry (`responses: native | bridge`):
 - **native**: forwarded to the upstream's own `/responses`, the level sent as `reasoning.effort`;
   reasoning items, `encrypted_content` and errors pass untouched (proxy.server.doors.responses_native).
 
+The WebSocket mode (proxy.server.doors.responses_ws) runs each `response.create` as one of these
+requests (`turn`): the same planning, bridge and ResponseStream; what a socket adds comes in a
+`SocketTurn` (the connection's own responses, `generate: false`).
+
 The I/O lives here: reading and writing stored responses in the state store, the clock, ids.
 """
 
@@ -19,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.websockets import WebSocket
 
 from proxy.core import jsonio
 from proxy.core.config.providers import Dialect
@@ -74,6 +78,39 @@ from proxy.server.handlers import Proxy
 
 logger = logging.getLogger("thinkproxy.responses")
 
+# The scope key under which a WebSocket turn's request carries its SocketTurn (an HTTP request
+# never has one, so nothing the HTTP door does changes).
+SOCKET_TURN = "thinkproxy.socket_turn"
+# What a turn with `generate: false` hands the transcoder: an answer that ends at once, with no
+# output (the response is made, its state kept; no upstream is asked).
+NOTHING_GENERATED = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+
+class ResponseSaver(Protocol):
+    """What keeps a finished response: the state store's StoredResponses, or a socket's own."""
+
+    async def save(
+        self,
+        tenant: str,
+        final: dict[str, Any],
+        own: list[Any],
+        previous: str | None,
+        earlier_keys: list[str],
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SocketTurn:
+    """What a WebSocket turn brings the door besides its body (proxy.server.doors.responses_ws):
+    `responses`, the connection's own last responses in front of the state store (what
+    `previous_response_id` and item references read); `saver(shared)`, what keeps this turn's
+    response on the connection (and in the state store too when `shared`: `store` true);
+    `generate` false: the response is made without asking the upstream."""
+
+    responses: StoredResponses
+    saver: Callable[[bool], ResponseSaver]
+    generate: bool = True
+
 
 @dataclass(slots=True)
 class BridgeOutput(BridgedOutput):
@@ -81,7 +118,7 @@ class BridgeOutput(BridgedOutput):
     is pure (ResponsesTranscoder, CompactionTranscoder); storing the response at its end is this
     edge's I/O, as is writing large reasoning to the state store (door_common.BridgedOutput)."""
 
-    saver: StoredResponses | None = None  # (None: the response is not kept)
+    saver: ResponseSaver | None = None  # (None: the response is not kept)
     stored_input: list[Any] = field(default_factory=list)  # this turn's own items (references resolved)
     previous: str | None = None  # the response this one continues (its record is kept by reference)
     earlier_keys: list[str] = field(default_factory=list)  # the store keys of the earlier turns
@@ -112,6 +149,16 @@ class ResponsesDoor(Door):
 
         return await self.proxy.guarded(request, "responses", run)
 
+    async def turn(self, request: Request) -> Response:
+        """One WebSocket turn (`request` carries its SocketTurn): POST /v1/responses's way, its
+        access line marked `WS` (proxy.server.doors.responses_ws)."""
+
+        async def run(record: AccessRecord, started: float) -> Response:
+            record.method = "WS"
+            return await self._create(request, record, started)
+
+        return await self.proxy.guarded(request, "responses", run)
+
     # -- POST /v1/responses/compact ---------------------------------------------------------------
     async def compact(self, request: Request) -> Response:
         async def run(record: AccessRecord, started: float) -> Response:
@@ -125,7 +172,15 @@ class ResponsesDoor(Door):
         proxy = self.proxy
         s = proxy.s
         arrival, intent, tgt, parsed, dialect = await self.arrive(request, record)
+        turn: SocketTurn | None = request.scope.get(SOCKET_TURN)
         if dialect.responses.mode == "native":
+            if turn is not None and not turn.generate:
+                raise BadRequest(
+                    "generate: false is served for bridged upstreams only: a native Responses upstream is "
+                    "reached over HTTP per turn, where a warm-up has no state to prepare.",
+                    code="unsupported_parameter",
+                    param="generate",
+                )
             if compact:  # the upstream compacts itself: its own endpoint, as it came
                 if self.owners.active:  # (it may continue a stored response: only its creator's)
                     await self.owners.check_continuation(self.owners.tenants(request.headers.items()), parsed)
@@ -142,7 +197,9 @@ class ResponsesDoor(Door):
             if parsed.get("stream") is not None:
                 raise BadRequest("/v1/responses/compact does not stream; leave stream out.", param="stream")
             record.stream = False
-        return await self._bridge(request, arrival, intent, tgt, dialect, record, started, compact=compact)
+        return await self._bridge(
+            request, arrival, intent, tgt, dialect, record, started, compact=compact, turn=turn
+        )
 
     async def _bridge(
         self,
@@ -155,17 +212,20 @@ class ResponsesDoor(Door):
         started: float,
         *,
         compact: bool,
+        turn: SocketTurn | None = None,
     ) -> Response:
         """A request to a chat-only upstream: bridged to the chat path, with the entry `dialect`
-        the door looked up (Door.arrive: once per request)."""
+        the door looked up (Door.arrive: once per request). A WebSocket `turn` reads earlier
+        responses from the connection first and keeps its own there, stored or not."""
         s = self.proxy.s
         assert tgt.parsed is not None
         parsed = tgt.parsed
         tenants, ctx, expansion = self.sealing(request, tgt, dialect, str(parsed.get("model") or ""))
         tenant = tenants.current  # (what this request writes is kept under the current hash)
         own = input_items(parsed)
-        own, unresolved, repeated = await self.stored.resolve_references(own, tenants, expansion)
-        earlier, earlier_keys = await self.stored.earlier(parsed, tenants, expansion)
+        stored = self.stored if turn is None else turn.responses
+        own, unresolved, repeated = await stored.resolve_references(own, tenants, expansion)
+        earlier, earlier_keys = await stored.earlier(parsed, tenants, expansion)
         items, unopened = expand_compaction([*earlier, *own], ctx, expansion)
         trigger = bool(items) and is_trigger(items[-1])
         request_items = items[:-1] if trigger else items
@@ -202,9 +262,14 @@ class ResponsesDoor(Door):
             transcoder = ResponsesTranscoder(frame, seal=sealer, new_id=new_id, tool_names=bridged.tool_names)
         door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened, unresolved, repeated))
         door.spill, door.spill_store, door.tenant = spill, self.store, tenant
-        if bridged.store and self.store is not None:
+        if turn is not None:  # (a socket keeps every response of its own; the store those stored)
+            door.saver, door.stored_input = turn.saver(bridged.store), own
+            door.previous, door.earlier_keys = parsed.get("previous_response_id"), earlier_keys
+        elif bridged.store and self.store is not None:
             door.saver, door.stored_input = self.stored, own
             door.previous, door.earlier_keys = parsed.get("previous_response_id"), earlier_keys
+        if turn is not None and not turn.generate:
+            return await self._prepared(door, record, started)
         chat_arrival, chat_tgt = chat_request(
             arrival, tgt, chat, record, bridged.omitted_tools, query=arrival.query, headers=tgt.headers
         )
@@ -221,6 +286,15 @@ class ResponsesDoor(Door):
             client_names=client_names(bridged.tool_names),
         )
 
+    async def _prepared(self, door: BridgeOutput, record: AccessRecord, started: float) -> Response:
+        """`generate: false` (WebSocket mode): the response made and kept without model output,
+        its events as a stream of its own; the upstream is not asked."""
+        out = door.feed(NOTHING_GENERATED) + door.close()
+        await door.settle()
+        record.status, record.bytes_out = 200, len(out)
+        self.proxy.finish(record, started)
+        return Response(out, media_type="text/event-stream", headers=dict(record.response_headers))
+
     async def _restore(
         self, messages: list[dict[str, Any]], bridged: BridgedRequest, ctx: SealContext, expansion: Expansion
     ) -> RestoreReport:
@@ -233,21 +307,6 @@ class ResponsesDoor(Door):
             lambda spilled: restore_reasoning(messages, turns, ctx, spilled, expansion),
             self.store,
         )
-
-    # -- the WebSocket transport ------------------------------------------------------------------
-    async def refuse_websocket(self, websocket: WebSocket) -> None:
-        """Codex (and the Agents SDK, when asked) try the Responses WebSocket transport first. It is
-        not served: a 426 answers the upgrade, on which Codex falls back to HTTP at once (measured:
-        one attempt; a 403 or 404 costs it seven attempts with backoff, ~6 s)."""
-        error = BadRequest(
-            "The Responses WebSocket transport is not served by this proxy; use HTTP (POST /v1/responses).",
-            code="websocket_not_supported",
-        )
-        response = Response(error.body(), status_code=426, media_type="application/json")
-        if "websocket.http.response" in websocket.scope.get("extensions", {}):
-            await websocket.send_denial_response(response)
-        else:  # (a server without the denial-response extension: a close before accept is a 403)
-            await websocket.close()
 
     # -- GET / DELETE /v1/responses/{id} --------------------------------------------------------
     async def retrieve(self, request: Request) -> Response:

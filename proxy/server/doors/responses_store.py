@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core.errors import BadRequest, ServiceUnavailable, quoted
+from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable, quoted
 from proxy.core.protocols.expansion import Expansion
 from proxy.core.protocols.responses.state import RESPONSE_KIND, STORED_RESPONSE_CAP, StoredResponse
 from proxy.core.replay.keys import Tenants, store_key
@@ -151,6 +151,44 @@ class StoredResponses:
             store_keys.append(key)
             at = stored.previous
         return [item for share in reversed(shares) for item in share], store_keys
+
+    async def made_from(
+        self, tenants: Tenants, response_id: str, stored: StoredResponse
+    ) -> list[tuple[str, list[Any]]]:
+        """The items a stored response was made from, per turn, oldest first ((response id, its
+        items)): each earlier turn of its `previous_response_id` chain (what went in, what came
+        out), then its own input (GET /v1/responses/{id}/input_items). The chain is walked as for
+        a continuation (at most MAX_CHAIN_TURNS turns, yielding to the loop); an earlier turn no
+        longer stored, or stored as a stub, is a 404 that names it: the list would not be whole."""
+        turns: list[tuple[str, list[Any]]] = [(response_id, list(stored.input))]
+        visited = {response_id}
+        at = stored.previous
+        while at is not None and at not in visited:
+            if len(turns) > MAX_CHAIN_TURNS:
+                raise BadRequest(
+                    f"Response {quoted(response_id)} continues a chain of more than {MAX_CHAIN_TURNS:,} "
+                    "stored turns, the most the proxy walks back: its input items cannot be listed.",
+                    code="previous_response_chain_too_long",
+                )
+            if len(turns) % CHAIN_YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # (a long walk never holds the loop)
+            earlier = StoredResponse.decode((await self.load_rotated(tenants, at))[1])
+            if earlier is None or earlier.too_large:
+                why = (
+                    "was too large to store"
+                    if earlier
+                    else "is no longer stored (expired, deleted or evicted)"
+                )
+                raise NotFound(
+                    f"Response {quoted(response_id)} continues response {quoted(at)}, which {why}: "
+                    "its input items cannot be listed whole.",
+                    code="not_found",
+                )
+            turns.append((at, earlier.conversation()))
+            visited.add(at)
+            at = earlier.previous
+        turns.reverse()
+        return turns
 
     async def resolve_references(
         self, items: list[Any], tenants: Tenants, expansion: Expansion

@@ -73,3 +73,47 @@ async def test_one_request_looks_its_entry_up_once_on_every_door(
     assert r.status_code == 200, r.text
     assert b"hello" in r.content  # (the answer went all the way through the door)
     assert looked_up == [("https://api.deepseek.com/v1", MODEL)]
+
+
+@pytest.mark.parametrize("door", ["responses", "messages"])
+async def test_the_open_responses_version_header_is_accepted_and_not_sent_to_a_chat_upstream(
+    door: str,
+) -> None:
+    """Open Responses clients may name the version they speak: a chat upstream has no use for it."""
+    seen: list[httpx.Request] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return chat_upstream(request)
+
+    app = create_app(make_settings(), transport=httpx.MockTransport(upstream))
+    path, body = DOORS[door]
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://proxy.test"
+    ) as client:
+        r = await client.post(path, json=body, headers={"OpenResponses-Version": "2026-04-24"})
+    assert r.status_code == 200, r.text
+    (sent,) = seen
+    assert "openresponses-version" not in sent.headers
+
+
+async def test_the_open_responses_version_header_reaches_a_native_responses_upstream() -> None:
+    seen: list[httpx.Request] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"id": "resp_1", "object": "response", "output": []})
+
+    app = create_app(
+        make_settings(upstream_base_url="https://api.openai.com/v1"), transport=httpx.MockTransport(upstream)
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://proxy.test"
+    ) as client:
+        r = await client.post(
+            "/v1/responses",
+            json={"model": "gpt-5.4", "input": "hi"},
+            headers={"OpenResponses-Version": "2026-04-24"},
+        )
+    assert r.status_code == 200, r.text
+    assert seen[0].headers["openresponses-version"] == "2026-04-24"

@@ -5,7 +5,6 @@ compaction, errors."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,6 @@ import jsonschema
 import openai
 import pydantic
 import pytest
-import websockets
 from openai.types.responses import Response, ResponseStreamEvent
 
 from proxy.core import seal
@@ -326,17 +324,6 @@ def test_a_stream_cut_upstream_ends_failed_never_completed(mock: BackgroundServe
     assert events[-1]["type"] == "response.failed"
     assert not any(e["type"] == "response.completed" for e in events)
     EVENT.validate_python(events[-1])
-
-
-def test_the_websocket_transport_is_refused_with_426(mock: BackgroundServer) -> None:
-    async def attempt(url: str) -> int:
-        with pytest.raises(websockets.InvalidStatus) as refused:
-            async with websockets.connect(url):
-                pass
-        return refused.value.response.status_code
-
-    with proxy_for(mock) as proxy:
-        assert asyncio.run(attempt(f"ws://127.0.0.1:{proxy.port}/v1/responses")) == 426
 
 
 # -- compaction --------------------------------------------------------------------------------------

@@ -1,0 +1,196 @@
+"""The Responses API's WebSocket mode: its message rules, pure (the socket's I/O is
+proxy.server.doors.responses_ws).
+
+The protocol, as openai-python 3.63 speaks it (`client.responses.connect()`:
+`openai/resources/responses/responses.py`, `ResponsesConnection` and `ResponsesResponseResource`;
+the messages: `openai/types/responses/responses_client_event.py` and `responses_server_event.py`):
+
+- client → server, one JSON text message each: `response.create` — the `POST /v1/responses`
+  body's top-level fields plus the envelope: `type`, `generate` (false: prepare the request's state
+  without model output; its response id may be continued), `stream_id` (the lane its events are
+  tagged with); `stream` is implied, `background` is not supported over the socket.
+  `response.steer` — `{input, previous_response_id}`, input queued for a continuation.
+- server → client, one JSON text message each: the same events the SSE stream carries (each
+  with `sequence_number`; `stream_id` added when the `response.create` named one), `error`
+  (`{type: "error", status, error: {type, code, message, param}}`: `ResponseWsError`), and for
+  steering `response.steer.accepted|pending|failed` (`ResponseSteerFailedEvent`: `error.code`
+  `steering_not_supported` when the model or mode cannot steer).
+
+`read_message` turns a client message into a `Create` or a `Steer` (a malformed one is a
+BadRequest, which the edge sends as an `error` event); `EventSplitter` turns the SSE bytes the
+door writes for one turn (any split) into the socket's messages, comment lines (the trace, keep-
+alives) left out: a socket has no comment lines, and the trace never reaches it (the console,
+metrics and OpenTelemetry still see it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core import jsonio
+from proxy.core.errors import BadRequest, PayloadTooLarge, ProxyError, quoted
+from proxy.core.stream.sse import SSEDecoder, SSEEvent
+
+__all__ = [
+    "CREATE",
+    "STEER",
+    "Create",
+    "EventSplitter",
+    "Steer",
+    "error_event",
+    "error_from_answer",
+    "read_message",
+    "steer_failed",
+]
+
+CREATE = "response.create"
+STEER = "response.steer"
+# The envelope's own fields: not part of the POST body the door reads.
+_ENVELOPE = ("type", "generate", "stream_id")
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """A `response.create`: `body` is the POST body it stands for (`stream: true`)."""
+
+    body: dict[str, Any]
+    generate: bool
+    stream_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Steer:
+    """A `response.steer`, kept as sent (a `response.steer.failed` returns it)."""
+
+    input: Any
+    previous_response_id: Any
+
+
+def read_message(message: str | bytes, limit: int) -> Create | Steer:
+    """One client message; BadRequest (or PayloadTooLarge past `limit` bytes, the
+    THINKPROXY_MAX_BODY_BYTES of a POST body) for one the protocol does not allow."""
+    data = message.encode("utf-8", "surrogatepass") if isinstance(message, str) else message
+    size = len(data)
+    if size > limit:
+        raise PayloadTooLarge(
+            f"WebSocket message of {size} bytes exceeds the limit of {limit} bytes "
+            "(THINKPROXY_MAX_BODY_BYTES)."
+        )
+    try:
+        parsed = jsonio.loads(data)
+    except ValueError:
+        raise BadRequest("A WebSocket message must be one JSON object.", code="invalid_json") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest("A WebSocket message must be one JSON object.", code="invalid_json")
+    kind = parsed.get("type")
+    if kind == STEER:
+        return Steer(parsed.get("input"), parsed.get("previous_response_id"))
+    if kind != CREATE:
+        raise BadRequest(
+            f"Unknown WebSocket event type {quoted(kind)}: the client events are {CREATE!r} and {STEER!r}.",
+            code="unknown_event_type",
+            param="type",
+        )
+    generate = parsed.get("generate", True)
+    if not isinstance(generate, bool):
+        raise BadRequest("generate must be true or false.", param="generate")
+    stream_id = parsed.get("stream_id")
+    if stream_id is not None and not isinstance(stream_id, str):
+        raise BadRequest("stream_id must be a string.", param="stream_id")
+    if parsed.get("background") is True:
+        raise BadRequest(
+            "background is not supported in WebSocket mode; use POST /v1/responses for a background "
+            "response.",
+            code="unsupported_parameter",
+            param="background",
+        )
+    if parsed.get("stream") is False:
+        raise BadRequest(
+            "stream is implied in WebSocket mode (every response is streamed as events); leave it out.",
+            code="unsupported_parameter",
+            param="stream",
+        )
+    body = {key: value for key, value in parsed.items() if key not in _ENVELOPE}
+    body["stream"] = True
+    return Create(body, generate, stream_id)
+
+
+def _tagged(event: dict[str, Any], stream_id: str | None) -> str:
+    if stream_id is not None:
+        event["stream_id"] = stream_id
+    return jsonio.dumps(event).decode()
+
+
+def error_event(error: ProxyError, stream_id: str | None = None) -> str:
+    """The `error` event for one of the proxy's own errors (`ResponseWsError`)."""
+    event: dict[str, Any] = {"type": "error", "status": error.status, **error.payload()}
+    return _tagged(event, stream_id)
+
+
+def error_from_answer(status: int, body: bytes, stream_id: str | None = None) -> str:
+    """The `error` event for an answer that is not a stream (the proxy's error body, or the
+    upstream's passed back): its `error` object as it came, else its text as the message."""
+    try:
+        parsed = jsonio.loads(body) if body else None
+    except ValueError:
+        parsed = None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        text = (
+            body.decode("utf-8", "replace").strip()[:2000] or f"The upstream answered with status {status}."
+        )
+        error = {"message": text, "type": "upstream_error", "code": None, "param": None}
+    if not isinstance(error.get("type"), str):
+        error = {**error, "type": "upstream_error"}
+    return _tagged({"type": "error", "status": status, "error": error}, stream_id)
+
+
+def steer_failed(steer: Steer, stream_id: str | None = None) -> str:
+    """`response.steer.failed` with `steering_not_supported`: a bridged model cannot be steered
+    mid-response (the input goes in the next `response.create`)."""
+    event: dict[str, Any] = {
+        "type": "response.steer.failed",
+        "sequence_number": 0,
+        "error": {
+            "type": "invalid_request_error",
+            "code": "steering_not_supported",
+            "message": (
+                "Steering is not supported by this proxy; send the input in the next response.create "
+                "(with previous_response_id) instead."
+            ),
+        },
+        "steer": {"input": steer.input, "previous_response_id": steer.previous_response_id},
+    }
+    return _tagged(event, stream_id)
+
+
+class EventSplitter:
+    """One turn's SSE bytes (as the door writes them, any split) → the socket's text messages:
+    each event's data, `stream_id` added when the turn named one; events without data (comment
+    lines: the trace, keep-alives) are left out."""
+
+    __slots__ = ("_decoder", "_prefix")
+
+    def __init__(self, stream_id: str | None = None, max_event_bytes: int = 0) -> None:
+        self._decoder = SSEDecoder(max_event_bytes) if max_event_bytes > 0 else SSEDecoder()
+        # (the stream id spliced in after the opening brace: no event is parsed again for it)
+        self._prefix = b"" if stream_id is None else b'{"stream_id":' + jsonio.dumps(stream_id) + b","
+
+    def feed(self, data: bytes) -> list[str]:
+        return self._messages(self._decoder.feed(data))
+
+    def flush(self) -> list[str]:
+        return self._messages(self._decoder.flush())
+
+    def _messages(self, events: list[SSEEvent]) -> list[str]:
+        out: list[str] = []
+        prefix = self._prefix
+        for event in events:
+            data = event.data
+            if data is None or data == b"[DONE]":
+                continue
+            if prefix and data[:1] == b"{":
+                data = prefix + data[1:] if data[1:2] != b"}" else prefix[:-1] + b"}"
+            out.append(data.decode("utf-8", "replace"))
+        return out

@@ -1,0 +1,78 @@
+"""A Responses WebSocket's own responses (proxy.server.doors.responses_ws): kept in memory on the
+connection, in front of the state store, so that `previous_response_id` continues them with
+`store: false` and with the state store off, as OpenAI's WebSocket mode keeps connection-local
+state. They end with the socket.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from proxy.core.protocols.responses.state import RESPONSE_KIND, STORED_RESPONSE_CAP, StoredResponse
+from proxy.core.replay.keys import store_key
+from proxy.server.doors.responses import ResponseSaver
+from proxy.server.doors.responses_store import MAX_CHAIN_TURNS, StoredResponses
+
+
+class SocketResponses(StoredResponses):
+    """A connection's own responses, kept in memory in front of the state store: what
+    `previous_response_id` reads first, whatever the turn's `store` and whether the store is on.
+    Bounded: at most `max_bytes` of records (THINKPROXY_MAX_BODY_BYTES: what one request may expand
+    into anyway) and MAX_CHAIN_TURNS of them, the oldest dropped first (continuing a dropped one
+    is `previous_response_not_found`, as for an expired stored one)."""
+
+    def __init__(self, shared: StoredResponses, max_bytes: int, max_turns: int = MAX_CHAIN_TURNS) -> None:
+        super().__init__(shared.store)
+        self.shared = shared
+        self.max_bytes = max_bytes
+        self.max_turns = max_turns
+        self.held: OrderedDict[str, bytes] = OrderedDict()
+        self.size = 0
+
+    async def load_raw(self, key: str) -> bytes | None:
+        held = self.held.get(key)
+        if held is not None:
+            return held
+        if self.store is None:  # (not on this connection, and no store to ask: not found)
+            return None
+        return await super().load_raw(key)
+
+    def keep(self, key: str, record: bytes) -> None:
+        old = self.held.pop(key, None)
+        if old is not None:
+            self.size -= len(old)
+        self.held[key] = record
+        self.size += len(record)
+        while self.held and (self.size > self.max_bytes or len(self.held) > self.max_turns):
+            _, dropped = self.held.popitem(last=False)
+            self.size -= len(dropped)
+
+    def saver(self, shared: bool) -> ResponseSaver:
+        return _TurnSaver(self, shared)
+
+
+class _TurnSaver:
+    """Keeps one turn's response on its connection, and in the state store when `shared`."""
+
+    __slots__ = ("responses", "shared")
+
+    def __init__(self, responses: SocketResponses, shared: bool) -> None:
+        self.responses = responses
+        self.shared = shared
+
+    async def save(
+        self,
+        tenant: str,
+        final: dict[str, Any],
+        own: list[Any],
+        previous: str | None,
+        earlier_keys: list[str],
+    ) -> None:
+        record = StoredResponse(own, final, previous)
+        encoded = record.encode()
+        if len(encoded) > STORED_RESPONSE_CAP:
+            encoded = record.stub(len(encoded)).encode()
+        self.responses.keep(store_key(tenant, RESPONSE_KIND, str(final["id"])), encoded)
+        if self.shared:
+            await self.responses.shared.save(tenant, final, own, previous, earlier_keys)

@@ -1,0 +1,448 @@
+"""The Responses API's WebSocket mode (proxy.server.doors.responses_ws): one socket per agent
+session, `response.create` in, the SSE stream's events out one JSON message each. Unit-level
+through Starlette's TestClient against the simulated DeepSeek, then the real client:
+openai-python's `client.responses.connect()` against a real `thinkproxy serve`."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import httpx
+import openai
+import pydantic
+import pytest
+from openai.types.responses import ResponsesServerEvent
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+from starlette.testclient import TestClient, WebSocketDenialResponse
+from starlette.websockets import WebSocketDisconnect
+from websockets.sync.client import connect
+
+from proxy.core.events import AccessRecord, RequestObserver
+from proxy.demo import simulated_table
+from proxy.mock import MockOptions, create_mock_app
+from proxy.server.app import create_app
+from proxy.server.doors.responses import ResponsesDoor
+from proxy.server.doors.responses_ws import ResponsesSocket
+from proxy.server.serving import BackgroundServer
+from tests.clients.conftest import (
+    start_proxy,
+    stop_proxy,
+)
+from tests.helpers import make_settings
+
+# Every message the socket sends must be an event openai-python knows (nothing it would skip).
+SERVER_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponsesServerEvent)
+MODEL = "deepseek-v4-pro"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+# (copied at each use: the test client adds the upgrade's own headers to the dict it is given)
+KEY = {"authorization": "Bearer sk-test"}
+
+
+@pytest.fixture(scope="module")
+def mock() -> Iterator[BackgroundServer]:
+    with BackgroundServer(create_mock_app(MockOptions(default_dialect="deepseek"))) as server:
+        yield server
+
+
+def app_for(mock: BackgroundServer, **overrides: Any) -> Starlette:
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", **overrides)
+    return create_app(settings, table=simulated_table(mock.port))
+
+
+def upstream_requests(mock: BackgroundServer) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = httpx.get(f"{mock.url}/_mock/requests").json()
+    return found
+
+
+def last_upstream(mock: BackgroundServer) -> dict[str, Any]:
+    record: dict[str, Any] = httpx.get(f"{mock.url}/_mock/requests/last").json()
+    return record
+
+
+def create(**body: Any) -> str:
+    return json.dumps({"type": "response.create", "model": MODEL, **body})
+
+
+def turn(ws: Any) -> list[dict[str, Any]]:
+    """The messages of one turn, up to its terminal event; each one an event openai-python knows."""
+    events = []
+    while True:
+        text = ws.receive_text()
+        event = json.loads(text)
+        SERVER_EVENT.validate_python(event)
+        events.append(event)
+        if event["type"] in TERMINAL:
+            return events
+
+
+def sse_types(text: str) -> list[str]:
+    return [json.loads(line[6:])["type"] for line in text.splitlines() if line.startswith("data: ")]
+
+
+# -- the same events as the SSE stream ----------------------------------------------------------------
+
+
+def test_a_turn_is_the_sse_streams_events_one_message_each_without_the_trace(mock: BackgroundServer) -> None:
+    app = app_for(mock, state="off", trace="detailed")
+    ask = {"input": "Hi there", "store": False}
+    with TestClient(app) as client:
+        posted = client.post("/v1/responses", json={"model": MODEL, "stream": True, **ask}, headers=dict(KEY))
+        assert ": trace " in posted.text  # (the HTTP stream carries the trace as comment lines)
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
+            ws.send_text(create(**ask))
+            events = turn(ws)
+    assert [e["type"] for e in events] == sse_types(posted.text)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "response.completed"
+    assert all("trace" not in e for e in events)
+
+
+def test_the_next_turn_continues_a_store_false_response_from_the_connection_with_the_store_off(
+    mock: BackgroundServer,
+) -> None:
+    with TestClient(app_for(mock, state="off")) as client:
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
+            ws.send_text(create(input="Hi there", store=False))
+            first = turn(ws)[-1]["response"]
+            ws.send_text(create(input="And again", store=False, previous_response_id=first["id"]))
+            second = turn(ws)[-1]
+        # another connection does not have it (and there is no store to ask)
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as other:
+            other.send_text(create(input="More", store=False, previous_response_id=first["id"]))
+            refused = turn(other)[-1]
+    assert second["type"] == "response.completed"
+    messages = last_upstream(mock)["body"]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[0]["content"] == "Hi there" and messages[2]["content"] == "And again"
+    assert refused["type"] == "error" and refused["status"] == 400
+    assert refused["error"]["code"] == "previous_response_not_found"
+
+
+def test_a_stored_response_is_also_kept_in_the_state_store(mock: BackgroundServer) -> None:
+    with TestClient(app_for(mock, state="on")) as client:
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
+            ws.send_text(create(input="Hi there", store=True))
+            stored = turn(ws)[-1]["response"]
+            ws.send_text(create(input="Not kept", store=False))
+            unstored = turn(ws)[-1]["response"]
+        assert client.get(f"/v1/responses/{stored['id']}", headers=dict(KEY)).status_code == 200
+        assert client.get(f"/v1/responses/{unstored['id']}", headers=dict(KEY)).status_code == 404
+
+
+# -- one response at a time, generate: false, steering -------------------------------------------------
+
+
+def test_a_second_create_while_one_runs_gets_an_error_and_the_first_completes(mock: BackgroundServer) -> None:
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ws.send_text(create(input="Tell me a story."))
+        ws.send_text(create(input="And another one."))
+        events = turn(ws)
+        refused = events[-1] if events[-1]["type"] == "error" else turn(ws)[-1]
+        if events[-1]["type"] == "error":  # (the refusal came before the first's end)
+            events = turn(ws)
+        ws.send_text(create(input="Now the next."))
+        after = turn(ws)
+    assert refused["error"]["code"] == "response_in_progress" and refused["status"] == 400
+    assert events[-1]["type"] == "response.completed"
+    assert after[-1]["type"] == "response.completed"
+
+
+def test_turns_sent_as_soon_as_the_last_one_ended_all_run(mock: BackgroundServer) -> None:
+    """A client that sends the next `response.create` the moment it reads a terminal event is never
+    told a response is in progress (the ended turn's bookkeeping is waited for, not refused)."""
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ends = []
+        for n in range(5):
+            ws.send_text(create(input=f"Turn {n}"))
+            ends.append(turn(ws)[-1]["type"])
+    assert ends == ["response.completed"] * 5
+
+
+def test_generate_false_makes_a_response_without_the_upstream_and_it_can_be_continued(
+    mock: BackgroundServer,
+) -> None:
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        before = len(upstream_requests(mock))
+        ws.send_text(create(input="You will be asked about Paris.", generate=False))
+        warm = turn(ws)
+        assert len(upstream_requests(mock)) == before  # the upstream was not asked
+        ws.send_text(create(input="What is it?", previous_response_id=warm[-1]["response"]["id"]))
+        answered = turn(ws)
+    assert [e["type"] for e in warm] == ["response.created", "response.in_progress", "response.completed"]
+    assert warm[-1]["response"]["output"] == []
+    assert answered[-1]["type"] == "response.completed"
+    contents = [m["content"] for m in last_upstream(mock)["body"]["messages"]]
+    assert contents == ["You will be asked about Paris.", "What is it?"]
+
+
+def test_steering_is_refused_with_steer_failed(mock: BackgroundServer) -> None:
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ws.send_text(
+            json.dumps({"type": "response.steer", "input": "faster", "previous_response_id": "resp_1"})
+        )
+        failed = json.loads(ws.receive_text())
+    SERVER_EVENT.validate_python(failed)
+    assert failed["type"] == "response.steer.failed"
+    assert failed["error"]["code"] == "steering_not_supported"
+    assert failed["steer"] == {"input": "faster", "previous_response_id": "resp_1"}
+
+
+def test_stream_id_tags_every_event_of_its_turn(mock: BackgroundServer) -> None:
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ws.send_text(create(input="Hi", stream_id="lane-1"))
+        events = turn(ws)
+    assert {e.get("stream_id") for e in events} == {"lane-1"}
+
+
+def test_a_native_upstream_is_reached_over_http_per_turn(mock: BackgroundServer) -> None:
+    settings = make_settings(upstream_base_url=f"{mock.url}/openai/v1", state="off")
+    app = create_app(settings, table=simulated_table(mock.port))
+    headers = {**KEY, "x-thinking-level": "deep"}
+    with (
+        TestClient(app) as client,
+        client.websocket_connect("/v1/responses", headers=headers) as ws,
+    ):
+        ws.send_text(json.dumps({"type": "response.create", "model": "gpt-5.4", "input": "Hi."}))
+        events = turn(ws)
+        ws.send_text(
+            json.dumps({"type": "response.create", "model": "gpt-5.4", "input": "Hi.", "generate": False})
+        )
+        refused = json.loads(ws.receive_text())
+    sent = last_upstream(mock)
+    assert sent["path"] == "/openai/v1/responses"
+    assert sent["body"]["stream"] is True and sent["body"]["reasoning"]["effort"] == "high"
+    assert "type" not in sent["body"] and "generate" not in sent["body"]
+    assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
+    assert refused["error"]["code"] == "unsupported_parameter" and refused["error"]["param"] == "generate"
+
+
+# -- headers at the upgrade ------------------------------------------------------------------------------
+
+
+def test_the_upgrades_level_applies_to_every_turn_and_reasoning_effort_overrides_it(
+    mock: BackgroundServer,
+) -> None:
+    headers = {**KEY, "x-thinking-level": "off"}
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=headers) as ws,
+    ):
+        ws.send_text(create(input="Hi"))
+        plain = turn(ws)[-1]
+        off_body = last_upstream(mock)["body"]
+        ws.send_text(create(input="Hi", reasoning={"effort": "high"}))
+        turn(ws)
+        high_body = last_upstream(mock)["body"]
+    assert plain["type"] == "response.completed"
+    assert off_body.get("thinking") == {"type": "disabled"}
+    assert high_body.get("thinking") == {"type": "enabled"}
+
+
+def test_a_bad_key_is_refused_at_the_upgrade_with_its_status(mock: BackgroundServer) -> None:
+    app = app_for(mock, state="off", gateway_mode=True, client_keys=["sk-good"])
+    bad = {"authorization": "Bearer sk-bad"}
+    with (
+        TestClient(app) as client,
+        pytest.raises(WebSocketDenialResponse) as refused,
+        client.websocket_connect("/v1/responses", headers=bad),
+    ):
+        pass
+    assert refused.value.status_code == 401
+    assert refused.value.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_an_upstream_error_is_an_error_event_with_its_status_and_the_socket_goes_on(
+    mock: BackgroundServer,
+) -> None:
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers={**KEY, "x-mock-fault": "429"}) as ws,
+    ):
+        ws.send_text(create(input="Hi"))
+        first = turn(ws)
+        ws.send_text(create(input="Hi again"))
+        second = turn(ws)
+    assert [e["type"] for e in first] == ["error"]
+    assert first[0]["status"] == 429 and first[0]["error"]["code"] == "rate_limit_exceeded"
+    assert second[-1]["status"] == 429
+
+
+# -- limits ------------------------------------------------------------------------------------------------
+
+
+def test_a_message_past_the_body_limit_is_an_error_then_close_1009(mock: BackgroundServer) -> None:
+    with (
+        TestClient(app_for(mock, state="off", max_body_bytes=2048)) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ws.send_text(create(input="x" * 4096))
+        error = json.loads(ws.receive_text())
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    assert error["type"] == "error" and error["status"] == 413
+    assert closed.value.code == 1009
+
+
+def test_a_malformed_message_is_an_error_event_and_the_socket_goes_on(mock: BackgroundServer) -> None:
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ws.send_text("{not json")
+        bad = json.loads(ws.receive_text())
+        ws.send_text(json.dumps({"type": "response.append", "input": []}))
+        unknown = json.loads(ws.receive_text())
+        ws.send_text(create(input="Hi", background=True))
+        background = json.loads(ws.receive_text())
+        ws.send_text(create(input="Hi"))
+        done = turn(ws)[-1]
+    assert bad["error"]["code"] == "invalid_json"
+    assert unknown["error"]["code"] == "unknown_event_type"
+    assert background["error"]["param"] == "background"
+    assert done["type"] == "response.completed"
+
+
+class Ended:
+    """A listener that keeps every request's final record (proxy.core.events)."""
+
+    def __init__(self) -> None:
+        self.records: list[AccessRecord] = []
+        self.turn_ended = threading.Event()
+
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver:
+        ended = self
+
+        class Observer(RequestObserver):
+            def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+                ended.records.append(record)
+                ended.turn_ended.set()
+
+        return Observer()
+
+
+def test_a_client_gone_mid_turn_ends_the_turn_and_its_upstream_request(mock: BackgroundServer) -> None:
+    ended = Ended()
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state="off")
+    app = create_app(settings, table=simulated_table(mock.port), listeners=[ended])
+    stalled = {**KEY, "x-mock-fault": "stall", "x-mock-stall-s": "600"}
+    with BackgroundServer(app) as server:  # (a real server: the test client cancels the app on close)
+        with connect(f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=stalled) as ws:
+            ws.send(create(input="Tell me a long story."))
+            assert json.loads(ws.recv())["type"] == "response.created"
+        # the socket is closed while the upstream stalls: the turn ends now, not in ten minutes
+        assert ended.turn_ended.wait(20)
+    (turn_record,) = [r for r in ended.records if r.method == "WS"]
+    assert turn_record.error == "client_disconnected"
+
+
+def test_an_idle_socket_is_closed_cleanly(mock: BackgroundServer) -> None:
+    app = app_for(mock, state="off")
+    door = ResponsesDoor(app.state.proxy)
+    idle = Starlette(routes=[WebSocketRoute("/v1/responses", ResponsesSocket(door, idle_timeout=0.2).serve)])
+    with (
+        TestClient(idle) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+        pytest.raises(WebSocketDisconnect) as closed,
+    ):
+        ws.receive_text()
+    assert closed.value.code == 1000 and closed.value.reason == "idle timeout"
+
+
+def test_a_socket_past_its_lifetime_says_so_then_closes(mock: BackgroundServer) -> None:
+    app = app_for(mock, state="off")
+    door = ResponsesDoor(app.state.proxy)
+    short = Starlette(routes=[WebSocketRoute("/v1/responses", ResponsesSocket(door, max_lifetime=0.3).serve)])
+    with TestClient(short) as client, client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
+        limit = json.loads(ws.receive_text())
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    SERVER_EVENT.validate_python(limit)
+    assert limit["error"]["code"] == "websocket_connection_limit_reached"
+    assert closed.value.code == 1000
+
+
+# -- the real client -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(mock: BackgroundServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Two `thinkproxy serve` processes: the state store on, and off."""
+    on = start_proxy(mock, tmp_path_factory.mktemp("ws-state-on"), THINKPROXY_STATE="on")
+    try:
+        off = start_proxy(mock, tmp_path_factory.mktemp("ws-state-off"), THINKPROXY_STATE="off")
+    except BaseException:
+        stop_proxy(on)
+        raise
+    yield {"on": on.base, "off": off.base}
+    stop_proxy(on)
+    stop_proxy(off)
+
+
+def run_turn(connection: Any, **body: Any) -> list[Any]:
+    connection.response.create(model=MODEL, **body)
+    events = []
+    for event in connection:
+        events.append(event)
+        if event.type in TERMINAL:
+            return events
+    raise AssertionError("the socket closed before the turn ended")
+
+
+@pytest.mark.parametrize(("state", "store"), [("on", True), ("on", False), ("off", False)])
+def test_openai_python_runs_a_tool_loop_over_one_socket(
+    served: dict[str, str], mock: BackgroundServer, state: str, store: bool
+) -> None:
+    client = openai.OpenAI(base_url=served[state], api_key="sk-ws", max_retries=0)
+    include = [] if store else ["reasoning.encrypted_content"]
+    with client.responses.connect(extra_headers={"x-thinking-level": "deep"}) as connection:
+        first = run_turn(
+            connection,
+            input="What's the weather in Paris? Use get_weather.",
+            tools=[WEATHER],
+            store=store,
+            include=include,
+        )
+        done = first[-1]
+        assert done.type == "response.completed", done
+        (call,) = [item for item in done.response.output if item.type == "function_call"]
+        assert call.name == "get_weather"
+        second = run_turn(
+            connection,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": '{"temp_c": 18}'}],
+            previous_response_id=done.response.id,
+            tools=[WEATHER],
+            store=store,
+            include=include,
+        )
+    assert second[-1].type == "response.completed", second[-1]
+    assert second[-1].response.output_text
+    # DeepSeek's replay rule held: the tool-call turn's reasoning went back with it
+    messages = last_upstream(mock)["body"]["messages"]
+    (assistant,) = [m for m in messages if m["role"] == "assistant"]
+    assert assistant.get("reasoning_content")
+    assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": '{"temp_c": 18}'}

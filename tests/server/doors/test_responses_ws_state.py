@@ -1,0 +1,57 @@
+"""A Responses WebSocket's own responses (proxy.server.doors.responses_ws_state): read before the
+state store, kept whatever `store` says, bounded, and in the store too only when stored."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from proxy.core.protocols.responses.state import RESPONSE_KIND, StoredResponse
+from proxy.core.replay.keys import store_key
+from proxy.server.doors.responses_store import StoredResponses
+from proxy.server.doors.responses_ws_state import SocketResponses
+from proxy.state.memory import MemoryStore
+
+TENANT = "t" * 16
+
+
+def final(response_id: str, text: str = "hi") -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text}]
+    message = {"type": "message", "id": "msg_" + response_id, "role": "assistant", "content": content}
+    return {"id": response_id, "object": "response", "output": [message]}
+
+
+def key(response_id: str) -> str:
+    return store_key(TENANT, RESPONSE_KIND, response_id)
+
+
+def test_an_unstored_response_is_kept_on_the_connection_only() -> None:
+    store = MemoryStore(ttl=60)
+    responses = SocketResponses(StoredResponses(store), max_bytes=1 << 20)
+    user = [{"type": "message", "role": "user", "content": "hi"}]
+
+    async def run() -> tuple[bytes | None, list[bytes | None]]:
+        await responses.saver(False).save(TENANT, final("resp_a"), user, None, [])
+        await responses.saver(True).save(TENANT, final("resp_b"), user, "resp_a", [])
+        return await responses.load_raw(key("resp_a")), await store.get_many([key("resp_a"), key("resp_b")])
+
+    held, in_store = asyncio.run(run())
+    record = StoredResponse.decode(held)
+    assert record is not None and record.input == user
+    assert in_store[0] is None and in_store[1] is not None  # (only the stored one is shared)
+
+
+def test_without_a_store_an_unknown_id_is_not_found_not_a_store_error() -> None:
+    responses = SocketResponses(StoredResponses(None), max_bytes=1 << 20)
+    assert asyncio.run(responses.load_raw(key("resp_x"))) is None
+
+
+def test_the_oldest_records_go_first_past_the_bounds() -> None:
+    responses = SocketResponses(StoredResponses(None), max_bytes=1 << 20, max_turns=2)
+    for name in ("resp_1", "resp_2", "resp_3"):
+        asyncio.run(responses.saver(False).save(TENANT, final(name), [], None, []))
+    assert list(responses.held) == [key("resp_2"), key("resp_3")]
+    small = SocketResponses(StoredResponses(None), max_bytes=len(responses.held[key("resp_3")]) + 10)
+    for name in ("resp_1", "resp_2"):
+        asyncio.run(small.saver(False).save(TENANT, final(name), [], None, []))
+    assert list(small.held) == [key("resp_2")] and small.size == len(small.held[key("resp_2")])
