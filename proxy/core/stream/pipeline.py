@@ -41,7 +41,9 @@ WITHHELD_COMMENT = (
 @dataclass(frozen=True, slots=True)
 class _TemplateRule:
     unless_lt: bool  # a text with `<` in it takes the ordinary path
-    tell: tuple[Callable[[str], None], ...]  # who hears each text
+    # Who hears each text. Each must only add the text to what it has (a run's texts are told
+    # joined: _tell_joined).
+    tell: tuple[Callable[[str], None], ...]
 
 
 _FULL_PATH = _TemplateRule(False, ())  # (compared by identity: every chunk takes the ordinary path)
@@ -254,9 +256,7 @@ class StreamPipeline:
         end, texts = template.take_texts(data, start, self._max_event_bytes, rule.unless_lt)
         if end > start:
             self._template_misses = 0
-            for tell in rule.tell:
-                for text in texts:
-                    tell(text)
+            _tell_joined(rule.tell, texts)
         return end - start, texts
 
     def _decode(self, data: bytes, now_ms: float) -> bytes:
@@ -359,9 +359,7 @@ class StreamPipeline:
             rule = self._rule = self._text_rule(template)
         if rule is _FULL_PATH or (rule.unless_lt and any("<" in text for text in texts)):
             return False
-        for tell in rule.tell:
-            for text in texts:
-                tell(text)
+        _tell_joined(rule.tell, texts)
         self._template_misses = 0
         return True
 
@@ -477,6 +475,19 @@ class StreamPipeline:
         out.append(data_frame(DONE))
         self._done_sent = True
         return b"".join(out)
+
+
+def _tell_joined(tells: Sequence[Callable[[str], None]], texts: Sequence[str]) -> None:
+    """A run's texts told to each consumer at once, joined: every consumer of a text rule adds the
+    text to what it has (the token tally counts it, the replay capture appends it), so one call
+    with the run's text says the same as one call per chunk — and a Python call per reasoning text
+    was the largest cost the token accounting added to a burst stream (bench/README.md, "Where
+    round three lost its figures")."""
+    if not texts or not tells:
+        return
+    joined = texts[0] if len(texts) == 1 else "".join(texts)
+    for tell in tells:
+        tell(joined)
 
 
 def _ends_event(raw: bytes) -> bool:
