@@ -29,23 +29,13 @@ signature, as Anthropic's own API does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.core import jsonio
-from proxy.core.protocols.chat_events import (
-    ChatEvent,
-    Done,
-    Error,
-    Finish,
-    ReasoningDelta,
-    ReasoningDetails,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-    call_index,
-)
+from proxy.core.protocols.chat_events import Finish, ToolCallDelta, call_index
+from proxy.core.protocols.door_stream import DoorEncoder, Event
 from proxy.core.protocols.responses.output import count
 
 __all__ = ["STOP_REASONS", "IdFactory", "MessagesEncoder", "ThinkingFacts", "ThinkingSeal", "error_event"]
@@ -68,7 +58,6 @@ _ERROR_TYPES: Final[Mapping[str, str]] = {
     "overloaded": "overloaded_error",
 }
 
-Event = dict[str, Any]
 IdFactory = Callable[[str], str]
 
 
@@ -97,7 +86,7 @@ class _Block:
     call_id: str = ""
     name: str = ""
     stopped: bool = False
-    frame: tuple[bytes, bytes] | None = None  # a plain delta's bytes around its text (delta_frame)
+    frame: tuple[bytes, bytes] | None = None  # a plain delta's bytes around its text (text_delta_frames)
 
 
 def error_event(message: str, type_: str = "api_error") -> Event:
@@ -112,9 +101,9 @@ def matched_stop(matched: tuple[str, ...], stop_sequences: tuple[str, ...]) -> s
     return None
 
 
-class MessagesEncoder:
-    """The events of one message, from its chunks; after `message_stop` or `error` every call
-    returns no events."""
+class MessagesEncoder(DoorEncoder):
+    """The events of one message, from the internal event stream (`feed`, DoorEncoder's); after
+    `message_stop` or `error` every call returns no events."""
 
     def __init__(
         self,
@@ -126,6 +115,7 @@ class MessagesEncoder:
         show_thinking: bool = True,
         stop_sequences: tuple[str, ...] = (),
     ) -> None:
+        super().__init__()
         self._id = message_id
         self._stops = stop_sequences
         self._stop_sequence: str | None = None
@@ -133,19 +123,11 @@ class MessagesEncoder:
         self._seal = seal
         self._new_id = new_id
         self._show = show_thinking
-        self._started = False
-        self._finished = False
         self._blocks: list[_Block] = []
         self._current: _Block | None = None
         self._calls: dict[int, _Block] = {}  # tool calls by chat index (a block once named)
         self._last_call: int | None = None
-        self._finish: str | None = None
-        self._usage: Any = None
         self.failed: str | None = None  # the error message, once the stream ended in error
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
 
     def start(self) -> list[Event]:
         if self._started:
@@ -155,51 +137,12 @@ class MessagesEncoder:
         message["content"], message["stop_reason"] = [], None
         return [{"type": "message_start", "message": message}]
 
-    def feed(self, events: Iterable[ChatEvent]) -> list[Event]:
-        """The events the next events of the internal stream produce. Output after the finish
-        reason is not carried (a later usage still counts)."""
-        if self._finished:
-            return []
-        out = self.start()
-        for event in events:
-            if self._finished:
-                break
-            open_ = self._finish is None
-            if type(event) is TextDelta:
-                if open_:
-                    for text in event.texts:
-                        self._text(text, out)
-            elif type(event) is ReasoningDelta:
-                if open_:
-                    for text in event.texts:
-                        self._thinking(text, out)
-            elif type(event) is ToolCallDelta:
-                if open_:
-                    self._tool_call(event, out)
-            elif type(event) is ReasoningDetails:
-                current = self._current
-                if open_ and current is not None and current.kind == "thinking":
-                    current.details.extend(event.details)
-            elif type(event) is Usage:
-                self._usage = event.usage
-            elif type(event) is Finish:
-                if open_:
-                    self._finish = finish = event.reason
-                    if finish == "stop":
-                        self._stop_sequence = matched_stop(event.matched, self._stops)
-                    self._stop_current(out, None)
-                    self._stop_unnamed(out)
-            elif type(event) is Error:
-                out += self._fail(event.message, _ERROR_TYPES.get(event.code, "api_error"))
-            elif type(event) is Done:
-                out += self.end()
-        return out
-
-    def delta_frame(self, reasoning: bool) -> tuple[bytes, bytes] | None:
-        """For a plain text delta (one text, nothing else) of this kind while its block is open (the
-        text block for content, the thinking block for reasoning): the bytes `feed` writes for it
-        before and after the text's JSON string, `(b"", b"")` when it writes nothing (thinking not
-        shown). None when such a delta would do more than continue the open block."""
+    def text_delta_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
+        """Plain text deltas of this kind while its block is open (the text block for content, the
+        thinking block for reasoning), their texts joining it: byte for byte what `feed` writes for
+        each in turn, each a `content_block_delta` as fixed bytes around the text's JSON string (b""
+        for thinking not shown). None when such a delta would do more than continue the open
+        block."""
         block = self._current
         if block is None or self._finished or self._finish is not None:
             return None
@@ -214,13 +157,15 @@ class MessagesEncoder:
                 head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
                 frame = (head + str(block.index).encode() + b',"delta":{"type":' + kind, b"}}\n\n")
             block.frame = frame
-        return frame
-
-    def extend(self, texts: list[str]) -> None:
-        """The texts of plain deltas that continue the open block (`delta_frame` said so)."""
-        block = self._current
-        assert block is not None
         block.text += texts
+        head, tail = frame
+        if not head:  # (thinking not shown: nothing written)
+            return b""
+        if len(texts) == 1:
+            return head + jsonio.dumps(texts[0]) + tail
+        # (as `feed` writes each text; the texts' JSON from one orjson call)
+        inside = jsonio.string_insides(texts)
+        return head + b'"' + (b'"' + tail + head + b'"').join(inside) + b'"' + tail
 
     def end(self) -> list[Event]:
         """`[DONE]`: message_delta and message_stop, or an error when no finish reason came."""
@@ -260,7 +205,8 @@ class MessagesEncoder:
     def _stop_reason(self, finish: str) -> str | None:
         return "stop_sequence" if self._stop_sequence is not None else STOP_REASONS.get(finish)
 
-    def _thinking(self, text: str, out: list[Event]) -> None:
+    # -- DoorEncoder.feed's hooks ------------------------------------------------------------------
+    def _reasoning(self, text: str, out: list[Event]) -> None:
         block = self._open("thinking", out)
         block.text.append(text)
         if self._show:
@@ -270,6 +216,20 @@ class MessagesEncoder:
         block = self._open("text", out)
         block.text.append(text)
         self._delta_event(out, block, {"type": "text_delta", "text": text})
+
+    def _details(self, details: list[Any]) -> None:
+        current = self._current
+        if current is not None and current.kind == "thinking":
+            current.details.extend(details)
+
+    def _finished_by(self, finish: Finish, out: list[Event]) -> None:
+        if finish.reason == "stop":
+            self._stop_sequence = matched_stop(finish.matched, self._stops)
+        self._stop_current(out, None)
+        self._stop_unnamed(out)
+
+    def _error(self, message: str, code: str) -> list[Event]:
+        return self._fail(message, _ERROR_TYPES.get(code, "api_error"))
 
     def _open(self, kind: str, out: list[Event]) -> _Block:
         current = self._current

@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 from proxy.core import jsonio
 from proxy.core.controls import Level
 from proxy.core.errors import BadRequest, quoted
+from proxy.core.protocols.door_request import present_fields, stream_fields
 from proxy.core.protocols.messages.inputs import ThinkingBlock, ThinkingTurn, map_messages
 
 __all__ = [
@@ -94,19 +95,12 @@ class BridgedMessages:
 
 def bridge_messages(body: Mapping[str, Any], *, server_tools: ServerTools = "omit") -> BridgedMessages:
     """The internal chat request for a Messages request body (already parsed JSON)."""
-    if not isinstance(body, Mapping):
-        raise BadRequest("Request body must be a JSON object.", code="invalid_json")
-    present = {k: v for k, v in body.items() if v is not None}
+    present = present_fields(body)
     dropped: list[str] = []
     mapped = map_messages(present.get("system"), present.get("messages"))
     chat: dict[str, Any] = {k: present[k] for k in _KEPT if k in present}
     chat["messages"] = mapped.messages
-    stream = present.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("stream must be true or false.", param="stream")
-    if stream:
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}  # the encoder reports usage at the end
+    stream_fields(present, chat)
     if "max_tokens" in present:
         if type(present["max_tokens"]) is not int or present["max_tokens"] < 1:
             raise BadRequest("max_tokens must be a positive integer.", param="max_tokens")

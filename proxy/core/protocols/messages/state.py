@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from proxy.core import seal
+from proxy.core.protocols.door_request import put_reasoning, reference_keys, take_reasoning
 from proxy.core.protocols.expansion import UNBOUNDED, Expansion
 from proxy.core.protocols.messages.events import ThinkingFacts, ThinkingSeal
 from proxy.core.protocols.messages.inputs import ThinkingBlock, ThinkingTurn
@@ -36,7 +37,6 @@ from proxy.core.protocols.sealing import (
 __all__ = ["KIND", "RestoreReport", "restore_thinking", "spilled_keys", "thinking_sealer"]
 
 KIND: Final[seal.Kind] = "anthropic.thinking"
-_SEPARATOR: Final = "\n\n"
 
 
 def thinking_sealer(ctx: SealContext, spill: list[tuple[str, bytes]] | None = None) -> ThinkingSeal:
@@ -68,14 +68,8 @@ def spilled_keys(
     inline), each once: the edge reads them before `restore_thinking` (given the same
     `expansion`, each distinct signature is opened once for both)."""
     opener = expansion if expansion is not None else Expansion(ctx, UNBOUNDED)
-    keys: dict[str, None] = {}
-    for turn in turns:
-        for block in turn.blocks:
-            if seal.is_ours(block.signature):
-                key = opener.reference_key(KIND, (_ids(block.next_call_id),), str(block.signature))
-                if key is not None:
-                    keys[key] = None
-    return list(keys)
+    blobs = [(block.signature, (_ids(block.next_call_id),)) for turn in turns for block in turn.blocks]
+    return reference_keys(opener, KIND, blobs)
 
 
 def restore_thinking(
@@ -99,11 +93,7 @@ def restore_thinking(
                 continue  # the same signed block again: its reasoning is already back
             payload = _payload(block, opener, spilled or {})
             if payload is not None:
-                text = payload.get("reasoning")
-                if isinstance(text, str) and text:
-                    texts.append(text)
-                if isinstance(payload.get("details"), list):
-                    details.extend(payload["details"])
+                take_reasoning(payload, texts, details)
             elif block.signature is None:
                 if block.thinking:
                     texts.append(block.thinking)
@@ -111,14 +101,8 @@ def restore_thinking(
                 unverified += 1
             else:
                 foreign += 1  # Anthropic's own: never sent to a chat upstream
-        if not (texts or details) or not 0 <= turn.message_index < len(messages):
-            continue
-        message = messages[turn.message_index]
-        if texts:
-            message["reasoning_content"] = _SEPARATOR.join(texts)
-        if details:
-            message["reasoning_details"] = details
-        restored += 1
+        if put_reasoning(messages, turn.message_index, texts, details) is not None:
+            restored += 1
     return RestoreReport(restored, unverified, foreign)
 
 

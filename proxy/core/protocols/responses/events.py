@@ -44,22 +44,12 @@ What each item holds and looks like: proxy.core.protocols.responses.items.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core.protocols.chat_events import (
-    ChatEvent,
-    Done,
-    Error,
-    Finish,
-    ReasoningDelta,
-    ReasoningDetails,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-    call_index,
-)
+from proxy.core.protocols.chat_events import Finish, ToolCallDelta, call_index
+from proxy.core.protocols.door_stream import DoorEncoder, Event
 from proxy.core.protocols.responses.items import StreamItem, is_custom, item_dict
 from proxy.core.protocols.responses.output import (
     IdFactory,
@@ -98,13 +88,11 @@ INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_
 FAILED_FINISHES = frozenset(("insufficient_system_resource", "error"))
 NO_FINISH_MESSAGE = "the upstream stream ended without a finish reason"
 
-Event = dict[str, Any]
 
-
-class ResponsesEncoder:
-    """The events of one response, from its chunks. `start()` gives the opening events (`feed`,
-    `end` and `fail` give them first when not asked yet); after the terminal event every call
-    returns no events."""
+class ResponsesEncoder(DoorEncoder):
+    """The events of one response, from the internal event stream (`feed`, DoorEncoder's). `start()`
+    gives the opening events (`feed`, `end` and `fail` give them first when not asked yet); after
+    the terminal event every call returns no events."""
 
     def __init__(
         self,
@@ -114,6 +102,7 @@ class ResponsesEncoder:
         new_id: IdFactory,
         tool_names: Mapping[str, ToolName] | None = None,
     ) -> None:
+        super().__init__()
         self._frame = frame
         # Chat function names that stand for a namespaced or a custom (freeform) Responses tool:
         # their calls go back as the client declared them (responses_tools.ToolName).
@@ -121,23 +110,14 @@ class ResponsesEncoder:
         self._seal = seal
         self._new_id = new_id
         self._seq = 0
-        self._started = False
-        self._finished = False
         self._items: list[StreamItem] = []  # announced items, in output order
         self._current: StreamItem | None = None  # the open reasoning or message item
         self._pending: StreamItem | None = None  # a reasoning item done when the call after it begins
         self._calls: dict[int, StreamItem] = {}  # the open tool calls, by chat index
         self._last_call: int | None = None
-        self._finish: str | None = None
-        self._usage: Any = None
         # The frame of a text delta of the item streaming (text_delta_frames), and that item.
         self._form_item: StreamItem | None = None
         self._form = b""
-
-    @property
-    def finished(self) -> bool:
-        """True once the terminal event (completed, incomplete or failed) was produced."""
-        return self._finished
 
     def start(self) -> list[Event]:
         """`response.created` and `response.in_progress` (once)."""
@@ -148,44 +128,7 @@ class ResponsesEncoder:
             self._emit(out, "response.in_progress", response=self.response())
         return out
 
-    def feed(self, events: Iterable[ChatEvent]) -> list[Event]:
-        """The events the next events of the internal stream produce. Output after the finish
-        reason is not carried (a later usage still counts)."""
-        if self._finished:
-            return []
-        out = self.start()
-        for event in events:
-            if self._finished:
-                break
-            open_ = self._finish is None
-            if type(event) is TextDelta:
-                if open_:
-                    for text in event.texts:
-                        self._text(text, out)
-            elif type(event) is ReasoningDelta:
-                if open_:
-                    for text in event.texts:
-                        self._reasoning(text, out)
-            elif type(event) is ToolCallDelta:
-                if open_:
-                    self._tool_call(event, out)
-            elif type(event) is ReasoningDetails:
-                current = self._current if self._current is not None else self._pending
-                if open_ and current is not None and current.kind == "reasoning":
-                    current.details.extend(event.details)
-            elif type(event) is Usage:
-                self._usage = event.usage
-            elif type(event) is Finish:
-                if open_:
-                    self._finish = event.reason
-                    self._close(out, "incomplete" if event.reason in INCOMPLETE_REASONS else "completed")
-            elif type(event) is Error:
-                out += self._failed(event.message, event.code)
-            elif type(event) is Done:
-                out += self.end()
-        return out
-
-    def text_delta_frames(self, reasoning: bool, texts: Sequence[str]) -> bytes | None:
+    def text_delta_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
         """Text deltas that continue the item streaming (most of a stream: a run's texts, or one
         chunk's), written directly: byte for byte `frames(feed([TextDelta([text])]))` (or
         ReasoningDelta) for each text in turn, without building the events. None: not that case
@@ -250,8 +193,19 @@ class ResponsesEncoder:
         return response_object(self._frame, status=status, output=[self._item_dict(i) for i in self._items])
 
     # ----------------------------------------------------------------------------------------------
-    # Deltas
+    # Deltas, the finish, errors (DoorEncoder.feed's hooks)
     # ----------------------------------------------------------------------------------------------
+    def _details(self, details: list[Any]) -> None:
+        current = self._current if self._current is not None else self._pending
+        if current is not None and current.kind == "reasoning":
+            current.details.extend(details)
+
+    def _finished_by(self, finish: Finish, out: list[Event]) -> None:
+        self._close(out, "incomplete" if finish.reason in INCOMPLETE_REASONS else "completed")
+
+    def _error(self, message: str, code: str) -> list[Event]:
+        return self._failed(message, code)
+
     def _open(self, kind: str, prefix: str, out: list[Event]) -> StreamItem:
         """The open item of `kind`, or a new one after whatever else was open is done."""
         current = self._current

@@ -22,6 +22,7 @@ from typing import Any, Final, Literal
 
 from proxy.core.controls import Level
 from proxy.core.errors import BadRequest, quoted
+from proxy.core.protocols.door_request import present_fields, stream_fields
 from proxy.core.protocols.responses.inputs import ReasoningItem, RestoreTurn, map_input
 from proxy.core.protocols.responses.tools import (
     SEPARATOR,
@@ -132,9 +133,7 @@ class BridgedRequest:
 
 def bridge_request(body: Mapping[str, Any], *, hosted_tools: HostedTools = "omit") -> BridgedRequest:
     """The internal chat request for a Responses request body (already parsed JSON)."""
-    if not isinstance(body, Mapping):
-        raise BadRequest("Request body must be a JSON object.", code="invalid_json")
-    present = {k: v for k, v in body.items() if v is not None}
+    present = present_fields(body)
     for name, what in _REFUSED.items():
         if name in present:
             raise BadRequest(
@@ -151,12 +150,7 @@ def bridge_request(body: Mapping[str, Any], *, hosted_tools: HostedTools = "omit
         chat["user"] = present["safety_identifier"]
     elif "safety_identifier" in present:
         dropped.append("safety_identifier")
-    stream = present.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("stream must be true or false.", param="stream")
-    if stream:
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}  # the encoder reports usage at the end
+    stream_fields(present, chat)
     if "max_output_tokens" in present:
         chat["max_completion_tokens"] = present["max_output_tokens"]
     omitted, tool_names = _tools(present, chat, hosted_tools, dropped)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.core import jsonio, seal
+from proxy.core.protocols.door_request import put_reasoning, reference_keys, take_reasoning
 from proxy.core.protocols.expansion import UNBOUNDED, Expansion
 from proxy.core.protocols.responses.inputs import RestoreTurn
 from proxy.core.protocols.responses.output import ReasoningItemFacts, Seal
@@ -87,14 +88,8 @@ def spilled_keys(
     once: the edge reads them before `restore_reasoning` (given the same `expansion`, each
     distinct blob is opened once for both)."""
     opener = expansion if expansion is not None else Expansion(ctx, UNBOUNDED)
-    keys: dict[str, None] = {}
-    for turn in turns:
-        for item in turn.items:
-            if seal.is_ours(item.encrypted_content):
-                key = opener.reference_key(KIND, _id_sets(turn.tool_call_ids), str(item.encrypted_content))
-                if key is not None:
-                    keys[key] = None
-    return list(keys)
+    blobs = [(item.encrypted_content, _id_sets(turn.tool_call_ids)) for turn in turns for item in turn.items]
+    return reference_keys(opener, KIND, blobs)
 
 
 def restore_reasoning(
@@ -136,22 +131,14 @@ def restore_reasoning(
                 else:
                     foreign += 1  # another service's blob: never sent to a chat upstream
             if payload is not None:
-                text = payload.get("reasoning")
-                if isinstance(text, str) and text:
-                    texts.append(text)
-                if isinstance(payload.get("details"), list):
-                    details.extend(payload["details"])
+                take_reasoning(payload, texts, details)
                 if isinstance(payload.get("signatures"), dict):
                     signatures.update(payload["signatures"])
             elif item.encrypted_content is None and item.text:
                 texts.append(item.text)
-        if not (texts or details) or not 0 <= turn.message_index < len(messages):
+        message = put_reasoning(messages, turn.message_index, texts, details)
+        if message is None:
             continue
-        message = messages[turn.message_index]
-        if texts:
-            message["reasoning_content"] = "\n\n".join(texts)
-        if details:
-            message["reasoning_details"] = details
         for call in message.get("tool_calls") or ():
             extra = signatures.get(call.get("id"))
             if extra is not None and "extra_content" not in call:

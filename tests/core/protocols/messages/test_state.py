@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.core import seal
+from proxy.core.protocols.messages.events import MessagesEncoder
 from proxy.core.protocols.messages.request import bridge_messages
 from proxy.core.protocols.messages.state import restore_thinking, spilled_keys, thinking_sealer
 from proxy.core.protocols.messages.stream import message_from_completion
@@ -45,7 +46,7 @@ def answer(
         ]
     }
     return message_from_completion(
-        completion, "msg_1", "m", seal=thinking_sealer(ctx, spill), new_id=lambda p: p
+        completion, MessagesEncoder("msg_1", "m", seal=thinking_sealer(ctx, spill), new_id=lambda p: p)
     )
 
 

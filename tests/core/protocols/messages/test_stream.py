@@ -11,8 +11,9 @@ import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
 
-from proxy.core.protocols.messages.events import ThinkingFacts
-from proxy.core.protocols.messages.stream import CUT_SHORT, MessagesTranscoder, message_from_completion
+from proxy.core.protocols.door_stream import CUT_SHORT
+from proxy.core.protocols.messages.events import MessagesEncoder, ThinkingFacts
+from proxy.core.protocols.messages.stream import MessagesTranscoder, message_from_completion
 
 EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(RawMessageStreamEvent)
 
@@ -266,7 +267,9 @@ def test_a_completion_is_one_message_with_the_same_blocks() -> None:
         },
         "tool_calls",
     )
-    message = Message.model_validate(message_from_completion(body, "msg_1", "m", seal=sign, new_id=ids))
+    message = Message.model_validate(
+        message_from_completion(body, MessagesEncoder("msg_1", "m", seal=sign, new_id=ids))
+    )
     assert [b.type for b in message.content] == ["thinking", "tool_use"]
     assert message.content[0].type == "thinking" and message.content[0].signature == "sig:call_a:11"
     assert message.stop_reason == "tool_use" and message.usage.input_tokens == 9
@@ -289,7 +292,9 @@ def test_the_transcoder_completion_matches_the_stream() -> None:
 
 
 def test_an_error_body_is_an_anthropic_error_object() -> None:
-    out = message_from_completion({"error": {"message": "boom"}}, "msg_1", "m", seal=sign, new_id=ids)
+    out = message_from_completion(
+        {"error": {"message": "boom"}}, MessagesEncoder("msg_1", "m", seal=sign, new_id=ids)
+    )
     assert out == {"type": "error", "error": {"type": "api_error", "message": "boom"}}
 
 
@@ -329,7 +334,9 @@ def test_a_stop_sequence_is_reported_only_when_the_upstream_says_which_matched(
     # The non-stream form reads the same report.
     body = completion({"content": "Hi"})
     body["choices"][0].update(report)
-    whole = message_from_completion(body, "msg_1", "m", seal=sign, new_id=ids, stop_sequences=stops)
+    whole = message_from_completion(
+        body, MessagesEncoder("msg_1", "m", seal=sign, new_id=ids, stop_sequences=stops)
+    )
     assert (whole["stop_reason"], whole["stop_sequence"]) == (stop_reason, stop_sequence)
 
 

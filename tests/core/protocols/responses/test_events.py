@@ -599,7 +599,7 @@ def test_non_stream_matches_the_stream() -> None:
         ],
         "usage": USAGE,
     }
-    whole = response_from_completion(completion, make_frame(True), seal=Sealer(), new_id=ids())
+    whole = response_from_completion(completion, encoder(True))
     streamed = run(typical_turn(), summary=True)[-1]["response"]
     assert whole == streamed
     no_extras(Response.model_validate(whole))
@@ -607,16 +607,13 @@ def test_non_stream_matches_the_stream() -> None:
 
 def test_non_stream_length_and_error() -> None:
     cut = {"choices": [{"index": 0, "message": {"content": "Par"}, "finish_reason": "length"}]}
-    response = response_from_completion(cut, make_frame(), seal=Sealer(), new_id=ids())
+    response = response_from_completion(cut, encoder())
     assert response["status"] == "incomplete" and response["output"][0]["status"] == "incomplete"
     error = {"error": {"message": "bad", "code": "x"}}
-    assert response_from_completion(error, make_frame(), seal=Sealer(), new_id=ids())["status"] == "failed"
+    assert response_from_completion(error, encoder())["status"] == "failed"
     no_finish = {"choices": [{"index": 0, "message": {"content": "ok"}}]}
-    assert (
-        response_from_completion(no_finish, make_frame(), seal=Sealer(), new_id=ids())["status"]
-        == "completed"
-    )
-    for made in (response, response_from_completion(error, make_frame(), seal=Sealer(), new_id=ids())):
+    assert response_from_completion(no_finish, encoder())["status"] == "completed"
+    for made in (response, response_from_completion(error, encoder())):
         no_extras(Response.model_validate(made))
 
 

@@ -13,7 +13,8 @@ import orjson
 import pytest
 from openai.types.responses import Response
 
-from proxy.core.protocols.responses.stream import CUT_SHORT, ResponsesTranscoder
+from proxy.core.protocols.door_stream import CUT_SHORT
+from proxy.core.protocols.responses.stream import ResponsesTranscoder
 from proxy.core.protocols.responses.tools import ToolName
 from proxy.core.stream.chunk_template import joined
 from proxy.core.stream.trace_format import comment_frames
