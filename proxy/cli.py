@@ -174,6 +174,7 @@ def _run_uvicorn(settings: Settings) -> None:
     from proxy.server.edge import EdgeProtocol
     from proxy.server.limits import EdgeLimits
 
+    limits = EdgeLimits.from_settings(settings)
     uvicorn.run(
         "proxy.server.app:create_served_app",
         factory=True,
@@ -181,7 +182,8 @@ def _run_uvicorn(settings: Settings) -> None:
         port=settings.port,
         workers=settings.workers,
         loop=settings.loop,
-        http=EdgeProtocol.factory(EdgeLimits.from_settings(settings)),
+        http=EdgeProtocol.factory(limits),
+        ws_max_size=limits.ws_message_bytes,
         access_log=False,
         log_level=settings.log_level,
         timeout_graceful_shutdown=int(settings.shutdown_timeout),

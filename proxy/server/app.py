@@ -160,7 +160,7 @@ def create_app(
         Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", InputItems(responses).list, methods=["GET"]),
-        Route("/v1/responses/{response_id}/cancel", responses.stored_part, methods=["POST"]),
+        Route("/v1/responses/{response_id}/cancel", responses.cancel, methods=["POST"]),
         WebSocketRoute("/v1/responses", ResponsesSocket(responses).serve),
         Route("/v1/messages", messages.create, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),

@@ -39,6 +39,10 @@ class TooManyConnections(ProxyError):
 # What is read and discarded after an early answer, at least: a body well over a small
 # THINKPROXY_MAX_BODY_BYTES (an image or two over 256 KiB) still gets its 413 read.
 MIN_DRAIN_BYTES = 64 * 1024 * 1024
+# A WebSocket message past THINKPROXY_MAX_BODY_BYTES by up to this much still reaches the door, which
+# answers it with its own error event before closing with 1009 (proxy.server.doors.responses_ws);
+# past that the server closes with 1009 without reading it.
+WS_MESSAGE_MARGIN = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,9 @@ class EdgeLimits:
     # the client, still sending, can read the answer instead of a connection reset: this much at
     # most, within a time bound (proxy.server.edge), then the connection is closed.
     drain_bytes: int = MIN_DRAIN_BYTES
+    # The largest WebSocket message the server reads (uvicorn's ws_max_size, 16 MiB by default,
+    # which would cut a message the body limit allows).
+    ws_message_bytes: int = 32 * 1024 * 1024 + WS_MESSAGE_MARGIN
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EdgeLimits:
@@ -66,6 +73,7 @@ class EdgeLimits:
             # (Twice the limit alone cut a body 3 MB over a small limit short: a broken pipe
             # instead of the 413.)
             drain_bytes=max(2 * settings.max_body_bytes, MIN_DRAIN_BYTES),
+            ws_message_bytes=settings.max_body_bytes + WS_MESSAGE_MARGIN,
         )
 
     def headers_too_large(self, size: int | None = None) -> HeadersTooLarge:

@@ -114,12 +114,14 @@ class BackgroundServer:
     ) -> None:
         self.sock = bind_loopback(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
+        limits = limits or limits_of(app)
         config = uvicorn.Config(
             app,
             log_level="warning",
             access_log=False,
             loop="uvloop",
-            http=EdgeProtocol.factory(limits or limits_of(app)),
+            http=EdgeProtocol.factory(limits),
+            ws_max_size=limits.ws_message_bytes,
             lifespan="on",
             timeout_graceful_shutdown=max(1, round(graceful_s)),
             # As `serve`: a relayed answer carries the upstream's own Server header, and uvicorn's

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import signal
@@ -17,10 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 from starlette.types import Message, Receive, Scope, Send
+from websockets.sync.client import connect
 
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
-from proxy.server.limits import MIN_DRAIN_BYTES, EdgeLimits
+from proxy.server.limits import MIN_DRAIN_BYTES, WS_MESSAGE_MARGIN, EdgeLimits
 from proxy.server.serving import BackgroundServer, limits_of, raise_fd_limit
 from tests.helpers import make_settings, start_serve, worker_pids
 
@@ -57,7 +59,24 @@ def test_background_servers_take_the_edge_limits_from_the_apps_settings() -> Non
         body_timeout=60.0,
         max_connections=4096,
         drain_bytes=MIN_DRAIN_BYTES,  # (at least: a body 3 MB over a small limit gets its 413)
+        ws_message_bytes=1000 + WS_MESSAGE_MARGIN,
     )
+
+
+def test_a_websocket_message_the_body_limit_allows_reaches_the_door() -> None:
+    """uvicorn reads WebSocket messages up to 16 MiB unless told otherwise: a 17 MiB message under
+    the default 32 MiB body limit was closed with 1009 before the door saw it."""
+    app = create_app(make_settings())
+    headers = {"Authorization": "Bearer sk-test"}
+    with (
+        BackgroundServer(app) as server,
+        connect(
+            f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=headers, max_size=None
+        ) as ws,
+    ):
+        ws.send(json.dumps({"type": "response.append", "pad": "x" * (17 * 1024 * 1024)}))
+        reply = json.loads(ws.recv(timeout=60))
+    assert reply["type"] == "error" and reply["error"]["code"] == "unknown_event_type"
     assert limits_of(create_app(make_settings(max_body_bytes=40 << 20))).drain_bytes == 80 << 20
     assert limits_of(object()) == EdgeLimits()  # type: ignore[arg-type]
 

@@ -325,7 +325,7 @@ class ResponsesDoor(Door):
             tenants = self.tenancy.tenants(request.headers.items())
             stored = await self.stored.load(tenants, response_id) if self.store is not None else None
             if stored is None:
-                if self._native_upstream(request):
+                if self.may_be_native(request):
                     if self.owners.active and not await self.owners.owns(tenants, response_id):
                         raise self.owners.refusal(response_id)  # (another tenant's, or unknown)
                     return await proxy.forward(request, False, started, record)
@@ -350,13 +350,14 @@ class ResponsesDoor(Door):
         return await self.proxy.guarded(request, "responses", run)
 
     # -- GET /v1/responses/{id}/input_items, POST /v1/responses/{id}/cancel ---------------------
-    async def stored_part(self, request: Request) -> Response:
-        """A native upstream's stored response's input items, or its cancellation: passed through
-        as any route, but in gateway mode only for the tenant that created the response
-        (proxy.server.doors.native_owners); others get the upstream's 404 for an unknown id."""
+    async def cancel(self, request: Request) -> Response:
+        """`POST /v1/responses/{id}/cancel`: a native upstream's stored response's cancellation,
+        passed through as any route, but in gateway mode only for the tenant that created the
+        response (proxy.server.doors.native_owners); others get the upstream's 404 for an unknown
+        id. (Its input items: proxy.server.doors.responses_input_items.)"""
 
         async def run(record: AccessRecord, started: float) -> Response:
-            if self.owners.active and self._native_upstream(request):
+            if self.owners.active and self.may_be_native(request):
                 record.client = self.proxy.s.gateway.authorize(request.headers.items())
                 response_id = request.path_params["response_id"]
                 if not await self.owners.owns(self.owners.tenants(request.headers.items()), response_id):
@@ -365,7 +366,7 @@ class ResponsesDoor(Door):
 
         return await self.proxy.guarded(request, "passthrough", run)
 
-    def _native_upstream(self, request: Request) -> bool:
+    def may_be_native(self, request: Request) -> bool:
         """Whether a response this proxy does not hold may be the upstream's own (a native one)."""
         s = self.proxy.s
         if s.routes is not None:

@@ -4,7 +4,7 @@ walk: proxy.server.doors.responses_store.StoredResponses.made_from).
 
 A response the store does not hold goes where it went before: to a native upstream (its own
 stored responses; in gateway mode only for the tenant that created it, as
-proxy.server.doors.responses.ResponsesDoor.stored_part decides), else a 404 — as
+proxy.server.doors.responses.ResponsesDoor.may_be_native and its owners decide), else a 404 — as
 `GET /v1/responses/{id}` does. Another tenant's stored response is a 404 too: the store is read
 under the client's own tenant hashes only.
 """
@@ -40,8 +40,8 @@ class InputItems:
             tenants = door.tenancy.tenants(request.headers.items())
             stored = await door.stored.load(tenants, response_id) if door.store is not None else None
             if stored is None:
-                # (a native upstream's own stored response, maybe: as ResponsesDoor.stored_part)
-                if door._native_upstream(request):
+                # (a native upstream's own stored response, maybe: as for ResponsesDoor.cancel)
+                if door.may_be_native(request):
                     owners = door.owners
                     if owners.active and not await owners.owns(tenants, response_id):
                         raise owners.refusal(response_id)  # (another tenant's, or unknown)
