@@ -105,6 +105,9 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="to receive a whole request body; 408 beyond"
     )
     max_client_connections: int = Field(default=4096, ge=1, description="open client connections; 503 beyond")
+    max_sockets_per_key: int = Field(
+        default=16, ge=0, description="open Responses WebSockets per client key; 429 beyond; 0 = no cap"
+    )
 
     # -- shared state: the replay store (and the console feed across replicas) ------------------
     state: Literal["on", "off"] = Field(default="on", description="off disables the replay store")

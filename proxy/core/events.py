@@ -64,6 +64,9 @@ class AccessRecord:
     level_requested: str | None = None
     thinking_method: str | None = None  # "params" or "prompt" when a level was applied
     stream: bool = False
+    # How the request came: "http", or "websocket" (a Responses WebSocket's turns and its connection,
+    # proxy.server.doors.responses_ws). Two values: a label of the request metrics.
+    transport: str = "http"
     # Extra headers for the upstream request (e.g. an observer's traceparent).
     forward_headers: list[tuple[str, str]] = field(default_factory=list)
     observers: list[RequestObserver] = field(default_factory=list)

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.errors import error_body
 
@@ -121,11 +121,16 @@ class BrowserGuard:
         self.origins = frozenset(o.rstrip("/").lower() for o in cors_origins if o != "*")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         guarded = self.hosts.active and scope["path"].startswith(GUARDED_PREFIXES)
-        writes = scope["method"] not in SAFE_METHODS
+        # A WebSocket carries writes (the Responses door's `response.create`), and browsers open
+        # one from any page without asking first and without CORS: a write, on every path.
+        writes = kind == "websocket" or scope["method"] not in SAFE_METHODS
+        # Where the guard's refusals go: a WebSocket upgrade is refused in its own messages.
+        answer = _WebSocketRefusal(scope, receive, send).send if kind == "websocket" else send
         if not guarded and not writes:
             await self.app(scope, receive, send)
             return
@@ -140,7 +145,7 @@ class BrowserGuard:
             # No browser sends two; the parts of a server that read the first and the parts that
             # read the last would disagree on where the request came from.
             await _refuse(
-                send,
+                answer,
                 400,
                 f"The request has {hosts} Host and {origins} Origin headers: send at most one of each.",
                 "invalid_request_error",
@@ -152,7 +157,7 @@ class BrowserGuard:
             if target is None or not self.hosts.allows(target[0]):
                 shown = "none" if host is None else repr(host[:100])
                 await _refuse(
-                    send,
+                    answer,
                     421,
                     f"This proxy's console does not answer to Host {shown}: it answers to "
                     + (
@@ -168,7 +173,7 @@ class BrowserGuard:
                 return
         if writes and origin is not None and not self._origin_allowed(origin, host):
             await _refuse(
-                send,
+                answer,
                 403,
                 f"A cross-site request from origin {origin[:200]!r} was refused: browsers send this "
                 "without asking first, so it is not executed. A front-end on another origin must be "
@@ -188,6 +193,31 @@ class BrowserGuard:
         # origin counts only for a host the proxy knows as its own (when it knows its names).
         target = split_host(host) if host is not None else None
         return not self.hosts.active or (target is not None and self.hosts.allows(target[0]))
+
+
+class _WebSocketRefusal:
+    """Sends the guard's HTTP refusal at a WebSocket upgrade: as the denial response where the
+    server offers that extension (uvicorn does: the client reads the status and the JSON body),
+    else as a close before accept (read as a 403). Passes anything else through."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.denial = "websocket.http.response" in scope.get("extensions", {})
+        self.receive = receive
+        self.inner = send
+        self.connected = False
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if not kind.startswith("http.response."):
+            await self.inner(message)
+            return
+        if not self.connected:  # (the upgrade request is received before it is answered)
+            self.connected = True
+            await self.receive()
+        if self.denial:
+            await self.inner({**message, "type": "websocket." + kind})
+        elif kind == "http.response.start":
+            await self.inner({"type": "websocket.close", "code": 1008})
 
 
 async def _refuse(send: Send, status: int, message: str, type_: str, code: str) -> None:

@@ -12,8 +12,8 @@ Names and labels are part of the interface (docs/observability.md):
 
 | metric | labels |
 |---|---|
-| `thinkproxy_requests_total` | route, provider, level, method, status, client |
-| `thinkproxy_time_to_first_token_seconds` | provider, level (streams) |
+| `thinkproxy_requests_total` | route, provider, level, method, status, client, transport |
+| `thinkproxy_time_to_first_token_seconds` | provider, level, transport (streams) |
 | `thinkproxy_reasoning_seconds` | provider, level (responses that reasoned) |
 | `thinkproxy_reasoning_tokens_total` | client, gen_ai_provider_name, gen_ai_request_model, level, |
 |   | source (reported, estimated) |
@@ -34,13 +34,17 @@ providers.yaml) is always its own label; any other keeps its name only once an u
 otherwise, from its first request. `client` is the name of the gateway client key the request
 presented, bounded by the configured keys (`THINKPROXY_CLIENT_KEYS`; names are unique), never
 by what a client sends: empty in bring-your-own-key mode, for an unnamed key and for a request
-refused before its key was read. Nothing else from a request (no key, no header, no content)
-becomes a label.
+refused before its key was read. `transport` is `http` or `websocket` (a Responses WebSocket's
+turn: `record.transport`, which only the proxy sets), on the two metrics that compare the
+transports per request. Nothing else from a request (no key, no header, no content) becomes a
+label.
 
 Several worker processes (`--workers N`): prometheus-client's multiprocess mode, enabled when
 `PROMETHEUS_MULTIPROC_DIR` is set before the workers start (`thinkproxy serve` prepares and
 removes its own directory, see proxy.telemetry.multiprocess); every worker then answers
-`/metrics` with the sum over all of them.
+`/metrics` with the sum over all of them. The label names are in each worker's files: an
+operator's own directory kept across an upgrade that changed them (`transport` was added) mixes
+the old series with the new until it is cleared.
 
 Replay outcomes are read from `record.notes["replay.outcome"]` (see proxy.telemetry.facts.note_replay).
 """
@@ -170,13 +174,15 @@ class Metrics:
             "thinkproxy_requests",
             "Requests answered, by route (chat, responses, messages, passthrough), providers.yaml entry, "
             "thinking level applied, how it was applied (params, prompt), the HTTP status the client "
-            "got and the gateway client key's name (empty: none, or unnamed).",
-            ["route", "provider", "level", "method", "status", "client"],
+            "got, the gateway client key's name (empty: none, or unnamed) and the transport (http, or "
+            "websocket: a Responses WebSocket's turn).",
+            ["route", "provider", "level", "method", "status", "client", "transport"],
         )
         self.ttft_of = make.histogram(
             "thinkproxy_time_to_first_token_seconds",
-            "Streams: time from the request's arrival to the first reasoning, answer or tool-call token.",
-            ["provider", "level"],
+            "Streams: time from the request's arrival to the first reasoning, answer or tool-call token "
+            "(transport websocket: a Responses WebSocket turn's response.create).",
+            ["provider", "level", "transport"],
             LONG_DURATION_BUCKETS,
         )
         self.reasoning_seconds_of = make.histogram(
@@ -251,8 +257,15 @@ class Metrics:
         provider = record.provider or "none"
         level = record.level or "none"
         client = record.client or ""
+        transport = record.transport
         self.requests_of(
-            record.route, provider, level, record.thinking_method or "none", str(record.status), client
+            record.route,
+            provider,
+            level,
+            record.thinking_method or "none",
+            str(record.status),
+            client,
+            transport,
         ).inc()
         kind = upstream_error_kind(record)
         if kind is not None:
@@ -285,7 +298,7 @@ class Metrics:
         if answer.starved:
             self.reasoning_starved_of(client, provider, model).inc()
         if record.stream and answer.ttft_ms is not None:
-            self.ttft_of(provider, level).observe(answer.ttft_ms / 1000.0)
+            self.ttft_of(provider, level, transport).observe(answer.ttft_ms / 1000.0)
         if answer.reasoning_ms is not None:
             self.reasoning_seconds_of(provider, level).observe(answer.reasoning_ms / 1000.0)
 

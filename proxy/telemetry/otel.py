@@ -220,6 +220,7 @@ def span_attributes(record: AccessRecord, done: dict[str, Any] | None) -> dict[s
         "gen_ai.request.stream": record.stream,
         "http.response.status_code": record.status,
         "thinkproxy.level.applied": record.level or "none",
+        "thinkproxy.transport": record.transport,  # http, or websocket (a Responses WebSocket's turn)
     }
     optional = {
         "gen_ai.provider.name": record.provider,

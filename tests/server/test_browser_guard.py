@@ -3,13 +3,18 @@ a 421, a cross-site write from an origin that is not allowed is a 403, and neith
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from proxy.server.app import create_app
 from proxy.server.browser_guard import HostRule, is_loopback_name, same_origin, split_host
+from proxy.server.serving import BackgroundServer
 from tests.helpers import Recorder, make_settings
 
 COMPLETION = {
@@ -170,3 +175,23 @@ async def test_two_host_or_origin_headers_are_refused(name: str) -> None:
         r = await http.post("/thinkproxy/reviews/x", json={}, headers=[(name, first), (name, second)])
     assert r.status_code == 400 and r.json()["error"]["code"] == "duplicate_header"
     assert recorder.requests == []
+
+
+def test_a_cross_site_websocket_upgrade_is_refused_and_a_same_origin_one_is_not() -> None:
+    """A page on any origin may open a WebSocket to the proxy without asking first (no CORS): the
+    upgrade is a write, refused as an HTTP write is, with the same status and error body."""
+    app = create_app(make_settings())
+    with BackgroundServer(app) as server:
+        url = f"ws://127.0.0.1:{server.port}/v1/responses"
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, origin=Origin("https://evil.example")).close()
+        with (
+            connect(url, origin=Origin(f"http://127.0.0.1:{server.port}")) as same_site,
+            connect(url) as no_origin,
+        ):
+            same_site.send(json.dumps({"type": "response.append"}))
+            no_origin.send(json.dumps({"type": "response.append"}))
+            answers = [json.loads(same_site.recv(timeout=10)), json.loads(no_origin.recv(timeout=10))]
+    assert refused.value.response.status_code == 403
+    assert json.loads(refused.value.response.body)["error"]["code"] == "cross_site_request_refused"
+    assert [a["error"]["code"] for a in answers] == ["unknown_event_type"] * 2  # (the door answered)

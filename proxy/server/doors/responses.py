@@ -154,7 +154,7 @@ class ResponsesDoor(Door):
         access line marked `WS` (proxy.server.doors.responses_ws)."""
 
         async def run(record: AccessRecord, started: float) -> Response:
-            record.method = "WS"
+            record.method, record.transport = "WS", "websocket"
             return await self._create(request, record, started)
 
         return await self.proxy.guarded(request, "responses", run)

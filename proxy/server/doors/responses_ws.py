@@ -20,9 +20,13 @@ Native upstreams are reached over HTTP per turn.
 - Limits: a message is at most THINKPROXY_MAX_BODY_BYTES (past it: an `error` event, then close
   1009); a socket with no message and no turn for IDLE_TIMEOUT_S closes (1000, "idle timeout"); a
   socket lives at most MAX_LIFETIME_S (its running turn finishes, then an `error` event
-  `websocket_connection_limit_reached` and close 1000, as OpenAI's). The client gone mid-turn
-  cancels the upstream request (the turn's disconnect watch, as over HTTP). Each turn has its
-  access line (method `WS`), and the connection one of its own at its end (method `GET`, 101).
+  `websocket_connection_limit_reached` and close 1000, as OpenAI's); a client key (its tenant
+  hash) holds at most THINKPROXY_MAX_SOCKETS_PER_KEY sockets open on a worker (the next upgrade is
+  refused with 429 `too_many_websockets` before it is accepted; each close gives its socket back).
+  The client gone mid-turn cancels the upstream request (the turn's disconnect watch, as over
+  HTTP). Each turn has its
+  access line (method `WS`), and the connection one of its own at its end (method `GET`, 101);
+  both have `transport` "websocket" (the metrics' label, the span's `thinkproxy.transport`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from proxy.core import jsonio
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadRequest, BadUpstreamResponse, PayloadTooLarge, ProxyError
 from proxy.core.events import AccessRecord
+from proxy.core.gateway import presented_key
 from proxy.core.plan import request as plan
 from proxy.core.protocols.responses.socket import (
     Create,
@@ -52,9 +57,10 @@ from proxy.core.protocols.responses.socket import (
     read_message,
     steer_failed,
 )
+from proxy.core.replay.keys import tenant_of
 from proxy.server.access_log import log_access
 from proxy.server.doors.responses import SOCKET_TURN, ResponsesDoor, SocketTurn
-from proxy.server.doors.responses_ws_state import SocketResponses
+from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
 
 logger = logging.getLogger("thinkproxy.responses")
 
@@ -203,20 +209,37 @@ class ResponsesSocket:
         self.door = door
         self.idle_timeout = idle_timeout
         self.max_lifetime = max_lifetime
+        self.sockets = KeySockets(door.proxy.s.settings.max_sockets_per_key)
 
     async def serve(self, websocket: WebSocket) -> None:
         """The route's endpoint: one socket, from its upgrade to its close."""
         proxy = self.door.proxy
         started = time.perf_counter()
-        record = AccessRecord(method="GET", path=websocket.url.path, route="responses")
+        record = AccessRecord(method="GET", path=websocket.url.path, route="responses", transport="websocket")
+        headers = websocket.headers.items()
         try:  # the key and the control headers, checked once at the upgrade (each turn again)
-            record.client = proxy.s.gateway.authorize(websocket.headers.items())
+            record.client = proxy.s.gateway.authorize(headers)
             plan.read_controls(websocket.headers, proxy.defaults)
         except ProxyError as exc:
             record.status, record.error = exc.status, exc.code
             log_access(record, started)
             await _deny(websocket, exc)
             return
+        tenant = tenant_of(self.door.tenancy.secrets.current, presented_key(headers))
+        if not self.sockets.take(tenant):
+            refused = _too_many_sockets(self.sockets.cap)
+            record.status, record.error = refused.status, refused.code
+            log_access(record, started)
+            await _deny(websocket, refused)
+            return
+        try:
+            await self._serve_accepted(websocket, record, started)
+        finally:
+            self.sockets.release(tenant)
+
+    async def _serve_accepted(self, websocket: WebSocket, record: AccessRecord, started: float) -> None:
+        """The socket once its upgrade passed: accepted, served, its access line written."""
+        proxy = self.door.proxy
         await websocket.accept()
         record.status = 101
         limit = proxy.s.settings.max_body_bytes
@@ -315,6 +338,20 @@ class ResponsesSocket:
             await connection.send(error_event(failure, create.stream_id))
         finally:
             connection.last_active = time.monotonic()
+
+
+class TooManySockets(ProxyError):
+    status = 429
+    type = "rate_limit_error"
+    code = "too_many_websockets"
+
+
+def _too_many_sockets(cap: int) -> TooManySockets:
+    return TooManySockets(
+        f"This key already holds {cap} open Responses WebSockets on this proxy worker, its most "
+        "(THINKPROXY_MAX_SOCKETS_PER_KEY): close one, or continue on one already open (one response "
+        "runs at a time per socket)."
+    )
 
 
 def _in_progress() -> BadRequest:

@@ -2,6 +2,9 @@
 connection, in front of the state store, so that `previous_response_id` continues them with
 `store: false` and with the state store off, as OpenAI's WebSocket mode keeps connection-local
 state. They end with the socket.
+
+And the worker's count of open sockets per client key (`KeySockets`,
+THINKPROXY_MAX_SOCKETS_PER_KEY).
 """
 
 from __future__ import annotations
@@ -76,3 +79,32 @@ class _TurnSaver:
         self.responses.keep(store_key(tenant, RESPONSE_KIND, str(final["id"])), encoded)
         if self.shared:
             await self.responses.shared.save(tenant, final, own, previous, earlier_keys)
+
+
+class KeySockets:
+    """How many WebSockets each client key holds open on this worker, at most `cap` (0: no cap).
+    A key is counted under its tenant hash (proxy.core.replay.keys.tenant_of: a keyed hash, never
+    the key itself); connections without a key share one count. A count that falls to 0 is
+    dropped, so the table holds only keys with a socket open."""
+
+    __slots__ = ("cap", "open")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open: dict[str, int] = {}
+
+    def take(self, tenant: str) -> bool:
+        """One more socket for `tenant`; False (nothing taken) when it holds `cap` already."""
+        held = self.open.get(tenant, 0)
+        if self.cap and held >= self.cap:
+            return False
+        self.open[tenant] = held + 1
+        return True
+
+    def release(self, tenant: str) -> None:
+        """A socket `take` gave is closed."""
+        held = self.open.get(tenant, 0) - 1
+        if held > 0:
+            self.open[tenant] = held
+        else:
+            self.open.pop(tenant, None)

@@ -446,3 +446,99 @@ def test_openai_python_runs_a_tool_loop_over_one_socket(
     (assistant,) = [m for m in messages if m["role"] == "assistant"]
     assert assistant.get("reasoning_content")
     assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": '{"temp_c": 18}'}
+
+
+# -- metrics, and the per-key connection cap ------------------------------------------------------
+
+
+def requests_by_transport(metrics_text: str) -> dict[tuple[str, str], float]:
+    """thinkproxy_requests_total added up by (route, transport)."""
+    found: dict[tuple[str, str], float] = {}
+    for line in metrics_text.splitlines():
+        if line.startswith("thinkproxy_requests_total{"):
+            labels = dict(
+                pair.split("=", 1) for pair in line[line.index("{") + 1 : line.index("}")].split(",")
+            )
+            key = (labels["route"].strip('"'), labels["transport"].strip('"'))
+            found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_a_turn_is_counted_in_the_metrics_with_transport_websocket(mock: BackgroundServer) -> None:
+    ended = Ended()
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state="off")
+    app = create_app(settings, table=simulated_table(mock.port), listeners=[ended])
+    with TestClient(app) as client:
+        client.post("/v1/responses", json={"model": MODEL, "input": "Hi", "stream": True}, headers=dict(KEY))
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
+            ws.send_text(create(input="Hi there"))
+            turn(ws)
+            ws.send_text(create(input="Again"))
+            turn(ws)
+        text = client.get("/metrics").text
+    assert requests_by_transport(text) == {("responses", "http"): 1, ("responses", "websocket"): 2}
+    assert sorted(r.transport for r in ended.records) == ["http", "websocket", "websocket"]
+
+
+def refused_upgrade(client: TestClient, headers: dict[str, str]) -> WebSocketDenialResponse:
+    with (
+        pytest.raises(WebSocketDenialResponse) as refused,
+        client.websocket_connect("/v1/responses", headers=headers),
+    ):
+        pass
+    return refused.value
+
+
+@pytest.mark.parametrize("gateway", [False, True])
+def test_a_key_past_its_socket_cap_is_refused_with_429_until_one_of_its_sockets_closes(
+    mock: BackgroundServer, gateway: bool
+) -> None:
+    other = {"authorization": "Bearer sk-other"}
+    keys: dict[str, Any] = {"gateway_mode": True, "client_keys": ["sk-test", "sk-other"]} if gateway else {}
+    with TestClient(app_for(mock, state="off", max_sockets_per_key=2, **keys)) as client:
+        with (
+            client.websocket_connect("/v1/responses", headers=dict(KEY)),
+            client.websocket_connect("/v1/responses", headers=dict(KEY)),
+        ):
+            refused = refused_upgrade(client, dict(KEY))
+            with client.websocket_connect("/v1/responses", headers=dict(other)) as ws:  # its own count
+                ws.send_text(create(input="Hi"))
+                assert turn(ws)[-1]["type"] == "response.completed"
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:  # both closed: free again
+            ws.send_text(create(input="Hi"))
+            assert turn(ws)[-1]["type"] == "response.completed"
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == "too_many_websockets" and "THINKPROXY_MAX_SOCKETS_PER_KEY" in error["message"]
+    assert set(error) == {"message", "type", "code", "param"}
+
+
+def test_every_close_path_gives_the_keys_socket_back(mock: BackgroundServer) -> None:
+    app = app_for(mock, state="off", max_sockets_per_key=1, max_body_bytes=2048)
+    door = ResponsesDoor(app.state.proxy)
+    idle = Starlette(routes=[WebSocketRoute("/v1/responses", ResponsesSocket(door, idle_timeout=0.2).serve)])
+    with TestClient(idle) as client:
+        with (
+            client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,  # closed for being idle
+            pytest.raises(WebSocketDisconnect),
+        ):
+            ws.receive_text()
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:  # closed for a big message
+            ws.send_text(create(input="x" * 4096))
+            ws.receive_text()
+            with pytest.raises(WebSocketDisconnect) as too_big:
+                ws.receive_text()
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:  # still free
+            ws.send_text(create(input="Hi"))
+            assert turn(ws)[-1]["type"] == "response.completed"
+    assert too_big.value.code == 1009
+
+
+def test_no_cap_with_max_sockets_per_key_0(mock: BackgroundServer) -> None:
+    with TestClient(app_for(mock, state="off", max_sockets_per_key=0)) as client:
+        opened = [client.websocket_connect("/v1/responses", headers=dict(KEY)) for _ in range(20)]
+        sockets = [one.__enter__() for one in opened]
+        sockets[-1].send_text(create(input="Hi"))
+        assert turn(sockets[-1])[-1]["type"] == "response.completed"
+        for one in opened:
+            one.__exit__(None, None, None)

@@ -1,5 +1,6 @@
 """A Responses WebSocket's own responses (proxy.server.doors.responses_ws_state): read before the
-state store, kept whatever `store` says, bounded, and in the store too only when stored."""
+state store, kept whatever `store` says, bounded, and in the store too only when stored. And the
+worker's count of open sockets per client key (KeySockets)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from proxy.core.protocols.responses.state import RESPONSE_KIND, StoredResponse
 from proxy.core.replay.keys import store_key
 from proxy.server.doors.responses_store import StoredResponses
-from proxy.server.doors.responses_ws_state import SocketResponses
+from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
 from proxy.state.memory import MemoryStore
 
 TENANT = "t" * 16
@@ -55,3 +56,23 @@ def test_the_oldest_records_go_first_past_the_bounds() -> None:
     for name in ("resp_1", "resp_2"):
         asyncio.run(small.saver(False).save(TENANT, final(name), [], None, []))
     assert list(small.held) == [key("resp_2")] and small.size == len(small.held[key("resp_2")])
+
+
+def test_a_key_holds_at_most_its_cap_of_sockets_and_each_release_frees_one() -> None:
+    sockets = KeySockets(2)
+    assert sockets.take("a") and sockets.take("a")
+    assert not sockets.take("a")  # at the cap: nothing taken
+    assert sockets.take("b")  # another key counts apart
+    sockets.release("a")
+    assert sockets.take("a")
+    assert not sockets.take("a")
+    sockets.release("a")
+    sockets.release("a")
+    sockets.release("b")
+    assert sockets.open == {}  # (only keys with a socket open are held)
+
+
+def test_cap_0_is_no_cap() -> None:
+    sockets = KeySockets(0)
+    assert all(sockets.take("a") for _ in range(1000))
+    assert sockets.open == {"a": 1000}
