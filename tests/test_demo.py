@@ -110,7 +110,7 @@ def test_an_agent_session_against_the_demo_calls_one_harmless_tool_and_ends() ->
             first = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=claude, timeout=30).json()
             assert first["stop_reason"] == "tool_use", first
             (use,) = [b for b in first["content"] if b["type"] == "tool_use"]
-            assert use["name"] == "Bash" and use["input"]["command"] == "echo 'What is in this project?'"
+            assert use["name"] == "Bash" and use["input"]["command"] == "echo 'What is in this project'"
             result = {"type": "tool_result", "tool_use_id": use["id"], "content": "What is in this project?"}
             reminder = {"type": "text", "text": "<system-reminder>\nTodo list is empty.\n</system-reminder>"}
             body["messages"] = [

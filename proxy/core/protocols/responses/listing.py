@@ -11,7 +11,9 @@ tests/fixtures/openresponses/, which has no schema for the list itself):
 - A response's input items are the items it was made from, oldest first: the earlier turns of
   its `previous_response_id` chain (each turn's input, then its output) and its own input
   (`item_reference`s resolved) — OpenAI's "a list of items used to generate this response".
-- Every listed item has an `id` and, where the API gives one, a `status`. A client's item that
+- Every listed item has an `id`, listed once (an item met again, a continuation's input echoing
+  the output before it, is left out: each cursor names one place), and, where the API gives one,
+  a `status`. A client's item that
   came without an id gets one derived from the response that took it in and its place there
   (`msg_…`, `fc_…`, `fco_…`, `rs_…`, `item_…`: 48 hex digits, the same on every read, so an
   `after` cursor finds it again). A message whose content was a string lists it as one
@@ -116,12 +118,19 @@ def _limit(raw: str | None) -> int:
 def listed_items(turns: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
     """The items of `turns` ((response id, the items it holds), oldest first) in the shape the
     API lists them, oldest first: each with an id (its own, else one derived from its response
-    and place) and, where the API gives one, a status. What is not an object is left out."""
+    and place) and, where the API gives one, a status. What is not an object is left out, and so
+    is an item whose id is already listed (a continuation's input echoing its previous turn's
+    output, or an `item_reference` to it): every id once, so every `after` / `before` cursor names
+    one place and a client's paginator ends."""
     out: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for response_id, items in turns:
         for index, item in enumerate(items):
             if isinstance(item, Mapping):
-                out.append(listed_item(item, response_id, index))
+                listed = listed_item(item, response_id, index)
+                if listed["id"] not in seen:
+                    seen.add(listed["id"])
+                    out.append(listed)
     return out
 
 

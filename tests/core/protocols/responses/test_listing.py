@@ -107,3 +107,39 @@ def test_a_cursor_that_names_no_item_is_a_400() -> None:
     with pytest.raises(BadRequest, match="No item with id 'x'") as caught:
         page([{"id": "a"}], ListQuery(before="x"), "resp_1")
     assert caught.value.param == "before"
+
+
+def test_an_id_met_again_is_listed_once_so_every_cursor_is_unique() -> None:
+    """A continuation whose input echoes its previous turn's output (or an `item_reference` to it)
+    holds the same ids twice: listed twice, a page ending at the second gives an `after` that
+    restarts past the first, and a client's paginator goes round forever."""
+    echoed = [
+        (
+            "resp_1",
+            [
+                {"role": "user", "content": "Hi"},
+                {"type": "message", "id": "msg_a", "role": "assistant", "content": "Hello"},
+            ],
+        ),
+        (
+            "resp_2",
+            [
+                {"type": "message", "id": "msg_a", "role": "assistant", "content": "Hello"},
+                {"role": "user", "content": "More"},
+            ],
+        ),
+    ]
+    items = listed_items(echoed)
+    ids = [i["id"] for i in items]
+    assert len(ids) == 3 and len(set(ids)) == 3 and ids[1] == "msg_a"
+    assert items[2]["content"] == [{"type": "input_text", "text": "More"}]
+    # Paged one at a time by `after`, each item comes once and the walk ends.
+    seen: list[str] = []
+    after: str | None = None
+    for _ in range(10):
+        listed = page(items, ListQuery(order="asc", limit=1, after=after), "resp_2")
+        seen += [i["id"] for i in listed["data"]]
+        if not listed["has_more"]:
+            break
+        after = listed["last_id"]
+    assert seen == ids
