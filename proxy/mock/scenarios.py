@@ -230,7 +230,7 @@ def _chosen_tools(body: Mapping[str, Any], tools: list[JSON], user_text: str) ->
         named = [t for t in tools if t["name"] == name]
         if named:
             return named[:1]
-    callable_ = [dict(tool) for tool in ranked(tools)]  # (harmless first, no agent tools)
+    callable_ = [dict(tool) for tool in ranked(tools, user_text)]  # (harmless first, no agent tools)
     if len(callable_) >= 2 and _asks_two_things(user_text) and body.get("parallel_tool_calls") is not False:
         return callable_[:2]
     return callable_[:1]

@@ -17,7 +17,7 @@ tool it was offered. Now, among the tools offered (a forced `tool_choice` still 
 3. else the other tools in the order offered, but never one that starts another agent (`Agent`,
    `Task`, …) or changes files (a name with write, edit, create, delete, move, patch, …: its
    arguments would be made up, and a `write_file` would overwrite a real file with the user's
-   words): offered only those, the model answers in text.
+   words) unless the user's message names it: offered only those, the model answers in text.
 
 After a tool result it answers (proxy.mock.scenarios): one call per question, so a session ends.
 """
@@ -63,15 +63,17 @@ _PLAIN_ECHO = re.compile(r"echo [A-Za-z0-9 .,:-]*(?: >>? [A-Za-z0-9_][A-Za-z0-9_
 _UNSAFE = re.compile(r"[^A-Za-z0-9 .,:-]+")
 
 
-def ranked(tools: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def ranked(tools: Sequence[Mapping[str, Any]], asked: str = "") -> list[Mapping[str, Any]]:
     """The tools the model may call, best first: the first shell tool alone (one known by name
     before one only known by its `command` argument), else the first read tool alone (an agent's
-    harness: one harmless call), else the others as offered; agent tools never."""
+    harness: one harmless call), else the others as offered; agent tools never, and a tool that
+    changes files only when the user's message (`asked`) names it."""
     shells = sorted((t for t in tools if is_shell(t)), key=lambda t: _name(t) not in SHELL_NAMES)
     reads = [t for t in tools if not is_shell(t) and _name(t) in READ_NAMES]
     if shells or reads:
         return [(shells or reads)[0]]
-    return [t for t in tools if _name(t) not in AGENT_NAMES and not changes_things(t)]
+    named = set(re.findall(r"[a-z0-9_-]+", asked.lower()))
+    return [t for t in tools if _name(t) not in AGENT_NAMES and (not changes_things(t) or _name(t) in named)]
 
 
 def changes_things(tool: Mapping[str, Any]) -> bool:

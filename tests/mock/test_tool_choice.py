@@ -64,6 +64,7 @@ def test_a_tool_that_changes_files_is_never_called_unasked(name: str) -> None:
     assert call_for([changing, tool("get_weather", city=TEXT)], "Weather in Paris?")[0] == "get_weather"
     script = answer({"messages": [{"role": "user", "content": "hi"}], "tools": [changing]}, Depth.STANDARD)
     assert script.tool_calls == () and script.finish_reason == "stop"
+    assert call_for([changing], f"Use {name} on it.")[0] == name  # (asked for by name)
 
 
 def test_other_tools_keep_their_order_and_a_forced_choice_holds() -> None:

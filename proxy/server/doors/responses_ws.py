@@ -10,7 +10,10 @@ refused there with its status), the control headers (`X-Thinking-Level` for the 
 Native upstreams are reached over HTTP per turn.
 
 - One response at a time per socket: a `response.create` while one runs gets an `error` event
-  (`response_in_progress`); the next may follow once the running one's terminal event is out.
+  (`response_in_progress`); the next may follow once the running one's terminal event is out
+  (it starts when that one's bookkeeping is done). Every turn ends with a terminal event: a
+  stream cut short (a native upstream dropped or silent past the read timeout, an event past
+  THINKPROXY_MAX_RESPONSE_BYTES) ends with an `error` event, its half event dropped.
 - The connection keeps its own last responses (proxy.server.doors.responses_ws_state: in memory,
   bounded), so that
   `previous_response_id` continues them with `store: false` and with the state store off; stored
@@ -19,8 +22,9 @@ Native upstreams are reached over HTTP per turn.
 - `response.steer`: `response.steer.failed` (`steering_not_supported`).
 - Limits: a message is at most THINKPROXY_MAX_BODY_BYTES (past it: an `error` event, then close
   1009); a socket with no message and no turn for IDLE_TIMEOUT_S closes (1000, "idle timeout"); a
-  socket lives at most MAX_LIFETIME_S (its running turn finishes, then an `error` event
-  `websocket_connection_limit_reached` and close 1000, as OpenAI's); a client key (its tenant
+  socket lives at most MAX_LIFETIME_S (a create past it is refused, its running turn finishes
+  while the socket is still read, then an `error` event `websocket_connection_limit_reached` and
+  close 1000, as OpenAI's); a client key (its tenant
   hash) holds at most THINKPROXY_MAX_SOCKETS_PER_KEY sockets open on a worker (the next upgrade is
   refused with 429 `too_many_websockets` before it is accepted; each close gives its socket back).
   The client gone mid-turn cancels the upstream request (the turn's disconnect watch, as over
@@ -34,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -43,17 +46,14 @@ from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core import jsonio
-from proxy.core.controls import LEVEL_HEADER
-from proxy.core.errors import BadRequest, BadUpstreamResponse, PayloadTooLarge, ProxyError
+from proxy.core.errors import BadRequest, PayloadTooLarge, ProxyError
 from proxy.core.events import AccessRecord
 from proxy.core.gateway import presented_key
 from proxy.core.plan import request as plan
 from proxy.core.protocols.responses.socket import (
     Create,
-    EventSplitter,
     Steer,
     error_event,
-    error_from_answer,
     read_message,
     steer_failed,
 )
@@ -61,139 +61,15 @@ from proxy.core.replay.keys import tenant_of
 from proxy.server.access_log import log_access
 from proxy.server.doors.responses import SOCKET_TURN, ResponsesDoor, SocketTurn
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
+from proxy.server.doors.responses_ws_turn import Connection, TurnWriter, turn_scope
 
 logger = logging.getLogger("thinkproxy.responses")
 
 IDLE_TIMEOUT_S = 900.0  # no message and no turn running for this long: the socket closes
 MAX_LIFETIME_S = 3600.0  # a socket's longest life (OpenAI's WebSocket mode closes at 60 minutes)
-# Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
-_SOCKET_HEADERS = frozenset(
-    {
-        b"connection",
-        b"upgrade",
-        b"content-length",
-        b"content-type",
-        b"transfer-encoding",
-        b"x-request-id",  # (each turn gets its own id)
-        b"openai-beta",  # (`responses_websockets=…`: the transport's, not the request's)
-    }
-)
-_HANDSHAKE = b"sec-websocket-"  # (the handshake's own headers: never a turn's, never forwarded)
 CLOSE_NORMAL = 1000
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
-
-
-def turn_scope(socket_scope: Mapping[str, Any], body: bytes, effort_set: bool) -> dict[str, Any]:
-    """The HTTP scope of one turn: the upgrade's headers (less the socket's own; less
-    X-Thinking-Level when the turn sets `reasoning.effort`), the body's type and length."""
-    dropped = _SOCKET_HEADERS | {LEVEL_HEADER.lower().encode()} if effort_set else _SOCKET_HEADERS
-    headers = [
-        (name, value)
-        for name, value in socket_scope.get("headers", [])
-        if name.lower() not in dropped and not name.lower().startswith(_HANDSHAKE)
-    ]
-    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    path = socket_scope.get("path", "/v1/responses")
-    return {
-        "type": "http",
-        "asgi": socket_scope.get("asgi", {"version": "3.0"}),
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "https" if socket_scope.get("scheme") == "wss" else "http",
-        "path": path,
-        "raw_path": socket_scope.get("raw_path") or path.encode(),
-        "query_string": socket_scope.get("query_string", b""),
-        "root_path": socket_scope.get("root_path", ""),
-        "headers": headers,
-        "client": socket_scope.get("client"),
-        "server": socket_scope.get("server"),
-        "state": socket_scope.get("state", {}),
-        "app": socket_scope.get("app"),
-        "extensions": {},
-    }
-
-
-class _Connection:
-    """One socket's state: its responses, its running turn, whether the client is gone."""
-
-    def __init__(self, websocket: WebSocket, responses: SocketResponses) -> None:
-        self.websocket = websocket
-        self.responses = responses
-        self.gone = asyncio.Event()
-        self.turn: asyncio.Task[None] | None = None
-        # The running turn's answer is whole (its terminal event out): what is left is its
-        # bookkeeping (the upstream closed, the access line), and a next turn waits for it.
-        self.settling = False
-        self.last_active = time.monotonic()
-
-    @property
-    def busy(self) -> bool:
-        return self.turn is not None and not self.turn.done()
-
-    async def send(self, text: str) -> None:
-        """A message to the client; a client already gone is no error (its turn is cancelled by
-        the disconnect watch)."""
-        if self.gone.is_set():
-            return
-        try:
-            await self.websocket.send_text(text)
-        except Exception:  # (closed under us: the reader sees the disconnect)
-            self.gone.set()
-
-
-class _TurnWriter:
-    """The ASGI `send` of one turn: the door's SSE answer → one message per event; an answer that
-    is not a stream (an error: the proxy's or the upstream's) → one `error` event."""
-
-    __slots__ = ("body", "connection", "splitter", "status", "stream_id", "streaming")
-
-    def __init__(self, connection: _Connection, stream_id: str | None, max_event_bytes: int) -> None:
-        self.connection = connection
-        self.stream_id = stream_id
-        # (one event holds at most a whole response: `response.completed` carries its output)
-        self.splitter = EventSplitter(stream_id, max_event_bytes)
-        self.status = 0
-        self.streaming = False
-        self.body: list[bytes] = []
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-            content_type = b""
-            for name, value in message.get("headers", ()):
-                if name.lower() == b"content-type":
-                    content_type = value
-            self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
-            return
-        data = message.get("body", b"")
-        if not message.get("more_body", False):
-            self.connection.settling = True
-        if not data:
-            return
-        if self.streaming:
-            send = self.connection.send
-            for text in self.splitter.feed(data):
-                await send(text)
-        else:
-            self.body.append(data)
-
-    async def end(self) -> None:
-        if self.streaming:
-            for text in self.splitter.flush():
-                await self.connection.send(text)
-        elif self.status:
-            await self.connection.send(self._not_streamed())
-
-    def _not_streamed(self) -> str:
-        if 200 <= self.status < 300:  # (an upstream that answered a stream request whole)
-            whole = BadUpstreamResponse(
-                "The upstream answered this turn with one body, not a stream; WebSocket mode relays "
-                "streamed answers only.",
-                code="upstream_not_streamed",
-            )
-            return error_event(whole, self.stream_id)
-        return error_from_answer(self.status, b"".join(self.body), self.stream_id)
 
 
 class ResponsesSocket:
@@ -243,7 +119,7 @@ class ResponsesSocket:
         await websocket.accept()
         record.status = 101
         limit = proxy.s.settings.max_body_bytes
-        connection = _Connection(websocket, SocketResponses(self.door.stored, limit))
+        connection = Connection(websocket, SocketResponses(self.door.stored, limit))
         try:
             record.error = await self._serve(connection, limit)
         except Exception:
@@ -256,59 +132,99 @@ class ResponsesSocket:
                 await asyncio.gather(connection.turn, return_exceptions=True)
             log_access(record, started)
 
-    async def _serve(self, connection: _Connection, limit: int) -> str | None:
+    async def _serve(self, connection: Connection, limit: int) -> str | None:
         """Read the client's messages until the socket ends; the access line's `error` (None: the
-        client closed it)."""
+        client closed it). Reading never stops while a turn runs (a client gone is seen at once,
+        its turn's upstream request cancelled), at the lifetime's end too: past it a
+        `response.create` is refused, and the socket closes once the running turn ended."""
         websocket = connection.websocket
         deadline = time.monotonic() + self.max_lifetime
-        while True:
-            now = time.monotonic()
-            wait = min(self.idle_timeout, deadline - now)
-            try:
-                message = await asyncio.wait_for(websocket.receive(), max(wait, 0.0))
-            except TimeoutError:
+        expired = False
+        receiving: asyncio.Task[Message] | None = None
+        try:
+            while True:
                 now = time.monotonic()
-                if now >= deadline:
-                    if connection.turn is not None:  # (the running turn ends first)
-                        await asyncio.gather(connection.turn, return_exceptions=True)
-                    limit_reached = BadRequest(
-                        f"This WebSocket reached its longest life ({self.max_lifetime:g} s); open a new one "
-                        "and continue with previous_response_id (a store: false response lives only on its "
-                        "connection: send its items instead).",
-                        code="websocket_connection_limit_reached",
-                    )
-                    await connection.send(error_event(limit_reached))
+                expired = expired or now >= deadline
+                if expired and not connection.busy:
+                    await connection.send(error_event(self._limit_reached()))
                     await _close(websocket, CLOSE_NORMAL, "connection limit reached")
                     return "websocket_connection_limit_reached"
-                if connection.busy or now - connection.last_active < self.idle_timeout:
+                if receiving is None:
+                    receiving = asyncio.ensure_future(websocket.receive())
+                waiting: set[asyncio.Future[Any]] = {receiving}
+                wait: float | None = None
+                if connection.turn is not None and connection.busy:
+                    waiting.add(connection.turn)  # (its end starts the idle time, or the close)
+                    wait = None if expired else deadline - now
+                else:  # (idle since the last message or turn's end, not since this wait began)
+                    wait = min(self.idle_timeout - (now - connection.last_active), deadline - now)
+                done, _ = await asyncio.wait(
+                    waiting,
+                    timeout=None if wait is None else max(wait, 0.0),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if receiving not in done:
+                    now = time.monotonic()
+                    if (
+                        not connection.busy
+                        and now < deadline
+                        and now - connection.last_active >= self.idle_timeout
+                    ):
+                        await _close(websocket, CLOSE_NORMAL, "idle timeout")
+                        return "idle_timeout"
                     continue
-                await _close(websocket, CLOSE_NORMAL, "idle timeout")
-                return "idle_timeout"
-            if message["type"] == "websocket.disconnect":
-                return None
-            connection.last_active = time.monotonic()
-            text, data = message.get("text"), message.get("bytes")
-            try:
-                event = read_message(text if text is not None else data or b"", limit)
-            except PayloadTooLarge as exc:
-                await connection.send(error_event(exc))
-                await _close(websocket, CLOSE_TOO_BIG, "message too big")
-                return exc.code
-            except ProxyError as exc:
-                await connection.send(error_event(exc))
-                continue
-            if isinstance(event, Steer):
-                await connection.send(steer_failed(event))
-            elif connection.busy and not connection.settling:
-                await connection.send(error_event(_in_progress(), event.stream_id))
-            else:
-                if connection.turn is not None:  # (its answer is whole: only its bookkeeping is left)
-                    await asyncio.gather(connection.turn, return_exceptions=True)
-                connection.settling = False
-                connection.turn = asyncio.create_task(self._turn(connection, event))
+                message, receiving = receiving.result(), None
+                if message["type"] == "websocket.disconnect":
+                    return None
+                connection.last_active = time.monotonic()
+                closed = await self._answer(connection, message, limit, expired)
+                if closed is not None:
+                    return closed
+        finally:
+            if receiving is not None:
+                receiving.cancel()
 
-    async def _turn(self, connection: _Connection, create: Create) -> None:
-        """One `response.create`, run as the HTTP door runs a POST; its events to the socket."""
+    async def _answer(
+        self, connection: Connection, message: Message, limit: int, expired: bool
+    ) -> str | None:
+        """One client message answered (a turn started, or an event sent); the access line's
+        `error` when it closed the socket."""
+        text, data = message.get("text"), message.get("bytes")
+        try:
+            event = read_message(text if text is not None else data or b"", limit)
+        except PayloadTooLarge as exc:
+            await connection.send(error_event(exc))
+            await _close(connection.websocket, CLOSE_TOO_BIG, "message too big")
+            return exc.code
+        except ProxyError as exc:
+            await connection.send(error_event(exc))
+            return None
+        if isinstance(event, Steer):
+            await connection.send(steer_failed(event))
+        elif expired:
+            await connection.send(error_event(self._limit_reached(), event.stream_id))
+        elif connection.busy and not connection.settling:
+            await connection.send(error_event(_in_progress(), event.stream_id))
+        else:  # (a settling turn's answer is whole: the next one starts after its bookkeeping)
+            connection.settling = False
+            connection.turn = asyncio.create_task(self._turn(connection, event, connection.turn))
+        return None
+
+    def _limit_reached(self) -> BadRequest:
+        return BadRequest(
+            f"This WebSocket reached its longest life ({self.max_lifetime:g} s); open a new one "
+            "and continue with previous_response_id (a store: false response lives only on its "
+            "connection: send its items instead).",
+            code="websocket_connection_limit_reached",
+        )
+
+    async def _turn(
+        self, connection: Connection, create: Create, previous: asyncio.Task[None] | None
+    ) -> None:
+        """One `response.create`, run as the HTTP door runs a POST; its events to the socket. It
+        starts once `previous` (the turn before, settling: its answer whole) has ended."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
         body = jsonio.dumps(create.body)
         reasoning = create.body.get("reasoning")
         effort_set = isinstance(reasoning, dict) and reasoning.get("effort") is not None
@@ -325,7 +241,7 @@ class ResponsesSocket:
             await connection.gone.wait()
             return {"type": "http.disconnect"}
 
-        writer = _TurnWriter(connection, create.stream_id, self.door.proxy.s.settings.max_response_bytes)
+        writer = TurnWriter(connection, create.stream_id, self.door.proxy.s.settings.max_response_bytes)
         try:
             response: Response = await self.door.turn(Request(scope, receive))
             await response(scope, receive, writer)

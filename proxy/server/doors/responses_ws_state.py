@@ -47,7 +47,9 @@ class SocketResponses(StoredResponses):
             self.size -= len(old)
         self.held[key] = record
         self.size += len(record)
-        while self.held and (self.size > self.max_bytes or len(self.held) > self.max_turns):
+        # (the record just kept stays, even alone past max_bytes: the next turn continues it; it is
+        # at most STORED_RESPONSE_CAP, a larger one kept as its stub)
+        while len(self.held) > 1 and (self.size > self.max_bytes or len(self.held) > self.max_turns):
             _, dropped = self.held.popitem(last=False)
             self.size -= len(dropped)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -386,6 +387,34 @@ def test_a_socket_past_its_lifetime_says_so_then_closes(mock: BackgroundServer) 
     assert closed.value.code == 1000
 
 
+def test_past_its_lifetime_a_socket_still_sees_its_client_leave_mid_turn(mock: BackgroundServer) -> None:
+    ended = Ended()
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state="off")
+    app = create_app(settings, table=simulated_table(mock.port), listeners=[ended])
+    short = ResponsesSocket(ResponsesDoor(app.state.proxy), max_lifetime=0.5)
+    app.router.routes.insert(0, WebSocketRoute("/v1/responses", short.serve))
+    stalled = {**KEY, "x-mock-fault": "stall", "x-mock-stall-s": "600"}
+    with BackgroundServer(app) as server:
+        with connect(f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=stalled) as ws:
+            ws.send(create(input="Tell me a long story."))
+            assert json.loads(ws.recv(timeout=20))["type"] == "response.created"
+            refused: dict[str, Any] = {}
+            while refused.get("error", {}).get("code") != "websocket_connection_limit_reached":
+                time.sleep(0.05)  # (until the lifetime is past: a create is refused, the socket still read)
+                ws.send(create(input="Another."))
+                refused = json.loads(ws.recv(timeout=20))
+                while refused["type"] != "error":  # (the stalled turn's own events first)
+                    refused = json.loads(ws.recv(timeout=20))
+                assert refused["error"]["code"] in (
+                    "websocket_connection_limit_reached",
+                    "response_in_progress",
+                )
+        # the client left past the lifetime, its turn stalled: the turn ends now, not in ten minutes
+        assert ended.turn_ended.wait(20)
+    (turn_record,) = [r for r in ended.records if r.method == "WS"]
+    assert turn_record.error == "client_disconnected"
+
+
 # -- the real client -----------------------------------------------------------------------------------
 
 
@@ -542,3 +571,45 @@ def test_no_cap_with_max_sockets_per_key_0(mock: BackgroundServer) -> None:
         assert turn(sockets[-1])[-1]["type"] == "response.completed"
         for one in opened:
             one.__exit__(None, None, None)
+
+
+# -- a turn always ends with a terminal event ----------------------------------------------------------
+
+
+def served_turns(
+    app: Starlette, headers: dict[str, str], *bodies: dict[str, Any]
+) -> list[list[dict[str, Any]]]:
+    """Turns over a real server, one after the other (a turn that never ends fails here, not
+    hangs), their messages each an event openai-python knows."""
+    turns: list[list[dict[str, Any]]] = []
+    with (
+        BackgroundServer(app) as server,
+        connect(f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=headers) as ws,
+    ):
+        for body in bodies:
+            ws.send(json.dumps({"type": "response.create", **body}))
+            events: list[dict[str, Any]] = []
+            while not events or events[-1]["type"] not in TERMINAL:
+                event = json.loads(ws.recv(timeout=20))
+                SERVER_EVENT.validate_python(event)
+                events.append(event)
+            turns.append(events)
+    return turns
+
+
+def test_a_native_stream_cut_mid_response_ends_with_an_error_event(mock: BackgroundServer) -> None:
+    settings = make_settings(upstream_base_url=f"{mock.url}/openai/v1", state="off")
+    app = create_app(settings, table=simulated_table(mock.port))
+    cut = {**KEY, "x-mock-fault": "disconnect"}
+    (events,) = served_turns(app, cut, {"model": "gpt-5.4", "input": "Hi."})
+    assert events[0]["type"] == "response.created"
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "stream_interrupted"
+    assert events[-1]["status"] == 502
+
+
+def test_an_event_past_max_response_bytes_ends_the_turn_with_an_error_event(mock: BackgroundServer) -> None:
+    app = app_for(mock, state="off", max_response_bytes=600)
+    story = {"model": MODEL, "input": "Tell me a long story."}
+    events, after = served_turns(app, dict(KEY), story, {"model": MODEL, "input": "Hi"})
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "response_too_large"
+    assert after[-1]["type"] == "error"  # (the socket goes on: the next turn runs, and ends too)

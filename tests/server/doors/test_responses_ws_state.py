@@ -58,6 +58,15 @@ def test_the_oldest_records_go_first_past_the_bounds() -> None:
     assert list(small.held) == [key("resp_2")] and small.size == len(small.held[key("resp_2")])
 
 
+def test_the_newest_record_stays_even_when_it_alone_is_past_max_bytes() -> None:
+    responses = SocketResponses(StoredResponses(None), max_bytes=10)
+    asyncio.run(responses.saver(False).save(TENANT, final("resp_1"), [], None, []))
+    asyncio.run(responses.saver(False).save(TENANT, final("resp_2", "x" * 100), [], "resp_1", []))
+    # (the turn just made is the one the next continues: only the older ones make room)
+    assert list(responses.held) == [key("resp_2")]
+    assert asyncio.run(responses.load_raw(key("resp_2"))) is not None
+
+
 def test_a_key_holds_at_most_its_cap_of_sockets_and_each_release_frees_one() -> None:
     sockets = KeySockets(2)
     assert sockets.take("a") and sockets.take("a")

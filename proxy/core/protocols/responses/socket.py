@@ -35,6 +35,7 @@ from proxy.core.stream.sse import SSEDecoder, SSEEvent
 __all__ = [
     "CREATE",
     "STEER",
+    "TERMINAL_TYPES",
     "Create",
     "EventSplitter",
     "Steer",
@@ -46,6 +47,9 @@ __all__ = [
 
 CREATE = "response.create"
 STEER = "response.steer"
+# The events that end a turn: after one, the client may send its next `response.create`.
+TERMINAL_TYPES = frozenset({b"response.completed", b"response.incomplete", b"response.failed", b"error"})
+_TYPE_PREFIX = b'{"type":"'
 # The envelope's own fields: not part of the POST body the door reads.
 _ENVELOPE = ("type", "generate", "stream_id")
 
@@ -168,23 +172,41 @@ def steer_failed(steer: Steer, stream_id: str | None = None) -> str:
 class EventSplitter:
     """One turn's SSE bytes (as the door writes them, any split) → the socket's text messages:
     each event's data, `stream_id` added when the turn named one; events without data (comment
-    lines: the trace, keep-alives) are left out."""
+    lines: the trace, keep-alives) are left out. `terminal` is set once an event of a terminal
+    type (TERMINAL_TYPES: its `event:` line, else the `type` its data opens with) was split
+    out; nothing after it is sent (the turn's answer is whole)."""
 
-    __slots__ = ("_decoder", "_prefix")
+    __slots__ = ("_decoder", "_prefix", "terminal")
 
     def __init__(self, stream_id: str | None = None, max_event_bytes: int = 0) -> None:
         self._decoder = SSEDecoder(max_event_bytes) if max_event_bytes > 0 else SSEDecoder()
         # (the stream id spliced in after the opening brace: no event is parsed again for it)
         self._prefix = b"" if stream_id is None else b'{"stream_id":' + jsonio.dumps(stream_id) + b","
+        self.terminal = False
 
     def feed(self, data: bytes) -> list[str]:
-        return self._messages(self._decoder.feed(data))
+        """The messages of the events `data` completes; EventTooLarge for one past the limit."""
+        return self.messages(self._decoder.feed(data))
 
     def flush(self) -> list[str]:
-        return self._messages(self._decoder.flush())
+        """The last event when the stream ended without its blank line: sent only when it is a
+        terminal event whose data is whole JSON (a tail cut mid-event is dropped)."""
+        if self.terminal:
+            return []
+        tail = [event for event in self._decoder.flush() if event.data is not None]
+        if len(tail) != 1 or _event_type(tail[0]) not in TERMINAL_TYPES:
+            return []
+        try:
+            jsonio.loads(tail[0].data or b"")
+        except ValueError:
+            return []
+        return self.messages(tail)
 
-    def _messages(self, events: list[SSEEvent]) -> list[str]:
+    def messages(self, events: list[SSEEvent]) -> list[str]:
+        """The messages of decoded `events` (EventTooLarge.events: those before the oversized one)."""
         out: list[str] = []
+        if self.terminal:
+            return out
         prefix = self._prefix
         for event in events:
             data = event.data
@@ -193,4 +215,19 @@ class EventSplitter:
             if prefix and data[:1] == b"{":
                 data = prefix + data[1:] if data[1:2] != b"}" else prefix[:-1] + b"}"
             out.append(data.decode("utf-8", "replace"))
+            if _event_type(event) in TERMINAL_TYPES:
+                self.terminal = True
+                break
         return out
+
+
+def _event_type(event: SSEEvent) -> bytes | None:
+    """An event's type: its `event:` line, else the `type` its data opens with (as both the
+    proxy and OpenAI write it), else None."""
+    if event.event is not None:
+        return event.event
+    data = event.data
+    if data is None or not data.startswith(_TYPE_PREFIX):
+        return None
+    end = data.find(b'"', len(_TYPE_PREFIX))
+    return data[len(_TYPE_PREFIX) : end] if end > 0 else None

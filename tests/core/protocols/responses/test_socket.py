@@ -113,7 +113,7 @@ STREAM = (
 def test_the_splitter_gives_each_event_one_message_at_every_split_comments_left_out(
     stream_id: str | None,
 ) -> None:
-    expected = [
+    expected: list[dict[str, Any]] = [
         {"type": "response.created", "sequence_number": 0},
         {"type": "response.output_text.delta", "delta": "a\nb"},
         {"type": "response.completed", "sequence_number": 2},
@@ -124,3 +124,23 @@ def test_the_splitter_gives_each_event_one_message_at_every_split_comments_left_
         splitter = EventSplitter(stream_id)
         texts = splitter.feed(STREAM[:cut]) + splitter.feed(STREAM[cut:]) + splitter.flush()
         assert [json.loads(text) for text in texts] == expected, cut
+
+
+def test_the_splitter_marks_a_terminal_event_and_sends_nothing_after_it() -> None:
+    splitter = EventSplitter()
+    head = splitter.feed(STREAM[: STREAM.index(b"event: response.completed")])
+    assert len(head) == 2 and not splitter.terminal
+    # (typed by its data when it has no event line, as some upstreams write it)
+    tail = splitter.feed(b'data: {"type":"response.failed","sequence_number":3}\n\ndata: {"type":"late"}\n\n')
+    assert [json.loads(text)["type"] for text in tail] == ["response.failed"] and splitter.terminal
+    assert splitter.feed(b'data: {"type":"response.output_text.delta"}\n\n') == []
+
+
+def test_the_splitter_drops_an_event_cut_mid_way_at_the_end() -> None:
+    cut = EventSplitter()
+    assert len(cut.feed(STREAM[:-30])) == 2
+    assert cut.flush() == [] and not cut.terminal  # (no half event sent as a message)
+    whole = EventSplitter()  # (a last terminal event without its blank line is whole: it goes out)
+    assert len(whole.feed(STREAM.rstrip(b"\n"))) == 2
+    assert [json.loads(text)["type"] for text in whole.flush()] == ["response.completed"]
+    assert whole.terminal

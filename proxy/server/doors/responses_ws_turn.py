@@ -1,0 +1,186 @@
+"""One Responses WebSocket turn's I/O (proxy.server.doors.responses_ws): the HTTP scope a
+`response.create` runs under (`turn_scope`), the socket's state a turn shares (`Connection`), and
+the ASGI `send` that turns the door's SSE answer into the socket's messages (`TurnWriter`: one
+message per event; a turn always ends with a terminal event, an `error` event when its stream was
+cut short; an answer that is not a stream is one `error` event)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.types import Message
+from starlette.websockets import WebSocket
+
+from proxy.core.controls import LEVEL_HEADER
+from proxy.core.errors import BadUpstreamResponse
+from proxy.core.protocols.responses.socket import EventSplitter, error_event, error_from_answer
+from proxy.core.stream.sse import EventTooLarge
+from proxy.server.doors.responses_ws_state import SocketResponses
+
+# Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
+_SOCKET_HEADERS = frozenset(
+    {
+        b"connection",
+        b"upgrade",
+        b"content-length",
+        b"content-type",
+        b"transfer-encoding",
+        b"x-request-id",  # (each turn gets its own id)
+        b"openai-beta",  # (`responses_websockets=…`: the transport's, not the request's)
+    }
+)
+_HANDSHAKE = b"sec-websocket-"  # (the handshake's own headers: never a turn's, never forwarded)
+
+
+def turn_scope(socket_scope: Mapping[str, Any], body: bytes, effort_set: bool) -> dict[str, Any]:
+    """The HTTP scope of one turn: the upgrade's headers (less the socket's own; less
+    X-Thinking-Level when the turn sets `reasoning.effort`), the body's type and length."""
+    dropped = _SOCKET_HEADERS | {LEVEL_HEADER.lower().encode()} if effort_set else _SOCKET_HEADERS
+    headers = [
+        (name, value)
+        for name, value in socket_scope.get("headers", [])
+        if name.lower() not in dropped and not name.lower().startswith(_HANDSHAKE)
+    ]
+    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    path = socket_scope.get("path", "/v1/responses")
+    return {
+        "type": "http",
+        "asgi": socket_scope.get("asgi", {"version": "3.0"}),
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "https" if socket_scope.get("scheme") == "wss" else "http",
+        "path": path,
+        "raw_path": socket_scope.get("raw_path") or path.encode(),
+        "query_string": socket_scope.get("query_string", b""),
+        "root_path": socket_scope.get("root_path", ""),
+        "headers": headers,
+        "client": socket_scope.get("client"),
+        "server": socket_scope.get("server"),
+        "state": socket_scope.get("state", {}),
+        "app": socket_scope.get("app"),
+        "extensions": {},
+    }
+
+
+class Connection:
+    """One socket's state: its responses, its running turn, whether the client is gone."""
+
+    def __init__(self, websocket: WebSocket, responses: SocketResponses) -> None:
+        self.websocket = websocket
+        self.responses = responses
+        self.gone = asyncio.Event()
+        self.turn: asyncio.Task[None] | None = None
+        # The running turn's answer is whole (its terminal event out): what is left is its
+        # bookkeeping (the upstream closed, the access line), and a next turn waits for it.
+        self.settling = False
+        self.last_active = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        return self.turn is not None and not self.turn.done()
+
+    async def send(self, text: str) -> None:
+        """A message to the client; a client already gone is no error (its turn is cancelled by
+        the disconnect watch)."""
+        if self.gone.is_set():
+            return
+        try:
+            await self.websocket.send_text(text)
+        except Exception:  # (closed under us: the reader sees the disconnect)
+            self.gone.set()
+
+
+# A non-stream answer (an error body, the proxy's or the upstream's) is kept up to this many bytes:
+# its `error` event quotes at most 2000 characters of a body that is not an OpenAI error object.
+_ANSWER_KEPT_BYTES = 64 * 1024
+
+
+class TurnWriter:
+    """The ASGI `send` of one turn: the door's SSE answer → one message per event; an answer that
+    is not a stream (an error: the proxy's or the upstream's) → one `error` event. A stream that
+    ends without a terminal event (the upstream cut it, a read timeout, an event past
+    THINKPROXY_MAX_RESPONSE_BYTES) ends with an `error` event: the client never waits for one."""
+
+    __slots__ = ("body", "connection", "kept", "splitter", "status", "stream_id", "streaming", "too_large")
+
+    def __init__(self, connection: Connection, stream_id: str | None, max_event_bytes: int) -> None:
+        self.connection = connection
+        self.stream_id = stream_id
+        # (one event holds at most a whole response: `response.completed` carries its output)
+        self.splitter = EventSplitter(stream_id, max_event_bytes)
+        self.status = 0
+        self.streaming = False
+        self.body: list[bytes] = []
+        self.kept = 0
+        self.too_large: EventTooLarge | None = None
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            content_type = b""
+            for name, value in message.get("headers", ()):
+                if name.lower() == b"content-type":
+                    content_type = value
+            self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
+            return
+        data = message.get("body", b"")
+        if not message.get("more_body", False):
+            self.connection.settling = True
+        if not data:
+            return
+        if self.streaming:
+            await self._relay(data)
+        elif self.kept < _ANSWER_KEPT_BYTES:
+            kept = data[: _ANSWER_KEPT_BYTES - self.kept]
+            self.body.append(kept)
+            self.kept += len(kept)
+
+    async def _relay(self, data: bytes) -> None:
+        splitter = self.splitter
+        if splitter.terminal or self.too_large is not None:
+            return  # (the answer is whole, or already failed: the rest is not the client's)
+        try:
+            texts = splitter.feed(data)
+        except EventTooLarge as exc:
+            self.too_large = exc
+            texts = splitter.messages(exc.events)
+        send = self.connection.send
+        for text in texts:
+            await send(text)
+        if splitter.terminal:  # (a next create may follow now: the rest is bookkeeping)
+            self.connection.settling = True
+
+    async def end(self) -> None:
+        if self.streaming:
+            for text in self.splitter.flush():
+                await self.connection.send(text)
+            if not self.splitter.terminal:
+                await self.connection.send(error_event(self._cut_short(), self.stream_id))
+        elif self.status:
+            await self.connection.send(self._not_streamed())
+
+    def _cut_short(self) -> BadUpstreamResponse:
+        if self.too_large is not None:
+            return BadUpstreamResponse(
+                f"One event of this response exceeded {self.too_large.limit} bytes "
+                "(THINKPROXY_MAX_RESPONSE_BYTES); the response ends here.",
+                code="response_too_large",
+            )
+        return BadUpstreamResponse(
+            "The response stream ended before its terminal event (the upstream closed the connection, "
+            "or sent nothing for longer than the read timeout); the response ends here.",
+            code="stream_interrupted",
+        )
+
+    def _not_streamed(self) -> str:
+        if 200 <= self.status < 300:  # (an upstream that answered a stream request whole)
+            whole = BadUpstreamResponse(
+                "The upstream answered this turn with one body, not a stream; WebSocket mode relays "
+                "streamed answers only.",
+                code="upstream_not_streamed",
+            )
+            return error_event(whole, self.stream_id)
+        return error_from_answer(self.status, b"".join(self.body), self.stream_id)
