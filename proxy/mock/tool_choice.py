@@ -45,13 +45,14 @@ SHELL_NAMES = frozenset(
 COMMAND_KEYS = ("command", "cmd")
 READ_NAMES = frozenset(("read", "read_file", "readfile", "view", "view_file", "open_file", "cat"))
 AGENT_NAMES = frozenset(("agent", "task", "dispatch_agent", "spawn_agent", "subagent", "delegate"))
-# The words of a tool name that says it changes files or state (`write_file`, `str_replace_based_edit`,
-# `createDirectory`, `apply_patch`, `delete`, …).
+# The words of a tool name that says it changes files (`write_file`, `str_replace_based_edit`,
+# `createDirectory`, `apply_patch`, `delete`, …): an agent's own file tools, whose made-up arguments
+# would land on the user's files. (Other actions, `send_email` say, stay callable: they are what the
+# review gate's demos hold for a person to decide.)
 CHANGING_WORDS = frozenset(
     (
-        *("write", "edit", "create", "delete", "remove", "rm", "move", "mv", "rename", "patch", "apply"),
-        *("replace", "save", "upload", "insert", "append", "update", "put", "post", "send", "kill", "drop"),
-        "truncate",
+        *("write", "edit", "create", "delete", "remove", "rm", "rmdir", "mkdir", "move", "mv", "rename"),
+        *("patch", "apply", "replace", "save", "insert", "append", "truncate", "overwrite"),
     )
 )
 GREETING = "Hello from the simulated model."
@@ -77,8 +78,7 @@ def ranked(tools: Sequence[Mapping[str, Any]], asked: str = "") -> list[Mapping[
 
 
 def changes_things(tool: Mapping[str, Any]) -> bool:
-    """Whether a tool's name says it changes files or state (CHANGING_WORDS, in snake, kebab or
-    camel case)."""
+    """Whether a tool's name says it changes files (CHANGING_WORDS, in snake, kebab or camel case)."""
     words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(tool.get("name") or "")).lower()
     return bool(set(re.split(r"[^a-z0-9]+", words)) & CHANGING_WORDS)
 

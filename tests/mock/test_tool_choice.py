@@ -67,6 +67,11 @@ def test_a_tool_that_changes_files_is_never_called_unasked(name: str) -> None:
     assert call_for([changing], f"Use {name} on it.")[0] == name  # (asked for by name)
 
 
+def test_an_action_that_changes_no_file_stays_callable() -> None:
+    """`send_email` is what the review gate's demos hold for a person to decide."""
+    assert call_for([tool("send_email", to=TEXT, body=TEXT)], "Mail the team.")[0] == "send_email"
+
+
 def test_other_tools_keep_their_order_and_a_forced_choice_holds() -> None:
     weather = tool("get_weather", city=TEXT)
     assert call_for([weather, AGENT], "Weather in Paris?")[0] == "get_weather"
