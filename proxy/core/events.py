@@ -60,8 +60,16 @@ class AccessRecord:
     response_headers: list[tuple[str, str]] = field(default_factory=list)
     # What listeners (proxy.core.events) read at the end of a request; the access line shows only some.
     route: str = "passthrough"  # "chat", "responses", "messages" (MODEL_ROUTES) or "passthrough"
-    model: str | None = None  # the request's model, as the client sent it
+    model: str | None = None  # the request's model, as the client sent it (a level suffix stripped)
     level_requested: str | None = None
+    # Where the level asked came from (issue 45): "header" (X-Thinking-Level), "suffix" (the
+    # model's `(level)` suffix), "client" (the body's own knob), "default" (the key's
+    # default_level), or None (nothing named one: the upstream's default).
+    level_source: str | None = None
+    # When the level asked was `auto`: which auto rule chose it (a short description).
+    level_rule: str | None = None
+    # The `(level)` suffix as the client wrote it on the model (`model` holds the stripped name).
+    model_suffix: str | None = None
     thinking_method: str | None = None  # "params" or "prompt" when a level was applied
     stream: bool = False
     # How the request came: "http", or "websocket" (a Responses WebSocket's turns and its connection,
