@@ -3,23 +3,28 @@
 // reasoning text, prompts, tool payloads or keys.
 
 import { adminHeaders, adminKey, setAdminKey } from "./admin.js";
+import { renderChanges } from "./diff.js";
 import { clear, h, role } from "./dom.js";
+import { clientKindOf, doorText, isModelRequest, modelText, reasoningEstimated, sessionOf, thinkingMs, tokensOf } from "./facts.js";
+import { FilterBar, matches } from "./filters.js";
 import { lang, ms, onLangChange, t, usd } from "./i18n.js";
+import { COLUMNS, requestRow, sessionRow, starvedBadge, toolsText } from "./live_rows.js";
+import { LiveStore } from "./live_store.js";
 import { readEvents } from "./sse.js";
-import { BRIEF_TYPES, toolTitle, traceItem } from "./timeline.js";
+import { BRIEF_TYPES, traceItem } from "./timeline.js";
 
 const state = {
-  entries: new Map(), // id -> summary
-  order: [], // ids, newest first
-  history: 200,
+  store: new LiveStore(200),
   shared: false,
   omitted: 0, // older requests the last listing left out for its size (its `omitted`)
   titles: {},
   selected: null,
+  expanded: new Set(), // sessions opened in the list
   mode: "detailed",
   controller: null,
   skipped: 0, // updates the proxy dropped for this page while it was behind (`gap` events)
   resync: null, // the listing being re-read after a gap
+  filters: null, // FilterBar
 };
 
 function setConnection(name, ...args) {
@@ -29,7 +34,8 @@ function setConnection(name, ...args) {
 }
 
 // The proxy drops updates for a page that reads too slowly and says so with a `gap` event: the
-// page shows it and re-reads the whole listing (at most one re-read at a time).
+// page shows it and re-reads the whole listing (at most one re-read at a time), merged into what
+// it holds (the listing may be a flood's newest rows only: the other sessions' rows stay).
 function onGap(data) {
   const dropped = Number.isInteger(data.dropped) ? data.dropped : 0;
   state.skipped += dropped;
@@ -39,7 +45,7 @@ function onGap(data) {
   state.resync = fetch("/thinkproxy/requests", { headers, cache: "no-store" })
     .then((response) => (response.ok ? response.json() : null))
     .then((listing) => {
-      if (listing) apply("snapshot", listing);
+      if (listing) apply("resync", listing);
     })
     .catch(() => {})
     .finally(() => {
@@ -47,87 +53,47 @@ function onGap(data) {
     });
 }
 
-function upsert(entry) {
-  if (!entry || typeof entry.id !== "string") return;
-  const known = state.entries.get(entry.id);
-  // A finished summary is never replaced by a late progress update.
-  if (known && !known.in_flight && entry.in_flight) return;
-  state.entries.set(entry.id, entry);
-  if (!known) {
-    state.order.push(entry.id);
-    state.order.sort((a, b) => (state.entries.get(b).started_at ?? 0) - (state.entries.get(a).started_at ?? 0));
-    while (state.order.length > state.history) state.entries.delete(state.order.pop());
-  }
-}
-
-function clock(epochMs) {
-  const d = new Date(epochMs);
-  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
-}
-
-function levelText(entry) {
-  if (entry.route !== "chat") return "—";
-  const asked = entry.level_requested ?? "—";
-  const applied = entry.level ?? "—";
-  return asked === applied ? applied : `${asked} → ${applied}`;
-}
-
-function toolsText(entry) {
-  const tools = entry.tool_calls || [];
-  if (!tools.length) return "";
-  return tools.map((tool) => toolTitle(tool, state.titles, lang())).join(", ");
-}
-
-function statusCell(entry) {
-  if (entry.in_flight) return h("span", { class: "badge run" }, t("live.inflight"));
-  const ok = entry.status >= 200 && entry.status < 300 && !entry.error;
-  return [
-    h("span", { class: `badge ${ok ? "ok" : "bad"}` }, String(entry.status ?? ""), entry.error ? ` ${entry.error}` : ""),
-    starvedBadge(entry),
-  ];
-}
-
-// The reasoning used the whole output limit and left no answer (trace warning reasoning_starved).
-function starvedBadge(entry) {
-  if (!entry.reasoning_starved) return null;
-  return h("span", { class: "badge warn", "data-role": "starved", title: t("starved.title") }, t("starved.badge"));
-}
-
-function row(entry) {
-  const tr = h(
-    "tr",
-    {
-      "data-role": "request",
-      "data-id": entry.id,
-      "data-status": entry.in_flight ? "in_flight" : String(entry.status),
-      class: entry.id === state.selected ? "selected" : null,
-      tabindex: "0",
-    },
-    h("td", { class: "muted" }, clock(entry.started_at)),
-    h("td", {}, entry.provider ?? (entry.route === "chat" ? "—" : t("live.passthrough"))),
-    h("td", { class: "model" }, entry.route === "chat" ? entry.model ?? "—" : `${entry.method} ${entry.path}`),
-    h("td", {}, levelText(entry)),
-    h("td", {}, entry.thinking_method ?? "—"),
-    h("td", {}, statusCell(entry)),
-    h("td", { class: "num" }, ms(entry.ttft_ms)),
-    h("td", { class: "num" }, ms(entry.reasoning_ms)),
-    h("td", { class: "num" }, ms(entry.total_ms)),
-    h("td", { class: "num", "data-role": "cost" }, entry.cost_usd != null ? usd(entry.cost_usd) : ""),
-    h("td", { class: "tools" }, toolsText(entry)),
-  );
-  tr.addEventListener("click", () => select(entry.id));
-  tr.addEventListener("keydown", (e) => {
-    if (e.key === "Enter") select(entry.id);
-  });
-  return tr;
+function toggleSession(id) {
+  if (state.expanded.has(id)) state.expanded.delete(id);
+  else state.expanded.add(id);
+  renderList();
 }
 
 function renderList() {
   const body = role("requests");
   clear(body);
-  for (const id of state.order) body.append(row(state.entries.get(id)));
-  role("empty").hidden = state.order.length > 0;
-  role("feed-count").textContent = t("live.count", state.order.length, state.shared, state.omitted);
+  const all = [...state.store.list()];
+  state.filters.refresh(all);
+  const shown = all.filter((entry) => matches(entry, state.filters.chosen));
+  // Requests of one session (newest first); a session with several becomes one row.
+  const sessions = new Map();
+  for (const entry of shown) {
+    const id = sessionOf(entry);
+    if (id === null) continue;
+    if (!sessions.has(id)) sessions.set(id, []);
+    sessions.get(id).push(entry);
+  }
+  const done = new Set();
+  const context = { selected: state.selected, titles: state.titles, onSelect: select };
+  for (const entry of shown) {
+    const id = sessionOf(entry);
+    const members = id === null ? null : sessions.get(id);
+    if (!members || members.length < 2) {
+      body.append(requestRow(entry, { ...context, inSession: false }));
+      continue;
+    }
+    if (done.has(id)) continue;
+    done.add(id);
+    const open = state.expanded.has(id);
+    body.append(sessionRow(id, members, { open, onToggle: toggleSession }));
+    if (open) for (const member of members) body.append(requestRow(member, { ...context, inSession: true }));
+  }
+  if (all.length && !shown.length) {
+    body.append(h("tr", {}, h("td", { colspan: String(COLUMNS), class: "muted" }, t("live.no_match"))));
+  }
+  role("empty").hidden = all.length > 0;
+  const count = t("live.count", all.length, state.shared, state.omitted);
+  role("feed-count").textContent = state.filters.active() ? `${count} · ${t("live.shown", shown.length)}` : count;
 }
 
 function fact(dl, key, value) {
@@ -137,40 +103,47 @@ function fact(dl, key, value) {
 
 function renderDetail() {
   const aside = role("detail");
-  const entry = state.selected && state.entries.get(state.selected);
+  const entry = state.selected && state.store.get(state.selected);
   if (!entry) {
     aside.hidden = true;
     return;
   }
   aside.hidden = false;
-  role("detail-title").textContent = entry.route === "chat" ? entry.model ?? "—" : `${entry.method} ${entry.path}`;
+  role("detail-title").textContent = modelText(entry);
   for (const button of role("detail-mode").querySelectorAll("button")) {
     button.classList.toggle("on", button.dataset.mode === state.mode);
   }
+  const model = isModelRequest(entry);
   const dl = role("detail-facts");
   clear(dl);
+  fact(dl, "fact.door", doorText(entry));
   fact(dl, "fact.client", entry.client);
+  fact(dl, "fact.client_kind", clientKindOf(entry));
+  fact(dl, "fact.session", sessionOf(entry));
   fact(dl, "fact.provider", entry.provider);
   fact(dl, "fact.model", entry.model);
-  if (entry.route === "chat") fact(dl, "fact.level", `${entry.level_requested ?? "—"} → ${entry.level ?? "—"}`);
+  if (model) fact(dl, "fact.level", `${entry.level_requested ?? "—"} → ${entry.level ?? "—"}`);
   fact(dl, "fact.method", entry.thinking_method);
   fact(dl, "fact.status", entry.in_flight ? t("live.inflight") : String(entry.status));
   fact(dl, "fact.error", entry.error);
-  fact(dl, "fact.stream", entry.route === "chat" ? String(entry.stream) : null);
-  fact(dl, "fact.ttft", entry.ttft_ms !== null && entry.ttft_ms !== undefined ? ms(entry.ttft_ms) : null);
-  fact(dl, "fact.thinking", entry.reasoning_ms !== null && entry.reasoning_ms !== undefined ? ms(entry.reasoning_ms) : null);
-  fact(dl, "fact.total", entry.total_ms !== null && entry.total_ms !== undefined ? ms(entry.total_ms) : null);
+  fact(dl, "fact.stream", model ? String(entry.stream) : null);
+  fact(dl, "fact.ttft", entry.ttft_ms != null ? ms(entry.ttft_ms) : null);
+  // Not streamed: the proxy saw the reasoning at once and cannot time it ("—", not "0 ms").
+  if (model && !entry.in_flight) fact(dl, "fact.thinking", thinkingMs(entry) !== null ? ms(thinkingMs(entry)) : t("fact.not_streamed"));
+  fact(dl, "fact.total", entry.total_ms != null ? ms(entry.total_ms) : null);
   fact(dl, "fact.finish", entry.finish_reason);
   if (entry.reasoning_starved) fact(dl, "fact.warning", h("span", {}, starvedBadge(entry), " ", t("starved.title")));
-  if (entry.usage) fact(dl, "fact.tokens", `${entry.usage.prompt_tokens ?? "—"} / ${entry.usage.completion_tokens ?? "—"}`);
-  fact(dl, "fact.cached", entry.usage?.cached_tokens != null ? String(entry.usage.cached_tokens) : null);
+  const tokens = tokensOf(entry);
+  if (tokens.input !== null || tokens.output !== null) fact(dl, "fact.tokens", `${tokens.input ?? "—"} / ${tokens.output ?? "—"}`);
+  fact(dl, "fact.cached", tokens.cached !== null ? String(tokens.cached) : null);
   // An estimate (the upstream reported no count) says so: it is the proxy's, not the provider's.
-  const reasoning = entry.usage?.reasoning_tokens;
-  const estimated = entry.usage?.reasoning_tokens_source === "estimated" ? ` (${t("fact.estimated")})` : "";
-  fact(dl, "fact.reasoning_tokens", reasoning != null ? `${reasoning}${estimated}` : null);
+  const estimated = reasoningEstimated(entry) ? ` (${t("fact.estimated")})` : "";
+  fact(dl, "fact.reasoning_tokens", tokens.reasoning !== null ? `${tokens.reasoning}${estimated}` : null);
   fact(dl, "fact.cost", entry.cost_usd != null ? usd(entry.cost_usd) : null);
-  fact(dl, "fact.tools", toolsText(entry));
+  fact(dl, "fact.tools", toolsText(entry, state.titles));
   if (state.shared) fact(dl, "fact.replica", entry.replica);
+
+  renderChanges(role("changes"), entry);
 
   const list = role("timeline");
   clear(list);
@@ -203,16 +176,15 @@ function scheduleRender() {
 }
 
 function apply(event, data) {
-  if (event === "snapshot") {
-    state.entries.clear();
-    state.order = [];
-    state.history = data.history || state.history;
+  if (event === "snapshot" || event === "resync") {
+    if (event === "snapshot") state.store.clear();
+    state.store.history = data.history || state.store.history;
     state.shared = !!data.shared;
     state.omitted = Number.isInteger(data.omitted) ? data.omitted : 0;
     state.titles = data.tool_titles || {};
-    for (const entry of [...(data.data || [])].reverse()) upsert(entry);
+    for (const entry of [...(data.data || [])].reverse()) state.store.upsert(entry);
   } else if (event === "request" || event === "progress") {
-    upsert(data);
+    state.store.upsert(data);
   } else if (event === "gap") {
     onGap(data);
   }
@@ -264,6 +236,7 @@ function askForKey(refused) {
 }
 
 export function initLive() {
+  state.filters = new FilterBar(role("filters"), renderList);
   role("admin-auth").addEventListener("submit", (e) => {
     e.preventDefault();
     const input = role("admin-key");

@@ -1,0 +1,163 @@
+"""The live list in a real headless Chromium, for every door: rows of /v1/responses and
+/v1/messages show their model and level (not "POST /v1/messages" and "—"), token columns and
+"—" for the thinking time of an answer that was not streamed; the filters and the search narrow
+the list; the page follows the system's dark mode."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.server.serving import BackgroundServer
+from tests.console.test_ui import WAIT_MS, browser, mock, open_live, page, proxy_for, pytestmark  # noqa: F401
+
+QUESTION = "Why is the sky blue?"
+MODEL = "deepseek-v4-pro"
+
+
+@pytest.fixture
+def proxy(mock: BackgroundServer) -> Iterator[BackgroundServer]:  # noqa: F811
+    with proxy_for(mock) as server:  # its own proxy: only this test's requests in the list
+        yield server
+
+
+def one_request_per_door(url: str) -> None:
+    """A streamed chat completion, a Responses request and a Messages request, each asking for
+    deep thinking the way its own API says it."""
+    chat = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": QUESTION}],
+        },
+        headers={"x-thinking-level": "deep"},
+        timeout=30,
+    )
+    responses = httpx.post(
+        f"{url}/v1/responses",
+        json={"model": MODEL, "input": QUESTION, "reasoning": {"effort": "high"}},
+        timeout=30,
+    )
+    messages = httpx.post(
+        f"{url}/v1/messages",
+        headers={"anthropic-version": "2023-06-01"},
+        json={
+            "model": MODEL,
+            "max_tokens": 2048,
+            "thinking": {"type": "adaptive"},
+            "output_config": {"effort": "high"},
+            "messages": [{"role": "user", "content": QUESTION}],
+        },
+        timeout=30,
+    )
+    for answer in (chat, responses, messages):
+        assert answer.status_code == 200, answer.text
+
+
+def rows_by_door(page: Any) -> dict[str, dict[str, str]]:
+    found: dict[str, dict[str, str]] = {}
+    for row in page.query_selector_all('[data-role="request"]'):
+        cells = {
+            name: row.query_selector(f'[data-role="{name}"]').inner_text()
+            for name in (
+                "door",
+                "model",
+                "level",
+                "thinking",
+                "tokens-input",
+                "tokens-output",
+                "tokens-reasoning",
+            )
+        }
+        found[cells["door"]] = cells
+    return found
+
+
+def wait_rows(page: Any, n: int) -> None:
+    page.wait_for_function(
+        f"""() => [...document.querySelectorAll('[data-role="request"]')]
+             .filter(r => r.dataset.status === "200").length === {n}""",
+        timeout=WAIT_MS,
+    )
+
+
+def visible_doors(page: Any) -> list[str]:
+    return [cell.inner_text() for cell in page.query_selector_all('[data-role="request"] [data-role="door"]')]
+
+
+def test_every_door_shows_its_model_level_tokens_and_thinking_time(
+    proxy: BackgroundServer, page: Any
+) -> None:  # noqa: F811
+    open_live(page, proxy.url)
+    one_request_per_door(proxy.url)
+    wait_rows(page, 3)
+    rows = rows_by_door(page)
+    assert set(rows) == {"chat", "responses", "messages"}
+    for door, cells in rows.items():
+        assert cells["model"] == MODEL, (door, cells)  # not "POST /v1/messages"
+        assert cells["level"] == "deep", (door, cells)  # not "—"
+        assert re.fullmatch(r"[\d,]+", cells["tokens-input"]), (door, cells)
+        assert re.fullmatch(r"[\d,]+", cells["tokens-output"]), (door, cells)
+    # Streamed: timed. Not streamed: the reasoning came at once, so "—", never "0 ms".
+    assert re.fullmatch(r"\d+(\.\d)? (ms|s)", rows["chat"]["thinking"]), rows["chat"]
+    assert rows["responses"]["thinking"] == "—" and rows["messages"]["thinking"] == "—"
+
+    # A filter narrows the list to one door; the search to what it names; both clear again.
+    page.select_option('[data-role="filter-door"]', "messages")
+    assert visible_doors(page) == ["messages"]
+    assert "1 shown" in page.inner_text('[data-role="feed-count"]')
+    page.select_option('[data-role="filter-door"]', "")
+    page.fill('[data-role="search"]', "/v1/responses")
+    assert visible_doors(page) == ["responses"]
+    page.fill('[data-role="search"]', "no-such-model")
+    assert visible_doors(page) == []
+    assert "No request held matches" in page.inner_text('[data-role="requests"]')
+    page.fill('[data-role="search"]', "")
+    page.select_option('[data-role="filter-level"]', "deep")
+    assert sorted(visible_doors(page)) == ["chat", "messages", "responses"]
+    page.goto("about:blank")  # its live connection ends before the server stops
+
+
+def test_filters_and_columns_speak_chinese(proxy: BackgroundServer, browser: Any) -> None:  # noqa: F811
+    context = browser.new_context(locale="zh-CN")
+    page = context.new_page()
+    try:
+        open_live(page, proxy.url)
+        one_request_per_door(proxy.url)
+        wait_rows(page, 3)
+        header = page.inner_text("table.requests thead")
+        assert "入口" in header and "缓存" in header and "推理" in header
+        assert page.inner_text('[data-role="filter-door"] option[value=""]') == "全部入口"
+        assert page.inner_text('[data-role="filter-status"] option[value="error"]') == "出错"
+        page.goto("about:blank")
+    finally:
+        context.close()
+
+
+def test_dark_mode_follows_the_system_setting(proxy: BackgroundServer, browser: Any) -> None:  # noqa: F811
+    backgrounds = {}
+    for scheme in ("light", "dark"):
+        context = browser.new_context(color_scheme=scheme)
+        page = context.new_page()
+        try:
+            page.goto(f"{proxy.url}/ui#playground")
+            backgrounds[scheme] = page.evaluate(
+                """() => [getComputedStyle(document.documentElement).backgroundColor,
+                          getComputedStyle(document.querySelector('.controls')).backgroundColor,
+                          getComputedStyle(document.querySelector('[data-role="prompt"]')).backgroundColor]"""
+            )
+        finally:
+            context.close()
+
+    def luminance(css: str) -> float:
+        r, g, b = (int(x) for x in re.findall(r"\d+", css)[:3])
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    assert all(luminance(color) > 200 for color in backgrounds["light"]), backgrounds
+    assert all(luminance(color) < 60 for color in backgrounds["dark"]), backgrounds
