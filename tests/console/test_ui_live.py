@@ -60,9 +60,9 @@ def one_request_per_door(url: str) -> None:
         assert answer.status_code == 200, answer.text
 
 
-def rows_by_door(page: Any) -> dict[str, dict[str, str]]:
+def rows_by_door(tab: Any) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
-    for row in page.query_selector_all('[data-role="request"]'):
+    for row in tab.query_selector_all('[data-role="request"]'):
         cells = {
             name: row.query_selector(f'[data-role="{name}"]').inner_text()
             for name in (
@@ -79,21 +79,22 @@ def rows_by_door(page: Any) -> dict[str, dict[str, str]]:
     return found
 
 
-def wait_rows(page: Any, n: int) -> None:
-    page.wait_for_function(
+def wait_rows(tab: Any, n: int) -> None:
+    tab.wait_for_function(
         f"""() => [...document.querySelectorAll('[data-role="request"]')]
              .filter(r => r.dataset.status === "200").length === {n}""",
         timeout=WAIT_MS,
     )
 
 
-def visible_doors(page: Any) -> list[str]:
-    return [cell.inner_text() for cell in page.query_selector_all('[data-role="request"] [data-role="door"]')]
+def visible_doors(tab: Any) -> list[str]:
+    return [cell.inner_text() for cell in tab.query_selector_all('[data-role="request"] [data-role="door"]')]
 
 
 def test_every_door_shows_its_model_level_tokens_and_thinking_time(
-    proxy: BackgroundServer, page: Any
-) -> None:  # noqa: F811
+    proxy: BackgroundServer,
+    page: Any,  # noqa: F811
+) -> None:
     open_live(page, proxy.url)
     one_request_per_door(proxy.url)
     wait_rows(page, 3)
@@ -126,16 +127,16 @@ def test_every_door_shows_its_model_level_tokens_and_thinking_time(
 
 def test_filters_and_columns_speak_chinese(proxy: BackgroundServer, browser: Any) -> None:  # noqa: F811
     context = browser.new_context(locale="zh-CN")
-    page = context.new_page()
+    tab = context.new_tab()
     try:
-        open_live(page, proxy.url)
+        open_live(tab, proxy.url)
         one_request_per_door(proxy.url)
-        wait_rows(page, 3)
-        header = page.inner_text("table.requests thead")
+        wait_rows(tab, 3)
+        header = tab.inner_text("table.requests thead")
         assert "入口" in header and "缓存" in header and "推理" in header
-        assert page.inner_text('[data-role="filter-door"] option[value=""]') == "全部入口"
-        assert page.inner_text('[data-role="filter-status"] option[value="error"]') == "出错"
-        page.goto("about:blank")
+        assert tab.inner_text('[data-role="filter-door"] option[value=""]') == "全部入口"
+        assert tab.inner_text('[data-role="filter-status"] option[value="error"]') == "出错"
+        tab.goto("about:blank")
     finally:
         context.close()
 
@@ -144,10 +145,10 @@ def test_dark_mode_follows_the_system_setting(proxy: BackgroundServer, browser: 
     backgrounds = {}
     for scheme in ("light", "dark"):
         context = browser.new_context(color_scheme=scheme)
-        page = context.new_page()
+        tab = context.new_tab()
         try:
-            page.goto(f"{proxy.url}/ui#playground")
-            backgrounds[scheme] = page.evaluate(
+            tab.goto(f"{proxy.url}/ui#playground")
+            backgrounds[scheme] = tab.evaluate(
                 """() => [getComputedStyle(document.documentElement).backgroundColor,
                           getComputedStyle(document.querySelector('.controls')).backgroundColor,
                           getComputedStyle(document.querySelector('[data-role="prompt"]')).backgroundColor]"""
