@@ -127,7 +127,7 @@ def test_every_door_shows_its_model_level_tokens_and_thinking_time(
 
 def test_filters_and_columns_speak_chinese(proxy: BackgroundServer, browser: Any) -> None:  # noqa: F811
     context = browser.new_context(locale="zh-CN")
-    tab = context.new_tab()
+    tab = context.new_page()
     try:
         open_live(tab, proxy.url)
         one_request_per_door(proxy.url)
@@ -145,7 +145,7 @@ def test_dark_mode_follows_the_system_setting(proxy: BackgroundServer, browser: 
     backgrounds = {}
     for scheme in ("light", "dark"):
         context = browser.new_context(color_scheme=scheme)
-        tab = context.new_tab()
+        tab = context.new_page()
         try:
             tab.goto(f"{proxy.url}/ui#playground")
             backgrounds[scheme] = tab.evaluate(
