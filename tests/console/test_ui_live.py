@@ -63,18 +63,8 @@ def one_request_per_door(url: str) -> None:
 def rows_by_door(tab: Any) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     for row in tab.query_selector_all('[data-role="request"]'):
-        cells = {
-            name: row.query_selector(f'[data-role="{name}"]').inner_text()
-            for name in (
-                "door",
-                "model",
-                "level",
-                "thinking",
-                "tokens-input",
-                "tokens-output",
-                "tokens-reasoning",
-            )
-        }
+        names = ("door", "model", "level", "thinking", "input", "output", "reasoning")
+        cells = {name: row.query_selector(f'[data-role="cell-{name}"]').inner_text() for name in names}
         found[cells["door"]] = cells
     return found
 
@@ -88,7 +78,9 @@ def wait_rows(tab: Any, n: int) -> None:
 
 
 def visible_doors(tab: Any) -> list[str]:
-    return [cell.inner_text() for cell in tab.query_selector_all('[data-role="request"] [data-role="door"]')]
+    return [
+        cell.inner_text() for cell in tab.query_selector_all('[data-role="request"] [data-role="cell-door"]')
+    ]
 
 
 def test_every_door_shows_its_model_level_tokens_and_thinking_time(
@@ -103,8 +95,8 @@ def test_every_door_shows_its_model_level_tokens_and_thinking_time(
     for door, cells in rows.items():
         assert cells["model"] == MODEL, (door, cells)  # not "POST /v1/messages"
         assert cells["level"] == "deep", (door, cells)  # not "—"
-        assert re.fullmatch(r"[\d,]+", cells["tokens-input"]), (door, cells)
-        assert re.fullmatch(r"[\d,]+", cells["tokens-output"]), (door, cells)
+        assert re.fullmatch(r"[\d,]+", cells["input"]), (door, cells)
+        assert re.fullmatch(r"[\d,]+", cells["output"]), (door, cells)
     # Streamed: timed. Not streamed: the reasoning came at once, so "—", never "0 ms".
     assert re.fullmatch(r"\d+(\.\d)? (ms|s)", rows["chat"]["thinking"]), rows["chat"]
     assert rows["responses"]["thinking"] == "—" and rows["messages"]["thinking"] == "—"

@@ -1,15 +1,19 @@
 // The console's entry point: language, panels (one <section data-panel> each, chosen by the URL
-// hash: #live by default, #playground, #reviews, #clients), and each panel's module. A new panel adds its section,
+// hash: #live by default, #sessions, #charts, #playground, #reviews, #clients), and each panel's module. A new panel adds its section,
 // its nav link and one line below.
 
+import { initCharts } from "./charts.js";
 import { initClients } from "./clients.js";
 import { applyStatic, lang, setLang } from "./i18n.js";
 import { initLive } from "./live.js";
 import { initPlayground } from "./playground.js";
 import { initReviews } from "./reviews.js";
+import { initSessions } from "./sessions.js";
 
 const PANELS = {
   live: initLive,
+  sessions: initSessions,
+  charts: initCharts,
   playground: initPlayground,
   reviews: initReviews,
   clients: initClients,

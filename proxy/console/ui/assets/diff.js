@@ -6,15 +6,14 @@
 import { clear, h } from "./dom.js";
 import { t } from "./i18n.js";
 
-const SIGN = { added: "+", removed: "−", changed: "~", injected: "+" };
+const SIGN = { set: "+", removed: "−", changed: "~", injected: "+" };
 
-// One change as the proxy lists it, read leniently: {op, field, from, to, summary}.
+// One change as the proxy lists it: {field, change: set | removed | changed | injected, from?,
+// to?, summary?} (docs/sessions.md, "Per-request facts").
 function normalize(change) {
-  if (!change || typeof change !== "object") return null;
-  const field = change.field ?? change.path ?? change.name;
-  if (typeof field !== "string") return null;
-  const op = ["added", "removed", "changed", "injected"].includes(change.op ?? change.kind) ? change.op ?? change.kind : "changed";
-  return { op, field, from: change.from ?? change.before, to: change.to ?? change.after, summary: change.summary ?? change.note };
+  if (!change || typeof change !== "object" || typeof change.field !== "string") return null;
+  const op = Object.hasOwn(SIGN, change.change) ? change.change : "changed";
+  return { op, field: change.field, from: change.from, to: change.to, summary: change.summary };
 }
 
 function valueText(value) {
@@ -24,9 +23,7 @@ function valueText(value) {
 }
 
 export function changesOf(entry) {
-  const raw = entry.changes ?? entry.proxy_changes ?? null;
-  const list = Array.isArray(raw) ? raw : Array.isArray(raw?.changes) ? raw.changes : [];
-  return list.map(normalize).filter(Boolean);
+  return Array.isArray(entry.changes) ? entry.changes.map(normalize).filter(Boolean) : [];
 }
 
 // Renders into `box` (a [data-role="changes"] block of the detail): hidden when there is nothing.

@@ -10,7 +10,7 @@ export const LEVELS = ["off", "standard", "deep"];
 // The front door: chat, responses, messages, or websocket (Responses over a WebSocket); null for a
 // passthrough route (/v1/models, embeddings, …), which is listed with its method and path.
 export function doorOf(entry) {
-  if (typeof entry.door === "string") return entry.door;
+  if (typeof entry.door === "string") return entry.door === "passthrough" ? null : entry.door;
   if (entry.route === "passthrough" || !entry.route) return null;
   return entry.transport === "websocket" ? "websocket" : entry.route;
 }
@@ -19,9 +19,10 @@ export function isModelRequest(entry) {
   return doorOf(entry) !== null;
 }
 
-// The session the request belongs to (docs/sessions.md), or null when it is a session of its own.
+// The session the request belongs to (docs/sessions.md; a request of no session is its own, with
+// its own id), or null on a proxy without session accounting.
 export function sessionOf(entry) {
-  const id = entry.session_id ?? entry.session ?? null;
+  const id = entry.session ?? null;
   return typeof id === "string" && id ? id : null;
 }
 
@@ -75,6 +76,7 @@ export function reasoningEstimated(entry) {
 // How long the model thought: null (shown "—", never "0 ms") when the answer was not streamed,
 // since the proxy then sees the reasoning all at once and cannot time it.
 export function thinkingMs(entry) {
+  if ("thinking_ms" in entry) return typeof entry.thinking_ms === "number" ? entry.thinking_ms : null;
   if (entry.stream === false) return null;
   return typeof entry.reasoning_ms === "number" ? entry.reasoning_ms : null;
 }

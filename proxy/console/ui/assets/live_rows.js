@@ -47,7 +47,7 @@ function statusCell(entry) {
 
 function tokenCells(tokens) {
   return ["input", "cached", "reasoning", "output"].map((name) =>
-    h("td", { class: "num", "data-role": `tokens-${name}` }, tokenText(tokens[name])),
+    h("td", { class: "num", "data-role": `cell-${name}` }, tokenText(tokens[name])),
   );
 }
 
@@ -72,14 +72,14 @@ export function requestRow(entry, { selected, titles, inSession, onSelect }) {
       tabindex: "0",
     },
     h("td", { class: "muted" }, clock(entry.started_at)),
-    h("td", { "data-role": "door" }, doorText(entry)),
+    h("td", { "data-role": "cell-door" }, doorText(entry)),
     h("td", {}, entry.provider ?? "—"),
-    h("td", { class: "model", "data-role": "model" }, modelText(entry)),
-    h("td", { "data-role": "level" }, levelText(entry)),
+    h("td", { class: "model", "data-role": "cell-model" }, modelText(entry)),
+    h("td", { "data-role": "cell-level" }, levelText(entry)),
     h("td", {}, entry.thinking_method ?? "—"),
     h("td", {}, statusCell(entry)),
     h("td", { class: "num" }, ms(entry.ttft_ms)),
-    h("td", { class: "num", "data-role": "thinking" }, ms(thinkingMs(entry))),
+    h("td", { class: "num", "data-role": "cell-thinking" }, ms(thinkingMs(entry))),
     h("td", { class: "num" }, ms(entry.total_ms)),
     ...tokenCells(tokensOf(entry)),
     h("td", { class: "num", "data-role": "cost" }, costOf(entry) !== null ? usd(costOf(entry)) : ""),
