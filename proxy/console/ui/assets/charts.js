@@ -28,12 +28,21 @@ function levelColor(level) {
   return level === "default" ? css("--series-2") : css(`--level-${level}`);
 }
 
+// 1,200 -> "1.2k", 3,400,000 -> "3.4M": axis labels that fit.
+function compact(value) {
+  const abs = Math.abs(value);
+  if (abs >= 1e6) return `${+(value / 1e6).toFixed(1)}M`;
+  if (abs >= 1e3) return `${+(value / 1e3).toFixed(1)}k`;
+  return String(+value.toFixed(2));
+}
+
 // One uPlot time chart into `box`: xs in Unix seconds, each series {label, values, color}.
 function timeChart(box, xs, series, { percentAxis = false } = {}) {
   const ink = css("--muted");
   const grid = css("--line");
   const axis = { stroke: ink, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
-  const yAxis = percentAxis ? { ...axis, values: (u, ticks) => ticks.map((v) => `${Math.round(v * 100)}%`) } : axis;
+  const label = percentAxis ? (v) => `${Math.round(v * 100)}%` : compact;
+  const yAxis = { ...axis, size: 56, values: (u, ticks) => ticks.map(label) };
   const options = {
     width: Math.max(280, box.clientWidth - 8),
     height: 200,
@@ -136,7 +145,8 @@ function render() {
   for (const [name, label] of [["ttft_ms", "ch.ttft"], ["total_ms", "ch.total"]]) {
     for (const p of ["p50", "p95", "p99"]) {
       const value = latency[name]?.[p];
-      percentiles.push({ label: `${t(label)} ${p}`, value: value ?? 0, text: ms(value) });
+      const color = css(name === "ttft_ms" ? "--series-1" : "--series-5");
+      percentiles.push({ label: `${t(label)} ${p}`, value: value ?? 0, text: ms(value), color });
     }
   }
   grid.append(barChart("latency", t("ch.latency"), percentiles));

@@ -148,7 +148,8 @@ function renderDetail() {
   const list = role("timeline");
   clear(list);
   const events = (entry.events || []).filter((e) => state.mode === "detailed" || BRIEF_TYPES.has(e.type));
-  for (const event of events) list.append(traceItem(event, { titles: state.titles, language: lang() }));
+  const timed = entry.stream !== false;
+  for (const event of events) list.append(traceItem(event, { titles: state.titles, language: lang(), timed }));
   if (entry.events_dropped) list.append(h("li", { class: "item muted" }, t("detail.dropped", entry.events_dropped)));
   if (!events.length) list.append(h("li", { class: "item muted" }, t("detail.none")));
 }

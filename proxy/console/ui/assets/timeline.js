@@ -54,7 +54,9 @@ function toolCard(event, titles, language, lines) {
   );
 }
 
-export function traceItem(event, { titles = {}, language = "en" } = {}) {
+// `timed` false: the answer was not streamed, so the reasoning came at once and its span (0 ms)
+// says nothing: the item says so instead of "Thought for 0 ms".
+export function traceItem(event, { titles = {}, language = "en", timed = true } = {}) {
   const kind = String(event.type ?? "");
   let body;
   switch (kind) {
@@ -65,7 +67,7 @@ export function traceItem(event, { titles = {}, language = "en" } = {}) {
       body = h("span", {}, t("ev.reasoning.start"));
       break;
     case "reasoning.end":
-      body = h("span", {}, t("ev.reasoning.end", ms(event.duration_ms)));
+      body = h("span", {}, timed ? t("ev.reasoning.end", ms(event.duration_ms)) : t("ev.reasoning.end.untimed"));
       break;
     case "tool_call.start":
       body = toolCard(event, titles, language, [h("div", { class: "muted" }, t("ev.tool.calling"))]);
