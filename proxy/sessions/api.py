@@ -132,7 +132,7 @@ class SessionsAPI:
 
     async def _one(self, request: Request) -> Response:
         summary, details = await self._found(request)
-        out = orjson.dumps(summary)[:-1] + b',"requests":[' + b",".join(details) + b"]}"
+        out = orjson.dumps(summary)[:-1] + b',"details":[' + b",".join(details) + b"]}"
         return Response(out, media_type="application/json")
 
     async def _export(self, request: Request) -> Response:
