@@ -148,6 +148,23 @@ class Settings(BaseSettings):
         default=None, description="YAML/JSON map of tool name to {zh, en} display title (trace, console)"
     )
 
+    # -- agent sessions (docs/sessions.md) --------------------------------------------------------
+    sessions: bool = Field(
+        default=True, description="group requests into agent sessions (GET /thinkproxy/sessions)"
+    )
+    sessions_max: int = Field(
+        default=2000, ge=1, le=1_000_000, description="sessions kept; least recently active go first"
+    )
+    sessions_max_bytes: int = Field(
+        default=32 << 20, ge=1 << 16, description="bytes of request details kept over all sessions"
+    )
+    sessions_details_per_session: int = Field(
+        default=200, ge=1, le=100_000, description="request details kept per session (the newest)"
+    )
+    stats_history: int = Field(
+        default=20_000, ge=1, le=1_000_000, description="finished requests GET /thinkproxy/stats reads"
+    )
+
     # -- human review of tool calls ---------------------------------------------------------------
     review_tools: CommaList = Field(
         default_factory=list, description="globs of tool names held for a reviewer, e.g. send_email,delete_*"

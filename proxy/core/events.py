@@ -96,9 +96,9 @@ class AccessRecord:
     # cached input tokens, and one reasoning count, reported or estimated. None when the proxy
     # did not read an answer.
     usage: TokenUsage | None = None
-    # The answer's cost in USD by the thinking policy's price table (None: no policy, no price for
-    # the model, or no token counts). Set by the policy's observer at the end, which runs before
-    # the console's (proxy.server.app registers it first), so the console shows it.
+    # The answer's cost in USD: the thinking policy's price table, else genai-prices (None, never
+    # 0: no price for the model, or no token counts). Set once at the end by the cost listener
+    # (proxy.sessions.pricing), which proxy.server.app registers before every reader of it.
     cost_usd: float | None = None
 
 

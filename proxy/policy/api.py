@@ -15,6 +15,7 @@ from starlette.routing import Route
 from proxy.console.routes import AdminAccess
 from proxy.core.errors import ProxyError
 from proxy.policy.service import ThinkingPolicy
+from proxy.policy.usage_book import ratio
 
 PATH = "/thinkproxy/usage"
 
@@ -62,4 +63,5 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     costs = [row["cost_usd"] for row in rows]
     priced = [c for c in costs if c is not None]
     out["cost_usd"] = round(sum(priced), 6) if priced else None
+    out["cache_hit_ratio"] = ratio(out["cached_input_tokens"], out["input_tokens"])
     return out

@@ -271,9 +271,7 @@ class ThinkingPolicy:
         usage = record.usage
         hold = record.notes.pop(HOLD, None)
         if record.route in MODEL_ROUTES or usage is not None:  # (a request no model answered: no row)
-            record.cost_usd = self.book.add(
-                record, self.policy.price_for(record.response_model or record.model)
-            )
+            self.book.add(record, record.cost_usd)  # (priced before: proxy.sessions.pricing)
         reasoning = usage.reasoning.value if usage is not None and usage.reasoning is not None else 0
         if isinstance(hold, Hold):
             held = self._held.get(hold.key, 0) - hold.tokens

@@ -1,5 +1,6 @@
 """What each gateway client spent, per model, since the process started: requests, tokens by kind,
-reasoning tokens (reported and estimated apart) and their cost by the policy's price table. Read
+reasoning tokens (reported and estimated apart), the prompt cache's share of the input and the
+cost (proxy.sessions.pricing: the policy's price table, else genai-prices). Read
 by GET /thinkproxy/usage and the console. One process's view: replicas each keep their own (the
 budgets, which must agree across replicas, are in the budget store)."""
 
@@ -45,13 +46,19 @@ def cost(record: AccessRecord, price: Price | None) -> float | None:
     ) / PER_MILLION
 
 
+def ratio(part: int, whole: int) -> float | None:
+    """part / whole to 3 places; None when there is no whole (no input counted)."""
+    return round(part / whole, 3) if whole > 0 else None
+
+
 class UsageBook:
     def __init__(self, started: float | None = None) -> None:
         self._rows: dict[tuple[str, str], Row] = {}
         self.started = time.time() if started is None else started  # (Unix seconds)
 
-    def add(self, record: AccessRecord, price: Price | None) -> float | None:
-        """Count one finished model request; its cost (None when it has none)."""
+    def add(self, record: AccessRecord, spent: float | None) -> None:
+        """Count one finished model request and its cost (`record.cost_usd`, proxy.sessions.pricing:
+        None when it has none)."""
         key = (record.client or "(unnamed)", record.response_model or record.model or "(unknown)")
         row = self._rows.get(key)
         if row is None:
@@ -69,17 +76,16 @@ class UsageBook:
                     row.reasoning_tokens_estimated += usage.reasoning.value
                 else:
                     row.reasoning_tokens += usage.reasoning.value
-        spent = cost(record, price)
         if spent is None:
             row.priced = False
         else:
             row.cost_usd += spent
-        return spent
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
         for (client, model), row in sorted(self._rows.items()):
             item = asdict(row)
             item["cost_usd"] = round(row.cost_usd, 6) if row.cost_usd or row.priced else None
+            item["cache_hit_ratio"] = ratio(row.cached_input_tokens, row.input_tokens)
             out.append({"client": client, "model": model, **item})
         return out

@@ -50,6 +50,9 @@ from proxy.server.handlers import Proxy, Services
 from proxy.server.replay_service import ReplayService
 from proxy.server.upstream.factory import build_upstream
 from proxy.server.upstream.policy import UpstreamPolicy
+from proxy.sessions.api import SessionsAPI
+from proxy.sessions.pricing import CostListener, Pricing
+from proxy.sessions.service import SessionsService
 from proxy.settings import Settings
 from proxy.telemetry import build_telemetry
 from proxy.telemetry.facts import configured_models
@@ -97,10 +100,17 @@ def create_app(
     route_table, route_keys = load_routes(settings, environ)
     gateway = GatewayAuth.from_settings(settings, route_keys)
     titles = load_tool_titles(settings.tool_titles_file)
-    # The policy's observer ends before the console's: it puts each answer's cost on the record.
+    # The policy counts each answer in its usage book (and budget) before the console shows it.
     thinking = ThinkingPolicy.from_settings(settings, gateway.client_keys)
+    # Each answer's cost goes on its record first: the usage book, sessions and console read it.
+    pricing = Pricing((lambda model: thinking.policy.price_for(model)) if thinking is not None else None)
+    listeners = (*listeners, CostListener(pricing))
     if thinking is not None:
         listeners = (*listeners, thinking)
+    # The sessions' listener ends before the console's: it names each row's session and client.
+    sessions = SessionsService.from_settings(settings)
+    if sessions is not None:
+        listeners = (*listeners, sessions.listener)
     console = Console.from_settings(settings, titles) if settings.ui else None
     if console is not None:
         listeners = (*listeners, console.feed)
@@ -146,6 +156,8 @@ def create_app(
                 await services.review.hub.aclose()
             if console is not None:
                 await console.aclose()
+            if sessions is not None:
+                await sessions.aclose()
             if replay is not None:
                 await replay.aclose()
             telemetry.close()
@@ -180,6 +192,8 @@ def create_app(
     if thinking is not None:
         names = [key.name for key in gateway.client_keys if key.name is not None]
         routes += UsageAPI(thinking, AdminAccess.from_settings(settings), names).routes()
+    if sessions is not None:
+        routes += SessionsAPI(sessions, AdminAccess.from_settings(settings)).routes()
     if review is not None:
         admin = parse_client_keys(
             (k.get_secret_value() for k in settings.admin_keys), "THINKPROXY_ADMIN_KEYS"
@@ -193,6 +207,7 @@ def create_app(
     app.state.services = services
     app.state.proxy = proxy
     app.state.console = console
+    app.state.sessions = sessions
     return app
 
 

@@ -78,7 +78,7 @@ ONLY_IN: dict[str, frozenset[str]] = {
 # (its allowlist); the entry points on top (cli, demo + demo_doors, explain, simulated,
 # build_info) may import anything. A new top-level package or module must be placed here: the
 # test names it.
-CAPABILITIES = frozenset({"policy", "review", "state", "telemetry", "console"})
+CAPABILITIES = frozenset({"policy", "review", "state", "telemetry", "console", "sessions"})
 ENTRY_POINTS = frozenset({"cli", "demo", "demo_doors", "explain", "simulated", "build_info"})
 LAYERS: dict[str, frozenset[str]] = {
     "core": frozenset({"core"}),

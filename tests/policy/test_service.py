@@ -16,6 +16,7 @@ from proxy.core.events import AccessRecord
 from proxy.core.usage import ReasoningTokens, TokenUsage
 from proxy.policy.service import BudgetExceeded, Decision, ThinkingPolicy
 from proxy.policy.store import MemoryBudgets
+from proxy.sessions.pricing import Pricing
 from proxy.state.base import StoreUnavailable
 
 POLICY = """\
@@ -88,7 +89,10 @@ def test_the_note_says_what_was_asked_and_sent() -> None:
 
 
 async def spend(thinking: ThinkingPolicy, records: Sequence[AccessRecord]) -> None:
+    # As in the app: each answer is priced (proxy.sessions.pricing) before the policy counts it.
+    pricing = Pricing(thinking.policy.price_for)
     for record in records:
+        record.cost_usd = pricing.cost(record, thinking.clock())
         thinking.spend(record)
     await thinking.drain()
 

@@ -59,6 +59,7 @@ from proxy.core.protocols.responses.state import (
 )
 from proxy.core.protocols.responses.stream import ResponsesTranscoder
 from proxy.core.protocols.responses.tools import client_names
+from proxy.core.sessions.identity import CHAIN_NOTE, chain_links
 from proxy.server.doors.common import (
     BridgedOutput,
     Door,
@@ -173,6 +174,8 @@ class ResponsesDoor(Door):
         proxy = self.proxy
         s = proxy.s
         arrival, intent, tgt, parsed, dialect = await self.arrive(request, record)
+        if isinstance(parsed, dict):  # (the chain it continues names its agent session)
+            record.notes[CHAIN_NOTE] = (chain_links(parsed), None)
         turn: SocketTurn | None = request.scope.get(SOCKET_TURN)
         if dialect.responses.mode == "native":
             if turn is not None and not turn.generate:
@@ -243,6 +246,7 @@ class ResponsesDoor(Door):
             intent = replace(intent, controls=replace(intent.controls, level=bridged.level))
         record.request_messages = chat.get("messages")
         response_id = new_id("resp")
+        record.notes[CHAIN_NOTE] = (chain_links(parsed), response_id)
         frame = ResponseFrame.for_request(
             parsed,
             response_id=response_id,

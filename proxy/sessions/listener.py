@@ -1,0 +1,126 @@
+"""The sessions' listener (proxy.core.events): at the end of each request a model answered, its
+session and client kind from the headers it came with (proxy.core.sessions.identity), its facts
+(proxy.core.sessions.facts) counted in the session store, the stats and, with Redis, the shared
+store. It also leaves the session and client kind in the record's notes for the console's row,
+which ends after it (proxy.server.app registers it first).
+
+Per request: one observer holding the few headers identity reads, a trace summary fed by the brief
+trace events (a handful per response, none per chunk), and at the end one facts dict and its JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver, TraceEvents
+from proxy.core.sessions.facts import TraceSummary, request_facts
+from proxy.core.sessions.identity import (
+    CHAIN_NOTE,
+    ChainLinks,
+    SessionKey,
+    client_kind,
+    pick_headers,
+    scoped,
+    session_of,
+)
+
+if TYPE_CHECKING:
+    from proxy.sessions.shared import SharedSessions
+    from proxy.sessions.stats import Stats
+    from proxy.sessions.store import SessionStore
+
+logger = logging.getLogger("thinkproxy.sessions")
+# Where the session's id (as the API shows it) and the client kind wait on the record for the
+# console's row (`AccessRecord.notes`).
+SESSION_NOTE = "session"
+CLIENT_KIND_NOTE = "client_kind"
+CHANGES_NOTE = "changes"
+
+
+class SessionsListener:
+    def __init__(self, store: SessionStore, stats: Stats, shared: SharedSessions | None = None) -> None:
+        self.store = store
+        self.stats = stats
+        self.shared = shared
+        self._counter = 0
+
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver:
+        return _SessionObserver(self, pick_headers(headers), int(time.time() * 1000))
+
+    def finish(
+        self,
+        record: AccessRecord,
+        headers: dict[str, str],
+        at_ms: int,
+        total_ms: float,
+        trace: TraceSummary | None,
+    ) -> None:
+        tenant = record.client
+        links, own_response = _chain(record.notes.get(CHAIN_NOTE))
+        continued = None
+        if links is not None and links.previous_response_id is not None:
+            continued = self.store.continued(tenant, links.previous_response_id)
+        request_id = record.request_id
+        if not request_id:
+            self._counter += 1
+            request_id = f"request-{self._counter}"
+        key = session_of(headers, request_id, links, continued)
+        if key.source == "request" and own_response is not None:
+            key = SessionKey(own_response, "responses")  # the first response of a chain names it
+        if own_response is not None:
+            self.store.remember_response(tenant, own_response, key.id)
+        client = client_kind(headers)
+        session_id = scoped(key.id, tenant)
+        record.notes[SESSION_NOTE] = session_id
+        record.notes[CLIENT_KIND_NOTE] = client
+        if record.route not in MODEL_ROUTES and record.usage is None:
+            return  # (a request no model was asked for: a listing, a stored response read)
+        changes = record.notes.get(CHANGES_NOTE)
+        facts = request_facts(
+            record,
+            at_ms=at_ms,
+            total_ms=total_ms,
+            client=client,
+            trace=trace,
+            changes=changes if isinstance(changes, list) else None,
+        )
+        detail = orjson.dumps(facts)
+        session = self.store.add(session_id, key.source, client, facts, detail)
+        self.stats.add(facts)
+        if self.shared is not None:
+            self.shared.publish(session.summary(), detail)
+
+
+def _chain(note: Any) -> tuple[ChainLinks | None, str | None]:
+    if isinstance(note, tuple) and len(note) == 2 and isinstance(note[0], ChainLinks):
+        own = note[1]
+        return note[0], own if isinstance(own, str) else None
+    return None, None
+
+
+class _SessionObserver(RequestObserver):
+    __slots__ = ("at_ms", "headers", "listener", "trace")
+    wants_trace = True
+    brief_trace = True  # (tool calls, notes, warnings and `done` are all brief events)
+
+    def __init__(self, listener: SessionsListener, headers: dict[str, str], at_ms: int) -> None:
+        self.listener = listener
+        self.headers = headers
+        self.at_ms = at_ms
+        self.trace: TraceSummary | None = None
+
+    def on_trace(self, events: TraceEvents) -> None:
+        if self.trace is None:
+            self.trace = TraceSummary()
+        self.trace.add(events)
+
+    def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+        try:
+            self.listener.finish(record, self.headers, self.at_ms, duration_ms, self.trace)
+        except Exception:  # accounting never fails a request's end
+            logger.exception("sessions: counting the request failed")

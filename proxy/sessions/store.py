@@ -1,0 +1,179 @@
+"""The sessions this process saw: each one's sums, and the details of its newest requests.
+
+Bounded three ways (docs/sessions.md, "Bounds"): sessions by count (the least recently active go
+first), request details per session (a flood from one session drops its own oldest details, never
+another session), and the details of all sessions by bytes (the least recently active sessions'
+details go first). A session's sums outlive its details: they still count every request.
+
+A detail is kept as the JSON bytes of its facts (proxy.core.sessions.facts): compact, its size
+exact, and what the API and the shared store send as they are.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.sessions.facts import LEVEL_KEYS, NO_LEVEL, level_key
+from proxy.policy.usage_book import ratio
+
+MAX_MODELS = 16  # model names listed per session (a session rarely uses more than two)
+DOORS = ("chat", "responses", "messages", "websocket", "passthrough")
+
+
+@dataclass(slots=True)
+class Session:
+    """One session's sums (as this process counted them) and its newest request details."""
+
+    id: str
+    source: str
+    client: str
+    key: str | None
+    first_at: int
+    last_at: int = 0
+    requests: int = 0
+    doors: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    levels: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*LEVEL_KEYS, NO_LEVEL), 0))
+    input: int = 0
+    cached: int = 0
+    reasoning: int = 0
+    output: int = 0
+    cost: float = 0.0
+    priced: int = 0
+    unpriced: int = 0
+    errors: int = 0
+    tool_calls: int = 0
+    details: deque[bytes] = field(default_factory=deque)
+    detail_bytes: int = 0
+    dropped: int = 0
+
+    def count(self, facts: Mapping[str, Any]) -> None:
+        self.requests += 1
+        self.last_at = max(self.last_at, facts["at"])
+        self.first_at = min(self.first_at, facts["at"])
+        door = facts["door"]
+        if door not in self.doors:
+            self.doors.append(door)
+        model = facts["model"]
+        if model and model not in self.models and len(self.models) < MAX_MODELS:
+            self.models.append(model)
+        self.levels[level_key(facts["level"])] += 1
+        tokens = facts["tokens"]
+        if tokens is not None:
+            self.input += tokens["input"] or 0
+            self.cached += tokens["cached"] or 0
+            self.reasoning += tokens["reasoning"] or 0
+            self.output += tokens["output"] or 0
+        spent = facts["cost_usd"]
+        if spent is not None:
+            self.cost += spent
+            self.priced += 1
+        elif tokens is not None:  # (a request no model answered costs nothing: not "unpriced")
+            self.unpriced += 1
+        if facts["status"] >= 400:
+            self.errors += 1
+        self.tool_calls += facts["tool_calls"]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "client": self.client,
+            "key": self.key,
+            "doors": list(self.doors),
+            "requests": self.requests,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+            "models": list(self.models),
+            "levels": dict(self.levels),
+            "tokens": {
+                "input": self.input,
+                "cached": self.cached,
+                "reasoning": self.reasoning,
+                "output": self.output,
+            },
+            "cache_hit_ratio": ratio(self.cached, self.input),
+            "cost_usd": round(self.cost, 8) if self.priced else None,
+            "cost_complete": self.unpriced == 0,
+            "errors": self.errors,
+            "tool_calls": self.tool_calls,
+            "details_kept": len(self.details),
+            "details_dropped": self.dropped,
+        }
+
+
+class SessionStore:
+    def __init__(self, *, max_sessions: int, max_bytes: int, per_session: int) -> None:
+        self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self.per_session = per_session
+        self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently active first
+        # Responses chains: the session of each response this process answered, by tenant and id.
+        self._responses: OrderedDict[tuple[str | None, str], str] = OrderedDict()
+        self.detail_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def newest_first(self) -> Iterator[Session]:
+        return reversed(self._sessions.values())
+
+    def continued(self, tenant: str | None, response_id: str) -> str | None:
+        """The session (unscoped id) of a response this process answered, if it remembers it."""
+        return self._responses.get((tenant, response_id))
+
+    def remember_response(self, tenant: str | None, response_id: str, session_id: str) -> None:
+        responses = self._responses
+        responses[(tenant, response_id)] = session_id
+        # Chains are found by their newest responses: a few per kept session is plenty.
+        while len(responses) > 4 * self.max_sessions:
+            responses.popitem(last=False)
+
+    def add(
+        self, scoped_id: str, source: str, client: str, facts: Mapping[str, Any], detail: bytes
+    ) -> Session:
+        """Count one finished request in its session (made on its first request) and keep its detail."""
+        sessions = self._sessions
+        session = sessions.get(scoped_id)
+        if session is None:
+            session = Session(scoped_id, source, client, facts["key"], facts["at"])
+            sessions[scoped_id] = session
+            while len(sessions) > self.max_sessions:
+                _, gone = sessions.popitem(last=False)
+                self.detail_bytes -= gone.detail_bytes
+        else:
+            sessions.move_to_end(scoped_id)
+            if source == "responses" and session.source == "request":
+                session.source = source  # a request on its own, now continued: a chain
+        session.count(facts)
+        session.details.append(detail)
+        session.detail_bytes += len(detail)
+        self.detail_bytes += len(detail)
+        if len(session.details) > self.per_session:
+            self._drop_oldest(session)
+        if self.detail_bytes > self.max_bytes:
+            self._trim(session)
+        return session
+
+    def _drop_oldest(self, session: Session) -> None:
+        gone = len(session.details.popleft())
+        session.detail_bytes -= gone
+        session.dropped += 1
+        self.detail_bytes -= gone
+
+    def _trim(self, keep: Session) -> None:
+        # The least recently active sessions' details go first; the newest detail of `keep`
+        # (the request just counted) always stays.
+        for session in self._sessions.values():
+            while session.details and self.detail_bytes > self.max_bytes:
+                if session is keep and len(session.details) == 1:
+                    return
+                self._drop_oldest(session)
+            if self.detail_bytes <= self.max_bytes:
+                return

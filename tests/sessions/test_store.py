@@ -1,0 +1,97 @@
+"""The session store's bounds: a flood from one session never evicts the others, details are
+capped per session and in bytes overall while the sums keep counting, and the least recently
+active sessions go first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.sessions.store import SessionStore
+
+
+def facts(at: int, **over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": f"r{at}",
+        "at": at,
+        "door": "chat",
+        "key": None,
+        "model": "deepseek-v4-pro",
+        "level": "deep",
+        "tokens": {"input": 100, "cached": 80, "reasoning": 10, "output": 20, "reasoning_source": "reported"},
+        "cost_usd": 0.001,
+        "status": 200,
+        "tool_calls": 1,
+    }
+    base.update(over)
+    return base
+
+
+def add(store: SessionStore, session: str, at: int, **over: Any) -> None:
+    f = facts(at, **over)
+    store.add(session, "header", "curl", f, orjson.dumps(f))
+
+
+def test_a_flood_of_2000_requests_from_one_session_leaves_the_others() -> None:
+    store = SessionStore(max_sessions=100, max_bytes=1 << 20, per_session=200)
+    for i in range(50):
+        add(store, f"other-{i}", i)
+    for i in range(2000):
+        add(store, "flood", 1000 + i)
+    assert len(store) == 51
+    flood = store.get("flood")
+    assert flood is not None
+    summary = flood.summary()
+    assert summary["requests"] == 2000  # the sums count every request
+    assert (summary["details_kept"], summary["details_dropped"]) == (200, 1800)
+    assert summary["tokens"] == {"input": 200_000, "cached": 160_000, "reasoning": 20_000, "output": 40_000}
+    assert summary["cache_hit_ratio"] == 0.8
+    for i in range(50):
+        other = store.get(f"other-{i}")
+        assert other is not None and other.summary()["details_kept"] == 1
+
+
+def test_details_are_bounded_in_bytes_and_the_sums_stay() -> None:
+    size = len(orjson.dumps(facts(0)))
+    store = SessionStore(max_sessions=100, max_bytes=size * 10, per_session=1000)
+    for i in range(30):
+        add(store, f"s{i % 3}", i)
+    assert store.detail_bytes <= size * 10
+    total = sum(s.summary()["requests"] for s in store.newest_first())
+    kept = sum(s.summary()["details_kept"] for s in store.newest_first())
+    assert total == 30 and kept <= 10
+    # The least recently active sessions' details went first; the newest request is kept.
+    newest = store.get("s2")
+    assert newest is not None and newest.details
+
+
+def test_sessions_past_the_count_go_least_recently_active_first() -> None:
+    store = SessionStore(max_sessions=3, max_bytes=1 << 20, per_session=10)
+    for name, at in (("a", 1), ("b", 2), ("c", 3), ("a", 4), ("d", 5)):
+        add(store, name, at)
+    assert [s.id for s in store.newest_first()] == ["d", "a", "c"]
+    assert store.detail_bytes == sum(s.detail_bytes for s in store.newest_first())
+
+
+def test_cost_is_null_when_nothing_was_priced_and_incomplete_when_some_was_not() -> None:
+    store = SessionStore(max_sessions=10, max_bytes=1 << 20, per_session=10)
+    add(store, "unpriced", 1, cost_usd=None)
+    add(store, "mixed", 2)
+    add(store, "mixed", 3, cost_usd=None)
+    unpriced, mixed = store.get("unpriced"), store.get("mixed")
+    assert unpriced is not None and mixed is not None
+    assert unpriced.summary()["cost_usd"] is None
+    assert (mixed.summary()["cost_usd"], mixed.summary()["cost_complete"]) == (0.001, False)
+
+
+def test_levels_doors_errors() -> None:
+    store = SessionStore(max_sessions=10, max_bytes=1 << 20, per_session=10)
+    add(store, "s", 1, level="off", door="messages")
+    add(store, "s", 2, level=None, status=502, door="chat")
+    session = store.get("s")
+    assert session is not None
+    summary = session.summary()
+    assert summary["levels"] == {"off": 1, "standard": 0, "deep": 0, "default": 1}
+    assert summary["doors"] == ["messages", "chat"] and summary["errors"] == 1
+    assert (summary["first_at"], summary["last_at"]) == (1, 2)
