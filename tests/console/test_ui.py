@@ -76,13 +76,17 @@ def open_live(page: Any, url: str) -> None:
     page.wait_for_selector('[data-role="connection"][data-state="live"]', timeout=WAIT_MS)
 
 
-def tool_conversation(url: str, headers: dict[str, str], tool: dict[str, Any] = WEATHER_TOOL) -> None:
-    """Another client: a tool call, then the tool's result and the answer (no trace asked for)."""
+def tool_conversation(
+    url: str, headers: dict[str, str], tool: dict[str, Any] = WEATHER_TOOL, **extra: Any
+) -> None:
+    """Another client: a tool call, then the tool's result and the answer (no trace asked for);
+    `extra` body fields go with both requests."""
     body: dict[str, Any] = {
         "model": "deepseek-flash",
         "stream": True,
         "messages": [{"role": "user", "content": PROMPT}],
         "tools": [tool],
+        **extra,
     }
     first = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=10)
     assert first.status_code == 200

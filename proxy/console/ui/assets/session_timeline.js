@@ -1,7 +1,7 @@
 // One session as a timeline of turns: a user turn, the model calls it took (each with its level,
 // thinking time, tokens, cache hits and cost, and what the proxy changed), the tool calls between
 // them, and the answer; with running totals. Built from the session's request facts
-// (docs/sessions.md), oldest first.
+// (its `details`, docs/sessions.md), oldest first.
 
 import { renderChanges } from "./diff.js";
 import { clear, h } from "./dom.js";
@@ -80,20 +80,13 @@ function callItem(request, running) {
   );
 }
 
-// The detail's `requests` is its list of request facts (the summary's count, in the list view);
-// the ones aged out still count.
-export function requestCount(session) {
-  if (!Array.isArray(session.requests)) return session.requests ?? 0;
-  return session.requests.length + (session.details_dropped ?? 0);
-}
-
 function sessionFacts(session) {
   const tokens = session.tokens || {};
   const rows = [
     [t("ss.col.client"), session.client],
     [t("ss.source"), session.source],
     [t("ss.col.doors"), (session.doors || []).join(", ")],
-    [t("ss.col.requests"), String(requestCount(session))],
+    [t("ss.col.requests"), String(session.requests ?? 0)],
     [t("ss.col.models"), (session.models || []).join(", ")],
     [t("ss.tokens"), `${tokenText(tokens.input)} / ${tokenText(tokens.cached)} / ${tokenText(tokens.reasoning)} / ${tokenText(tokens.output)}`],
     [t("ss.col.cache"), typeof session.cache_hit_ratio === "number" ? `${(session.cache_hit_ratio * 100).toFixed(1)}%` : "—"],
@@ -113,7 +106,7 @@ export function renderSession(aside, session) {
   const list = aside.querySelector('[data-role="session-timeline"]');
   clear(list);
   const running = { requests: 0, input: 0, output: 0, cost: null };
-  turnsOf(Array.isArray(session.requests) ? session.requests : []).forEach((calls, index) => {
+  turnsOf(Array.isArray(session.details) ? session.details : []).forEach((calls, index) => {
     const items = calls.map((request) => {
       const tokens = request.tokens || {};
       running.requests += 1;
