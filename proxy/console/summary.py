@@ -46,17 +46,30 @@ class RecordFacts(NamedTuple):
     error: str | None
     usage: TokenUsage | None  # the answer's one token reading (proxy.core.usage)
     client: str | None  # the gateway client key's name (configured, never a key)
-    cost_usd: float | None  # by the thinking policy's price table, when it has one for the model
+    cost_usd: float | None  # the policy's price table, else genai-prices (proxy.sessions.pricing)
     reasoning_starved: bool  # the reasoning used the output limit and left no answer
+    # Issue 44's facts: where the request came in, the level's story, its agent session.
+    transport: str  # http or websocket
+    level_source: str | None
+    level_rule: str | None
+    model_suffix: str | None
+    session: str | None  # the session's id as /thinkproxy/sessions shows it (proxy.sessions)
+    client_kind: str | None  # the kind of client (docs/sessions.md), `client` being the key's name
+    changes: Sequence[Mapping[str, Any]] | None  # what the proxy changed in the body (names only)
 
     @classmethod
     def of(cls, r: AccessRecord) -> RecordFacts:
         # Cut here, not only when summarized: the ring keeps these for as long as it keeps the request.
         starved = r.outcome is not None and r.outcome.starved
+        notes = r.notes
+        changes = notes.get("changes")
         return cls(
-            r.method, clip(r.path) or "", r.route, r.stream, r.provider, clip(r.model), r.level_requested,
-            r.level, r.thinking_method, r.status, r.upstream_status, clip(r.error), r.usage, r.client,
-            r.cost_usd, starved,
+            r.method, clip(r.path) or "", r.route, r.stream, r.provider, clip(r.model or r.response_model),
+            r.level_requested, r.level, r.thinking_method, r.status, r.upstream_status, clip(r.error),
+            r.usage, r.client, r.cost_usd, starved, r.transport, r.level_source,
+            clip(r.level_rule, MAX_SUMMARY), clip(r.model_suffix), clip(notes.get("session"), 2 * MAX_TEXT),
+            clip(notes.get("client_kind")),
+            changes if isinstance(changes, list) else None,
         )  # fmt: skip
 
 
@@ -144,7 +157,7 @@ def request_held(
     # Of the facts, only the strings a client or upstream chose vary (cut: RecordFacts.of); the
     # rest are short names from the configuration or the HTTP method, within _FACTS_BYTES.
     total = _SUMMARY_BYTES + _FACTS_BYTES + 8 * (len(events) + len(tools))
-    for text in (facts.path, facts.model, facts.error):
+    for text in (facts.path, facts.model, facts.error, facts.session, facts.level_rule):
         if text is not None:
             total += _sizeof(text)
     listed = 0
@@ -157,6 +170,8 @@ def request_held(
             listed += 1
     if tools:
         total += held_bytes(tools)
+    if facts.changes:
+        total += held_bytes(facts.changes)
     if done is not None:
         total += _sizeof(done) + _values_held(done.values())
     return total + _TOOL_ENTRY_BYTES * min(listed, MAX_TOOLS)
@@ -166,7 +181,7 @@ def request_held(
 # ring; and the dict of each tool call it lists (its strings are the event's: see clip).
 _SUMMARY_BYTES = 2048
 _TOOL_ENTRY_BYTES = 232
-_FACTS_BYTES = 1344  # the facts' tuple (16 slots), their short strings, the token reading, the cost
+_FACTS_BYTES = 1536  # the facts' tuple (23 slots), their short strings, the token reading, the cost
 
 
 def _values_held(values: Iterable[Any]) -> int:
@@ -210,6 +225,20 @@ def usage_of(done: Mapping[str, Any] | None, tokens: TokenUsage | None = None) -
     return counts or None
 
 
+def tokens_of(tokens: TokenUsage | None) -> dict[str, Any] | None:
+    """The request's one token reading as the sessions show it (docs/sessions.md)."""
+    if tokens is None:
+        return None
+    reasoning = tokens.reasoning
+    return {
+        "input": tokens.input,
+        "cached": tokens.cached_input,
+        "reasoning": reasoning.value if reasoning is not None else None,
+        "reasoning_source": reasoning.source if reasoning is not None else None,
+        "output": tokens.output,
+    }
+
+
 def summarize(
     record: AccessRecord | RecordFacts,
     *,
@@ -222,7 +251,11 @@ def summarize(
     done: Mapping[str, Any] | None,
     duration_ms: float | None,
 ) -> dict[str, Any]:
-    """One request as the console lists it; `duration_ms` None = still in flight."""
+    """One request as the console lists it; `duration_ms` None = still in flight. Thinking time
+    (`reasoning_ms`, `thinking_ms`) and TTFT are null, not 0, when the answer was not streamed:
+    nothing timed them."""
+    facts = record if isinstance(record, RecordFacts) else None
+    timed = done if done is not None and record.stream else None
     return {
         "id": request_id,
         "replica": replica,
@@ -240,11 +273,20 @@ def summarize(
         "status": record.status if duration_ms is not None else None,
         "upstream_status": record.upstream_status,
         "error": clip(record.error),
-        "ttft_ms": done.get("ttft_ms") if done else None,
-        "reasoning_ms": done.get("reasoning_ms") if done else None,
+        "door": "websocket" if record.transport == "websocket" else record.route,
+        "session": facts.session if facts is not None else None,
+        "client_kind": facts.client_kind if facts is not None else None,
+        "level_source": record.level_source,
+        "level_rule": facts.level_rule if facts is not None else None,
+        "model_suffix": facts.model_suffix if facts is not None else None,
+        "ttft_ms": timed.get("ttft_ms") if timed else None,
+        "reasoning_ms": timed.get("reasoning_ms") if timed else None,
+        "thinking_ms": timed.get("reasoning_ms") if timed else None,
         "total_ms": round(duration_ms, 1) if duration_ms is not None else None,
         "finish_reason": clip(done.get("finish_reason")) if done else None,
         "usage": usage_of(done, record.usage),
+        "tokens": tokens_of(record.usage),
+        "changes": list(facts.changes) if facts is not None and facts.changes else [],
         "client": record.client,
         "cost_usd": record.cost_usd,
         # (Known once the answer ended: a request in flight has no facts yet.)

@@ -19,6 +19,7 @@ from proxy.console.feed import (
 )
 from proxy.console.summary import MAX_EVENTS, MAX_SUMMARY, MAX_TEXT, summarize
 from proxy.core.events import AccessRecord
+from proxy.core.usage import ReasoningTokens, TokenUsage
 
 
 def record(**fields: Any) -> AccessRecord:
@@ -47,14 +48,15 @@ def test_ring_keeps_the_newest_requests_and_a_flood_evicts_the_oldest() -> None:
 
 
 def test_events_per_request_are_bounded_and_the_cut_is_counted() -> None:
+    # (A streamed answer: only a stream times the first token and the thinking.)
     feed = Feed(history=3)
     flood = [{"type": "status", "seq": i, "t_ms": i, "message": "x", "stage": "thinking"} for i in range(500)]
     done = {"type": "done", "seq": 500, "t_ms": 900, "message": "Done", "ttft_ms": 4, "reasoning_ms": 80}
-    observer = feed.start(record(), [])
+    observer = feed.start(record(stream=True), [])
     observer.on_trace(flood[:300])
     observer.on_trace(flood[300:])
     observer.on_trace([done])
-    observer.on_end(record(status=200), 950.0)
+    observer.on_end(record(status=200, stream=True), 950.0)
     (entry,) = feed.local()
     assert len(entry["events"]) == MAX_EVENTS
     assert entry["events_dropped"] == 501 - MAX_EVENTS
@@ -392,3 +394,33 @@ def test_a_small_ring_budget_keeps_at_least_the_newest_request() -> None:
     for i in range(3):
         finish(feed, record(model=f"m{i}"))
     assert [entry["model"] for entry in feed.local()] == ["m2"]
+
+
+def test_rows_carry_door_session_client_kind_tokens_and_no_time_for_an_unstreamed_answer() -> None:
+    """Issue 44: every door's row has its model, level and door; a non-stream answer's thinking
+    time is null (it was "0 ms" beside its reasoning tokens); the sessions' notes name the row's
+    session and client kind."""
+    feed = Feed(history=5)
+    done = {"type": "done", "seq": 0, "t_ms": 9, "message": "Done", "ttft_ms": 0, "reasoning_ms": 0}
+    rec = record(route="messages", path="/v1/messages", model="deepseek-v4-pro", level="deep", stream=False)
+    rec.notes.update(session="cc-1", client_kind="claude-code")
+    rec.usage = TokenUsage(input=100, output=40, cached_input=60, reasoning=ReasoningTokens(35, "reported"))
+    rec.level_source, rec.model_suffix = "suffix", "deep"
+    observer = feed.start(rec, [])
+    observer.on_trace([done])
+    observer.on_end(rec, 20.0)
+    (entry,) = feed.local()
+    assert (entry["door"], entry["model"], entry["level"]) == ("messages", "deepseek-v4-pro", "deep")
+    assert (entry["session"], entry["client_kind"]) == ("cc-1", "claude-code")
+    assert (entry["level_source"], entry["model_suffix"]) == ("suffix", "deep")
+    assert entry["thinking_ms"] is None and entry["reasoning_ms"] is None and entry["ttft_ms"] is None
+    assert entry["tokens"] == {
+        "input": 100,
+        "cached": 60,
+        "reasoning": 35,
+        "reasoning_source": "reported",
+        "output": 40,
+    }
+    ws = record(route="responses", transport="websocket", stream=True)
+    feed.start(ws, []).on_end(ws, 5.0)
+    assert feed.local()[0]["door"] == "websocket"

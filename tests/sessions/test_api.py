@@ -241,3 +241,12 @@ async def test_sessions_can_be_turned_off() -> None:
     async with proxy(sessions=False) as client:
         await client.post("/v1/chat/completions", **chat())
         assert (await client.get("/thinkproxy/sessions")).status_code == 404
+
+
+async def test_each_request_says_what_the_proxy_changed_in_its_body() -> None:
+    async with proxy() as client:
+        await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "c", "X-Thinking-Level": "off"}))
+        await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "c"}))
+        details = (await client.get("/thinkproxy/sessions/c")).json()["details"]
+    assert details[0]["changes"] == [{"field": "thinking", "change": "set", "summary": "type=disabled"}]
+    assert details[1]["changes"] == []  # (no level: the body went as it came)

@@ -34,6 +34,7 @@ from proxy.core.plan.request import (
 from proxy.core.plan.rewrite import rewrite_body, with_budget
 from proxy.core.protocols.responses.upstream_request import responses_request
 from proxy.core.review.rules import ClientNames
+from proxy.core.sessions.changes import body_changes
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.gate import StreamGate
@@ -58,6 +59,8 @@ class ChatPlan:
     response_headers: list[tuple[str, str]]  # X-Thinking-Level-Applied, -Provider, -Method
     reasoning: ReasoningOptions
     zh: bool  # the client prefers Chinese (trace texts)
+    # What the rewrite changed in the body (proxy.core.sessions.changes): names and summaries only.
+    changes: list[dict[str, Any]] | None = None
 
     @property
     def level_name(self) -> str:
@@ -110,7 +113,10 @@ def plan_chat(
     reasoning = reasoning_options(
         dialect.reasoning.tags, dialect.reasoning.implicit_open, defaults, intent, model=tgt.model
     )
-    return ChatPlan(request, dialect, applied, method if applied else None, response_headers, reasoning, zh)
+    changes = body_changes(body, rewritten) if rewritten is not body else None
+    return ChatPlan(
+        request, dialect, applied, method if applied else None, response_headers, reasoning, zh, changes
+    )
 
 
 def thinking_headers(

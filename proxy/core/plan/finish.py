@@ -160,6 +160,8 @@ def finish_chat(
         )
     record.provider, record.level = dialect.name, chat_plan.level_name
     record.thinking_method = chat_plan.method
+    if chat_plan.changes:  # (for the sessions and the console: what the proxy changed)
+        record.notes["changes"] = chat_plan.changes
     trace = chat_trace(setup, chat_plan, controls, record)
     if prepared is not None:
         prepared.annotate(trace)
