@@ -177,13 +177,14 @@ function scheduleRender() {
 }
 
 function apply(event, data) {
+  // A listing (the first update of each connection, or re-read after a gap) is merged into what
+  // the page holds, not put in its place: after a flood it holds one session's newest rows only,
+  // and the other sessions' rows the page already has stay (the store drops the flood's own).
   if (event === "snapshot" || event === "resync") {
-    if (event === "snapshot") state.store.clear();
-    state.store.history = data.history || state.store.history;
+    state.store.merge(data.data || [], data.history);
     state.shared = !!data.shared;
     state.omitted = Number.isInteger(data.omitted) ? data.omitted : 0;
     state.titles = data.tool_titles || {};
-    for (const entry of [...(data.data || [])].reverse()) state.store.upsert(entry);
   } else if (event === "request" || event === "progress") {
     state.store.upsert(data);
   } else if (event === "gap") {

@@ -11,11 +11,6 @@ export class LiveStore {
     this.order = []; // ids, newest first
   }
 
-  clear() {
-    this.entries.clear();
-    this.order = [];
-  }
-
   get(id) {
     return this.entries.get(id);
   }
@@ -27,6 +22,25 @@ export class LiveStore {
   // Newest first.
   *list() {
     for (const id of this.order) yield this.entries.get(id);
+  }
+
+  // A listing of the newest requests (newest first), from the proxy. A request the page holds as
+  // in flight that the listing does not have ended while the page was not reading: it is dropped
+  // (its end is not coming any more).
+  merge(listing, history) {
+    if (Number.isInteger(history) && history > 0) this.history = history;
+    const listed = new Set(listing.map((entry) => entry?.id));
+    for (const id of [...this.order]) {
+      if (this.entries.get(id).in_flight && !listed.has(id)) this.remove(id);
+    }
+    for (const entry of [...listing].reverse()) this.upsert(entry);
+    while (this.order.length > this.history) this.evictOne();
+  }
+
+  remove(id) {
+    const at = this.order.indexOf(id);
+    if (at >= 0) this.order.splice(at, 1);
+    this.entries.delete(id);
   }
 
   upsert(entry) {
