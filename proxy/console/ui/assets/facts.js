@@ -75,10 +75,18 @@ export function reasoningEstimated(entry) {
 
 // How long the model thought: null (shown "—", never "0 ms") when the answer was not streamed,
 // since the proxy then sees the reasoning all at once and cannot time it.
+// So is a span of 0 when the model reasoned not at all (0 reasoning tokens): there was no thinking
+// to time.
 export function thinkingMs(entry) {
-  if ("thinking_ms" in entry) return typeof entry.thinking_ms === "number" ? entry.thinking_ms : null;
-  if (entry.stream === false) return null;
-  return typeof entry.reasoning_ms === "number" ? entry.reasoning_ms : null;
+  let value;
+  if ("thinking_ms" in entry) value = entry.thinking_ms;
+  else value = entry.stream === false ? null : entry.reasoning_ms;
+  return spanOrNull(value, tokensOf(entry).reasoning);
+}
+
+export function spanOrNull(value, reasoningTokens) {
+  if (typeof value !== "number") return null;
+  return value === 0 && reasoningTokens === 0 ? null : value;
 }
 
 export function costOf(entry) {

@@ -129,7 +129,10 @@ function renderDetail() {
   fact(dl, "fact.stream", model ? String(entry.stream) : null);
   fact(dl, "fact.ttft", entry.ttft_ms != null ? ms(entry.ttft_ms) : null);
   // Not streamed: the proxy saw the reasoning at once and cannot time it ("—", not "0 ms").
-  if (model && !entry.in_flight) fact(dl, "fact.thinking", thinkingMs(entry) !== null ? ms(thinkingMs(entry)) : t("fact.not_streamed"));
+  if (model && !entry.in_flight) {
+    const span = thinkingMs(entry);
+    fact(dl, "fact.thinking", span !== null ? ms(span) : entry.stream === false ? t("fact.not_streamed") : "—");
+  }
   fact(dl, "fact.total", entry.total_ms != null ? ms(entry.total_ms) : null);
   fact(dl, "fact.finish", entry.finish_reason);
   if (entry.reasoning_starved) fact(dl, "fact.warning", h("span", {}, starvedBadge(entry), " ", t("starved.title")));

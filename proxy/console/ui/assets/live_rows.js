@@ -18,7 +18,7 @@ import {
 import { lang, ms, t, usd } from "./i18n.js";
 import { toolTitle } from "./timeline.js";
 
-export const COLUMNS = 16;
+export const COLUMNS = 15;
 
 export function clock(epochMs) {
   const d = new Date(epochMs);
@@ -76,7 +76,6 @@ export function requestRow(entry, { selected, titles, inSession, onSelect }) {
     h("td", {}, entry.provider ?? "—"),
     h("td", { class: "model", "data-role": "cell-model" }, modelText(entry)),
     h("td", { "data-role": "cell-level" }, levelText(entry)),
-    h("td", {}, entry.thinking_method ?? "—"),
     h("td", {}, statusCell(entry)),
     h("td", { class: "num" }, ms(entry.ttft_ms)),
     h("td", { class: "num", "data-role": "cell-thinking" }, ms(thinkingMs(entry))),
@@ -122,16 +121,20 @@ export function sessionRow(id, entries, { open, onToggle }) {
     h("td", {}, doors),
     h(
       "td",
-      { colspan: "2", class: "session-name" },
-      h("span", { class: "twisty" }, open ? "▾" : "▸"),
-      " ",
-      t("live.session", entries.length, kind),
-      " ",
-      h("code", { class: "muted" }, shortId(id)),
-      models ? h("span", { class: "muted" }, ` · ${models}`) : null,
+      { colspan: "2" },
+      // Cut to the cell's width (the whole in its tooltip): a session's row never widens the list.
+      h(
+        "div",
+        { class: "session-name", title: `${id}${models ? ` · ${models}` : ""}` },
+        h("span", { class: "twisty" }, open ? "▾" : "▸"),
+        " ",
+        t("live.session", entries.length, kind),
+        " ",
+        h("code", { class: "muted" }, shortId(id)),
+        models ? h("span", { class: "muted" }, ` · ${models}`) : null,
+      ),
     ),
-    h("td", {}, levelTally(entries)),
-    h("td", {}, ""),
+    h("td", {}, h("div", { class: "tally", title: levelTally(entries) }, levelTally(entries))),
     h("td", {}, [
       errors ? h("span", { class: "badge bad" }, t("live.errors", errors)) : h("span", { class: "badge ok" }, "✓"),
       running ? h("span", { class: "badge run" }, t("live.inflight")) : null,

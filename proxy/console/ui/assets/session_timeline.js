@@ -7,7 +7,7 @@ import { renderChanges } from "./diff.js";
 import { clear, h } from "./dom.js";
 import { ms, t, usd } from "./i18n.js";
 import { clock, shortId } from "./live_rows.js";
-import { tokenText } from "./facts.js";
+import { spanOrNull, tokenText } from "./facts.js";
 
 // A turn goes on while the model answers with tool calls; any other ending (an answer, a length
 // cut, an error) closes it, and the next request starts the next turn.
@@ -58,7 +58,7 @@ function callItem(request, running) {
     h(
       "div",
       { class: "figures" },
-      figure(t("ss.thinking"), ms(request.thinking_ms), "call-thinking"),
+      figure(t("ss.thinking"), ms(spanOrNull(request.thinking_ms, tokens.reasoning)), "call-thinking"),
       figure(t("col.in"), tokenText(tokens.input)),
       figure(t("col.cached"), `${tokenText(tokens.cached)} (${cacheText(tokens)})`, "call-cache"),
       figure(t("col.reasoning"), tokenText(tokens.reasoning)),
