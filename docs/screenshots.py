@@ -1,7 +1,7 @@
-"""Regenerates docs/console-live.png, docs/console-playground.png and docs/console-reviews.png: the
-proxy with its console
-against the simulated upstream, a few requests from another client, then both views in the
-Debian chromium (Playwright). Run from the repository root: `python docs/screenshots.py`."""
+"""Regenerates docs/console-live.png, console-sessions.png, console-charts.png,
+console-playground.png and console-reviews.png: the proxy with its console against the simulated
+upstream, a few requests from another client (one agent session among them), then each view in
+the Debian chromium (Playwright). Run from the repository root: `python docs/screenshots.py`."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 from playwright.sync_api import sync_playwright
 
-from proxy.server.app import create_app
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
+from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
 from proxy.settings import Settings
 
@@ -40,9 +40,20 @@ KB_TOOL = {
 def traffic(proxy: str, mock: str) -> None:
     """What another application might send through the proxy."""
 
+    usage = {"include_usage": True}  # token counts on streamed answers, as agents ask for them
+    session = {"x-session-id": "refund-agent-42"}  # one agent session: a tool call and its answer
+
     def chat(provider: str, model: str, level: str, text: str, **extra: Any) -> httpx.Response:
-        body = {"model": model, "stream": True, "messages": [{"role": "user", "content": text}], **extra}
+        body = {
+            "model": model,
+            "stream": True,
+            "stream_options": usage,
+            "messages": [{"role": "user", "content": text}],
+            **extra,
+        }
         headers = {"x-thinking-level": level, "x-upstream-base-url": f"{mock}/{provider}/v1"}
+        if extra.get("tools"):
+            headers.update(session)
         return httpx.post(f"{proxy}/v1/chat/completions", json=body, headers=headers, timeout=60)
 
     chat("deepseek", "deepseek-v4-pro", "off", "Summarise this paragraph in one line.")
@@ -67,8 +78,14 @@ def traffic(proxy: str, mock: str) -> None:
             },
             {"role": "tool", "tool_call_id": call_id, "content": '[{"doc": "refunds-eu"}, {"doc": "faq"}]'},
         ]
-        body = {"model": "MiniMax-M2", "stream": True, "messages": messages, "tools": [KB_TOOL]}
-        headers = {"x-thinking-level": "deep", "x-upstream-base-url": f"{mock}/minimax/v1"}
+        body = {
+            "model": "MiniMax-M2",
+            "stream": True,
+            "stream_options": usage,
+            "messages": messages,
+            "tools": [KB_TOOL],
+        }
+        headers = {"x-thinking-level": "deep", "x-upstream-base-url": f"{mock}/minimax/v1", **session}
         httpx.post(f"{proxy}/v1/chat/completions", json=body, headers=headers, timeout=60)
     chat("kimi", "kimi-k2-thinking", "deep", "Is 1,000,003 a prime number?")
 
@@ -130,10 +147,18 @@ def main() -> int:
                     browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
                     page = browser.new_page(viewport={"width": 1440, "height": 820}, locale="en-US")
                     page.goto(f"{proxy.url}/ui")
-                    page.wait_for_selector('[data-role="request"]')
+                    page.wait_for_selector('[data-role="session-row"]')
+                    page.locator('[data-role="session-row"]').first.click()  # the agent session, opened
                     page.locator('[data-role="request"]', has_text="Searching").first.click()
                     page.wait_for_selector('[data-role="timeline"] [data-kind="done"]')
                     page.screenshot(path=str(DOCS / "console-live.png"))
+                    page.goto(f"{proxy.url}/ui#sessions")
+                    page.locator('[data-role="session"][data-session="refund-agent-42"]').click()
+                    page.wait_for_selector('[data-role="session-timeline"] [data-role="call-answer"]')
+                    page.screenshot(path=str(DOCS / "console-sessions.png"))
+                    page.goto(f"{proxy.url}/ui#charts")
+                    page.wait_for_selector('[data-chart="requests"] canvas')
+                    page.screenshot(path=str(DOCS / "console-charts.png"))
                     page.goto(f"{proxy.url}/ui#playground")
                     page.fill('[data-role="api-key"]', "sk-demo")
                     page.select_option('[data-role="level"]', "deep")
@@ -154,7 +179,7 @@ def main() -> int:
                     held.join(timeout=30)
                     page.goto("about:blank")
                     browser.close()
-    print("wrote docs/console-live.png, docs/console-playground.png and docs/console-reviews.png")
+    print("wrote docs/console-{live,sessions,charts,playground,reviews}.png")
     return 0
 
 

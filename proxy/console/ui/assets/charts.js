@@ -37,7 +37,9 @@ function compact(value) {
 }
 
 // One uPlot time chart into `box`: xs in Unix seconds, each series {label, values, color}.
-function timeChart(box, xs, series, { percentAxis = false } = {}) {
+// The x axis spans the range asked for (`span`, Unix seconds), not only the buckets that have
+// requests: one bucket alone would otherwise be drawn on an axis of years.
+function timeChart(box, xs, series, { percentAxis = false, span = null } = {}) {
   const ink = css("--muted");
   const grid = css("--line");
   const axis = { stroke: ink, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
@@ -51,7 +53,11 @@ function timeChart(box, xs, series, { percentAxis = false } = {}) {
       ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, fill: null, points: { show: xs.length < 40, size: 6 } })),
     ],
     axes: [axis, yAxis],
-    scales: percentAxis ? { y: { range: [0, 1] } } : {},
+    scales: {
+      ...(span ? { x: { time: true, range: () => span } } : {}),
+      // Counts from zero (a lone value is not the axis' floor); ratios from 0 to 100%.
+      y: { range: percentAxis ? [0, 1] : (u, min, max) => [0, max > 0 ? max * 1.1 : 1] },
+    },
     legend: { live: false },
     cursor: { drag: { x: false, y: false } },
   };
@@ -105,6 +111,7 @@ function render() {
   status.textContent = t("ch.summary", stats.requests ?? 0, percent(stats.cache_hit_ratio));
   const buckets = stats.buckets || [];
   const xs = buckets.map((b) => b.at / 1000);
+  const span = Number.isFinite(stats.since) && Number.isFinite(stats.until) ? [stats.since / 1000, stats.until / 1000] : null;
 
   const requests = chartBox("requests", t("ch.requests"), stats.requests ?? 0);
   const tokens = chartBox("tokens", t("ch.tokens"));
@@ -119,17 +126,19 @@ function render() {
       values: buckets.map((b) => b.requests?.[level] ?? 0),
       color: levelColor(level),
     })),
+    { span },
   );
   timeChart(
     tokens.box,
     xs,
     TOKEN_KEYS.map((key, index) => ({ label: t(`col.${key === "input" ? "in" : key === "output" ? "out" : key}`), values: buckets.map((b) => b.tokens?.[key] ?? null), color: seriesColor(index) })),
+    { span },
   );
   timeChart(
     cache.box,
     xs,
     [{ label: t("ch.cache_ratio"), values: buckets.map((b) => b.cache_hit_ratio ?? null), color: css("--ok") }],
-    { percentAxis: true },
+    { percentAxis: true, span },
   );
 
   const share = (stats.reasoning_share || []).map((row) => ({

@@ -6,7 +6,7 @@
 import { renderChanges } from "./diff.js";
 import { clear, h } from "./dom.js";
 import { ms, t, usd } from "./i18n.js";
-import { clock, shortId } from "./live_rows.js";
+import { clock } from "./live_rows.js";
 import { spanOrNull, tokenText } from "./facts.js";
 
 // A turn goes on while the model answers with tool calls; any other ending (an answer, a length
@@ -60,7 +60,7 @@ function callItem(request, running) {
       { class: "figures" },
       figure(t("ss.thinking"), ms(spanOrNull(request.thinking_ms, tokens.reasoning)), "call-thinking"),
       figure(t("col.in"), tokenText(tokens.input)),
-      figure(t("col.cached"), `${tokenText(tokens.cached)} (${cacheText(tokens)})`, "call-cache"),
+      figure(t("col.cached"), tokens.cached == null ? "—" : `${tokenText(tokens.cached)} (${cacheText(tokens)})`, "call-cache"),
       figure(t("col.reasoning"), tokenText(tokens.reasoning)),
       figure(t("col.out"), tokenText(tokens.output)),
       figure(t("col.cost"), request.cost_usd != null ? usd(request.cost_usd) : "—", "call-cost"),
@@ -99,7 +99,7 @@ function sessionFacts(session) {
 
 // Renders `session` (a /thinkproxy/sessions/{id} answer) into the detail aside.
 export function renderSession(aside, session) {
-  aside.querySelector('[data-role="session-title"]').textContent = shortId(session.id);
+  aside.querySelector('[data-role="session-title"]').textContent = session.id;
   const facts = aside.querySelector('[data-role="session-facts"]');
   clear(facts);
   facts.append(...sessionFacts(session));
