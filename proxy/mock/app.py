@@ -11,7 +11,8 @@ Routes (a `{dialect}` path prefix picks the provider shape; without it, the defa
     POST [/{prefix}]/v1/messages              Anthropic's Messages API (proxy.mock.messages)
     GET  [/{dialect}]/v1/models
     POST [/{dialect}]/v1/embeddings
-    GET  /_mock/requests, GET /_mock/requests/last, DELETE /_mock/requests
+    GET  /_mock/requests, GET /_mock/requests/last, DELETE /_mock/requests (a chat request's
+         entry has the usage its answer reported: `reported_usage`)
     GET  /                                      what this server offers
 """
 
@@ -309,6 +310,10 @@ class _MockUpstream:
             chunk_chars=plan.chunk_chars,
         )
         counts = count_tokens(body, script)
+        if not streaming or turn.include_usage:
+            # What the answer reports, in the request's log entry (the last: nothing awaited since
+            # it was logged), so tests compare the proxy's accounting with what it was told.
+            self.log[-1]["reported_usage"] = dialect.usage(counts)
         if plan.has(Fault.GZIP):
             headers["content-encoding"] = "gzip"
         if streaming:
