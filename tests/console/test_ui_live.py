@@ -5,12 +5,14 @@ the list; the page follows the system's dark mode."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from proxy.server.serving import BackgroundServer
 from tests.console.test_ui import WAIT_MS, browser, mock, open_live, page, proxy_for, pytestmark  # noqa: F401
@@ -26,8 +28,8 @@ def proxy(mock: BackgroundServer) -> Iterator[BackgroundServer]:  # noqa: F811
 
 
 def one_request_per_door(url: str) -> None:
-    """A streamed chat completion, a Responses request and a Messages request, each asking for
-    deep thinking the way its own API says it."""
+    """A streamed chat completion, a Responses request, a Messages request and a Responses turn
+    over a WebSocket, each asking for deep thinking the way its own API says it."""
     chat = httpx.post(
         f"{url}/v1/chat/completions",
         json={
@@ -58,6 +60,22 @@ def one_request_per_door(url: str) -> None:
     )
     for answer in (chat, responses, messages):
         assert answer.status_code == 200, answer.text
+    # And one turn of the Responses API's WebSocket mode.
+    with connect(f"{url.replace('http', 'ws', 1)}/v1/responses") as ws:
+        create = {
+            "type": "response.create",
+            "model": MODEL,
+            "input": QUESTION,
+            "reasoning": {"effort": "high"},
+        }
+        ws.send(json.dumps(create))
+        while (event := json.loads(ws.recv()))["type"] not in (
+            "response.completed",
+            "response.failed",
+            "error",
+        ):
+            pass
+        assert event["type"] == "response.completed", event
 
 
 def rows_by_door(tab: Any) -> dict[str, dict[str, str]]:
@@ -89,9 +107,9 @@ def test_every_door_shows_its_model_level_tokens_and_thinking_time(
 ) -> None:
     open_live(page, proxy.url)
     one_request_per_door(proxy.url)
-    wait_rows(page, 3)
+    wait_rows(page, 4)
     rows = rows_by_door(page)
-    assert set(rows) == {"chat", "responses", "messages"}
+    assert set(rows) == {"chat", "responses", "messages", "websocket"}
     for door, cells in rows.items():
         assert cells["model"] == MODEL, (door, cells)  # not "POST /v1/messages"
         assert cells["level"] == "deep", (door, cells)  # not "—"
@@ -106,14 +124,14 @@ def test_every_door_shows_its_model_level_tokens_and_thinking_time(
     assert visible_doors(page) == ["messages"]
     assert "1 shown" in page.inner_text('[data-role="feed-count"]')
     page.select_option('[data-role="filter-door"]', "")
-    page.fill('[data-role="search"]', "/v1/responses")
-    assert visible_doors(page) == ["responses"]
+    page.fill('[data-role="search"]', "websocket")
+    assert visible_doors(page) == ["websocket"]
     page.fill('[data-role="search"]', "no-such-model")
     assert visible_doors(page) == []
     assert "No request held matches" in page.inner_text('[data-role="requests"]')
     page.fill('[data-role="search"]', "")
     page.select_option('[data-role="filter-level"]', "deep")
-    assert sorted(visible_doors(page)) == ["chat", "messages", "responses"]
+    assert sorted(visible_doors(page)) == ["chat", "messages", "responses", "websocket"]
     page.goto("about:blank")  # its live connection ends before the server stops
 
 
@@ -123,7 +141,7 @@ def test_filters_and_columns_speak_chinese(proxy: BackgroundServer, browser: Any
     try:
         open_live(tab, proxy.url)
         one_request_per_door(proxy.url)
-        wait_rows(tab, 3)
+        wait_rows(tab, 4)
         header = tab.inner_text("table.requests thead")
         assert "入口" in header and "缓存" in header and "推理" in header
         assert tab.inner_text('[data-role="filter-door"] option[value=""]') == "全部入口"
