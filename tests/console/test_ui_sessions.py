@@ -38,11 +38,17 @@ def proxy(mock: BackgroundServer) -> Iterator[BackgroundServer]:  # noqa: F811
 
 
 def ask(
-    url: str, session: str | None = None, level: str = "deep", client: httpx.Client | None = None
+    url: str,
+    session: str | None = None,
+    level: str = "deep",
+    client: httpx.Client | None = None,
+    key: str | None = None,
 ) -> None:
     headers = {"x-thinking-level": level}
     if session is not None:
         headers["x-session-id"] = session
+    if key is not None:
+        headers["authorization"] = f"Bearer {key}"
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Is 17 prime?"}]}
     post = client.post if client is not None else httpx.post
     r = post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=30)
@@ -180,3 +186,35 @@ def test_detail_shows_what_the_proxy_changed(proxy: BackgroundServer, page: Any)
     assert fields == {change["field"] for change in listed}
     assert "Is 17 prime?" not in page.inner_text('[data-role="changes"]')
     page.goto("about:blank")
+
+
+def test_gateway_sessions_and_charts_ask_for_an_admin_key_once(
+    mock: BackgroundServer,  # noqa: F811
+    page: Any,  # noqa: F811
+) -> None:
+    admin = "ak-sessions-admin-4c1d"
+    overrides = {
+        "upstream_api_key": "sk-upstream",
+        "client_keys": ["alice:ck-alice-9"],
+        "admin_keys": [admin],
+    }
+    with proxy_for(mock, **overrides) as gateway:
+        ask(gateway.url, "task-9", key="ck-alice-9")
+        page.goto(f"{gateway.url}/ui#sessions")
+        page.wait_for_selector('[data-role="sessions-auth"]:not([hidden])', timeout=WAIT_MS)
+        assert page.query_selector_all('[data-role="session"]') == []
+        page.fill('[data-role="sessions-key"]', admin)
+        page.click('[data-role="sessions-login"]')
+        # In gateway mode a session belongs to its key: its id says whose.
+        page.wait_for_selector('[data-role="session"][data-session="alice:task-9"]', timeout=WAIT_MS)
+        assert page.is_hidden('[data-role="sessions-auth"]')
+        page.click('[data-panel-link="charts"]')  # the key entered once serves the charts too
+        page.wait_for_selector('[data-chart="requests"][data-total="1"] canvas', timeout=WAIT_MS)
+        assert page.is_hidden('[data-role="charts-auth"]')
+        assert "key alice" in page.inner_text('[data-chart="cost"]')
+        page.click('[data-panel-link="live"]')  # and the live view, which was waiting for one
+        page.wait_for_selector('[data-role="connection"][data-state="live"]', timeout=WAIT_MS)
+        assert page.is_hidden('[data-role="admin-auth"]')
+        html = page.content()
+        assert admin not in html and "ck-alice-9" not in html and "sk-upstream" not in html
+        page.goto("about:blank")

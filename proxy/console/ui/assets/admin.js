@@ -8,8 +8,16 @@ export function adminKey() {
   return key;
 }
 
+const listeners = [];
+
 export function setAdminKey(value) {
   key = value || null;
+  for (const fn of listeners) fn(key);
+}
+
+// Called with the new key whenever one is entered (a panel that stopped at a 401 starts again).
+export function onAdminKey(fn) {
+  listeners.push(fn);
 }
 
 export function adminHeaders(headers = {}) {

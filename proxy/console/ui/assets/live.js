@@ -2,7 +2,7 @@
 // GET /thinkproxy/events; opening one shows its timeline. Summaries only: the feed never carries
 // reasoning text, prompts, tool payloads or keys.
 
-import { adminHeaders, adminKey, setAdminKey } from "./admin.js";
+import { adminHeaders, adminKey, onAdminKey, setAdminKey } from "./admin.js";
 import { renderChanges } from "./diff.js";
 import { clear, h, role } from "./dom.js";
 import { clientKindOf, doorText, isModelRequest, modelText, reasoningEstimated, sessionOf, thinkingMs, tokensOf } from "./facts.js";
@@ -245,9 +245,13 @@ export function initLive() {
   role("admin-auth").addEventListener("submit", (e) => {
     e.preventDefault();
     const input = role("admin-key");
-    setAdminKey(input.value.trim());
+    const value = input.value.trim();
     input.value = "";
-    connect();
+    setAdminKey(value);
+  });
+  // A key entered here or in another panel's form: the live view waiting for one connects.
+  onAdminKey(() => {
+    if (role("connection").dataset.state === "auth") connect();
   });
   for (const button of role("detail-mode").querySelectorAll("button")) {
     button.addEventListener("click", () => {
