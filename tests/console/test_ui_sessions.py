@@ -101,6 +101,16 @@ def test_sessions_view_lists_a_session_and_shows_its_turns(proxy: BackgroundServ
     html = page.content()
     assert PROMPT not in html  # a session shows figures and names, never the prompt
 
+    # From the live list: the session's row opens, a request's detail links to its session.
+    open_live(page, proxy.url)
+    page.locator('[data-role="session-row"][data-session="agent-task-1"]').click()
+    page.locator('[data-role="request"][data-session="agent-task-1"]').first.click()
+    page.click('[data-role="detail"] [data-role="session-link"]')
+    page.wait_for_selector('[data-role="session-detail"]:not([hidden]) [data-role="turn"]', timeout=WAIT_MS)
+    assert page.inner_text('[data-role="session-title"]') == "agent-task-1"
+    assert page.get_attribute('[data-role="session"].selected', "data-session") == "agent-task-1"
+    page.goto("about:blank")
+
 
 def test_live_list_collapses_a_session_and_a_flood_leaves_other_sessions_visible(
     proxy: BackgroundServer,
@@ -217,4 +227,16 @@ def test_gateway_sessions_and_charts_ask_for_an_admin_key_once(
         assert page.is_hidden('[data-role="admin-auth"]')
         html = page.content()
         assert admin not in html and "ck-alice-9" not in html and "sk-upstream" not in html
+        page.goto("about:blank")
+
+
+def test_without_session_accounting_the_views_say_so(mock: BackgroundServer, page: Any) -> None:  # noqa: F811
+    with proxy_for(mock, sessions=False) as plain:
+        ask(plain.url, "ignored")
+        page.goto(f"{plain.url}/ui#sessions")
+        page.wait_for_selector('[data-role="sessions-off"]:not([hidden])', timeout=WAIT_MS)
+        assert page.is_hidden('[data-role="sessions-empty"]')
+        page.click('[data-panel-link="charts"]')
+        page.wait_for_selector('[data-role="charts-off"]:not([hidden])', timeout=WAIT_MS)
+        assert page.query_selector_all('[data-role="chart"]') == []
         page.goto("about:blank")

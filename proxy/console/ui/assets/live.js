@@ -10,6 +10,7 @@ import { FilterBar, matches } from "./filters.js";
 import { lang, ms, onLangChange, t, usd } from "./i18n.js";
 import { COLUMNS, requestRow, sessionRow, starvedBadge, toolsText } from "./live_rows.js";
 import { LiveStore } from "./live_store.js";
+import { showSession } from "./sessions.js";
 import { readEvents } from "./sse.js";
 import { BRIEF_TYPES, traceItem } from "./timeline.js";
 
@@ -119,7 +120,15 @@ function renderDetail() {
   fact(dl, "fact.door", doorText(entry));
   fact(dl, "fact.client", entry.client);
   fact(dl, "fact.client_kind", clientKindOf(entry));
-  fact(dl, "fact.session", sessionOf(entry));
+  const session = sessionOf(entry);
+  if (session !== null) {
+    const link = h("a", { href: "#sessions", "data-role": "session-link" }, session);
+    link.addEventListener("click", (e) => {
+      e.preventDefault();
+      showSession(session);
+    });
+    fact(dl, "fact.session", link);
+  }
   fact(dl, "fact.provider", entry.provider);
   fact(dl, "fact.model", entry.model);
   if (model) fact(dl, "fact.level", `${entry.level_requested ?? "—"} → ${entry.level ?? "—"}`);

@@ -110,6 +110,13 @@ async function load() {
   return true;
 }
 
+// Opens the Sessions view on one session (the live view's detail links here).
+export function showSession(id) {
+  state.selected = id;
+  state.session = null;
+  location.hash = "#sessions";
+}
+
 export function initSessions() {
   state.poll = pollWhileOpen("sessions", load, POLL_MS, "sessions-auth", "sessions-key");
   onLangChange(() => {
