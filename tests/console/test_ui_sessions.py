@@ -55,14 +55,6 @@ def ask(
     assert r.status_code == 200, r.text
 
 
-def needs_row_field(url: str, field: str) -> None:
-    """The live rows' session fields (docs/sessions.md, "The console's live rows") come with the
-    sessions backend; until a row carries `field`, the test that reads it waits for it."""
-    rows = httpx.get(f"{url}/thinkproxy/requests", timeout=10).json()["data"]
-    if rows and field not in rows[0]:
-        pytest.skip(f"the console's rows carry no `{field}` yet (docs/sessions.md)")
-
-
 def session_json(url: str, session: str) -> dict[str, Any]:
     r = httpx.get(f"{url}/thinkproxy/sessions/{session}", timeout=10)
     assert r.status_code == 200, r.text
@@ -121,7 +113,6 @@ def test_live_list_collapses_a_session_and_a_flood_leaves_other_sessions_visible
     for session in others:
         ask(proxy.url, session)
     ask(proxy.url)  # no session named: a session of its own
-    needs_row_field(proxy.url, "session")
     page.wait_for_function(
         '() => document.querySelectorAll(\'[data-role="request"][data-status="200"]\').length === 4',
         timeout=WAIT_MS,
@@ -182,20 +173,41 @@ def test_charts_draw_the_proxys_own_figures(proxy: BackgroundServer, page: Any) 
     assert "按实际级别" in page.inner_text('[data-chart="requests"] figcaption')
 
 
-def test_detail_shows_what_the_proxy_changed(proxy: BackgroundServer, page: Any) -> None:  # noqa: F811
-    open_live(page, proxy.url)
-    ask(proxy.url, level="deep")
-    needs_row_field(proxy.url, "changes")
-    row = page.wait_for_selector('[data-role="request"][data-status="200"]', timeout=WAIT_MS)
-    row.click()
-    page.wait_for_selector('[data-role="changes"]:not([hidden]) [data-role="change"]', timeout=WAIT_MS)
-    changes = page.query_selector_all('[data-role="change"]')
-    fields = {change.get_attribute("data-field") for change in changes}
-    # The changes are the rows' own (the proxy's record of this request), shown field by field.
-    listed = httpx.get(f"{proxy.url}/thinkproxy/requests", timeout=10).json()["data"][0]["changes"]
-    assert fields == {change["field"] for change in listed}
-    assert "Is 17 prime?" not in page.inner_text('[data-role="changes"]')
-    page.goto("about:blank")
+def shown_changes(tab: Any) -> list[dict[str, str]]:
+    return [
+        {"field": li.get_attribute("data-field"), "op": li.get_attribute("data-op"), "text": li.inner_text()}
+        for li in tab.query_selector_all('[data-role="changes"] [data-role="change"]')
+    ]
+
+
+def test_detail_shows_what_the_proxy_changed(mock: BackgroundServer, page: Any) -> None:  # noqa: F811
+    with proxy_for(mock, allowed_upstreams=[f"127.0.0.1:{mock.port}"]) as server:
+        open_live(page, server.url)
+        ask(server.url, level="deep")  # DeepSeek: thinking fields set in the body
+        # A model without a thinking switch: the proxy injects a thinking prompt instead.
+        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is 17 prime?"}]}
+        headers = {"x-thinking-level": "standard", "x-upstream-base-url": f"{mock.url}/prompted/v1"}
+        r = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        page.wait_for_function(
+            '() => document.querySelectorAll(\'[data-role="request"][data-status="200"]\').length === 2',
+            timeout=WAIT_MS,
+        )
+        listed = httpx.get(f"{server.url}/thinkproxy/requests", timeout=10).json()["data"]
+        for index in range(2):
+            page.locator('[data-role="request"]').nth(index).click()  # (the list is redrawn)
+            page.wait_for_selector('[data-role="changes"]:not([hidden])', timeout=WAIT_MS)
+            shown = shown_changes(page)
+            # Each change the proxy recorded, field by field: what it did, and its value or summary.
+            expected = listed[index]["changes"]
+            assert [(c["field"], c["op"]) for c in shown] == [(c["field"], c["change"]) for c in expected]
+            for change, line in zip(expected, shown, strict=True):
+                assert change["field"] in line["text"]
+                assert str(change.get("to", change.get("summary", ""))) in line["text"]
+        ops = {(c["field"], c["change"]) for row in listed for c in row["changes"]}
+        assert ("messages", "injected") in ops and ("thinking", "set") in ops
+        assert "Is 17 prime?" not in page.inner_text('[data-role="detail"]')
+        page.goto("about:blank")
 
 
 def test_gateway_sessions_and_charts_ask_for_an_admin_key_once(
