@@ -5,9 +5,9 @@
 // by model. Read every ten seconds while the panel is open.
 
 import { clear, h, role } from "./dom.js";
+import { percent } from "./facts.js";
 import { ms, onLangChange, t, usd } from "./i18n.js";
 import { getJSON, pollWhileOpen } from "./poll.js";
-import { percent } from "./sessions.js";
 
 const POLL_MS = 10000;
 // The range shown: how far back, and the bucket the proxy sums over.

@@ -118,3 +118,8 @@ export function sum(values) {
 export function tokenText(value) {
   return value === null || value === undefined ? "—" : value.toLocaleString("en-US");
 }
+
+// A ratio (0.788) as a percentage ("78.8%"; whole at 0 and from 99.5%), "—" when unknown.
+export function percent(ratio) {
+  return typeof ratio === "number" ? `${(ratio * 100).toFixed(ratio >= 0.995 || ratio === 0 ? 0 : 1)}%` : "—";
+}

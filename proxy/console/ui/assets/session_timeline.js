@@ -7,7 +7,7 @@ import { renderChanges } from "./diff.js";
 import { clear, h } from "./dom.js";
 import { ms, t, usd } from "./i18n.js";
 import { clock } from "./live_rows.js";
-import { spanOrNull, tokenText } from "./facts.js";
+import { percent, spanOrNull, tokenText } from "./facts.js";
 
 // A turn goes on while the model answers with tool calls; any other ending (an answer, a length
 // cut, an error) closes it, and the next request starts the next turn.
@@ -89,7 +89,7 @@ function sessionFacts(session) {
     [t("ss.col.requests"), String(session.requests ?? 0)],
     [t("ss.col.models"), (session.models || []).join(", ")],
     [t("ss.tokens"), `${tokenText(tokens.input)} / ${tokenText(tokens.cached)} / ${tokenText(tokens.reasoning)} / ${tokenText(tokens.output)}`],
-    [t("ss.col.cache"), typeof session.cache_hit_ratio === "number" ? `${(session.cache_hit_ratio * 100).toFixed(1)}%` : "—"],
+    [t("ss.col.cache"), percent(session.cache_hit_ratio)],
     [t("ss.col.cost"), session.cost_usd != null ? usd(session.cost_usd) + (session.cost_complete === false ? ` (${t("ss.partial")})` : "") : "—"],
     [t("ss.col.errors"), String(session.errors ?? 0)],
   ];

@@ -7,14 +7,10 @@ import { onLangChange, t, usd } from "./i18n.js";
 import { clock, shortId } from "./live_rows.js";
 import { getJSON, pollWhileOpen } from "./poll.js";
 import { renderSession } from "./session_timeline.js";
-import { tokenText } from "./facts.js";
+import { percent, tokenText } from "./facts.js";
 
 const POLL_MS = 5000;
 const state = { list: null, problem: null, selected: null, session: null, poll: null };
-
-export function percent(ratio) {
-  return typeof ratio === "number" ? `${(ratio * 100).toFixed(ratio >= 0.995 || ratio === 0 ? 0 : 1)}%` : "—";
-}
 
 function levelsText(levels) {
   return Object.entries(levels || {})
