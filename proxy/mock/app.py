@@ -22,7 +22,7 @@ import gzip
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -47,6 +47,7 @@ from proxy.mock.dialects import (
 from proxy.mock.embeddings import embeddings
 from proxy.mock.faults import BadMockHeader, Canned, Fault, Plan, Step
 from proxy.mock.messages import messages_routes
+from proxy.mock.prompt_cache import PromptCache
 from proxy.mock.responses.routes import ResponsesApi
 from proxy.mock.scenarios import Script, answer, cut, output_limit
 from proxy.mock.sending import StepResponse, install_log_filter
@@ -120,6 +121,7 @@ class _MockUpstream:
     def __init__(self, options: MockOptions) -> None:
         self.options = options
         self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
+        self.prompt_cache = PromptCache()  # (DeepSeek's context caching: proxy.mock.prompt_cache)
         self.responses_api = ResponsesApi()
 
     # --- the request log ---------------------------------------------------------------------
@@ -310,6 +312,8 @@ class _MockUpstream:
             chunk_chars=plan.chunk_chars,
         )
         counts = count_tokens(body, script)
+        if dialect.caches_prompts:
+            counts = replace(counts, cached=min(self.prompt_cache.hit(body), counts.prompt))
         if not streaming or turn.include_usage:
             # What the answer reports, in the request's log entry (the last: nothing awaited since
             # it was logged), so tests compare the proxy's accounting with what it was told.

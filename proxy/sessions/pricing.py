@@ -18,6 +18,7 @@ from decimal import Decimal
 from urllib.parse import urlsplit
 
 from genai_prices import Usage, calc_price, data_snapshot
+from genai_prices.types import TieredPrices
 
 from proxy.core.config.policy_file import Price
 from proxy.core.events import AccessRecord, RequestObserver
@@ -105,9 +106,17 @@ def library_cost(
 ) -> float | None:
     """genai-prices' total for the counts (input includes the cached reads), or None when it does
     not know the model (LookupError) or cannot price the counts (ValueError)."""
-    usage = Usage(
-        input_tokens=input_tokens, cache_read_tokens=min(cached, input_tokens), output_tokens=output
-    )
+    cached = min(cached, input_tokens)
+    rates = _rates(provider, model, int(started_at // RATE_SECONDS))
+    if rates is None:
+        return None
+    if rates is not TIERED:
+        fixed, uncached_rate, cached_rate, output_rate = rates
+        return (
+            fixed
+            + ((input_tokens - cached) * uncached_rate + cached * cached_rate + output * output_rate) / MTOK
+        )
+    usage = Usage(input_tokens=input_tokens, cache_read_tokens=cached, output_tokens=output)
     try:
         found = calc_price(
             usage,
@@ -119,6 +128,52 @@ def library_cost(
         return None
     total: Decimal = found.total_price
     return float(total)
+
+
+# genai-prices takes ~40 µs a call (far more on a busy machine): more than the rest of a request's
+# accounting. Its price for a model at a time is linear in the token counts unless the model has
+# tiered prices, so the rates are found once per provider, model and minute (DeepSeek's prices
+# change with the time of day, on the hour) from three probes of genai-prices itself, and a
+# request costs one dict lookup and a sum. Tiered prices go to genai-prices each time.
+MTOK = 1_000_000
+RATE_SECONDS = 60
+MAX_RATES = 4096
+TIERED = (-1.0, -1.0, -1.0, -1.0)
+Rates = tuple[float, float, float, float]  # fixed, then USD per million uncached, cached, output
+_rate_cache: dict[tuple[str, str, int], Rates | None] = {}
+
+
+def _rates(provider: str, model: str, minute: int) -> Rates | None:
+    key = (provider, model, minute)
+    if key in _rate_cache:
+        return _rate_cache[key]
+    found = _probe(provider, model, datetime.fromtimestamp(minute * RATE_SECONDS, UTC))
+    if len(_rate_cache) >= MAX_RATES:
+        _rate_cache.clear()
+    _rate_cache[key] = found
+    return found
+
+
+def _probe(provider: str, model: str, when: datetime) -> Rates | None:
+    try:
+        _, info = data_snapshot.get_snapshot().find_provider_model(model, None, provider, None)
+        prices = info.get_prices(when)
+        if any(isinstance(value, TieredPrices) for value in vars(prices).values()):
+            return TIERED
+
+        def total(input_tokens: int, cached: int, output: int) -> float:
+            usage = Usage(input_tokens=input_tokens, cache_read_tokens=cached, output_tokens=output)
+            return float(prices.calc_price(usage)["total_price"])
+
+        fixed = total(0, 0, 0)
+        return (
+            fixed,
+            total(MTOK, 0, 0) - fixed,
+            total(MTOK, MTOK, 0) - fixed,
+            total(0, 0, MTOK) - fixed,
+        )
+    except (LookupError, ValueError):
+        return None
 
 
 class CostListener:

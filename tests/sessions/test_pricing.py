@@ -41,7 +41,7 @@ def test_genai_prices_by_provider_entry_with_cache_reads_and_the_time_of_day() -
             provider_id="deepseek",
             genai_request_timestamp=datetime.fromtimestamp(at, UTC),
         ).total_price
-        assert pricing.cost(record, at) == float(expected)
+        assert pricing.cost(record, at) == pytest.approx(float(expected), rel=1e-12)
     assert pricing.cost(record, PEAK) != pricing.cost(record, OFF_PEAK)
 
 
@@ -64,7 +64,7 @@ def test_the_provider_from_the_base_url_else_the_entry(
         provider_id=provider,
         genai_request_timestamp=datetime.fromtimestamp(OFF_PEAK, UTC),
     ).total_price
-    assert Pricing().cost(record, OFF_PEAK) == float(expected)
+    assert Pricing().cost(record, OFF_PEAK) == pytest.approx(float(expected), rel=1e-12)
 
 
 def test_unknown_model_or_provider_is_null_never_zero() -> None:
@@ -101,3 +101,37 @@ def test_the_policy_prices_override_per_model() -> None:
     assert pricing.cost(record, OFF_PEAK) == pytest.approx(0.5 + 0.25 + 2.0)
     # Other models still get genai-prices.
     assert pricing.cost(answered("deepseek-v4-pro", "deepseek", None, input=1000, output=1000), OFF_PEAK)
+
+
+@pytest.mark.parametrize(
+    ("provider", "model"),
+    [
+        ("deepseek", "deepseek-v4-pro"),
+        ("deepseek", "deepseek-flash"),
+        ("openai", "gpt-5.4"),
+        ("openai", "gpt-5.2-20251211"),
+        ("anthropic", "claude-sonnet-4-20250514"),
+        ("anthropic", "claude-opus-5-5"),
+        ("moonshotai", "kimi-k2.6"),
+        ("google", "gemini-2.5-pro"),  # (tiered by input size: priced by genai-prices each time)
+        ("google", "gemini-2.5-flash"),
+        ("zai", "glm-5.2"),
+        ("minimax", "MiniMax-M2.7"),
+        ("groq", "openai/gpt-oss-120b"),
+    ],
+)
+@pytest.mark.parametrize("counts", [(1000, 0, 10), (250_000, 200_000, 4000), (3, 3, 0)])
+@pytest.mark.parametrize("at", [PEAK, OFF_PEAK])
+def test_the_remembered_rates_price_exactly_as_genai_prices(
+    provider: str, model: str, counts: tuple[int, int, int], at: float
+) -> None:
+    """The rates found once per model and minute give genai-prices' own figure for any counts."""
+    input_tokens, cached, output = counts
+    expected = calc_price(
+        Usage(input_tokens=input_tokens, cache_read_tokens=cached, output_tokens=output),
+        model,
+        provider_id=provider,
+        genai_request_timestamp=datetime.fromtimestamp(at, UTC),
+    ).total_price
+    record = answered(model, provider, None, input=input_tokens, cached=cached, output=output)
+    assert Pricing().cost(record, at) == pytest.approx(float(expected), rel=1e-12, abs=1e-15)

@@ -48,6 +48,7 @@ class Counts:
     prompt: int
     completion: int
     reasoning: int
+    cached: int = 0  # prompt tokens read from the provider's prompt cache (proxy.mock.prompt_cache)
 
     @property
     def total(self) -> int:
@@ -141,6 +142,9 @@ class Dialect:
     # Where usage goes in a stream: a `choices: []` chunk when include_usage is asked, and/or
     # on the finish chunk whatever the request says (some providers always do that).
     usage_chunk: ClassVar[bool] = True
+    # Whether the provider caches prompt prefixes by itself and reports the hits (DeepSeek's context
+    # caching: proxy.mock.prompt_cache).
+    caches_prompts: ClassVar[bool] = False
     # The provider's native Responses API, if it has one (see `ResponsesTraits`).
     responses_api: ClassVar[ResponsesTraits | None] = None
 

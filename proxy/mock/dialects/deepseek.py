@@ -22,6 +22,7 @@ class DeepSeek(PairedReasoning):
     # names `deepseek-flash` and `deepseek-v4-pro`; `deepseek-v4-flash` is still accepted as an alias.
     default_model = "deepseek-flash"
     models = ("deepseek-flash", "deepseek-v4-pro")
+    caches_prompts = True  # context caching, on for every request (api-docs.deepseek.com/guides/kv_cache)
     # Retired on 2026-07-24 15:59 UTC (api-docs.deepseek.com/updates/#date-2026-04-24): a request
     # naming one is refused with 400 like any unknown model (github.com/duanyytop/agents-radar/pull/2311),
     # the message listing the supported names (github.com/kolega-ai/kolega-code/pull/695).
@@ -71,10 +72,10 @@ class DeepSeek(PairedReasoning):
     def usage(self, counts: Counts) -> JSON:
         return {
             **super().usage(counts),
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": counts.cached},
             "completion_tokens_details": {"reasoning_tokens": counts.reasoning},
-            "prompt_cache_hit_tokens": 0,
-            "prompt_cache_miss_tokens": counts.prompt,
+            "prompt_cache_hit_tokens": counts.cached,
+            "prompt_cache_miss_tokens": counts.prompt - counts.cached,
         }
 
     def message(self, script: Script, turn: Turn) -> JSON:
