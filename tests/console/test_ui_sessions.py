@@ -252,3 +252,34 @@ def test_without_session_accounting_the_views_say_so(mock: BackgroundServer, pag
         page.wait_for_selector('[data-role="charts-off"]:not([hidden])', timeout=WAIT_MS)
         assert page.query_selector_all('[data-role="chart"]') == []
         page.goto("about:blank")
+
+
+def test_sessions_view_filters_and_reads_older_pages(proxy: BackgroundServer, page: Any) -> None:  # noqa: F811
+    with httpx.Client() as client:
+        for n in range(52):
+            ask(proxy.url, f"task-{n:02}", client=client)
+    messages = httpx.post(
+        f"{proxy.url}/v1/messages",
+        headers={"anthropic-version": "2023-06-01", "x-session-id": "claude-task"},
+        json={"model": MODEL, "max_tokens": 512, "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
+    assert messages.status_code == 200, messages.text
+    page.goto(f"{proxy.url}/ui#sessions")
+    rows = page.locator('[data-role="session"]')
+    page.wait_for_selector('[data-role="sessions-more"]:not([hidden])', timeout=WAIT_MS)
+    assert rows.count() == 50  # the newest page
+    assert rows.first.get_attribute("data-session") == "claude-task"
+    page.click('[data-role="sessions-more"]')
+    page.wait_for_selector('[data-role="sessions-more"][hidden]', state="attached", timeout=WAIT_MS)
+    assert rows.count() == 53 and rows.last.get_attribute("data-session") == "task-00"
+    # The proxy filters: one door, then all again.
+    page.select_option('[data-role="sessions-filter-door"]', "messages")
+    page.wait_for_function(
+        "() => document.querySelectorAll('[data-role=\"session\"]').length === 1", timeout=WAIT_MS
+    )
+    assert rows.first.get_attribute("data-session") == "claude-task"
+    page.select_option('[data-role="sessions-filter-door"]', "")
+    page.wait_for_function(
+        "() => document.querySelectorAll('[data-role=\"session\"]').length === 50", timeout=WAIT_MS
+    )

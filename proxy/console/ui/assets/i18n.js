@@ -201,6 +201,7 @@ const TEXT = {
     "ss.count": (n, shared, more) =>
       `${n} session${n === 1 ? "" : "s"}` + (shared ? " · all replicas" : "") + (more ? " · older ones not listed" : ""),
     "ss.timeline": "Turns",
+    "ss.more": "Older sessions",
     "ss.source": "Told by",
     "ss.tokens": "Tokens in / cached / reasoning / out",
     "ss.partial": "some requests had no price",
@@ -429,6 +430,7 @@ const TEXT = {
     "ss.offline": "代理没有响应。",
     "ss.count": (n, shared, more) => `${n} 个会话` + (shared ? " · 全部副本" : "") + (more ? " · 更早的未列出" : ""),
     "ss.timeline": "轮次",
+    "ss.more": "更早的会话",
     "ss.source": "识别依据",
     "ss.tokens": "Token 输入 / 缓存 / 推理 / 输出",
     "ss.partial": "部分请求没有价格",

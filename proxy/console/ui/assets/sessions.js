@@ -1,16 +1,40 @@
 // The Sessions view: agent sessions (GET /thinkproxy/sessions, docs/sessions.md) newest first,
-// and one session (GET /thinkproxy/sessions/{id}) as a timeline of turns. Read every five seconds
-// while the panel is open. Every value is rendered as text.
+// filtered by client, model, door or key, a page at a time (the newest page read every five
+// seconds while the panel is open, older pages when asked for), and one session
+// (GET /thinkproxy/sessions/{id}) as a timeline of turns. Every value is rendered as text.
 
 import { clear, h, role } from "./dom.js";
 import { onLangChange, t, usd } from "./i18n.js";
 import { clock, shortId } from "./live_rows.js";
 import { getJSON, pollWhileOpen } from "./poll.js";
+import { SessionFilters } from "./session_filters.js";
 import { renderSession } from "./session_timeline.js";
 import { percent, tokenText } from "./facts.js";
 
 const POLL_MS = 5000;
-const state = { list: null, problem: null, selected: null, session: null, poll: null };
+const PAGE = 50;
+const state = {
+  list: null, // the newest page (its `sessions`, `next`, `shared`)
+  older: [], // sessions of the older pages read, in order
+  olderNext: null, // the cursor after the last older page, null when it was the last
+  problem: null,
+  selected: null,
+  session: null,
+  poll: null,
+  filters: null, // SessionFilters
+};
+
+// Every session listed: the newest page, then the older pages read (a session that became active
+// again since moved to the newest page: listed there only).
+function listed() {
+  const newest = state.list?.sessions || [];
+  const ids = new Set(newest.map((s) => s.id));
+  return [...newest, ...state.older.filter((s) => !ids.has(s.id))];
+}
+
+function nextCursor() {
+  return state.older.length ? state.olderNext : state.list?.next ?? null;
+}
 
 function levelsText(levels) {
   return Object.entries(levels || {})
@@ -65,12 +89,25 @@ function renderList() {
   role("sessions-off").hidden = state.problem !== "off";
   const status = role("sessions-status");
   status.textContent = state.problem === "offline" ? t("ss.offline") : "";
-  const sessions = state.list?.sessions || [];
+  const sessions = listed();
+  state.filters.refresh(sessions);
   for (const session of sessions) body.append(sessionRow(session));
   role("sessions-empty").hidden = sessions.length > 0 || state.problem === "off";
+  role("sessions-more").hidden = state.problem !== null || !nextCursor();
   if (state.list && !state.problem) {
-    status.textContent = t("ss.count", sessions.length, !!state.list.shared, !!state.list.next);
+    status.textContent = t("ss.count", sessions.length, !!state.list.shared, !!nextCursor());
   }
+}
+
+async function loadOlder() {
+  const cursor = nextCursor();
+  if (!cursor) return;
+  const url = `/thinkproxy/sessions?limit=${PAGE}${state.filters.query()}&cursor=${encodeURIComponent(cursor)}`;
+  const { status, body } = await getJSON(url);
+  if (status !== 200 || !body) return;
+  state.older.push(...(body.sessions || []));
+  state.olderNext = body.next ?? null;
+  renderList();
 }
 
 function renderDetail() {
@@ -90,7 +127,7 @@ async function openSession(id) {
 }
 
 async function load() {
-  const { status, body } = await getJSON("/thinkproxy/sessions?limit=200");
+  const { status, body } = await getJSON(`/thinkproxy/sessions?limit=${PAGE}${state.filters.query()}`);
   if (status === 401) return false;
   if (status === 404) {
     state.problem = "off";
@@ -114,6 +151,12 @@ export function showSession(id) {
 }
 
 export function initSessions() {
+  state.filters = new SessionFilters(role("sessions-filters"), () => {
+    state.older = []; // other filters, other pages
+    state.olderNext = null;
+    state.poll.refresh();
+  });
+  role("sessions-more").addEventListener("click", loadOlder);
   state.poll = pollWhileOpen("sessions", load, POLL_MS, "sessions-auth", "sessions-key");
   onLangChange(() => {
     renderList();
