@@ -161,9 +161,11 @@ def test_charts_draw_the_proxys_own_figures(proxy: BackgroundServer, page: Any) 
         ask(proxy.url, level=level)
     page.goto(f"{proxy.url}/ui#charts")
     page.wait_for_selector('[data-chart="requests"][data-total="5"] canvas', timeout=WAIT_MS)
-    assert canvas_ink(page, "requests") > 0 and canvas_ink(page, "tokens") > 0
+    assert all(canvas_ink(page, chart) > 0 for chart in ("requests", "tokens-level", "tokens", "cache"))
     legend = page.inner_text('[data-chart="requests"] .u-legend')
     assert "deep" in legend and "off" in legend and "standard" not in legend
+    by_level = page.inner_text('[data-chart="tokens-level"] .u-legend')
+    assert "deep · Out" in by_level and "deep · Reasoning" in by_level and "standard" not in by_level
     share = page.inner_text('[data-chart="share"]')
     assert f"{MODEL} · deep" in share and f"{MODEL} · off" in share
     latency = page.inner_text('[data-chart="latency"]')

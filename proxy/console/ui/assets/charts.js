@@ -50,7 +50,14 @@ function timeChart(box, xs, series, { percentAxis = false, span = null } = {}) {
     height: 200,
     series: [
       {},
-      ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, fill: null, points: { show: xs.length < 40, size: 6 } })),
+      ...series.map((s) => ({
+        label: s.label,
+        stroke: s.color,
+        width: 2,
+        dash: s.dash,
+        fill: null,
+        points: { show: xs.length < 40, size: 6 },
+      })),
     ],
     axes: [axis, yAxis],
     scales: {
@@ -115,8 +122,9 @@ function render() {
 
   const requests = chartBox("requests", t("ch.requests"), stats.requests ?? 0);
   const tokens = chartBox("tokens", t("ch.tokens"));
+  const byLevelTokens = chartBox("tokens-level", t("ch.tokens_level"));
   const cache = chartBox("cache", t("ch.cache"));
-  grid.append(requests.card, tokens.card, cache.card);
+  grid.append(requests.card, byLevelTokens.card, tokens.card, cache.card);
   const byLevel = LEVEL_KEYS.filter((level) => buckets.some((b) => (b.requests?.[level] ?? 0) > 0));
   timeChart(
     requests.box,
@@ -132,6 +140,23 @@ function render() {
     tokens.box,
     xs,
     TOKEN_KEYS.map((key, index) => ({ label: t(`col.${key === "input" ? "in" : key === "output" ? "out" : key}`), values: buckets.map((b) => b.tokens?.[key] ?? null), color: seriesColor(index) })),
+    { span },
+  );
+  // Output per level, and (dashed) the reasoning part of it.
+  const levelLabel = (level) => t(level === "default" ? "ss.level.default" : `level.${level}`);
+  const outputLevels = LEVEL_KEYS.filter((level) => buckets.some((b) => (b.output_by_level?.[level] ?? 0) > 0));
+  timeChart(
+    byLevelTokens.box,
+    xs,
+    outputLevels.flatMap((level) => [
+      { label: `${levelLabel(level)} · ${t("col.out")}`, values: buckets.map((b) => b.output_by_level?.[level] ?? 0), color: levelColor(level) },
+      {
+        label: `${levelLabel(level)} · ${t("col.reasoning")}`,
+        values: buckets.map((b) => b.reasoning_by_level?.[level] ?? 0),
+        color: levelColor(level),
+        dash: [6, 4],
+      },
+    ]),
     { span },
   );
   timeChart(
