@@ -22,7 +22,7 @@ function valueText(value) {
   return text.length > 160 ? `${text.slice(0, 160)}…` : text;
 }
 
-export function changesOf(entry) {
+function changesOf(entry) {
   return Array.isArray(entry.changes) ? entry.changes.map(normalize).filter(Boolean) : [];
 }
 

@@ -4,9 +4,6 @@
 
 import { t } from "./i18n.js";
 
-export const DOORS = ["chat", "responses", "messages", "websocket"];
-export const LEVELS = ["off", "standard", "deep"];
-
 // The front door: chat, responses, messages, or websocket (Responses over a WebSocket); null for a
 // passthrough route (/v1/models, embeddings, …), which is listed with its method and path.
 export function doorOf(entry) {

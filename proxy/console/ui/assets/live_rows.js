@@ -88,7 +88,7 @@ export function requestRow(entry, { selected, titles, inSession, onSelect }) {
 }
 
 // "deep ×12 · off ×3": the applied levels of a session's requests, most used first.
-export function levelTally(entries) {
+function levelTally(entries) {
   const counts = new Map();
   for (const entry of entries) if (entry.level) counts.set(entry.level, (counts.get(entry.level) ?? 0) + 1);
   return [...counts]
