@@ -52,6 +52,16 @@ def _cursor(raw: str | None) -> tuple[int, str] | None:
     return int(at), session_id
 
 
+def after(sessions: list[dict[str, Any]], cursor: tuple[int, str]) -> list[dict[str, Any]]:
+    """The sessions listed after the cursor's (`last_at`, `id`): after that session itself when it
+    is still listed at that time, else those whose last request came earlier."""
+    at, session_id = cursor
+    for i, summary in enumerate(sessions):
+        if summary["id"] == session_id and summary["last_at"] == at:
+            return sessions[i + 1 :]
+    return [s for s in sessions if s["last_at"] < at]
+
+
 def matches(summary: Mapping[str, Any], query: Mapping[str, str], since: int) -> bool:
     if summary["last_at"] < since:
         return False
@@ -106,9 +116,11 @@ class SessionsAPI:
         cursor = _cursor(query.get("cursor"))
         found, shared = await self.service.summaries()
         chosen = [s for s in found if matches(s, query, since)]
-        chosen.sort(key=lambda s: (s["last_at"], s["id"]), reverse=True)
+        # Newest first; sessions whose last requests arrived in the same millisecond keep the
+        # order they come in (the most recently active first: the store's order). Stable sort.
+        chosen.sort(key=lambda s: s["last_at"], reverse=True)
         if cursor is not None:
-            chosen = [s for s in chosen if (s["last_at"], s["id"]) < cursor]
+            chosen = after(chosen, cursor)
         page = chosen[:limit]
         more = len(chosen) > limit
         last = page[-1] if page else None

@@ -5,6 +5,7 @@ last `history` requests this process finished (one small tuple each), when asked
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -36,8 +37,8 @@ def percentiles(values: list[float]) -> dict[str, Any]:
     values.sort()
     last = len(values) - 1
 
-    def at(q: float) -> float:  # nearest rank
-        return round(values[min(last, max(0, round(q * len(values) + 0.5) - 1))], 1)
+    def at(q: float) -> float:  # nearest rank: the smallest value with q of them at or below it
+        return round(values[min(last, max(0, math.ceil(q * len(values)) - 1))], 1)
 
     return {"count": len(values), "p50": at(0.50), "p95": at(0.95), "p99": at(0.99)}
 
@@ -78,7 +79,8 @@ class Stats:
             if not since <= p.at <= until:
                 continue
             count += 1
-            start = since + (p.at - since) // width * width
+            # (`until` itself falls in the last bucket, not in one of its own)
+            start = since + min(p.at - since, max(until - since - 1, 0)) // width * width
             bucket = buckets.get(start)
             if bucket is None:
                 bucket = buckets[start] = _bucket(start)
