@@ -48,6 +48,7 @@ class RecordFacts(NamedTuple):
     client: str | None  # the gateway client key's name (configured, never a key)
     cost_usd: float | None  # by the thinking policy's price table, when it has one for the model
     reasoning_starved: bool  # the reasoning used the output limit and left no answer
+    thinking_dropped: int  # thinking blocks a native upstream dropped (its input_transformations)
 
     @classmethod
     def of(cls, r: AccessRecord) -> RecordFacts:
@@ -56,7 +57,7 @@ class RecordFacts(NamedTuple):
         return cls(
             r.method, clip(r.path) or "", r.route, r.stream, r.provider, clip(r.model), r.level_requested,
             r.level, r.thinking_method, r.status, r.upstream_status, clip(r.error), r.usage, r.client,
-            r.cost_usd, starved,
+            r.cost_usd, starved, r.notes.get("thinking_dropped", 0),
         )  # fmt: skip
 
 
@@ -249,6 +250,7 @@ def summarize(
         "cost_usd": record.cost_usd,
         # (Known once the answer ended: a request in flight has no facts yet.)
         "reasoning_starved": record.reasoning_starved if isinstance(record, RecordFacts) else False,
+        "thinking_dropped": record.thinking_dropped if isinstance(record, RecordFacts) else 0,
         "tool_calls": list(tools),
         "events": list(events),
         "events_dropped": events_dropped,

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import jsonio
+from proxy.core.body_splice import splice
 from proxy.core.config.providers import Dialect
 from proxy.core.controls import LEVEL_HEADER, Level
 from proxy.core.events import AccessRecord
@@ -363,7 +363,9 @@ async def forward_native(
             *route.headers(filter_headers(tgt.headers, plan_chat.DROP_REQUEST_CHAT)),
             ("accept-encoding", "identity"),
         ],
-        tgt.body if changed is None else jsonio.dumps(changed),
+        # A changed body keeps the bytes of every value the proxy left alone: Anthropic binds a
+        # thinking block to the exact prefix before it (proxy.core.body_splice).
+        tgt.body if changed is None else splice(tgt.body, tgt.parsed, changed),
         client_chosen=tgt.destination.client_chosen,
     )
     extra = headers + record.response_headers

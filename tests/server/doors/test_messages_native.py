@@ -340,3 +340,111 @@ def test_with_a_review_policy_a_native_call_is_refused(mock: BackgroundServer) -
         )
     assert r.status_code == 403
     assert r.json()["type"] == "error"
+
+
+# -- preserved thinking: Fable 5.1 and Opus 5.5 bind a thinking block to its prefix --------------------
+
+FABLE = "claude-fable-5-1"
+ADMIN = "ak-ops-46"
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+
+
+def member(raw: bytes, name: str) -> str:
+    """A top-level member's value exactly as the body spells it."""
+    text, decoder = raw.decode(), json.JSONDecoder()
+    i = text.index("{") + 1
+    while True:
+        i = len(text) - len(text[i:].lstrip())
+        key, i = decoder.raw_decode(text, i)
+        i = text.index(":", i) + 1
+        i = len(text) - len(text[i:].lstrip())
+        end = decoder.raw_decode(text, i)[1]
+        if key == name:
+            return text[i:end]
+        i = text.index(",", end) + 1
+
+
+def fable_history(
+    proxy: BackgroundServer, system: str = "Caf\u00e9 rules: answer in one line."
+) -> dict[str, Any]:
+    """A Fable 5.1 tool loop's second request: the first answer (its bound thinking block and a
+    tool_use) sent back with the tool's result."""
+    asked = "What's the weather in Paris? \u2014 briefly"
+    first = {"model": FABLE, "max_tokens": 32000, "system": system, "tools": [WEATHER],
+             "messages": [{"role": "user", "content": asked}]}  # fmt: skip
+    r = httpx.post(f"{proxy.url}/v1/messages", json=first, headers={**VERSION, "x-api-key": "k"})
+    assert r.status_code == 200, r.text
+    content = r.json()["content"]
+    assert [b["type"] for b in content] == ["thinking", "tool_use"]
+    result = {"type": "tool_result", "tool_use_id": content[1]["id"], "content": "sunny"}
+    return {**first, "messages": [*first["messages"], {"role": "assistant", "content": content},
+                                  {"role": "user", "content": [result]}]}  # fmt: skip
+
+
+def test_a_thinking_history_s_prefix_reaches_the_upstream_byte_for_byte(
+    mock: BackgroundServer, proxy: BackgroundServer
+) -> None:
+    """The level changes `thinking` and `output_config`; `system`, `tools` and `messages` go as the
+    client spelled them (its escapes, its spacing, its field order), not encoded anew."""
+    body = fable_history(proxy)
+    raw = json.dumps({"thinking": {"type": "adaptive"}, **body}, indent=2, ensure_ascii=True).encode()
+    headers = {**VERSION, "x-api-key": "k", "x-thinking-level": "deep", "content-type": "application/json"}
+    r = httpx.post(f"{proxy.url}/v1/messages", content=raw, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-level-applied"] == "deep"
+    sent = httpx.get(f"{mock.url}/_mock/messages/raw").content
+    assert json.loads(sent)["output_config"] == {"effort": "max"}
+    for name in ("system", "tools", "messages"):
+        assert member(sent, name) == member(raw, name)
+    assert list(json.loads(sent)) == [*json.loads(raw), "output_config"]
+
+
+def test_the_simulated_upstream_enforces_the_binding(mock: BackgroundServer, proxy: BackgroundServer) -> None:
+    """A changed prefix: Anthropic's 400 by default; with `drop_block` (and its beta) the block is
+    dropped and listed in `input_transformations`."""
+    body = fable_history(proxy)
+    direct = f"{mock.url}/anthropic/v1/messages"
+    assert httpx.post(direct, json=body, headers={**VERSION, "x-api-key": "k"}).status_code == 200
+    changed = {**body, "system": "Rules rewritten by a harness."}
+    r = httpx.post(direct, json=changed, headers={**VERSION, "x-api-key": "k"})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith(
+        "messages.1.content.0: Invalid `signature` in `thinking` block. "
+        "The block is bound to a different conversation."
+    )
+    dropping = {
+        **changed,
+        "thinking": {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}},
+    }
+    assert (
+        httpx.post(direct, json=dropping, headers={**VERSION, "x-api-key": "k"}).status_code == 400
+    )  # (no beta)
+    r = httpx.post(
+        direct, json=dropping, headers={**VERSION, "x-api-key": "k", "anthropic-beta": BINDING_BETA}
+    )
+    assert r.status_code == 200, r.text
+    assert [t["type"] for t in r.json()["input_transformations"]] == ["thinking_dropped"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_thinking_the_upstream_dropped_is_a_warning_and_a_console_flag(
+    mock: BackgroundServer, stream: bool
+) -> None:
+    """`thinking.block_binding` and the beta go on as they came; the answer's
+    `input_transformations` come back untouched, and the blocks dropped are counted on the
+    request's console row and told in a `warning` trace event (code `thinking_dropped`)."""
+    with proxy_for(mock, ui=True, admin_keys=[ADMIN]) as proxy:
+        body = fable_history(proxy)
+        binding = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+        changed = {**body, "system": "Rules rewritten by a harness.", "thinking": binding, "stream": stream}
+        headers = {**VERSION, "x-api-key": "k", "anthropic-beta": BINDING_BETA}
+        r = httpx.post(f"{proxy.url}/v1/messages", json=changed, headers=headers)
+        assert r.status_code == 200, r.text
+        assert (b'"type":"thinking_dropped"' in r.content) is True
+        record = last_upstream(mock)
+        assert record["body"]["thinking"] == binding and record["headers"]["anthropic-beta"] == BINDING_BETA
+        listing = httpx.get(f"{proxy.url}/thinkproxy/requests", headers={"authorization": f"Bearer {ADMIN}"})
+    entry = listing.json()["data"][0]
+    assert entry["route"] == "messages" and entry["thinking_dropped"] == 1
+    warning = next(e for e in entry["events"] if e["type"] == "warning")
+    assert warning["code"] == "thinking_dropped" and warning["count"] == 1
