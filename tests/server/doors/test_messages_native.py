@@ -448,3 +448,95 @@ def test_thinking_the_upstream_dropped_is_a_warning_and_a_console_flag(
     assert entry["route"] == "messages" and entry["thinking_dropped"] == 1
     warning = next(e for e in entry["events"] if e["type"] == "warning")
     assert warning["code"] == "thinking_dropped" and warning["count"] == 1
+
+
+# -- DeepSeek's Anthropic endpoint: Claude Code's sub-agents ----------------------------------------------
+
+DEEPSEEK_400 = {
+    "error": {
+        "message": "thinking options type cannot be disabled when reasoning_effort is set",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_request_error",
+    }
+}
+
+
+def test_claude_code_s_sub_agent_request_reaches_deepseek_as_off(mock: BackgroundServer) -> None:
+    """Claude Code ≥ 2.1.166 sends its sub-agents `thinking: {type: disabled}` beside the session's
+    effort; DeepSeek refuses the pair (DeepSeek-V3#1397). The request means off: one knob goes,
+    the effort stays behind (the rest of `output_config` goes on)."""
+    schema = {"type": "json_schema", "schema": {"type": "object"}}
+    body = ask(model="deepseek-v4-pro", thinking={"type": "disabled"},
+               output_config={"effort": "max", "format": schema})  # fmt: skip
+    headers = {**VERSION, "x-api-key": "sk-ds"}
+    direct = httpx.post(f"{mock.url}/ds-anthropic/v1/messages", json=body, headers=headers)
+    assert (direct.status_code, direct.json()) == (400, DEEPSEEK_400)
+    with proxy_for(mock, chat="dsnative") as proxy:
+        r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        sent = last_upstream(mock)["body"]
+        assert sent["thinking"] == {"type": "disabled"} and sent["output_config"] == {"format": schema}
+        assert r.headers["x-thinking-level-applied"] == "off"
+        # With the level header the entry's own off goes, as before.
+        r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers={**headers, "x-thinking-level": "off"})
+        assert r.status_code == 200, r.text
+        assert "effort" not in last_upstream(mock)["body"].get("output_config", {})
+
+
+# -- Claude Opus 5.5 and Fable 5.1: thinking always on ---------------------------------------------------
+
+OPUS_55 = "claude-opus-5-5"
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"headers": {"x-thinking-level": "off"}}, "off not applied"),
+        ({"thinking": {"type": "disabled"}}, "off not applied"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 4096}}, "budget_tokens not applied"),
+    ],
+)
+def test_an_off_or_a_budget_asked_of_a_model_that_always_thinks_is_said_not_applied(
+    mock: BackgroundServer, proxy: BackgroundServer, extra: dict[str, Any], reason: str
+) -> None:
+    """Opus 5.5 refuses thinking off and a budget (its 400, straight from the simulated upstream);
+    through the proxy the request goes with adaptive thinking and the response says what was not
+    applied and why — never silently."""
+    headers = {**VERSION, "x-api-key": "k", **extra.pop("headers", {})}
+    body = ask(model=OPUS_55, **extra)
+    if "thinking" in extra:
+        direct = httpx.post(f"{mock.url}/anthropic/v1/messages", json=body, headers=headers)
+        assert (
+            direct.status_code == 400
+            and "is not supported for this model" in direct.json()["error"]["message"]
+        )
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-level-reason"].startswith(reason)
+    sent = last_upstream(mock)["body"]
+    assert sent.get("thinking", {"type": "adaptive"}) == {"type": "adaptive"}
+    # (the header's off: nothing sent, the model's default; the client's own: adaptive, sent as such)
+    applied = "none" if "x-thinking-level" in headers else "standard"
+    assert r.headers["x-thinking-level-applied"] == applied
+
+
+@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
+def test_forced_tool_use_on_a_model_that_always_thinks_is_refused_before_the_upstream(
+    mock: BackgroundServer, proxy: BackgroundServer, choice: dict[str, Any]
+) -> None:
+    body = ask(model=OPUS_55, tools=[WEATHER], tool_choice=choice)
+    headers = {**VERSION, "x-api-key": "k"}
+    assert httpx.post(f"{mock.url}/anthropic/v1/messages", json=body, headers=headers).status_code == 400
+    before = upstream_log(mock)
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+    assert r.status_code == 400
+    error = r.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert "forces tool use" in error["error"]["message"] and "tool_choice auto" in error["error"]["message"]
+    assert upstream_log(mock) == before  # (nothing went upstream)
+    # Auto is the model's own choice: it goes.
+    r = httpx.post(
+        f"{proxy.url}/v1/messages", json={**body, "tool_choice": {"type": "auto"}}, headers=headers
+    )
+    assert r.status_code == 200, r.text
