@@ -161,6 +161,14 @@ def test_without_the_header_the_client_s_thinking_stands(
     assert r.headers["x-thinking-level-applied"] == "standard"  # (a 2,048-token budget)
 
 
+def test_between_tools_thinking_passes_as_it_came(mock: BackgroundServer, proxy: BackgroundServer) -> None:
+    body = ask(model="claude-sonnet-5-5", thinking={"type": "between_tools"}, output_config={"effort": "low"})
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers={**VERSION, "x-api-key": "k"})
+    assert r.status_code == 200, r.text
+    assert last_upstream(mock)["body"] == body
+    assert r.headers["x-thinking-level-applied"] == "standard"  # (thinking on, a low effort)
+
+
 def test_without_any_thinking_the_default_level_is_sent(mock: BackgroundServer) -> None:
     with proxy_for(mock, default_thinking_level="deep") as proxy:
         r = httpx.post(f"{proxy.url}/v1/messages", json=ask(), headers={**VERSION, "x-api-key": "k"})
