@@ -16,7 +16,8 @@ model decides how hard to think, as with a level that sends no intensity knob); 
 between_tools}` (Anthropic's thinking between tool calls only, `ThinkingConfigBetweenTools` in its
 SDKs) the same way: thinking on, its depth by the effort (a chat upstream has no between-tools-only
 mode); no `thinking` → no level. `display: omitted`, or Claude Code's beta
-`redact-thinking-2026-02-12` (`redacts_thinking`), asks for thinking blocks without their text. The budget itself is sent where the level's params carry a numeric budget (DashScope's
+`redact-thinking-2026-02-12` (`redacts_thinking`), asks for thinking blocks without their text.
+The budget itself is sent where the level's params carry a numeric budget (DashScope's
 `thinking_budget`, Anthropic's `budget_tokens`…; proxy.core.plan.rewrite.with_budget), else dropped.
 """
 
