@@ -12,6 +12,7 @@ Routes (a `{dialect}` path prefix picks the provider shape; without it, the defa
     GET  [/{dialect}]/v1/models
     POST [/{dialect}]/v1/embeddings
     GET  /_mock/requests, GET /_mock/requests/last, DELETE /_mock/requests
+    GET  /_mock/messages/raw                    the last Messages request's body, as it came
     GET  /                                      what this server offers
 """
 
