@@ -56,6 +56,7 @@ class RecordFacts(NamedTuple):
     session: str | None  # the session's id as /thinkproxy/sessions shows it (proxy.sessions)
     client_kind: str | None  # the kind of client (docs/sessions.md), `client` being the key's name
     changes: Sequence[Mapping[str, Any]] | None  # what the proxy changed in the body (names only)
+    thinking_dropped: int  # thinking blocks a native upstream dropped (its input_transformations)
 
     @classmethod
     def of(cls, r: AccessRecord) -> RecordFacts:
@@ -70,6 +71,7 @@ class RecordFacts(NamedTuple):
             clip(r.level_rule, MAX_SUMMARY), clip(r.model_suffix), clip(notes.get("session"), 2 * MAX_TEXT),
             clip(notes.get("client_kind")),
             changes if isinstance(changes, list) else None,
+            notes.get("thinking_dropped", 0),
         )  # fmt: skip
 
 
@@ -291,6 +293,7 @@ def summarize(
         "cost_usd": record.cost_usd,
         # (Known once the answer ended: a request in flight has no facts yet.)
         "reasoning_starved": record.reasoning_starved if isinstance(record, RecordFacts) else False,
+        "thinking_dropped": record.thinking_dropped if isinstance(record, RecordFacts) else 0,
         "tool_calls": list(tools),
         "events": list(events),
         "events_dropped": events_dropped,

@@ -25,6 +25,13 @@ that shows no reasoning text and reports no count has an unknown count (None), n
 whose usage never came (a stream cut before its last event) but that showed reasoning text gets a
 usage with only that estimate.
 
+Reasoning the upstream dropped: Anthropic lists in the answer's `input_transformations` (the
+`Message` object: a JSON body, or a stream's `message_start`) each thinking block of the request
+it left out — a block whose prefix changed, with `thinking.block_binding.prefix_mismatch_behavior:
+drop_block` (platform.claude.com/docs/build-with-claude/preserved-thinking). `thinking_dropped`
+counts the entries of type `thinking_dropped`: reasoning the client paid for and the model did not
+see (proxy.server.relayed_usage turns it into a trace warning and a console flag).
+
 Anthropic's `input_tokens` leaves out what the prompt cache read and wrote; the input counted here
 is all three (`cache_read_input_tokens` is the cached part), as every other shape counts it.
 """
@@ -87,11 +94,13 @@ class UsageReader:
         "_visible",
         "limit",
         "model",
+        "thinking_dropped",
     )
 
     def __init__(self, *, limit: int) -> None:
         self.limit = limit
         self.model: str | None = None  # the answer's model, when it names one
+        self.thinking_dropped = 0  # thinking blocks the upstream left out (Anthropic's input_transformations)
         self._json: bool | None = None  # None: not known until the first byte that is not space
         self._body: list[bytes] = []  # a JSON body's pieces (empty again once it passed the limit)
         self._kept = 0  # their length
@@ -191,11 +200,18 @@ class UsageReader:
 
     def _answer(self, answer: Mapping[str, Any], *, anthropic: bool) -> None:
         usage = answer["usage"]
+        self._transformations(answer.get("input_transformations"))
         if anthropic:
             self._anthropic.update({k: v for k, v in usage.items() if count(v) is not None})
         else:
             self._usage = usage
         self._name(answer.get("model"))
+
+    def _transformations(self, entries: Any) -> None:
+        if isinstance(entries, list):
+            self.thinking_dropped += sum(
+                1 for entry in entries if isinstance(entry, dict) and entry.get("type") == "thinking_dropped"
+            )
 
     def _name(self, model: Any) -> None:
         if isinstance(model, str) and model:

@@ -13,6 +13,7 @@ Routes (a `{dialect}` path prefix picks the provider shape; without it, the defa
     POST [/{dialect}]/v1/embeddings
     GET  /_mock/requests, GET /_mock/requests/last, DELETE /_mock/requests (a chat request's
          entry has the usage its answer reported: `reported_usage`)
+    GET  /_mock/messages/raw                    the last Messages request's body, as it came
     GET  /                                      what this server offers
 """
 

@@ -227,7 +227,7 @@ class Relay:
             if chat is not None:
                 note_response(record, chat.trace, tally)
             elif usage is not None:
-                note_relayed(record, usage)
+                note_relayed(record, usage, started)
             record.status = response.status
             if error is not None:
                 record.error = record.error or error

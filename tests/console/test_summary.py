@@ -50,3 +50,11 @@ def test_a_finished_request_shows_its_cost_and_whether_the_reasoning_ate_its_ans
     assert finished["client"] == "alice"
     plain = summary(RecordFacts.of(AccessRecord(method="GET", path="/v1/models")))
     assert plain["cost_usd"] is None and plain["reasoning_starved"] is False and plain["client"] is None
+
+
+def test_a_finished_request_shows_how_many_thinking_blocks_the_upstream_dropped() -> None:
+    record = AccessRecord(method="POST", path="/v1/messages", route="messages", status=200)
+    assert summary(record)["thinking_dropped"] == 0
+    assert summary(RecordFacts.of(record))["thinking_dropped"] == 0
+    record.notes["thinking_dropped"] = 2
+    assert summary(RecordFacts.of(record))["thinking_dropped"] == 2

@@ -134,6 +134,34 @@ def test_a_native_messages_body_gives_its_usage() -> None:
     )
 
 
+DROPPED = [
+    {"type": "thinking_dropped", "path": "messages.1.content.0", "reason": "prefix_mismatch"},
+    {"type": "thinking_mismatch_allowed", "path": "messages.3.content.0", "reason": "prefix_mismatch"},
+    {"type": "thinking_dropped", "path": "messages.3.content.1", "reason": "prefix_mismatch"},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_thinking_blocks_anthropic_says_it_dropped_are_counted(stream: bool) -> None:
+    """`input_transformations` on the Message (a body, or a stream's message_start): only the
+    blocks it dropped count, not those it let through."""
+    usage = {"input_tokens": 3, "output_tokens": 1}
+    message = {"type": "message", "model": "claude-fable-5-1", "content": [],
+               "input_transformations": DROPPED, "usage": usage}  # fmt: skip
+    if stream:
+        start = {"type": "message_start", "message": message}
+        body = sse(("message_start", start), ("message_stop", {"type": "message_stop"}))
+    else:
+        body = orjson.dumps(message)
+    reader = read(body, [7])
+    reader.usage()
+    assert reader.thinking_dropped == 2
+    message["input_transformations"] = []
+    reader = read(orjson.dumps(message))
+    reader.usage()
+    assert reader.thinking_dropped == 0
+
+
 def test_redacted_or_summarised_thinking_counts_the_output_no_visible_text_accounts_for() -> None:
     # redacted_thinking has no text, and Claude 4 shows a summary of its thinking but bills all of
     # it: the output tokens minus the visible text's and the tool call's estimate.

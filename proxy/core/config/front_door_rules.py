@@ -68,12 +68,21 @@ class MessagesRule(_Strict):
     the chat base, e.g. DeepSeek's `https://api.deepseek.com/anthropic`; without it, the chat base
     without a trailing `/v1`), the level sent as the body fields `levels` gives for it (Anthropic's
     own `thinking`, and `output_config.effort` where the model takes it; a level left out sends
-    none). `docs` is the source that says the upstream serves the Messages API and reads them."""
+    none). `docs` is the source that says the upstream serves the Messages API and reads them.
+
+    `effort_needs_thinking`: the upstream refuses an effort beside `thinking: {type: disabled}`
+    (DeepSeek's 400, which Claude Code's sub-agents meet): a request whose thinking is off goes
+    without `output_config.effort` (the level it means: off, one knob).
+    `always_thinks`: the model's thinking cannot be turned off (Claude Opus 5.5, Fable 5.1): an
+    off asked is not applied (the thinking field left out, the reason said in a response header),
+    and forced tool use (`tool_choice` any or a named tool) is refused before the upstream."""
 
     mode: Literal["native", "bridge"] = "bridge"
     docs: str | None = None
     base_url: str | None = None
     levels: dict[LevelName, dict[str, Any]] = Field(default_factory=dict)
+    effort_needs_thinking: bool = False
+    always_thinks: bool = False
 
     def fields_for(self, level: Level) -> dict[str, Any] | None:
         """The body fields this entry sends for `level` (None: the entry offers no such level)."""

@@ -34,6 +34,7 @@ import orjson
 from dotenv import dotenv_values
 
 from proxy.core import jsonio
+from proxy.core.body_splice import splice
 from proxy.core.config.routes_file import RouteSpec, parse_routes
 from proxy.core.config.yamlfile import decode_config
 from proxy.core.errors import ConfigError, NotFound, quoted
@@ -261,18 +262,22 @@ def request_model(path: str, body: bytes) -> str | None:
 
 
 def replace_model(parsed: dict[str, Any] | None, body: bytes, model: str) -> bytes:
-    """The request body with its `model` replaced (a prefix route strips its prefix)."""
+    """The request body with its `model` replaced (a prefix route strips its prefix), every other
+    byte as it came (proxy.core.body_splice: a native upstream may bind reasoning to the exact
+    bytes of the history, as Anthropic's preserved thinking does)."""
     if parsed is not None:
+        before = dict(parsed)
         parsed["model"] = model
-        return jsonio.dumps(parsed)  # (a parsed chat body may hold integers above 64 bits)
+        if not body:  # (a body the proxy built: nothing to keep)
+            return jsonio.dumps(parsed)  # (a parsed chat body may hold integers above 64 bits)
+        return splice(body, before, parsed)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return body  # (request_model found no model in it, so there is nothing to replace)
     if not isinstance(data, dict):
         return body
-    data["model"] = model
-    return orjson.dumps(data)
+    return splice(body, data, {**data, "model": model})
 
 
 # --------------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import jsonio
+from proxy.core.body_splice import splice
 from proxy.core.config.providers import Dialect
 from proxy.core.controls import LEVEL_HEADER, Level
 from proxy.core.events import AccessRecord
@@ -302,6 +302,10 @@ def _as_they_are(headers: Headers) -> Headers:
     return headers
 
 
+def _no_rules(body: Body, level: Level | None, dialect: Dialect, header: bool) -> Headers:
+    return []
+
+
 @dataclass(frozen=True, slots=True)
 class NativeRoute:
     """What one door's native forwarding does its own way (forward_native does the rest)."""
@@ -314,6 +318,9 @@ class NativeRoute:
     headers: Callable[[Headers], Headers] = _as_they_are  # the request headers as the upstream takes them
     left_out_header: str | None = None  # the response header counting what `strip` left out (None: none)
     review_path: str | None = None  # the path the review rules read (None: the request's own)
+    # The model's own rules: what it refuses before the upstream (raises the door's error), and
+    # the response headers that say what was asked and not applied. (body, level, dialect, header)
+    rules: Callable[[Body, Level | None, Dialect, bool], Headers] = _no_rules
 
 
 async def forward_native(
@@ -343,7 +350,9 @@ async def forward_native(
     if owners is not None and tenants is not None:
         await owners.check_continuation(tenants, tgt.parsed)
     level = intent.controls.level
-    changed, applied = route.level_body(tgt.parsed, level, dialect, LEVEL_HEADER in request.headers)
+    header = LEVEL_HEADER in request.headers
+    record.response_headers.extend(route.rules(tgt.parsed, level, dialect, header))
+    changed, applied = route.level_body(tgt.parsed, level, dialect, header)
     if s.thinking is not None:  # the key's ceiling and budget judge the body that would go
         changed, applied = await route.judge(s.thinking, tgt.parsed, (changed, applied), dialect, record)
     stripped, left_out = route.strip(changed if changed is not None else tgt.parsed)
@@ -363,7 +372,9 @@ async def forward_native(
             *route.headers(filter_headers(tgt.headers, plan_chat.DROP_REQUEST_CHAT)),
             ("accept-encoding", "identity"),
         ],
-        tgt.body if changed is None else jsonio.dumps(changed),
+        # A changed body keeps the bytes of every value the proxy left alone: Anthropic binds a
+        # thinking block to the exact prefix before it (proxy.core.body_splice).
+        tgt.body if changed is None else splice(tgt.body, tgt.parsed, changed),
         client_chosen=tgt.destination.client_chosen,
     )
     extra = headers + record.response_headers

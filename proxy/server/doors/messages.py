@@ -36,6 +36,7 @@ from proxy.core.protocols.messages.request import (
     bridge_messages,
     chat_headers,
     estimate_tokens,
+    redacts_thinking,
 )
 from proxy.core.protocols.messages.state import RestoreReport, restore_thinking, spilled_keys, thinking_sealer
 from proxy.core.protocols.messages.stream import PING, MessagesTranscoder
@@ -137,7 +138,8 @@ class MessagesDoor(Door):
             str(chat.get("model") or ""),
             seal=thinking_sealer(ctx, spill if self.store is not None else None),
             new_id=anthropic_id,
-            show_thinking=bridged.show_thinking,
+            # (`display: omitted`, or Claude Code's redact-thinking beta: signed blocks, no text)
+            show_thinking=bridged.show_thinking and not redacts_thinking(tgt.headers),
             stop_sequences=tuple(chat.get("stop") or ()),
         )
         door = MessagesOutput(

@@ -6,6 +6,8 @@ came, and the thinking blocks the proxy signed left out (proxy.core.protocols.me
 The answer comes back as the upstream sent it: thinking blocks, their signatures and every error
 unchanged in status and body. No trace is added and the review gate cannot read it: with a review
 policy set, a native `/v1/messages` that could call tools is refused, as a native `/v1/responses` is.
+The model's own rules (a model that always thinks: forced tool use refused, an off not applied and
+said so) apply before the hop.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from proxy.core.config.providers import Dialect
 from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
 from proxy.core.plan import request as plan
-from proxy.core.protocols.messages.native import native_body, native_headers, strip_proxy_thinking
+from proxy.core.protocols.messages.native import (
+    model_rules,
+    native_body,
+    native_headers,
+    strip_proxy_thinking,
+)
 from proxy.policy.service import ThinkingPolicy
 from proxy.server.doors.common import NativeRoute, Planned
 from proxy.server.policy_gate import judge_messages
@@ -26,6 +33,12 @@ MESSAGES_PATH = "/v1/messages"
 
 def _level_body(body: dict[str, Any], level: Level | None, dialect: Dialect, header: bool) -> Planned:
     return native_body(body, level, dialect.messages, header=header)
+
+
+def _rules(
+    body: dict[str, Any], level: Level | None, dialect: Dialect, header: bool
+) -> list[tuple[str, str]]:
+    return model_rules(body, level, dialect.messages, header=header)
 
 
 async def _judge(
@@ -43,5 +56,12 @@ def _url(arrival: plan.Arrival, tgt: plan.Target, dialect: Dialect, gateway_mode
 # The Messages door's own parts of the native forwarding (door_common.forward_native): the thinking
 # blocks left out are not counted in a header; the review rules read the Messages path.
 NATIVE = NativeRoute(
-    "messages", _level_body, _judge, strip_proxy_thinking, _url, native_headers, review_path=MESSAGES_PATH
+    "messages",
+    _level_body,
+    _judge,
+    strip_proxy_thinking,
+    _url,
+    native_headers,
+    review_path=MESSAGES_PATH,
+    rules=_rules,
 )

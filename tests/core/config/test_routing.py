@@ -4,6 +4,7 @@ The routes file's validation and error wording are tested in tests/core/config/t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import orjson
@@ -253,3 +254,13 @@ def test_any_model_value_gets_a_route_that_takes_it_or_the_404(model: object) ->
     assert destination.route.upstream_model(model) == (destination.model or model)
     first = routes.match(model)
     assert first is not None and first[0] is destination.route
+
+
+def test_replace_model_keeps_every_other_byte_as_it_came() -> None:
+    """A native upstream may bind reasoning to the exact bytes of the history (Anthropic's preserved
+    thinking): only the model is written anew."""
+    raw = b'{ "model" : "anthropic/claude-fable-5-1",\n  "system": "Caf\\u00e9",  "max_tokens": 1e3 }'
+    parsed = json.loads(raw)
+    out = replace_model(parsed, raw, "claude-fable-5-1")
+    assert out == b'{ "model" : "claude-fable-5-1",\n  "system": "Caf\\u00e9",  "max_tokens": 1e3 }'
+    assert replace_model(None, raw, "claude-fable-5-1") == out

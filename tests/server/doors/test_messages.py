@@ -200,6 +200,72 @@ def test_without_a_verified_signature_deepseek_refuses_and_its_error_passes_back
     assert "tp1." not in sent and "EqQB" not in sent
 
 
+REDACT_THINKING = "redact-thinking-2026-02-12"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_claude_code_s_redact_thinking_beta_gets_no_thinking_text(
+    proxy: BackgroundServer, stream: bool
+) -> None:
+    """Claude Code sends the beta `redact-thinking-2026-02-12`: Anthropic then returns thinking
+    blocks with empty text, even with `display: summarized`. Bridged, the same: signed blocks
+    (the reasoning still carried to the next turn), no text to that client."""
+    body = {
+        "model": MODEL,
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "Think about 2+2."}],
+        "thinking": {"type": "adaptive", "display": "summarized"},
+        "stream": stream,
+    }
+    betas = f"claude-code-20250219, {REDACT_THINKING}, interleaved-thinking-2025-05-14"
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers={"anthropic-beta": betas})
+    assert r.status_code == 200, r.text
+    if stream:
+        events, _ = sse_events(r.text)
+        deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
+        assert [d for d in deltas if d["type"] == "thinking_delta" and d["thinking"]] == []
+        assert any(d["type"] == "signature_delta" and d["signature"].startswith("tp1.") for d in deltas)
+    else:
+        thinking = r.json()["content"][0]
+        assert thinking["type"] == "thinking" and thinking["thinking"] == ""
+        assert thinking["signature"].startswith("tp1.")
+    # Without the beta the summarized text is shown.
+    r = httpx.post(f"{proxy.url}/v1/messages", json={**body, "stream": False})
+    assert r.json()["content"][0]["thinking"]
+
+
+def test_between_tools_thinking_is_a_level(proxy: BackgroundServer, mock: BackgroundServer) -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "thinking": {"type": "between_tools"},
+        "output_config": {"effort": "high"},
+    }
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-level-applied"] == "deep"
+    assert last_upstream(mock)["body"]["reasoning_effort"] == "max"
+
+
+def test_claude_code_s_sub_agent_request_is_off_bridged(
+    proxy: BackgroundServer, mock: BackgroundServer
+) -> None:
+    """Claude Code >= 2.1.166's sub-agents: `thinking: {type: disabled}` beside the session's effort.
+    Bridged to DeepSeek's chat API the level is off, one knob: no effort goes with it."""
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "thinking": {"type": "disabled"},
+        "output_config": {"effort": "max"},
+    }
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body)
+    assert r.status_code == 200 and r.headers["x-thinking-level-applied"] == "off"
+    sent = last_upstream(mock)["body"]
+    assert sent["thinking"] == {"type": "disabled"} and "reasoning_effort" not in sent
+
+
 def test_thinking_disabled_is_level_off(proxy: BackgroundServer, mock: BackgroundServer) -> None:
     r = httpx.post(
         f"{proxy.url}/v1/messages",

@@ -161,6 +161,14 @@ def test_without_the_header_the_client_s_thinking_stands(
     assert r.headers["x-thinking-level-applied"] == "standard"  # (a 2,048-token budget)
 
 
+def test_between_tools_thinking_passes_as_it_came(mock: BackgroundServer, proxy: BackgroundServer) -> None:
+    body = ask(model="claude-sonnet-5-5", thinking={"type": "between_tools"}, output_config={"effort": "low"})
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers={**VERSION, "x-api-key": "k"})
+    assert r.status_code == 200, r.text
+    assert last_upstream(mock)["body"] == body
+    assert r.headers["x-thinking-level-applied"] == "standard"  # (thinking on, a low effort)
+
+
 def test_without_any_thinking_the_default_level_is_sent(mock: BackgroundServer) -> None:
     with proxy_for(mock, default_thinking_level="deep") as proxy:
         r = httpx.post(f"{proxy.url}/v1/messages", json=ask(), headers={**VERSION, "x-api-key": "k"})
@@ -340,3 +348,203 @@ def test_with_a_review_policy_a_native_call_is_refused(mock: BackgroundServer) -
         )
     assert r.status_code == 403
     assert r.json()["type"] == "error"
+
+
+# -- preserved thinking: Fable 5.1 and Opus 5.5 bind a thinking block to its prefix --------------------
+
+FABLE = "claude-fable-5-1"
+ADMIN = "ak-ops-46"
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+
+
+def member(raw: bytes, name: str) -> str:
+    """A top-level member's value exactly as the body spells it."""
+    text, decoder = raw.decode(), json.JSONDecoder()
+    i = text.index("{") + 1
+    while True:
+        i = len(text) - len(text[i:].lstrip())
+        key, i = decoder.raw_decode(text, i)
+        i = text.index(":", i) + 1
+        i = len(text) - len(text[i:].lstrip())
+        end = decoder.raw_decode(text, i)[1]
+        if key == name:
+            return text[i:end]
+        i = text.index(",", end) + 1
+
+
+def fable_history(
+    proxy: BackgroundServer, system: str = "Caf\u00e9 rules: answer in one line."
+) -> dict[str, Any]:
+    """A Fable 5.1 tool loop's second request: the first answer (its bound thinking block and a
+    tool_use) sent back with the tool's result."""
+    asked = "What's the weather in Paris? \u2014 briefly"
+    first = {"model": FABLE, "max_tokens": 32000, "system": system, "tools": [WEATHER],
+             "messages": [{"role": "user", "content": asked}]}  # fmt: skip
+    r = httpx.post(f"{proxy.url}/v1/messages", json=first, headers={**VERSION, "x-api-key": "k"})
+    assert r.status_code == 200, r.text
+    content = r.json()["content"]
+    assert [b["type"] for b in content] == ["thinking", "tool_use"]
+    result = {"type": "tool_result", "tool_use_id": content[1]["id"], "content": "sunny"}
+    return {**first, "messages": [*first["messages"], {"role": "assistant", "content": content},
+                                  {"role": "user", "content": [result]}]}  # fmt: skip
+
+
+def test_a_thinking_history_s_prefix_reaches_the_upstream_byte_for_byte(
+    mock: BackgroundServer, proxy: BackgroundServer
+) -> None:
+    """The level changes `thinking` and `output_config`; `system`, `tools` and `messages` go as the
+    client spelled them (its escapes, its spacing, its field order), not encoded anew."""
+    body = fable_history(proxy)
+    raw = json.dumps({"thinking": {"type": "adaptive"}, **body}, indent=2, ensure_ascii=True).encode()
+    headers = {**VERSION, "x-api-key": "k", "x-thinking-level": "deep", "content-type": "application/json"}
+    r = httpx.post(f"{proxy.url}/v1/messages", content=raw, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-level-applied"] == "deep"
+    sent = httpx.get(f"{mock.url}/_mock/messages/raw").content
+    assert json.loads(sent)["output_config"] == {"effort": "max"}
+    for name in ("system", "tools", "messages"):
+        assert member(sent, name) == member(raw, name)
+    assert list(json.loads(sent)) == [*json.loads(raw), "output_config"]
+
+
+def test_the_simulated_upstream_enforces_the_binding(mock: BackgroundServer, proxy: BackgroundServer) -> None:
+    """A changed prefix: Anthropic's 400 by default; with `drop_block` (and its beta) the block is
+    dropped and listed in `input_transformations`."""
+    body = fable_history(proxy)
+    direct = f"{mock.url}/anthropic/v1/messages"
+    assert httpx.post(direct, json=body, headers={**VERSION, "x-api-key": "k"}).status_code == 200
+    changed = {**body, "system": "Rules rewritten by a harness."}
+    r = httpx.post(direct, json=changed, headers={**VERSION, "x-api-key": "k"})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith(
+        "messages.1.content.0: Invalid `signature` in `thinking` block. "
+        "The block is bound to a different conversation."
+    )
+    dropping = {
+        **changed,
+        "thinking": {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}},
+    }
+    assert (
+        httpx.post(direct, json=dropping, headers={**VERSION, "x-api-key": "k"}).status_code == 400
+    )  # (no beta)
+    r = httpx.post(
+        direct, json=dropping, headers={**VERSION, "x-api-key": "k", "anthropic-beta": BINDING_BETA}
+    )
+    assert r.status_code == 200, r.text
+    assert [t["type"] for t in r.json()["input_transformations"]] == ["thinking_dropped"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_thinking_the_upstream_dropped_is_a_warning_and_a_console_flag(
+    mock: BackgroundServer, stream: bool
+) -> None:
+    """`thinking.block_binding` and the beta go on as they came; the answer's
+    `input_transformations` come back untouched, and the blocks dropped are counted on the
+    request's console row and told in a `warning` trace event (code `thinking_dropped`)."""
+    with proxy_for(mock, ui=True, admin_keys=[ADMIN]) as proxy:
+        body = fable_history(proxy)
+        binding = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+        changed = {**body, "system": "Rules rewritten by a harness.", "thinking": binding, "stream": stream}
+        headers = {**VERSION, "x-api-key": "k", "anthropic-beta": BINDING_BETA}
+        r = httpx.post(f"{proxy.url}/v1/messages", json=changed, headers=headers)
+        assert r.status_code == 200, r.text
+        assert (b'"type":"thinking_dropped"' in r.content) is True
+        record = last_upstream(mock)
+        assert record["body"]["thinking"] == binding and record["headers"]["anthropic-beta"] == BINDING_BETA
+        listing = httpx.get(f"{proxy.url}/thinkproxy/requests", headers={"authorization": f"Bearer {ADMIN}"})
+    entry = listing.json()["data"][0]
+    assert entry["route"] == "messages" and entry["thinking_dropped"] == 1
+    warning = next(e for e in entry["events"] if e["type"] == "warning")
+    assert warning["code"] == "thinking_dropped" and warning["count"] == 1
+
+
+# -- DeepSeek's Anthropic endpoint: Claude Code's sub-agents ----------------------------------------------
+
+DEEPSEEK_400 = {
+    "error": {
+        "message": "thinking options type cannot be disabled when reasoning_effort is set",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_request_error",
+    }
+}
+
+
+def test_claude_code_s_sub_agent_request_reaches_deepseek_as_off(mock: BackgroundServer) -> None:
+    """Claude Code ≥ 2.1.166 sends its sub-agents `thinking: {type: disabled}` beside the session's
+    effort; DeepSeek refuses the pair (DeepSeek-V3#1397). The request means off: one knob goes,
+    the effort stays behind (the rest of `output_config` goes on)."""
+    schema = {"type": "json_schema", "schema": {"type": "object"}}
+    body = ask(model="deepseek-v4-pro", thinking={"type": "disabled"},
+               output_config={"effort": "max", "format": schema})  # fmt: skip
+    headers = {**VERSION, "x-api-key": "sk-ds"}
+    direct = httpx.post(f"{mock.url}/ds-anthropic/v1/messages", json=body, headers=headers)
+    assert (direct.status_code, direct.json()) == (400, DEEPSEEK_400)
+    with proxy_for(mock, chat="dsnative") as proxy:
+        r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        sent = last_upstream(mock)["body"]
+        assert sent["thinking"] == {"type": "disabled"} and sent["output_config"] == {"format": schema}
+        assert r.headers["x-thinking-level-applied"] == "off"
+        # With the level header the entry's own off goes, as before.
+        r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers={**headers, "x-thinking-level": "off"})
+        assert r.status_code == 200, r.text
+        assert "effort" not in last_upstream(mock)["body"].get("output_config", {})
+
+
+# -- Claude Opus 5.5 and Fable 5.1: thinking always on ---------------------------------------------------
+
+OPUS_55 = "claude-opus-5-5"
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"headers": {"x-thinking-level": "off"}}, "off not applied"),
+        ({"thinking": {"type": "disabled"}}, "off not applied"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 4096}}, "budget_tokens not applied"),
+    ],
+)
+def test_an_off_or_a_budget_asked_of_a_model_that_always_thinks_is_said_not_applied(
+    mock: BackgroundServer, proxy: BackgroundServer, extra: dict[str, Any], reason: str
+) -> None:
+    """Opus 5.5 refuses thinking off and a budget (its 400, straight from the simulated upstream);
+    through the proxy the request goes with adaptive thinking and the response says what was not
+    applied and why — never silently."""
+    headers = {**VERSION, "x-api-key": "k", **extra.pop("headers", {})}
+    body = ask(model=OPUS_55, **extra)
+    if "thinking" in extra:
+        direct = httpx.post(f"{mock.url}/anthropic/v1/messages", json=body, headers=headers)
+        assert (
+            direct.status_code == 400
+            and "is not supported for this model" in direct.json()["error"]["message"]
+        )
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-level-reason"].startswith(reason)
+    sent = last_upstream(mock)["body"]
+    assert sent.get("thinking", {"type": "adaptive"}) == {"type": "adaptive"}
+    # (the header's off: nothing sent, the model's default; the client's own: adaptive, sent as such)
+    applied = "none" if "x-thinking-level" in headers else "standard"
+    assert r.headers["x-thinking-level-applied"] == applied
+
+
+@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
+def test_forced_tool_use_on_a_model_that_always_thinks_is_refused_before_the_upstream(
+    mock: BackgroundServer, proxy: BackgroundServer, choice: dict[str, Any]
+) -> None:
+    body = ask(model=OPUS_55, tools=[WEATHER], tool_choice=choice)
+    headers = {**VERSION, "x-api-key": "k"}
+    assert httpx.post(f"{mock.url}/anthropic/v1/messages", json=body, headers=headers).status_code == 400
+    before = upstream_log(mock)
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+    assert r.status_code == 400
+    error = r.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert "forces tool use" in error["error"]["message"] and "tool_choice auto" in error["error"]["message"]
+    assert upstream_log(mock) == before  # (nothing went upstream)
+    # Auto is the model's own choice: it goes.
+    r = httpx.post(
+        f"{proxy.url}/v1/messages", json={**body, "tool_choice": {"type": "auto"}}, headers=headers
+    )
+    assert r.status_code == 200, r.text

@@ -12,6 +12,13 @@ the body and headers that go upstream. The edge is proxy.server.doors.messages_n
   answer: proxy.core.protocols.messages.state) are removed from the history before the hop: the
   upstream did not make them and refuses them ("Invalid `signature` in `thinking` block"). A
   genuine upstream signature passes untouched, as does every other block.
+- **The model's own rules** (providers.yaml `messages:`, proxy.core.config.front_door_rules.
+  MessagesRule): where the upstream refuses an effort beside disabled thinking (DeepSeek,
+  `effort_needs_thinking`), a request whose thinking is off goes without its effort; where the
+  model always thinks (Claude Opus 5.5, Fable 5.1, `always_thinks`), a `thinking` that turns it
+  off or sets a budget goes as `{type: adaptive}` (its other fields kept) and an off asked is
+  not applied, said in `X-Thinking-Level-Reason` (`model_rules`), and forced tool use is refused
+  before the upstream with Anthropic's error shape.
 - **The key**: sent as `x-api-key` (the client's, BYOK; in gateway mode the upstream key the
   gateway put in `Authorization`), never as `Authorization`. `anthropic-version` and
   `anthropic-beta` pass as they came.
@@ -27,9 +34,14 @@ from typing import Any
 from proxy.core import seal
 from proxy.core.config.front_door_rules import MessagesRule
 from proxy.core.controls import Level
+from proxy.core.errors import BadRequest
 from proxy.core.protocols.messages.request import thinking_level
 
-__all__ = ["native_body", "native_headers", "strip_proxy_thinking"]
+__all__ = ["LEVEL_REASON_HEADER", "model_rules", "native_body", "native_headers", "strip_proxy_thinking"]
+
+LEVEL_REASON_HEADER = "x-thinking-level-reason"
+# tool_choice types that force a tool call (Anthropic refuses them while thinking is on).
+_FORCING = ("any", "tool")
 
 
 def native_body(
@@ -37,9 +49,42 @@ def native_body(
 ) -> tuple[dict[str, Any] | None, Level | None]:
     """The body with the level applied (None: unchanged) and the level that applies."""
     if not header and body.get("thinking") is not None:
-        return None, thinking_level(body)  # the client's own thinking stands
-    if level is None:
-        return None, None
+        out, applied = dict(body), thinking_level(body)  # the client's own thinking stands
+    elif level is None:
+        out, applied = dict(body), None
+    else:
+        out, applied = _with_level(body, level, rule)
+    if _kind(out.get("thinking")) == "disabled" and rule.effort_needs_thinking:
+        _drop_effort(out)
+    if rule.always_thinks and _kind(out.get("thinking")) in ("disabled", "enabled"):
+        kept = {k: v for k, v in out["thinking"].items() if k not in ("type", "budget_tokens")}
+        out["thinking"] = {"type": "adaptive", **kept}
+        applied = thinking_level(out)  # (what goes: adaptive, at the effort the client sent)
+    changed = out != body
+    return (out if changed else None), applied
+
+
+def _kind(thinking: Any) -> Any:
+    return thinking.get("type") if isinstance(thinking, Mapping) else None
+
+
+def _drop_effort(out: dict[str, Any]) -> None:
+    """`output_config.effort` (and a top-level `reasoning_effort`) left out; the rest of
+    `output_config` stays."""
+    out.pop("reasoning_effort", None)
+    config = out.get("output_config")
+    if isinstance(config, Mapping) and "effort" in config:
+        rest = {k: v for k, v in config.items() if k != "effort"}
+        if rest:
+            out["output_config"] = rest
+        else:
+            del out["output_config"]
+
+
+def _with_level(
+    body: Mapping[str, Any], level: Level, rule: MessagesRule
+) -> tuple[dict[str, Any], Level | None]:
+    """The body with the entry's fields for `level` in place of the client's thinking knobs."""
     fields = rule.fields_for(level)
     out = {k: v for k, v in body.items() if k != "thinking"}
     config = body.get("output_config")
@@ -58,8 +103,40 @@ def native_body(
     thinking = out.get("thinking")
     if budget is not None and isinstance(thinking, dict) and "budget_tokens" in thinking:
         out["thinking"] = {**thinking, "budget_tokens": budget}  # (the client's number, as on the bridge)
-    changed = out != body
-    return (out if changed else None), (level if fields is not None else None)
+    return out, (level if fields is not None else None)
+
+
+def model_rules(
+    body: Mapping[str, Any], level: Level | None, rule: MessagesRule, *, header: bool
+) -> list[tuple[str, str]]:
+    """What the model's own rules refuse before the upstream (BadRequest, Anthropic's shape at the
+    door) and the response headers that say what was asked and not applied."""
+    if not rule.always_thinks:
+        return []
+    model = body.get("model")
+    name = model if isinstance(model, str) else "this model"
+    choice = body.get("tool_choice")
+    forcing = choice.get("type") if isinstance(choice, Mapping) else None
+    if forcing in _FORCING:
+        raise BadRequest(
+            f"tool_choice {{type: {forcing}}} forces tool use, which {name} refuses: its thinking is "
+            "always on, and thinking may not be enabled when tool_choice forces tool use. Send "
+            "tool_choice auto (or none) and name the tool in the prompt.",
+            param="tool_choice",
+        )
+    thinking = _kind(body.get("thinking"))
+    asked_off = (not header and thinking == "disabled") or (
+        level is Level.OFF and (header or thinking is None)
+    )
+    if asked_off:
+        reason = f"off not applied: {name} always thinks (adaptive); lower output_config.effort instead"
+        return [(LEVEL_REASON_HEADER, reason)]
+    if not header and thinking == "enabled":
+        reason = (
+            f"budget_tokens not applied: {name} takes no thinking budget; output_config.effort sets the depth"
+        )
+        return [(LEVEL_REASON_HEADER, reason)]
+    return []
 
 
 def _budget(thinking: Any) -> int | None:

@@ -12,8 +12,12 @@ what is kept, mapped, dropped and refused: docs/messages.md.
 Levels (docs/messages.md, "Levels"): `thinking: {type: disabled}` → off; `{type: enabled,
 budget_tokens: N}` → standard below `DEEP_BUDGET` tokens, deep from it on; `{type: adaptive}` →
 by `output_config.effort` (low, medium → standard; high, xhigh, max → deep; none → standard: the
-model decides how hard to think, as with a level that sends no intensity knob); no `thinking` →
-no level. The budget itself is sent where the level's params carry a numeric budget (DashScope's
+model decides how hard to think, as with a level that sends no intensity knob); `{type:
+between_tools}` (Anthropic's thinking between tool calls only, `ThinkingConfigBetweenTools` in its
+SDKs) the same way: thinking on, its depth by the effort (a chat upstream has no between-tools-only
+mode); no `thinking` → no level. `display: omitted`, or Claude Code's beta
+`redact-thinking-2026-02-12` (`redacts_thinking`), asks for thinking blocks without their text.
+The budget itself is sent where the level's params carry a numeric budget (DashScope's
 `thinking_budget`, Anthropic's `budget_tokens`…; proxy.core.plan.rewrite.with_budget), else dropped.
 """
 
@@ -39,6 +43,7 @@ __all__ = [
     "bridge_messages",
     "chat_headers",
     "estimate_tokens",
+    "redacts_thinking",
     "thinking_level",
 ]
 
@@ -279,8 +284,10 @@ def _thinking(thinking: Any, effort: str | None) -> tuple[Level | None, bool]:
     if thinking is None:
         return None, True
     kind = thinking.get("type") if isinstance(thinking, dict) else None
-    if kind not in ("enabled", "disabled", "adaptive"):
-        raise BadRequest("thinking.type must be enabled, disabled or adaptive.", param="thinking.type")
+    if kind not in ("enabled", "disabled", "adaptive", "between_tools"):
+        raise BadRequest(
+            "thinking.type must be enabled, disabled, adaptive or between_tools.", param="thinking.type"
+        )
     assert isinstance(thinking, dict)
     display = thinking.get("display")
     if display is not None and display not in ("summarized", "omitted"):
@@ -288,7 +295,7 @@ def _thinking(thinking: Any, effort: str | None) -> tuple[Level | None, bool]:
     show = display != "omitted"
     if kind == "disabled":
         return Level.OFF, show
-    if kind == "adaptive":
+    if kind in ("adaptive", "between_tools"):
         return (EFFORT_LEVELS[effort] if effort is not None else Level.STANDARD), show
     budget = thinking.get("budget_tokens")
     if budget is None:
@@ -313,6 +320,20 @@ def thinking_level(body: Mapping[str, Any]) -> Level | None:
 ANTHROPIC_HEADERS: Final = frozenset(
     {"anthropic-version", "anthropic-beta", "anthropic-dangerous-direct-browser-access"}
 )
+
+
+# Claude Code's beta: thinking blocks come back with empty text, even with `display: summarized`
+# (the signature still carries the reasoning to the next turn).
+REDACT_THINKING_BETA: Final = "redact-thinking-2026-02-12"
+
+
+def redacts_thinking(headers: list[tuple[str, str]]) -> bool:
+    """Whether the client sent the `redact-thinking-2026-02-12` beta (in any `anthropic-beta`)."""
+    return any(
+        name.lower() == "anthropic-beta"
+        and REDACT_THINKING_BETA in (part.strip() for part in value.split(","))
+        for name, value in headers
+    )
 
 
 def chat_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

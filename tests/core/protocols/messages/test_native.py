@@ -10,8 +10,14 @@ import pytest
 from proxy.core.config.front_door_rules import MessagesRule
 from proxy.core.config.providers import ProvidersTable
 from proxy.core.controls import Level
-from proxy.core.errors import ConfigError
-from proxy.core.protocols.messages.native import native_body, native_headers, strip_proxy_thinking
+from proxy.core.errors import BadRequest, ConfigError
+from proxy.core.protocols.messages.native import (
+    LEVEL_REASON_HEADER,
+    model_rules,
+    native_body,
+    native_headers,
+    strip_proxy_thinking,
+)
 
 RULE = MessagesRule(
     mode="native",
@@ -75,6 +81,48 @@ def test_without_the_header_the_client_s_thinking_names_the_level() -> None:
     out, applied = native_body({"model": "m"}, Level.STANDARD, RULE, header=False)
     assert out == {"model": "m", "thinking": {"type": "adaptive"}} and applied is Level.STANDARD
     assert native_body({"model": "m"}, None, RULE, header=False) == (None, None)
+
+
+DEEPSEEK = RULE.model_copy(update={"effort_needs_thinking": True})
+ALWAYS = MessagesRule(
+    mode="native",
+    docs="https://platform.claude.com/docs/en/models/opus-5-5/whats-new-opus-5-5",
+    always_thinks=True,
+    levels={"standard": {"thinking": {"type": "adaptive"}}},
+)
+
+
+def test_thinking_off_goes_without_an_effort_where_the_upstream_refuses_the_pair() -> None:
+    body = {**BODY, "thinking": {"type": "disabled"}}
+    out, applied = native_body(body, None, DEEPSEEK, header=False)
+    assert applied is Level.OFF and out is not None
+    assert (
+        out["output_config"] == {"format": BODY["output_config"]["format"]}
+        and out["messages"] is BODY["messages"]
+    )
+    assert native_body(body, None, RULE, header=False) == (None, Level.OFF)  # (Anthropic takes the pair)
+    out, _ = native_body({**body, "output_config": {"effort": "max"}}, None, DEEPSEEK, header=False)
+    assert out is not None and "output_config" not in out
+
+
+def test_a_model_that_always_thinks_gets_adaptive_thinking_and_says_what_was_not_applied() -> None:
+    binding = {"prefix_mismatch_behavior": "drop_block"}
+    body = {**BODY, "model": "claude-opus-5-5", "thinking": {"type": "disabled", "block_binding": binding}}
+    out, applied = native_body(body, None, ALWAYS, header=False)
+    assert out is not None and out["thinking"] == {"type": "adaptive", "block_binding": binding}
+    assert applied is Level.STANDARD  # (adaptive at the client's low effort)
+    [(name, reason)] = model_rules(body, None, ALWAYS, header=False)
+    assert name == LEVEL_REASON_HEADER and reason.startswith("off not applied: claude-opus-5-5 always thinks")
+    assert model_rules({**body, "thinking": {"type": "adaptive"}}, None, ALWAYS, header=False) == []
+    assert model_rules(body, Level.OFF, ALWAYS, header=True)[0][1].startswith("off not applied")
+    assert model_rules(body, None, RULE, header=False) == []  # (a model that can turn it off)
+
+
+def test_forced_tool_use_on_a_model_that_always_thinks_is_refused() -> None:
+    body = {**BODY, "model": "claude-fable-5-1", "tool_choice": {"type": "tool", "name": "w"}}
+    with pytest.raises(BadRequest) as refused:
+        model_rules(body, None, ALWAYS, header=False)
+    assert refused.value.param == "tool_choice" and "claude-fable-5-1 refuses" in str(refused.value)
 
 
 def test_only_thinking_blocks_the_proxy_signed_are_left_out() -> None:

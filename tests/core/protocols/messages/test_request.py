@@ -61,6 +61,10 @@ def test_fields_map_to_chat() -> None:
         ({"type": "adaptive"}, {"effort": "high"}, Level.DEEP),
         ({"type": "adaptive"}, {"effort": "xhigh"}, Level.DEEP),
         ({"type": "adaptive", "display": "omitted"}, {"effort": "max"}, Level.DEEP),
+        # (thinking between tool calls: on, its depth by the effort, as adaptive)
+        ({"type": "between_tools"}, None, Level.STANDARD),
+        ({"type": "between_tools"}, {"effort": "low"}, Level.STANDARD),
+        ({"type": "between_tools"}, {"effort": "high"}, Level.DEEP),
         (None, {"effort": "max"}, None),  # (effort alone: no thinking field, no level)
     ],
 )
