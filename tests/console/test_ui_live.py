@@ -172,3 +172,25 @@ def test_dark_mode_follows_the_system_setting(proxy: BackgroundServer, browser: 
 
     assert all(luminance(color) > 200 for color in backgrounds["light"]), backgrounds
     assert all(luminance(color) < 60 for color in backgrounds["dark"]), backgrounds
+
+
+def test_thinking_an_upstream_dropped_is_flagged_on_its_row(
+    mock: BackgroundServer,  # noqa: F811
+    page: Any,  # noqa: F811
+) -> None:
+    """A native Anthropic upstream that drops thinking blocks (the prefix before them changed)
+    says so in `input_transformations`; the row carries a badge and its detail says why."""
+    from tests.server.doors.test_messages_native import BINDING_BETA, VERSION, fable_history
+    from tests.server.doors.test_messages_native import proxy_for as native_proxy_for
+
+    with native_proxy_for(mock, ui=True) as proxy:
+        open_live(page, proxy.url)
+        body = fable_history(proxy)
+        binding = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+        changed = {**body, "system": "Rules rewritten by a harness.", "thinking": binding}
+        headers = {**VERSION, "x-api-key": "k", "anthropic-beta": BINDING_BETA}
+        assert httpx.post(f"{proxy.url}/v1/messages", json=changed, headers=headers).status_code == 200
+        wait_rows(page, 2)
+        badges = page.locator('[data-role="request"] [data-role="thinking-dropped"]')
+        assert badges.count() == 1 and badges.inner_text() == "1 thinking block dropped"
+        page.goto("about:blank")

@@ -8,7 +8,7 @@ import { clear, h, role } from "./dom.js";
 import { clientKindOf, doorText, isModelRequest, modelText, reasoningEstimated, sessionOf, thinkingMs, tokensOf } from "./facts.js";
 import { FilterBar, matches } from "./filters.js";
 import { lang, ms, onLangChange, t, usd } from "./i18n.js";
-import { COLUMNS, requestRow, sessionRow, starvedBadge, toolsText } from "./live_rows.js";
+import { COLUMNS, droppedBadge, requestRow, sessionRow, starvedBadge, toolsText } from "./live_rows.js";
 import { LiveStore } from "./live_store.js";
 import { showSession } from "./sessions.js";
 import { readEvents } from "./sse.js";
@@ -145,6 +145,7 @@ function renderDetail() {
   fact(dl, "fact.total", entry.total_ms != null ? ms(entry.total_ms) : null);
   fact(dl, "fact.finish", entry.finish_reason);
   if (entry.reasoning_starved) fact(dl, "fact.warning", h("span", {}, starvedBadge(entry), " ", t("starved.title")));
+  if (entry.thinking_dropped) fact(dl, "fact.warning", h("span", {}, droppedBadge(entry), " ", t("dropped.title")));
   const tokens = tokensOf(entry);
   if (tokens.input !== null || tokens.output !== null) fact(dl, "fact.tokens", `${tokens.input ?? "—"} / ${tokens.output ?? "—"}`);
   fact(dl, "fact.cached", tokens.cached !== null ? String(tokens.cached) : null);

@@ -36,12 +36,25 @@ export function starvedBadge(entry) {
   return h("span", { class: "badge warn", "data-role": "starved", title: t("starved.title") }, t("starved.badge"));
 }
 
+// A native upstream dropped thinking blocks of the history (its input_transformations: the prefix
+// before them changed), so the model did not see reasoning the user paid for (trace warning
+// thinking_dropped).
+export function droppedBadge(entry) {
+  if (!entry.thinking_dropped) return null;
+  return h(
+    "span",
+    { class: "badge warn", "data-role": "thinking-dropped", title: t("dropped.title") },
+    t("dropped.badge", entry.thinking_dropped),
+  );
+}
+
 function statusCell(entry) {
   if (entry.in_flight) return h("span", { class: "badge run" }, t("live.inflight"));
   const ok = outcomeOf(entry) === "ok";
   return [
     h("span", { class: `badge ${ok ? "ok" : "bad"}` }, String(entry.status ?? ""), entry.error ? ` ${entry.error}` : ""),
     starvedBadge(entry),
+    droppedBadge(entry),
   ];
 }
 
