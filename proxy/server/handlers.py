@@ -37,7 +37,7 @@ from proxy.core.protocols import chat as chat_door
 from proxy.core.review.rules import NO_CLIENT_NAMES, ClientNames, refuse_unreviewed_route
 from proxy.policy.service import ThinkingPolicy
 from proxy.review.service import ReviewService
-from proxy.server import policy_gate
+from proxy.server import levels, policy_gate
 from proxy.server.access_log import log_access
 from proxy.server.asgi import BODY_LEFT_UNREAD, read_body
 from proxy.server.egress import ConnectGuard
@@ -276,6 +276,8 @@ class Proxy:
             await s.guard.precheck(intent.vet)  # (through an egress proxy; else at connect)
         body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
         parsed = chat_door.parse_request(body) if parse else None
+        body, suffix = levels.take_suffix(parsed, body, record)  # (before anything reads the model)
+        intent.ask = levels.ask_for(intent, suffix, s.thinking)
         if not parse and s.review is not None:
             refuse_unreviewed_route(arrival.method, arrival.path, body)
         destination = plan.destination_of(intent, arrival, body, parsed, s.routes)
@@ -297,6 +299,7 @@ class Proxy:
         dialect: Dialect,
         door: FrontDoor | None = None,
         client_names: ClientNames = NO_CLIENT_NAMES,
+        client_level: Level | None = None,
     ) -> Response:
         """Step 3 of a chat request: the awaits between the plan's last steps (proxy.core.plan.
         finish): the thinking policy's judgement, the replay store's lookup, the relay.
@@ -304,12 +307,23 @@ class Proxy:
         it first (the chat route, or the door: proxy.server.doors.common.Door.arrive); `door`: a
         front door other than chat completions (proxy.server.doors.responses) whose client reads
         the answer in its own protocol; `client_names`: the tools its client knows by other names
-        than the upstream's (the review gate matches and shows those)."""
+        than the upstream's (the review gate matches and shows those); `client_level`: the level
+        the door's own field asked (its `reasoning.effort`, `thinking`), weighed against the
+        header, the model's suffix and the key's default (proxy.server.levels)."""
         s = self.s
-        controls = intent.controls
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
         record.request_messages = parsed.get("messages")
+        intent = levels.settle_chat(
+            intent,
+            parsed,
+            dialect,
+            record,
+            request.headers.items(),
+            bridged=door is not None,
+            client_level=client_level,
+        )
+        controls = intent.controls
         record.level_requested = controls.level.value if controls.level is not None else None
         policy_note = None
         if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
