@@ -173,9 +173,16 @@ def above(level: Level, ceiling: Level) -> bool:
     return _ORDER[level] > _ORDER[ceiling]
 
 
-def parse_policy(text: str, source: str, client_names: Collection[str]) -> Policy:
+GATEWAY_ONLY = (
+    "THINKPROXY_POLICY_FILE needs gateway mode for per-key rules and budgets: set THINKPROXY_CLIENT_KEYS "
+    "(named keys, alice:ck-…); without it (BYOK) only `default` (max_level, default_level) and `auto` apply"
+)
+
+
+def parse_policy(text: str, source: str, client_names: Collection[str], *, gateway: bool = True) -> Policy:
     """The policy in `text` (`source`: the file name for messages); `client_names`: the names of
-    the configured client keys, which `keys` must be among."""
+    the configured client keys, which `keys` must be among. Without gateway mode (`gateway`
+    False: BYOK) there are no keys to count budgets for: `keys` and `reasoning_tokens` are refused."""
     document = load_config(text, source, "YAML")
     if document is None:
         document = {}
@@ -191,6 +198,12 @@ def parse_policy(text: str, source: str, client_names: Collection[str]) -> Polic
             where = ".".join(str(part) for part in loc) or "(file)"
             faults.append(f"{source}:{_line_of(lines, loc)}: {where}: {_message(error)}")
         raise ConfigError("\n".join(faults)) from None
+    if not gateway:
+        for where, present in (("keys", bool(parsed.keys)), ("default", parsed.default.reasoning_tokens)):
+            if present:
+                faults.append(f"{source}:{_line_of(lines, (where,))}: {where}: {GATEWAY_ONLY}")
+        if faults:
+            raise ConfigError("\n".join(faults))
     for name in parsed.keys:
         if name not in client_names:
             known = ", ".join(sorted(client_names)) or "none: set THINKPROXY_CLIENT_KEYS as name:key"

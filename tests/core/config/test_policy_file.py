@@ -197,3 +197,16 @@ def test_the_rules_are_bounded_in_number() -> None:
     text = "auto:\n" + "".join("  - {level: deep}\n" for _ in range(65))
     with pytest.raises(ConfigError, match="auto: List should have at most 64 items"):
         parse_policy(text, "policy.yaml", NAMES)
+
+
+def test_without_gateway_mode_only_the_default_and_the_auto_rules() -> None:
+    byok = "default: {max_level: deep, default_level: auto}\nauto:\n  - {level: standard}\n"
+    policy = parse_policy(byok, "policy.yaml", [], gateway=False)
+    assert policy.rule_for(None).default_level == DefaultLevel.AUTO and len(policy.auto) == 1
+    with pytest.raises(ConfigError) as caught:
+        parse_policy(EXAMPLE, "policy.yaml", [], gateway=False)
+    assert str(caught.value).startswith(
+        "policy.yaml:2: keys: THINKPROXY_POLICY_FILE needs gateway mode for per-key rules and budgets"
+    )
+    with pytest.raises(ConfigError, match=r"policy\.yaml:1: default: THINKPROXY_POLICY_FILE needs gateway"):
+        parse_policy("default: {reasoning_tokens: {limit: 5, per: day}}", "policy.yaml", [], gateway=False)
