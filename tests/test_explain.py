@@ -6,11 +6,11 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.cli import main
 from proxy.core.config.providers import ProvidersTable
 from proxy.core.config.routing import RouteTable
 from proxy.core.controls import Level
 from proxy.core.errors import NotFound
-from proxy.cli import main
 from proxy.core.plan.rewrite import rewrite_body
 from proxy.core.policy.auto_rules import make_rule
 from proxy.explain import default_body, explain, explain_routed

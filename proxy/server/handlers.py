@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -41,7 +42,7 @@ from proxy.server import levels, policy_gate
 from proxy.server.access_log import log_access
 from proxy.server.asgi import BODY_LEFT_UNREAD, read_body
 from proxy.server.egress import ConnectGuard
-from proxy.server.models_listing import MISSING_HEADER, ModelsListing
+from proxy.server.models_listing import MISSING_HEADER, ModelsListing, listed_with_levels
 from proxy.server.relay import Relay, client_gone
 from proxy.server.replay_service import ReplayService
 from proxy.server.request_ids import REQUEST_ID_HEADER, take_request_id
@@ -149,6 +150,8 @@ class Proxy:
         """With a routes file, the models of every route merged; else the upstream's list as is."""
         s = self.s
         if self.listing is None or UPSTREAM_HEADER in request.headers:
+            if s.settings.models_with_levels:  # (the answer read, each model's `(level)` forms added)
+                return await self.guarded(request, "passthrough", partial(self._models_with_levels, request))
             return await self._handle(request, chat=False)
         started = time.perf_counter()
         record, bad_request_id = self._record(request, "passthrough")
@@ -167,6 +170,14 @@ class Proxy:
         record.status, record.bytes_out = 200, len(out)
         self.finish(record, started)
         return Response(out, media_type="application/json", headers=headers)
+
+    async def _models_with_levels(self, request: Request, record: AccessRecord, started: float) -> Response:
+        arrival, _, tgt = await self.arrive(request, record, parse=False)
+        req = plan.passthrough(arrival, tgt, gateway_mode=self.s.gateway.enabled, read=True)
+        status, out = await listed_with_levels(self.s.upstream, req, self.s.settings.max_response_bytes)
+        record.status, record.upstream_status, record.bytes_out = status, status, len(out)
+        self.finish(record, started)
+        return Response(out, status, media_type="application/json", headers=dict(record.response_headers))
 
     def _record(self, request: Request, route: str) -> tuple[AccessRecord, ProxyError | None]:
         """The request's record, its request id taken first (observers read it when they start),

@@ -22,12 +22,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from proxy.core.controls import Level
 from proxy.core.protocols.responses.request import EFFORT_LEVELS
 
-__all__ = ["AUTO", "LEVEL_WORDS", "ModelSuffix", "level_word", "split_model"]
+__all__ = [
+    "AUTO",
+    "LEVEL_WORDS",
+    "LISTED_WORDS",
+    "ModelSuffix",
+    "level_word",
+    "split_model",
+    "with_level_forms",
+]
 
 AUTO: Final = "auto"
 
@@ -76,3 +84,20 @@ def split_model(model: object) -> ModelSuffix | None:
     if not known or not base:
         return None
     return ModelSuffix(base, word, level)
+
+
+# The suffixed forms `GET /v1/models` lists after each model with THINKPROXY_MODELS_WITH_LEVELS
+# (some clients offer only listed models): the proxy's own words, not every effort word.
+LISTED_WORDS: Final = (Level.OFF.value, Level.STANDARD.value, Level.DEEP.value, AUTO)
+
+
+def with_level_forms(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A model list's items, each followed by its suffixed forms (`id(off)`, `id(standard)`,
+    `id(deep)`, `id(auto)`), the rest of the item as it came; an id already suffixed gets none."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        out.append(item)
+        model = item.get("id")
+        if isinstance(model, str) and split_model(model) is None:
+            out.extend({**item, "id": f"{model}({word})"} for word in LISTED_WORDS)
+    return out
