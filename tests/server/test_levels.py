@@ -350,3 +350,15 @@ def test_the_header_says_auto(mock: BackgroundServer, proxy: BackgroundServer) -
     r = httpx.post(f"{proxy.url}/v1/chat/completions", json=chat("deepseek-v4-pro", False), headers=wrong)
     assert r.status_code == 400
     assert "off, standard, deep, auto" in r.json()["error"]["message"]
+
+
+def test_the_trace_names_the_auto_rule(mock: BackgroundServer, proxy: BackgroundServer) -> None:
+    body = {**chat("deepseek-v4-pro(auto)", False), "stream": True}
+    r = httpx.post(
+        f"{proxy.url}/v1/chat/completions", json=body, headers={"x-trace": "brief", "x-trace-format": "event"}
+    )
+    assert r.status_code == 200
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    notes = [c["trace"] for c in chunks if c.get("trace", {}).get("type") == "note"]
+    assert [(n["code"], n["rule"]) for n in notes] == [("auto_level", "auto[2]: otherwise -> deep")]
+    assert notes[0]["message"] == "Thinking level auto: auto[2]: otherwise -> deep"
