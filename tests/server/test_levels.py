@@ -362,3 +362,27 @@ def test_the_trace_names_the_auto_rule(mock: BackgroundServer, proxy: Background
     notes = [c["trace"] for c in chunks if c.get("trace", {}).get("type") == "note"]
     assert [(n["code"], n["rule"]) for n in notes] == [("auto_level", "auto[2]: otherwise -> deep")]
     assert notes[0]["message"] == "Thinking level auto: auto[2]: otherwise -> deep"
+
+
+def test_each_key_has_its_own_default_level(mock: BackgroundServer, tmp_path: Path) -> None:
+    policy = 'default: {default_level: standard}\nkeys:\n  alice: {default_level: "off"}\n'
+    server, _ = start(
+        mock, tmp_path, policy=policy, client_keys=["alice:ck-alice", "bob:ck-bob"], upstream_api_key="sk-op"
+    )
+    with server:
+        seen = {}
+        for key in ("alice", "bob"):
+            headers = {"authorization": f"Bearer ck-{key}"}
+            r = httpx.post(
+                f"{server.url}/v1/chat/completions", json=chat("deepseek-v4-pro", False), headers=headers
+            )
+            assert r.status_code == 200, r.text
+            seen[key] = (r.headers["x-thinking-level-source"], r.headers["x-thinking-level-applied"])
+            # A key's default never goes before a level the request names.
+            r = httpx.post(
+                f"{server.url}/v1/chat/completions",
+                json=chat("deepseek-v4-pro(deep)", False),
+                headers=headers,
+            )
+            assert r.headers["x-thinking-level-applied"] == "deep"
+    assert seen == {"alice": ("default", "off"), "bob": ("default", "standard")}

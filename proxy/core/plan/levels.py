@@ -79,8 +79,19 @@ class LevelChoice:
         """X-Thinking-Level-Source (and X-Thinking-Level-Rule when auto chose)."""
         out = [(SOURCE_HEADER, self.source.value if self.source is not None else "none")]
         if self.rule is not None:
-            out.append((RULE_HEADER, self.rule))
+            out.append((RULE_HEADER, header_text(self.rule)))
         return out
+
+
+RULE_HEADER_CHARS: Final = 200
+
+
+def header_text(text: str) -> str:
+    """`text` as a header value: printable ASCII kept, anything else (a pattern's Chinese words, a
+    control character) written `\\uXXXX`, cut to RULE_HEADER_CHARS (the record and the trace keep
+    it whole)."""
+    out = "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in text)
+    return out if len(out) <= RULE_HEADER_CHARS else out[: RULE_HEADER_CHARS - 3] + "..."
 
 
 NO_ASK: Final = LevelAsk()

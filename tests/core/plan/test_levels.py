@@ -79,3 +79,13 @@ def test_the_headers_say_the_source_and_the_rule() -> None:
         ("x-thinking-level-source", "header"),
         ("x-thinking-level-rule", "auto[2]: otherwise -> off"),
     ]
+
+
+def test_the_rule_header_is_printable_ascii_and_bounded() -> None:
+    rule = make_rule(1, DEEP, {"contains": ["证明", "a\tb"]}).text
+    assert rule == "auto[1]: contains 证明|a\tb -> deep"
+    (_, value) = LevelChoice(DEEP, Source.HEADER, rule).headers()[1]
+    assert value == "auto[1]: contains \\u8bc1\\u660e|a\\u0009b -> deep"
+    long = make_rule(1, DEEP, {"contains": ["x" * 256]}).text
+    (_, value) = LevelChoice(DEEP, Source.HEADER, long).headers()[1]
+    assert len(value) == 200 and value.endswith("...")
