@@ -334,8 +334,6 @@ class Proxy:
             bridged=door is not None,
             client_level=client_level,
         )
-        controls = intent.controls
-        record.level_requested = controls.level.value if controls.level is not None else None
         policy_note = None
         if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
             # (judged on what would really be sent: the level, or the body's own knobs it leaves)

@@ -61,6 +61,7 @@ def choose(
     """The level by its sources (`client`: what the body's own field asks), on the record and in
     the response headers."""
     choice = decide(ask, client, features)
+    record.level_requested = choice.level.value if choice.level is not None else None
     record.level_source = choice.source.value if choice.source is not None else None
     record.level_rule = choice.rule
     record.response_headers.extend(choice.headers())

@@ -386,3 +386,13 @@ def test_each_key_has_its_own_default_level(mock: BackgroundServer, tmp_path: Pa
             )
             assert r.headers["x-thinking-level-applied"] == "deep"
     assert seen == {"alice": ("default", "off"), "bob": ("default", "standard")}
+
+
+def test_the_record_keeps_the_level_the_clients_own_field_asked(
+    mock: BackgroundServer, tmp_path: Path
+) -> None:
+    server, kept = start(mock, tmp_path, policy=None)
+    with server:
+        httpx.post(f"{server.url}/v1/chat/completions", json=chat("deepseek-v4-pro", True))
+    (record,) = kept.records
+    assert (record.level_source, record.level_requested, record.level) == ("client", "deep", "none")
