@@ -225,13 +225,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from proxy.core.config.routing import RouteTable
     from proxy.core.controls import Level
     from proxy.core.errors import ProxyError
-    from proxy.explain import explain, explain_routed
+    from proxy.core.policy.auto_rules import BUILT_IN
+    from proxy.explain import auto_rules_in, explain, explain_routed
 
-    try:
-        level = Level(args.level.strip().lower())
-    except ValueError:
-        print(f"thinkproxy: --level must be one of {', '.join(m.value for m in Level)}", file=sys.stderr)
-        return 2
+    level: str | None = None
+    if args.level is not None:
+        level = args.level.strip().lower()
+        if level not in {*(m.value for m in Level), "auto"}:
+            print(
+                f"thinkproxy: --level must be one of {', '.join(m.value for m in Level)}, auto",
+                file=sys.stderr,
+            )
+            return 2
     body = None
     if args.body:
         try:
@@ -248,17 +253,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
             "thinkproxy: give --base-url URL, or --routes FILE to pick the upstream by model", file=sys.stderr
         )
         return 2
+    policy_path = args.policy or os.environ.get("THINKPROXY_POLICY_FILE") or None
     try:
         table = ProvidersTable.load(Path(args.providers) if args.providers else None)
         routes = RouteTable.load(Path(routes_path)) if routes_path and args.base_url is None else None
+        rules = auto_rules_in(Path(policy_path)) if policy_path else BUILT_IN
     except ConfigError as exc:
         print(f"thinkproxy: {exc}", file=sys.stderr)
         return 1
     if routes is None:
-        print(explain(table, args.base_url, level, model=args.model, body=body, zh=args.zh))
+        print(explain(table, args.base_url, level, model=args.model, body=body, zh=args.zh, rules=rules))
         return 0
     try:
-        print(explain_routed(table, routes, level, model=args.model, body=body, zh=args.zh))
+        print(explain_routed(table, routes, level, model=args.model, body=body, zh=args.zh, rules=rules))
     except ProxyError as exc:  # no route takes the model: what a request would get as a 404
         print(f"thinkproxy: {exc.message}", file=sys.stderr)
         return 1
@@ -390,8 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="show the entry that matches and the exact body sent upstream")
     explain.add_argument("--base-url", help="the upstream (or give --routes to pick it by --model)")
     explain.add_argument("--routes", help="routes file (default: THINKPROXY_ROUTES_FILE)")
-    explain.add_argument("--level", required=True, help="off | standard | deep")
-    explain.add_argument("--model")
+    explain.add_argument(
+        "--level",
+        help="off | standard | deep | auto, as X-Thinking-Level (default: none; a model suffix may name one)",
+    )
+    explain.add_argument("--model", help="the model, with a level suffix if you like: deepseek-v4-pro(deep)")
+    explain.add_argument(
+        "--policy", help="policy file whose auto rules apply (default: THINKPROXY_POLICY_FILE)"
+    )
     explain.add_argument("--body", help="a JSON request body file (default: a small example)")
     explain.add_argument("--providers", help="providers.yaml to use")
     explain.add_argument("--zh", action="store_true", help="use the Chinese instructions for prompted levels")

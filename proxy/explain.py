@@ -2,17 +2,20 @@
 
 Pure: `explain` and `render_levels_table` / `render_entries_table` / `update_generated_section` take
 values and return text. Only `main` (run as `python -m proxy.explain`) reads and writes files: it
-regenerates the tables in docs/providers.md from providers.yaml.
+regenerates the tables in docs/providers.md from providers.yaml; and `auto_rules_in` reads a policy
+file's auto rules for `thinkproxy explain --policy`.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from proxy.core.config.policy_file import parse_policy
 from proxy.core.config.providers import (
     Dialect,
     EntrySummary,
@@ -21,8 +24,14 @@ from proxy.core.config.providers import (
 )
 from proxy.core.config.providers_schema import LevelRule
 from proxy.core.config.routing import RouteTable
+from proxy.core.config.yamlfile import decode_config, load_config
 from proxy.core.controls import Level
+from proxy.core.errors import ConfigError
+from proxy.core.plan.levels import Asked, LevelAsk, LevelChoice, Source, decide
+from proxy.core.plan.model_suffix import AUTO, split_model
 from proxy.core.plan.rewrite import rewrite_body
+from proxy.core.policy.auto_rules import BUILT_IN, AutoRule, features_of
+from proxy.core.policy.body_level import knobs_level
 
 DEFAULT_QUESTION = "What is 17 × 23? Answer with the number."
 
@@ -43,27 +52,47 @@ def explain(
     model: str | None = None,
     body: dict[str, Any] | None = None,
     zh: bool = False,
+    rules: Sequence[AutoRule] = BUILT_IN,
 ) -> str:
     """The matched entry, its docs, the level and method applied, and the exact upstream JSON body.
 
-    `model` defaults to the body's `model`. A level given as text must be off, standard or deep
-    (ValueError otherwise).
+    `model` defaults to the body's `model`; a `(level)` suffix on it is taken off and read as a
+    request's would be (proxy.core.plan.model_suffix). `level` is what X-Thinking-Level would say:
+    off, standard, deep or auto (ValueError otherwise); `auto` (from the level or the suffix) is
+    chosen by `rules` (the policy file's, else the built-in ones), and the rule that chose is shown.
     """
-    lvl = Level(level.strip().lower()) if isinstance(level, str) else level
+    header = _asked(level)
     if model is None and body is not None and isinstance(body.get("model"), str):
         model = body["model"]
-    request = body if body is not None else default_body(model)
+    suffix = split_model(model)
+    if suffix is not None:
+        model = suffix.model
+    request = dict(body) if body is not None else default_body(model)
+    if suffix is not None and isinstance(request.get("model"), str):
+        request["model"] = model
     dialect = table.match(base_url, model)
+    choice = decide(
+        LevelAsk(header, suffix, None, rules),
+        knobs_level(request, dialect),
+        lambda: features_of("chat", "chat", request, model or "", ""),
+    )
+    lvl = None if choice.source is Source.CLIENT else choice.level
     result = rewrite_body(request, lvl, dialect, zh=zh)
 
     override = f" (model override: {', '.join(dialect.model_override)})" if dialect.model_override else ""
+    shown = model if model is not None else "(none given)"
+    if suffix is not None:
+        shown += f" (suffix ({suffix.word}) taken off)"
     lines = [
         f"Upstream:   {base_url}",
         f"Entry:      {dialect.name} (matched by {table.matched_pattern(base_url)!r}){override}",
-        f"Model:      {model if model is not None else '(none given)'}",
+        f"Model:      {shown}",
         f"Docs:       {dialect.docs}",
-        f"Level:      {_level_line(lvl, result.level_applied, result.method, dialect)}",
+        f"Source:     {_source_line(choice)}",
     ]
+    if choice.rule is not None:
+        lines.append(f"Auto rule:  {choice.rule}")
+    lines.append(f"Level:      {_level_line(lvl, result.level_applied, result.method, dialect)}")
     if lvl is not None and result.level_applied is not None:
         lines.append(f"Removed:    {', '.join(dialect.conflicts) or '(nothing)'} (if the client sent them)")
     lines.append(f"Reasoning:  {_reasoning_line(dialect)}")
@@ -76,6 +105,40 @@ def explain(
     return "\n".join(lines) + "\n"
 
 
+def auto_rules_in(path: Path) -> tuple[AutoRule, ...]:
+    """The auto rules of the policy file at `path` (the built-in ones when it has none); a file
+    that is wrong is the ConfigError `serve` would refuse it with (its keys are taken as named)."""
+    try:
+        text = decode_config(path.read_bytes(), str(path))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the policy file {path}: {exc.strerror or exc}") from None
+    document = load_config(text, str(path), "YAML")
+    keys = document.get("keys") if isinstance(document, dict) else None
+    names = list(keys) if isinstance(keys, dict) else []
+    return parse_policy(text, str(path), names).auto or BUILT_IN
+
+
+def _asked(level: Level | str | None) -> Asked | None:
+    if isinstance(level, Level):
+        return Asked(level)
+    if level is None:
+        return None
+    word = level.strip().lower()
+    return Asked(None, auto=True) if word == AUTO else Asked(Level(word))
+
+
+def _source_line(choice: LevelChoice) -> str:
+    if choice.source is None:
+        return "none (no --level, no model suffix, no knob in the body: the upstream's default)"
+    what = {
+        Source.HEADER: "--level (as X-Thinking-Level)",
+        Source.SUFFIX: "the model's suffix",
+        Source.CLIENT: "the body's own knobs (they go as they came)",
+        Source.DEFAULT: "the default level",
+    }[choice.source]
+    return f"{choice.source.value}: {what}"
+
+
 def explain_routed(
     table: ProvidersTable,
     routes: RouteTable,
@@ -83,24 +146,29 @@ def explain_routed(
     model: str | None = None,
     body: dict[str, Any] | None = None,
     zh: bool = False,
+    rules: Sequence[AutoRule] = BUILT_IN,
 ) -> str:
-    """`explain` for a proxy with a routes file: the route the model picks, then the entry and the
-    exact body that route's upstream receives (a prefix route's prefix stripped from `model`).
-    Raises the 404 `NotFound` a request would get when no route takes the model."""
+    """`explain` for a proxy with a routes file: the route the model picks (by its name without a
+    level suffix), then the entry and the exact body that route's upstream receives (a prefix
+    route's prefix stripped from `model`). Raises the 404 `NotFound` a request would get when no
+    route takes the model."""
     if model is None and body is not None and isinstance(body.get("model"), str):
         model = body["model"]
     request = dict(body) if body is not None else default_body(model)
     if model is None:  # route the example body's model, as a request would be
         model = request.get("model") if isinstance(request.get("model"), str) else None
-    destination = routes.destination(model)
+    suffix = split_model(model)
+    routed = suffix.model if suffix is not None else model
+    destination = routes.destination(routed)
     assert destination.route is not None
-    sent_model = destination.model if destination.model is not None else model
+    sent_model = destination.model if destination.model is not None else routed
     if sent_model is not None:
         request["model"] = sent_model
     head = f"Route:      {routes.describe(destination.route)}\n"
     if destination.model is not None:
-        head += f"Model sent: {destination.model} (client asked for {model})\n"
-    return head + explain(table, destination.base_url, level, model=sent_model, body=request, zh=zh)
+        head += f"Model sent: {destination.model} (client asked for {routed})\n"
+    written = f"{sent_model}({suffix.word})" if suffix is not None else sent_model
+    return head + explain(table, destination.base_url, level, model=written, body=request, zh=zh, rules=rules)
 
 
 def _level_line(requested: Level | None, applied: Level | None, method: str | None, dialect: Dialect) -> str:

@@ -51,6 +51,8 @@ class Settings(BaseSettings):
         description="Patterns a client may name in X-Upstream-Base-URL (comma-separated); empty = refused",
     )
     default_thinking_level: Level | None = None
+    # GET /v1/models lists each model's `model(level)` forms too (some clients offer only listed models).
+    models_with_levels: bool = False
     trace: TraceMode = TraceMode.BRIEF
     trace_format: TraceFormat = TraceFormat.COMMENT
     reasoning_visibility: ReasoningVisibility = ReasoningVisibility.SHOW

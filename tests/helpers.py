@@ -284,3 +284,21 @@ def _leaf(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
     """The innermost cause of a jsonschema error (a oneOf/anyOf failure: its best match)."""
     best = jsonschema.exceptions.best_match(error.context) if error.context else None
     return error if best is None else _leaf(best)
+
+
+class KeptRecords:
+    """A listener (proxy.core.events) that keeps every request's final access record."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def start(self, record: Any, headers: Any) -> Any:
+        from proxy.core.events import RequestObserver
+
+        kept = self.records
+
+        class Keep(RequestObserver):
+            def on_end(self, record: Any, duration_ms: float) -> None:
+                kept.append(record)
+
+        return Keep()

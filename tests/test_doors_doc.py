@@ -14,6 +14,7 @@ import pytest
 
 from proxy.core.controls import Level
 from proxy.core.events import MODEL_ROUTES, AccessRecord
+from proxy.core.plan.model_suffix import split_model
 from proxy.core.protocols.messages import request as messages_request
 from proxy.core.protocols.responses import request as responses_request
 from proxy.mock import MockOptions, create_mock_app
@@ -33,23 +34,30 @@ def prose(page: str) -> str:
 
 
 def test_the_codex_config_applies_a_level() -> None:
-    """Codex sends no reasoning.effort for a model it does not know (deepseek-v4-pro): a config
-    without `model_reasoning_effort` (or the header) applies no level at all."""
+    """Codex sends no reasoning.effort for a model it does not know (deepseek-v4-pro): the set-up
+    names the level on the model (its suffix), or sets `model_reasoning_effort`, or the header."""
     tomls = [b for b in fenced_blocks(DOCS / "responses.md") if b.language == "toml"]
     config = tomllib.loads(tomls[0].text)
-    assert config["model"] == "deepseek-v4-pro"
-    assert responses_request.EFFORT_LEVELS[config["model_reasoning_effort"]] is Level.DEEP
-    headers = tomllib.loads(tomls[1].text)["model_providers"]["thinkproxy"]["http_headers"]
+    suffix = split_model(config["model"])
+    assert suffix is not None and suffix.model == "deepseek-v4-pro" and suffix.level is Level.DEEP
+    effort = tomllib.loads(tomls[1].text)
+    assert effort["model"] == "deepseek-v4-pro"
+    assert responses_request.EFFORT_LEVELS[effort["model_reasoning_effort"]] is Level.DEEP
+    headers = tomllib.loads(tomls[2].text)["model_providers"]["thinkproxy"]["http_headers"]
     assert Level(headers["X-Thinking-Level"]) is Level.DEEP
-    assert "sends none" in prose("responses.md")
+    assert "Codex sends no effort" in prose("responses.md")
 
 
 def test_claude_code_s_default_effort_is_said_with_the_level_it_gets() -> None:
-    said = re.search(r"With its default model that is `(\w+)`: level (\w+)", prose("messages.md"))
+    said = re.search(r"For `deepseek-v4-pro` that is `(\w+)`: level (\w+)", prose("messages.md"))
     assert said is not None
     effort, level = said.groups()
-    assert effort == "medium"  # Claude Code's default model's default effort (not `high`)
+    assert effort == "high"  # what Claude Code 2.1.332 sends for deepseek-v4-pro (not `medium`)
     assert messages_request.EFFORT_LEVELS[effort] is Level(level)
+    model = re.search(r'ANTHROPIC_MODEL="([^"]+)"', (DOCS / "messages.md").read_text(encoding="utf-8"))
+    assert model is not None
+    suffix = split_model(model.group(1))
+    assert suffix is not None and suffix.model == "deepseek-v4-pro" and suffix.level is Level.DEEP
 
 
 def test_console_lists_every_route_a_summary_can_carry() -> None:

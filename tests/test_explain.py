@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from proxy.cli import main
 from proxy.core.config.providers import ProvidersTable
 from proxy.core.config.routing import RouteTable
 from proxy.core.controls import Level
 from proxy.core.errors import NotFound
 from proxy.core.plan.rewrite import rewrite_body
+from proxy.core.policy.auto_rules import make_rule
 from proxy.explain import default_body, explain, explain_routed
 
 TABLE = ProvidersTable.load()
@@ -113,3 +116,59 @@ def test_with_routes_the_model_picks_the_route_and_the_body_has_the_model_sent()
 def test_with_routes_a_model_no_route_takes_is_the_404() -> None:
     with pytest.raises(NotFound, match="'gpt-5' matches no route"):
         explain_routed(TABLE, ROUTES, "deep", model="gpt-5")
+
+
+# -- a suffixed model and auto (issue 45) ------------------------------------------------------------
+
+
+def test_a_suffixed_model_is_explained_under_its_own_name_at_the_suffixs_level() -> None:
+    text = explain(TABLE, "https://api.deepseek.com/v1", None, model="deepseek-v4-pro(deep)")
+    assert "Model:      deepseek-v4-pro (suffix (deep) taken off)" in text
+    assert "Source:     suffix: the model's suffix" in text
+    assert "deep -> applied: deep (method: params;" in text
+    body = upstream_body(text)
+    assert body["model"] == "deepseek-v4-pro" and body["reasoning_effort"] == "max"
+    # --level (the header) goes before the suffix.
+    text = explain(TABLE, "https://api.deepseek.com/v1", "off", model="deepseek-v4-pro(deep)")
+    assert "Source:     header" in text and upstream_body(text)["thinking"] == {"type": "disabled"}
+
+
+def test_auto_shows_the_rule_that_chose() -> None:
+    body = {"model": "deepseek-v4-pro(auto)", "messages": [{"role": "user", "content": "Please refactor x"}]}
+    text = explain(TABLE, "https://api.deepseek.com/v1", None, body=body)
+    assert "Auto rule:  auto[1]: contains " in text and "-> deep" in text
+    assert upstream_body(text)["reasoning_effort"] == "max"
+    rules = (make_rule(1, Level.OFF, None),)
+    text = explain(TABLE, "https://api.deepseek.com/v1", "auto", model="deepseek-v4-pro", rules=rules)
+    assert "Source:     header" in text and "Auto rule:  auto[1]: otherwise -> off" in text
+
+
+def test_the_bodys_own_knobs_go_as_they_came_without_a_level() -> None:
+    body = {"model": "deepseek-v4-pro", "messages": [], "reasoning_effort": "high"}
+    text = explain(TABLE, "https://api.deepseek.com/v1", None, body=body)
+    assert "Source:     client" in text and upstream_body(text) == body
+
+
+def test_with_routes_the_stripped_name_picks_the_route() -> None:
+    text = explain_routed(TABLE, ROUTES, None, model="openrouter/anthropic/claude-sonnet-4.5(high)")
+    assert text.startswith("Route:      openrouter (routes[1]; prefix 'openrouter/' (stripped))")
+    assert "Model sent: anthropic/claude-sonnet-4.5 (client asked for openrouter/anthropic/" in text
+    assert "(suffix (high) taken off)" in text
+    assert upstream_body(text)["model"] == "anthropic/claude-sonnet-4.5"
+
+
+def test_the_command_reads_the_policy_files_auto_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text('keys:\n  alice: {max_level: deep}\nauto:\n  - {when: {tools: false}, level: "off"}\n')
+    argv = ["explain", "--base-url", "https://api.deepseek.com/v1", "--model", "deepseek-v4-pro(auto)"]
+    assert main([*argv, "--policy", str(policy)]) == 0
+    out = capsys.readouterr().out
+    assert "Auto rule:  auto[1]: tools false -> off" in out
+    assert upstream_body(out)["thinking"] == {"type": "disabled"}
+    assert main([*argv[:3], "--level", "max"]) == 2
+    assert "--level must be one of off, standard, deep, auto" in capsys.readouterr().err
+    policy.write_text("auto:\n  - {level: high}\n")
+    assert main([*argv, "--policy", str(policy)]) == 1
+    assert "auto.0.level: 'high' is not a level" in capsys.readouterr().err

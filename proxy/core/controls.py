@@ -88,8 +88,27 @@ def parse_choice(
         ) from None
 
 
+AUTO_LEVEL = "auto"
+
+
 def parse_level(raw: str | None, default: Level | None) -> Level | None:
-    return parse_choice(LEVEL_HEADER, raw, Level, default)
+    """The level the header names (None for `auto`, which the auto rules resolve later), or the
+    default when absent."""
+    if raw is not None and raw.strip(_OWS).lower() == AUTO_LEVEL:
+        return None
+    try:
+        return parse_choice(LEVEL_HEADER, raw, Level, default)
+    except BadRequest:
+        raise BadRequest(
+            f"Invalid {_display(LEVEL_HEADER)} header value {quoted(raw or '')}: accepted values are "
+            f"{', '.join(m.value for m in Level)}, {AUTO_LEVEL}.",
+            code="invalid_header_value",
+            param=_display(LEVEL_HEADER),
+        ) from None
+
+
+def is_auto(raw: str | None) -> bool:
+    return raw is not None and raw.strip(_OWS).lower() == AUTO_LEVEL
 
 
 def parse_trace_mode(raw: str | None, default: TraceMode) -> TraceMode:
@@ -113,6 +132,10 @@ class Controls:
     trace: TraceMode
     trace_format: TraceFormat
     visibility: ReasoningVisibility
+    # Whether X-Thinking-Level was sent (else `level` is the configured default), and whether it
+    # said `auto` (then `level` is None until the auto rules choose: proxy.core.plan.levels).
+    level_header: bool = False
+    level_auto: bool = False
 
 
 class HeaderLookup(Protocol):
@@ -129,11 +152,14 @@ def parse_controls(
     visibility: ReasoningVisibility,
 ) -> Controls:
     """`headers` (a case-insensitive mapping) over the defaults given; BadRequest naming the header."""
+    raw_level = headers.get(LEVEL_HEADER)
     return Controls(
-        parse_level(headers.get(LEVEL_HEADER), level),
+        parse_level(raw_level, level),
         parse_trace_mode(headers.get(TRACE_HEADER), trace),
         parse_trace_format(headers.get(TRACE_FORMAT_HEADER), trace_format),
         parse_reasoning_visibility(headers.get(REASONING_HEADER), visibility),
+        level_header=raw_level is not None,
+        level_auto=is_auto(raw_level),
     )
 
 

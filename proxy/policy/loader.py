@@ -17,12 +17,9 @@ SETTING = "THINKPROXY_POLICY_FILE"
 def load_policy(path: Path, client_keys: Sequence[ClientKey]) -> Policy:
     """The policy in `path` for these client keys; ConfigError (one line per fault) when the file
     cannot be read or is wrong, or when the keys cannot carry a policy: budgets and usage are
-    counted per key name, so gateway mode with every key named is required."""
-    if not client_keys:
-        raise ConfigError(
-            f"{SETTING} needs gateway mode: set THINKPROXY_CLIENT_KEYS (named keys, alice:ck-…), "
-            "whose names the policy's keys are"
-        )
+    counted per key name, so gateway mode with every key named is required for `keys` and budgets
+    (without client keys, BYOK, the file's `default` ceiling and default level and its `auto` rules
+    apply to every request)."""
     unnamed = sum(1 for key in client_keys if key.name is None)
     if unnamed:
         raise ConfigError(
@@ -34,4 +31,4 @@ def load_policy(path: Path, client_keys: Sequence[ClientKey]) -> Policy:
     except OSError as exc:
         raise ConfigError(f"{SETTING}: cannot read {path}: {exc.strerror or exc}") from None
     names = [key.name for key in client_keys if key.name is not None]
-    return parse_policy(decode_config(data, str(path)), str(path), names)
+    return parse_policy(decode_config(data, str(path)), str(path), names, gateway=bool(client_keys))

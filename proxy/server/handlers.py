@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -37,11 +38,11 @@ from proxy.core.protocols import chat as chat_door
 from proxy.core.review.rules import NO_CLIENT_NAMES, ClientNames, refuse_unreviewed_route
 from proxy.policy.service import ThinkingPolicy
 from proxy.review.service import ReviewService
-from proxy.server import policy_gate
+from proxy.server import levels, policy_gate
 from proxy.server.access_log import log_access
 from proxy.server.asgi import BODY_LEFT_UNREAD, read_body
 from proxy.server.egress import ConnectGuard
-from proxy.server.models_listing import MISSING_HEADER, ModelsListing
+from proxy.server.models_listing import MISSING_HEADER, ModelsListing, listed_with_levels
 from proxy.server.relay import Relay, client_gone
 from proxy.server.replay_service import ReplayService
 from proxy.server.request_ids import REQUEST_ID_HEADER, take_request_id
@@ -149,6 +150,8 @@ class Proxy:
         """With a routes file, the models of every route merged; else the upstream's list as is."""
         s = self.s
         if self.listing is None or UPSTREAM_HEADER in request.headers:
+            if s.settings.models_with_levels:  # (the answer read, each model's `(level)` forms added)
+                return await self.guarded(request, "passthrough", partial(self._models_with_levels, request))
             return await self._handle(request, chat=False)
         started = time.perf_counter()
         record, bad_request_id = self._record(request, "passthrough")
@@ -167,6 +170,14 @@ class Proxy:
         record.status, record.bytes_out = 200, len(out)
         self.finish(record, started)
         return Response(out, media_type="application/json", headers=headers)
+
+    async def _models_with_levels(self, request: Request, record: AccessRecord, started: float) -> Response:
+        arrival, _, tgt = await self.arrive(request, record, parse=False)
+        req = plan.passthrough(arrival, tgt, gateway_mode=self.s.gateway.enabled, read=True)
+        status, out = await listed_with_levels(self.s.upstream, req, self.s.settings.max_response_bytes)
+        record.status, record.upstream_status, record.bytes_out = status, status, len(out)
+        self.finish(record, started)
+        return Response(out, status, media_type="application/json", headers=dict(record.response_headers))
 
     def _record(self, request: Request, route: str) -> tuple[AccessRecord, ProxyError | None]:
         """The request's record, its request id taken first (observers read it when they start),
@@ -276,6 +287,8 @@ class Proxy:
             await s.guard.precheck(intent.vet)  # (through an egress proxy; else at connect)
         body = await read_body(request, s.settings.max_body_bytes, s.settings.client_body_timeout)
         parsed = chat_door.parse_request(body) if parse else None
+        body, suffix = levels.take_suffix(parsed, body, record)  # (before anything reads the model)
+        intent.ask = levels.ask_for(intent, suffix, s.thinking)
         if not parse and s.review is not None:
             refuse_unreviewed_route(arrival.method, arrival.path, body)
         destination = plan.destination_of(intent, arrival, body, parsed, s.routes)
@@ -297,6 +310,7 @@ class Proxy:
         dialect: Dialect,
         door: FrontDoor | None = None,
         client_names: ClientNames = NO_CLIENT_NAMES,
+        client_level: Level | None = None,
     ) -> Response:
         """Step 3 of a chat request: the awaits between the plan's last steps (proxy.core.plan.
         finish): the thinking policy's judgement, the replay store's lookup, the relay.
@@ -304,13 +318,22 @@ class Proxy:
         it first (the chat route, or the door: proxy.server.doors.common.Door.arrive); `door`: a
         front door other than chat completions (proxy.server.doors.responses) whose client reads
         the answer in its own protocol; `client_names`: the tools its client knows by other names
-        than the upstream's (the review gate matches and shows those)."""
+        than the upstream's (the review gate matches and shows those); `client_level`: the level
+        the door's own field asked (its `reasoning.effort`, `thinking`), weighed against the
+        header, the model's suffix and the key's default (proxy.server.levels)."""
         s = self.s
-        controls = intent.controls
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
         record.request_messages = parsed.get("messages")
-        record.level_requested = controls.level.value if controls.level is not None else None
+        intent = levels.settle_chat(
+            intent,
+            parsed,
+            dialect,
+            record,
+            request.headers.items(),
+            bridged=door is not None,
+            client_level=client_level,
+        )
         policy_note = None
         if s.thinking is not None:  # the key's ceiling and budget, before anything is planned
             # (judged on what would really be sent: the level, or the body's own knobs it leaves)

@@ -36,6 +36,7 @@ import orjson
 from proxy.core.config.routing import Destination, Listing, RouteTable, listings, merge_models, model_ids
 from proxy.core.errors import ProxyError, UpstreamUnreachable
 from proxy.core.gateway import GatewayAuth
+from proxy.core.plan.model_suffix import with_level_forms
 from proxy.core.plan.request import UpstreamRequest
 from proxy.server.upstream.common import TRANSPORT_ERRORS, Upstream
 from proxy.settings import Settings
@@ -86,8 +87,10 @@ class ModelsListing:
         timeout: float = LISTING_TIMEOUT_S,
         max_bytes: int = MAX_LIST_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        levels: bool = False,
     ) -> None:
         self.table = table
+        self.levels = levels  # each model followed by its `(level)` forms (THINKPROXY_MODELS_WITH_LEVELS)
         self.upstream = upstream
         self.gateway = gateway
         self.timeout = timeout
@@ -103,7 +106,8 @@ class ModelsListing:
     def from_settings(
         cls, settings: Settings, table: RouteTable, upstream: Upstream, gateway: GatewayAuth
     ) -> ModelsListing:
-        return cls(table, upstream, gateway, timeout=min(settings.read_timeout, LISTING_TIMEOUT_S))
+        timeout = min(settings.read_timeout, LISTING_TIMEOUT_S)
+        return cls(table, upstream, gateway, timeout=timeout, levels=settings.models_with_levels)
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -149,9 +153,9 @@ class ModelsListing:
             # Merging is Python code, which lets the loop in at every switch interval; orjson holds
             # the GIL for a whole parse or dump, so those still pause it (~20 ms for 6 MB), which
             # is why a list's size is capped and the result kept (bench/models_listing.py).
-            body, missing = await asyncio.to_thread(merged_body, self.table, wanted, bodies)
+            body, missing = await asyncio.to_thread(merged_body, self.table, wanted, bodies, self.levels)
         else:
-            body, missing = merged_body(self.table, wanted, bodies)
+            body, missing = merged_body(self.table, wanted, bodies, self.levels)
         for name in missing:
             self._warn(name, "it failed, answered too late, or sent no model list or one too large")
         if len(missing) == len(wanted):
@@ -216,10 +220,10 @@ class ModelsListing:
 
 
 def merged_body(
-    table: RouteTable, wanted: list[Listing], bodies: list[bytes | None]
+    table: RouteTable, wanted: list[Listing], bodies: list[bytes | None], levels: bool = False
 ) -> tuple[bytes, list[str]]:
     """The merged list as JSON and the listings missing from it (pure: runs in a worker thread for
-    big lists)."""
+    big lists); `levels`: each model followed by its suffixed forms (THINKPROXY_MODELS_WITH_LEVELS)."""
     answers: list[tuple[Listing, list[dict[str, Any]] | None]] = []
     for listing, body in zip(wanted, bodies, strict=True):
         items = None
@@ -230,7 +234,48 @@ def merged_body(
                 items = None
         answers.append((listing, items))
     payload, missing = merge_models(table, answers)
+    if levels:
+        payload["data"] = with_level_forms(payload["data"])
     return orjson.dumps(payload), missing
+
+
+async def listed_with_levels(
+    upstream: Upstream, request: UpstreamRequest, max_bytes: int
+) -> tuple[int, bytes]:
+    """`GET /v1/models` of a proxy without a routes file, with THINKPROXY_MODELS_WITH_LEVELS: the
+    upstream's answer read whole (at most `max_bytes`), its list followed by each model's suffixed
+    forms; an answer that is not a model list (an error, say) goes back as it came, with its status."""
+    try:
+        async with asyncio.timeout(LISTING_TIMEOUT_S):
+            response = await upstream.open(request)
+            try:
+                body = bytearray()
+                async for piece in response.reader(decoded=True):
+                    body += piece
+                    if len(body) > max_bytes:
+                        raise UpstreamUnreachable(
+                            f"The upstream's model list is larger than {max_bytes} bytes.",
+                            code="upstream_error",
+                        )
+                status = response.status
+            finally:
+                await response.aclose()
+    except _FAILURES as exc:
+        if isinstance(exc, ProxyError):
+            raise
+        raise UpstreamUnreachable(
+            "The upstream did not answer the model list.", code="upstream_unavailable"
+        ) from None
+    if not 200 <= status < 300:
+        return status, bytes(body)
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return status, bytes(body)
+    items = model_ids(payload)
+    if items is None:
+        return status, bytes(body)
+    return status, orjson.dumps({**payload, "data": with_level_forms(items)})
 
 
 def _key(sent: list[tuple[str, str]]) -> bytes:

@@ -66,7 +66,9 @@ def claude(node: str) -> Path:
     return CLAUDE
 
 
-def claude_print(claude: Path, proxy: Proxy, tmp_path: Path, prompt: str) -> subprocess.CompletedProcess[str]:
+def claude_print(
+    claude: Path, proxy: Proxy, tmp_path: Path, prompt: str, model: str = MODEL
+) -> subprocess.CompletedProcess[str]:
     """One headless `claude -p` run in its own HOME and work directory, bounded in time."""
     home, workdir = tmp_path / "home", tmp_path / "work"
     home.mkdir()
@@ -82,7 +84,7 @@ def claude_print(claude: Path, proxy: Proxy, tmp_path: Path, prompt: str) -> sub
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "ANTHROPIC_BASE_URL": proxy.url,
         "ANTHROPIC_API_KEY": "sk-test",
-        "ANTHROPIC_MODEL": MODEL,
+        "ANTHROPIC_MODEL": model,
         **QUIET,
     }
     if os.geteuid() == 0:
@@ -147,3 +149,23 @@ def test_claude_code_runs_a_bash_tool_turn_with_reasoning_replayed_through_the_s
     assert isinstance(tool_message["content"], str) and tool_message["content"], tool_message
     # The final answer (the simulated model quotes the tool's result) reached Claude Code.
     assert result["result"].startswith("The Bash tool returned:"), report
+
+
+def test_claude_code_with_a_suffixed_model_gets_its_level(
+    claude: Path, proxy_state_off: Proxy, upstream: Upstream, tmp_path: Path
+) -> None:
+    """`ANTHROPIC_MODEL="deepseek-v4-pro(standard)"`: Claude Code sends its own `thinking`
+    (adaptive) and `output_config.effort: high`, deep on DeepSeek; the suffix goes before them, so
+    both requests of the tool loop reach DeepSeek at standard, under the model's own name."""
+    done = claude_print(claude, proxy_state_off, tmp_path, COMMAND, model=f"{MODEL}(standard)")
+
+    report = f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}\n"
+    assert done.returncode == 0, report + upstream.describe()
+    assert result_of(done.stdout)["is_error"] is False, report
+    assert (tmp_path / "work" / "proof.txt").read_text().strip() == "claude-ran", report
+    chats = upstream.chat_requests()
+    assert len(chats) == 2, upstream.describe()
+    for chat in chats:
+        assert chat["model"] == MODEL, chat["model"]
+        assert chat["thinking"] == {"type": "enabled"} and "reasoning_effort" not in chat, chat
+    assert_reasoning_replayed(chats, upstream.describe)

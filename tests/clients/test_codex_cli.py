@@ -51,10 +51,16 @@ METADATA_WARNING = "Model metadata for"
 
 
 def codex_exec(
-    node: str, proxy: Proxy, home: Path, workdir: Path, prompt: str, websockets: bool = False
+    node: str,
+    proxy: Proxy,
+    home: Path,
+    workdir: Path,
+    prompt: str,
+    websockets: bool = False,
+    model: str = MODEL,
 ) -> subprocess.CompletedProcess[str]:
     """One non-interactive `codex exec` turn, JSONL events on stdout, bounded in time."""
-    config = CONFIG.format(model=MODEL, base=proxy.base, websockets=str(websockets).lower())
+    config = CONFIG.format(model=model, base=proxy.base, websockets=str(websockets).lower())
     (home / "config.toml").write_text(config)
     argv = [node, str(CODEX), "exec", "--json", "--ephemeral", "--skip-git-repo-check"]
     # No sandbox: the command is the test's own (above), run in the test's temporary directory.
@@ -115,6 +121,29 @@ def test_codex_exec_runs_a_shell_tool_turn_with_reasoning_replayed_through_the_s
         if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"
     ]
     assert said and "exec_command tool returned" in said[-1], report
+
+
+def test_codex_with_a_suffixed_model_gets_its_level(
+    node: str, proxy_state_off: Proxy, upstream: Upstream, tmp_path: Path
+) -> None:
+    """`model = "deepseek-v4-pro(deep)"` in config.toml: Codex sends no effort for a model it does
+    not know, so without the suffix no level applies; with it, every request of the tool loop
+    reaches DeepSeek at deep, under the model's own name (docs/responses.md)."""
+    home, workdir = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    workdir.mkdir()
+
+    done = codex_exec(node, proxy_state_off, home, workdir, COMMAND, model=f"{MODEL}(deep)")
+
+    report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}\nupstream:\n"
+    assert done.returncode == 0, report + upstream.describe()
+    assert (workdir / "proof.txt").read_text().strip() == "codex-ran", report
+    chats = upstream.chat_requests()
+    assert len(chats) >= 2, upstream.describe()  # the call, then its result
+    for chat in chats:
+        assert chat["model"] == MODEL, chat["model"]
+        assert chat["thinking"] == {"type": "enabled"} and chat["reasoning_effort"] == "max", chat
+    assert_reasoning_replayed(chats, upstream.describe)
 
 
 def test_codex_runs_a_shell_tool_turn_over_the_socket_without_falling_back_to_http(

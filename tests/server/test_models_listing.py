@@ -285,3 +285,56 @@ async def test_gateway_mode_sends_none_of_the_clients_headers_with_a_listing() -
     for n in range(2):
         sent = upstream.headers_of(n)
         assert set(sent) <= {"authorization", "accept", "accept-encoding"}, sent
+
+
+# -- THINKPROXY_MODELS_WITH_LEVELS: each model's `(level)` forms listed too ------------------------------
+
+
+async def test_with_levels_each_merged_model_is_followed_by_its_suffixed_forms() -> None:
+    upstream = Lists(a=listing_of("alpha-1", "alpha-2(deep)"), b=listing_of("x/y"))
+    merged = await make(upstream, levels=True).get([])
+    assert ids(merged.body) == [
+        "alpha-1",
+        "alpha-1(off)",
+        "alpha-1(standard)",
+        "alpha-1(deep)",
+        "alpha-1(auto)",
+        "alpha-2(deep)",  # (already suffixed: listed as it came)
+        "b/x/y",
+        "b/x/y(off)",
+        "b/x/y(standard)",
+        "b/x/y(deep)",
+        "b/x/y(auto)",
+    ]
+    assert ids((await make(upstream).get([])).body) == ["alpha-1", "alpha-2(deep)", "b/x/y"]
+
+
+async def test_without_routes_the_upstreams_list_gets_the_suffixed_forms() -> None:
+    request = UpstreamRequest("GET", "http://a.test/v1/models", [], b"")
+    status, body = await models_listing.listed_with_levels(Lists(a=listing_of("m")), request, 1 << 20)
+    assert status == 200 and ids(body) == ["m", "m(off)", "m(standard)", "m(deep)", "m(auto)"]
+    # An error goes back as it came, with its status.
+    status, body = await models_listing.listed_with_levels(Lists(a=401), request, 1 << 20)
+    assert (status, body) == (401, b'{"error":{}}')
+    with pytest.raises(UpstreamUnreachable, match="larger than 10 bytes"):
+        await models_listing.listed_with_levels(Lists(a=listing_of("m")), request, 10)
+
+
+def test_a_proxy_without_routes_lists_the_suffixed_forms() -> None:
+    import httpx
+
+    from proxy.demo import simulated_table
+    from proxy.mock import MockOptions, create_mock_app
+    from proxy.server.app import create_app
+    from proxy.server.serving import BackgroundServer
+
+    with BackgroundServer(create_mock_app(MockOptions(default_dialect="deepseek"))) as mock:
+        settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", models_with_levels=True)
+        with BackgroundServer(create_app(settings, table=simulated_table(mock.port))) as proxy:
+            r = httpx.get(f"{proxy.url}/v1/models", headers={"authorization": "Bearer sk-test"})
+            asked = httpx.get(f"{mock.url}/_mock/requests/last").json()
+    assert r.status_code == 200
+    listed = [m["id"] for m in r.json()["data"]]
+    assert {"deepseek-v4-pro", "deepseek-v4-pro(deep)", "deepseek-v4-pro(auto)"} <= set(listed)
+    # (BYOK: the client's key went with it; the simulated upstream logs it masked)
+    assert asked["path"] == "/deepseek/v1/models" and "authorization" in {k.lower() for k in asked["headers"]}

@@ -166,6 +166,11 @@ def finish_chat(
     if prepared is not None:
         prepared.annotate(trace)
     if trace is not None:
+        if record.level_rule is not None:  # (`auto` chose the level: which rule, proxy.core.plan.levels)
+            rule = record.level_rule
+            trace.add_note(
+                f"Thinking level auto: {rule}", f"自动思考级别：{rule}", code="auto_level", rule=rule
+            )
         if policy_note is not None:
             en, zh, rule = policy_note
             trace.add_note(en, zh, code="thinking_policy", rule=rule)

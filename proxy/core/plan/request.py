@@ -53,6 +53,7 @@ from proxy.core.controls import (
 )
 from proxy.core.gateway import GatewayAuth
 from proxy.core.headers import filter_headers
+from proxy.core.plan.levels import NO_ASK, Asked, LevelAsk
 
 # Request headers never forwarded: the control headers, what the HTTP client recomputes, and
 # Expect (the server already answered 100-continue; upstream it could hold the body back).
@@ -119,6 +120,9 @@ class Intent:
     # A numeric thinking budget the client asked (the Messages API's `budget_tokens`), sent in
     # place of the level's own where the dialect's level carries one (rewrite.with_budget).
     budget_tokens: int | None = None
+    # What the header, the model's suffix and the key's default say of the level, read before the
+    # body's own field decides between them (proxy.core.plan.levels.decide).
+    ask: LevelAsk = NO_ASK
 
 
 def read_controls(headers: HeaderView, defaults: Defaults) -> Controls:
@@ -142,14 +146,23 @@ def begin(
     headers = arrival.headers
     client = gateway.authorize(headers.items())
     controls = read_controls(headers, defaults)
+    ask = level_ask(controls, defaults)
     chosen = headers.get(UPSTREAM_HEADER)
     if chosen is not None:
         gateway.check_client_upstream()
         base_url = resolve(chosen)
-        return Intent(client, controls, Destination(base_url, client_chosen=True), vet=base_url)
+        return Intent(client, controls, Destination(base_url, client_chosen=True), vet=base_url, ask=ask)
     if not routed:
-        return Intent(client, controls, Destination(resolve(None)))
-    return Intent(client, controls, None)
+        return Intent(client, controls, Destination(resolve(None)), ask=ask)
+    return Intent(client, controls, None, ask=ask)
+
+
+def level_ask(controls: Controls, defaults: Defaults) -> LevelAsk:
+    """What the headers and the settings say of the level (the model's suffix and the key's
+    default are added once the body and the key are read: proxy.server.levels)."""
+    header = Asked(controls.level, controls.level_auto) if controls.level_header else None
+    default = Asked(defaults.level) if defaults.level is not None else None
+    return LevelAsk(header, None, default)
 
 
 @dataclass(slots=True)

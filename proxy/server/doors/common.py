@@ -35,12 +35,13 @@ from starlette.responses import Response
 
 from proxy.core.body_splice import splice
 from proxy.core.config.providers import Dialect
-from proxy.core.controls import LEVEL_HEADER, Level
+from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
 from proxy.core.headers import filter_headers
 from proxy.core.native_usage import UsageReader
 from proxy.core.plan import chat as plan_chat
 from proxy.core.plan import request as plan
+from proxy.core.policy.auto_rules import Features, client_kind, features_of
 from proxy.core.protocols.expansion import SPILL_CAP, Expansion
 from proxy.core.protocols.sealing import RestoreReport, SealContext
 from proxy.core.replay.keys import Tenants
@@ -48,6 +49,7 @@ from proxy.core.review.rules import refuse_unreviewed_route
 from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.trace import TraceBuilder
 from proxy.policy.service import ThinkingPolicy
+from proxy.server import levels
 from proxy.server.asgi import RelayResponse
 from proxy.server.doors.native_owners import NativeOwners
 from proxy.server.handlers import Proxy
@@ -349,10 +351,18 @@ async def forward_native(
     tenants = owners.tenants(request.headers.items()) if owners is not None and owners.active else None
     if owners is not None and tenants is not None:
         await owners.check_continuation(tenants, tgt.parsed)
-    level = intent.controls.level
-    header = LEVEL_HEADER in request.headers
-    record.response_headers.extend(route.rules(tgt.parsed, level, dialect, header))
-    changed, applied = route.level_body(tgt.parsed, level, dialect, header)
+    # (the client's own field, read as the door's level_body reads it when no level overrides it)
+    _, client_level = route.level_body(tgt.parsed, None, dialect, False)
+    kind = client_kind(request.headers.items())
+    parsed, model = tgt.parsed, record.model or ""
+
+    def features() -> Features:
+        return features_of(route.route, route.route, parsed, model, kind)
+
+    choice = levels.choose(intent.ask, client_level, features, record)
+    level = choice.level
+    record.response_headers.extend(route.rules(tgt.parsed, level, dialect, choice.forced))
+    changed, applied = route.level_body(tgt.parsed, level, dialect, choice.forced)
     if s.thinking is not None:  # the key's ceiling and budget judge the body that would go
         changed, applied = await route.judge(s.thinking, tgt.parsed, (changed, applied), dialect, record)
     stripped, left_out = route.strip(changed if changed is not None else tgt.parsed)

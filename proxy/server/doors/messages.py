@@ -26,7 +26,6 @@ from starlette.responses import Response
 from starlette.types import Message, Send
 
 from proxy.core import jsonio
-from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import FailedAnswer, ProxyError
 from proxy.core.events import AccessRecord
 from proxy.core.protocols.expansion import Expansion
@@ -129,9 +128,8 @@ class MessagesDoor(Door):
         tenants, ctx, expansion = self.sealing(request, tgt, dialect, str(chat.get("model") or ""))
         tenant = tenants.current  # (what this request writes is kept under the current hash)
         report = await self._restore(chat["messages"], bridged, expansion)
-        if LEVEL_HEADER not in request.headers and bridged.level is not None:
-            controls = replace(intent.controls, level=bridged.level)
-            intent = replace(intent, controls=controls, budget_tokens=bridged.budget_tokens)
+        if bridged.level is not None:  # (sent with the client's own level, if that is what applies)
+            intent = replace(intent, budget_tokens=bridged.budget_tokens)
         spill: list[tuple[str, bytes]] = []
         transcoder = MessagesTranscoder(
             anthropic_id("msg"),
@@ -150,7 +148,16 @@ class MessagesDoor(Door):
             arrival, tgt, chat, record, bridged.omitted_tools, query=b"", headers=chat_headers(tgt.headers)
         )
         response = await proxy.run_chat(
-            request, chat_arrival, intent, chat_tgt, chat, record, started, dialect=dialect, door=door
+            request,
+            chat_arrival,
+            intent,
+            chat_tgt,
+            chat,
+            record,
+            started,
+            dialect=dialect,
+            door=door,
+            client_level=bridged.level,
         )
         if record.stream and isinstance(response, RelayResponse):
             response.produce = with_pings(response.produce, s.settings.review_keepalive, record)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -33,7 +33,6 @@ from starlette.responses import Response
 
 from proxy.core import jsonio
 from proxy.core.config.providers import Dialect
-from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadRequest, NotFound, quoted
 from proxy.core.events import AccessRecord
 from proxy.core.plan import request as plan
@@ -242,8 +241,6 @@ class ResponsesDoor(Door):
                 chat["messages"], {**parsed, "stream": not compact and parsed.get("stream")}
             )
         report = await self._restore(chat["messages"], bridged, ctx, expansion)
-        if LEVEL_HEADER not in request.headers and bridged.level is not None:
-            intent = replace(intent, controls=replace(intent.controls, level=bridged.level))
         record.request_messages = chat.get("messages")
         response_id = new_id("resp")
         record.notes[CHAIN_NOTE] = (chain_links(parsed), response_id)
@@ -289,6 +286,7 @@ class ResponsesDoor(Door):
             dialect=dialect,
             door=door,
             client_names=client_names(bridged.tool_names),
+            client_level=bridged.level,
         )
 
     async def _prepared(self, door: BridgeOutput, record: AccessRecord, started: float) -> Response:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.config.policy_file import Budget, KeyRule, above, parse_policy
+from proxy.core.config.policy_file import Budget, DefaultLevel, KeyRule, above, parse_policy
 from proxy.core.controls import Level
 from proxy.core.errors import ConfigError
+from proxy.core.plan.levels import Asked
+from proxy.core.policy.auto_rules import Features
 
 NAMES = ["alice", "bob", "carol", "dave"]
 EXAMPLE = """\
@@ -110,3 +112,101 @@ def test_unknown_keys_list_the_named_client_keys() -> None:
 def test_levels_are_ordered() -> None:
     assert above(Level.DEEP, Level.STANDARD) and above(Level.STANDARD, Level.OFF)
     assert not above(Level.STANDARD, Level.STANDARD) and not above(Level.OFF, Level.DEEP)
+
+
+# -- default_level and the auto rules (issue 45) -----------------------------------------------------
+
+LEVELS = """\
+default: {max_level: deep, default_level: standard}
+keys:
+  alice: {default_level: auto}
+  bob:   {max_level: standard}
+auto:
+  - when: {contains: ["\\\\bprove\\\\b", "refactor"], door: messages}
+    level: deep
+  - when: {last_user_chars: {under: 200}, tools: false, model: "kimi-*", client: codex}
+    level: "off"
+  - level: standard
+"""
+
+
+def test_default_level_in_default_and_per_key() -> None:
+    policy = parse_policy(LEVELS, "policy.yaml", NAMES)
+    assert policy.rule_for("alice").default_level == DefaultLevel.AUTO
+    assert policy.rule_for("alice").max_level is Level.DEEP  # (the default's, inherited)
+    assert policy.rule_for("bob").default_level == DefaultLevel.STANDARD  # (inherited)
+    assert policy.rule_for(None).default_level == DefaultLevel.STANDARD  # (BYOK: the default's)
+    assert DefaultLevel.AUTO.asked() == Asked(None, auto=True)
+    assert DefaultLevel.DEEP.asked() == Asked(Level.DEEP)
+
+
+def test_the_auto_rules_are_compiled_in_order() -> None:
+    rules = parse_policy(LEVELS, "policy.yaml", NAMES).auto
+    assert [rule.level for rule in rules] == [Level.DEEP, Level.OFF, Level.STANDARD]
+    assert rules[0].text == r"auto[1]: contains \bprove\b|refactor, door messages -> deep"
+    assert rules[0].holds(Features("Prove it", door="messages"))
+    assert not rules[0].holds(Features("Prove it", door="chat"))
+    assert rules[1].text == (
+        "auto[2]: last_user_chars under 200, tools false, model kimi-*, client codex -> off"
+    )
+    assert rules[2].text == "auto[3]: otherwise -> standard"
+    assert parse_policy("default: {}", "policy.yaml", NAMES).auto == ()  # (the built-in ones apply)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "default: {default_level: high}",
+            "policy.yaml:1: default.default_level: 'high' is not a level: write off, standard, deep or auto",
+        ),
+        (
+            "auto:\n  - {level: auto}",
+            "policy.yaml:2: auto.0.level: 'auto' is not a level: write off, standard or deep",
+        ),
+        (
+            "auto:\n  - level: deep\n    when: {contains: ['(unclosed']}",
+            "policy.yaml:3: auto.0.when.contains: '(unclosed' is not a regular expression "
+            "(missing ), unterminated subpattern at position 0)",
+        ),
+        (
+            "auto:\n  - level: deep\n    when: {door: [chat, websocket]}",
+            "policy.yaml:3: auto.0.when.door.1: Input should be 'chat', 'responses' or 'messages'",
+        ),
+        (
+            "auto:\n  - level: deep\n    when: {last_user_chars: {over: -1}}",
+            "policy.yaml:3: auto.0.when.last_user_chars.over: Input should be greater than or equal to 0",
+        ),
+        (
+            "auto:\n  - level: deep\n    when: {last_words: 3}",
+            "policy.yaml:3: auto.0.when.last_words: unknown field",
+        ),
+        (
+            "auto:\n  - level: deep\n    when: {contains: ['" + "a" * 300 + "']}",
+            "policy.yaml:3: auto.0.when.contains.0: String should have at most 256 characters",
+        ),
+    ],
+)
+def test_a_bad_level_or_rule_is_one_line_naming_its_line(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_policy(text, "policy.yaml", NAMES)
+    assert str(caught.value).startswith(expected), str(caught.value)
+
+
+def test_the_rules_are_bounded_in_number() -> None:
+    text = "auto:\n" + "".join("  - {level: deep}\n" for _ in range(65))
+    with pytest.raises(ConfigError, match="auto: List should have at most 64 items"):
+        parse_policy(text, "policy.yaml", NAMES)
+
+
+def test_without_gateway_mode_only_the_default_and_the_auto_rules() -> None:
+    byok = "default: {max_level: deep, default_level: auto}\nauto:\n  - {level: standard}\n"
+    policy = parse_policy(byok, "policy.yaml", [], gateway=False)
+    assert policy.rule_for(None).default_level == DefaultLevel.AUTO and len(policy.auto) == 1
+    with pytest.raises(ConfigError) as caught:
+        parse_policy(EXAMPLE, "policy.yaml", [], gateway=False)
+    assert str(caught.value).startswith(
+        "policy.yaml:2: keys: THINKPROXY_POLICY_FILE needs gateway mode for per-key rules and budgets"
+    )
+    with pytest.raises(ConfigError, match=r"policy\.yaml:1: default: THINKPROXY_POLICY_FILE needs gateway"):
+        parse_policy("default: {reasoning_tokens: {limit: 5, per: day}}", "policy.yaml", [], gateway=False)
