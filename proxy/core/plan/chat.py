@@ -42,6 +42,8 @@ from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
 
 RESPONSES_PATH = "/v1/responses"
+# Why the level asked was not applied, when the entry says (providers.yaml `not_applicable`).
+LEVEL_REASON_HEADER = "x-thinking-level-reason"
 # On chat completions the proxy must read the body, so it asks for it uncompressed.
 DROP_REQUEST_CHAT = DROP_REQUEST | {"accept-encoding"}
 
@@ -98,6 +100,8 @@ def plan_chat(
     else:  # (the body as it came is serialized only here, when it goes unchanged: Target.body)
         content = jsonio.dumps(restored) if restored is not None else tgt.body
     response_headers = thinking_headers(applied, dialect.name, method)
+    if level is not None and applied is None and level in dialect.not_applicable:  # said, never silently
+        response_headers.append((LEVEL_REASON_HEADER, level_reason(dialect, level)))
     if budget_param is not None:
         response_headers.append((BUDGET_HEADER, f"{budget_param}={intent.budget_tokens}"))
     request = UpstreamRequest(
@@ -108,9 +112,18 @@ def plan_chat(
         client_chosen=tgt.destination.client_chosen,
     )
     reasoning = reasoning_options(
-        dialect.reasoning.tags, dialect.reasoning.implicit_open, defaults, intent, model=tgt.model
+        dialect.reasoning.tags,
+        dialect.reasoning.opens_implicitly(rewritten),
+        defaults,
+        intent,
+        model=tgt.model,
     )
     return ChatPlan(request, dialect, applied, method if applied else None, response_headers, reasoning, zh)
+
+
+def level_reason(dialect: Dialect, level: Level) -> str:
+    """What X-Thinking-Level-Reason says of a level the model cannot take."""
+    return f"{level.value} is not applicable to this model: {dialect.not_applicable[level]}"
 
 
 def thinking_headers(
