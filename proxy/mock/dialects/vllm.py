@@ -10,6 +10,12 @@ does (a wrong switch has no effect, exactly as upstream):
 - DeepSeek-R1 distills, QwQ, Qwen3 thinking-2507: always think, and their template opens `<think>` in
   the prompt. This server runs them without a reasoning parser, so their reasoning arrives in
   `content` with only the closing tag (the implicit-open shape).
+- MiniMax M3: `chat_template_kwargs.thinking_mode`: thinks only when it is "enabled", and then the
+  template prefills the opening `<mm:think>`, so (without a reasoning parser, as here) the reasoning
+  arrives in `content` followed by only `</mm:think>`, cut as a tokenizer cuts it (vLLM's
+  minimax_m3_reasoning_parser reads the same kwarg the same way).
+- Qwen3.6: as Qwen3, and its template renders the reasoning of turns before the last user message
+  only with `chat_template_kwargs.preserve_thinking: true` (default false: dropped).
 
 The other families' reasoning arrives in `delta.reasoning` / `message.reasoning`, as vLLM sends it
 when started with `--reasoning-parser` (the field was renamed from `reasoning_content` in 2026).
@@ -57,6 +63,8 @@ def family(model: object) -> str:
         return "implicit"
     if "gpt-oss" in name:
         return "gpt-oss"
+    if "minimax-m3" in name:
+        return "minimax-m3"
     if "deepseek-v3.1" in name or "deepseek-v3.2" in name:
         return "deepseek-v3"
     if "qwen3" in name or "glm-4.5" in name or "glm-4.6" in name or "glm-4.7" in name:
@@ -65,10 +73,16 @@ def family(model: object) -> str:
 
 
 def history_reasoning(body: Mapping[str, Any]) -> list[str]:
-    """The reasoning of earlier assistant turns as vLLM reads it: `reasoning` only."""
+    """The reasoning of earlier assistant turns as vLLM reads it (`reasoning` only) and the chat
+    template renders it (Qwen3.6: before the last user message only with preserve_thinking)."""
     messages = body.get("messages")
+    items = messages if isinstance(messages, list) else []
+    first = 0
+    if "qwen3.6" in str(body.get("model")).lower() and _kwargs(body).get("preserve_thinking") is not True:
+        users = [i for i, m in enumerate(items) if isinstance(m, dict) and m.get("role") == "user"]
+        first = users[-1] if users else 0
     found = []
-    for message in messages if isinstance(messages, list) else ():
+    for message in items[first:]:
         if isinstance(message, dict) and message.get("role") == "assistant":
             reasoning = message.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
@@ -93,11 +107,14 @@ class VLLM(Dialect):
         "openai/gpt-oss-20b",
         "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
         "Qwen/QwQ-32B",
+        "Qwen/Qwen3.6-35B-A3B",
+        "MiniMaxAI/MiniMax-M3",
     )
     owned_by = "vllm"
     responses_api = ResponsesTraits(reasoning_text=True)  # vLLM serves /v1/responses too
     sample_400 = "This model's maximum context length is 40960 tokens."
     close_tag = ("\n</", "think>\n\n")  # cut inside the tag, as a tokenizer does
+    m3_close_tag = ("</mm", ":think>\n")
 
     def depth(self, body: Mapping[str, Any]) -> Depth:
         kind = family(body.get("model"))
@@ -108,6 +125,8 @@ class VLLM(Dialect):
             return Depth.STANDARD if kwargs.get("thinking") is True else Depth.NONE
         if kind == "gpt-oss":
             return Depth.DEEP if lower(body.get("reasoning_effort")) == "high" else Depth.STANDARD
+        if kind == "minimax-m3":
+            return Depth.STANDARD if kwargs.get("thinking_mode") == "enabled" else Depth.NONE
         return Depth.STANDARD  # always-thinking families, and templates without a switch
 
     def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
@@ -140,17 +159,28 @@ class VLLM(Dialect):
     def _implicit(self, turn: Turn) -> bool:
         return family(turn.model) == "implicit"
 
+    def _inline_close(self, turn: Turn) -> tuple[str, ...] | None:
+        """The closing tag of a family whose reasoning arrives inline after a prefilled opening."""
+        if self._implicit(turn):
+            return self.close_tag
+        if family(turn.model) == "minimax-m3":
+            return self.m3_close_tag
+        return None
+
     def reasoning_delta(self, turn: Turn, text: str, last: bool) -> JSON | None:
-        return None if self._implicit(turn) else {"reasoning": text}
+        return None if self._inline_close(turn) is not None else {"reasoning": text}
 
     def content_pieces(self, script: Script, turn: Turn) -> list[str]:
-        if self._implicit(turn):
-            return inline_think_pieces(script, turn, (), self.close_tag)
+        close = self._inline_close(turn)
+        if close is not None:
+            return inline_think_pieces(script if turn.thinking else _unthought(script), turn, (), close)
         return super().content_pieces(script, turn)
 
     def message(self, script: Script, turn: Turn) -> JSON:
-        if self._implicit(turn):
-            message: JSON = {"role": "assistant", "content": inline_think_text(script, (), self.close_tag)}
+        close = self._inline_close(turn)
+        if close is not None:
+            said = script if turn.thinking else _unthought(script)
+            message: JSON = {"role": "assistant", "content": inline_think_text(said, (), close)}
         else:
             message = {"role": "assistant", "content": script.content or None}
             if turn.thinking and script.reasoning:
@@ -158,3 +188,8 @@ class VLLM(Dialect):
         if script.tool_calls:
             message["tool_calls"] = tool_call_items(script.tool_calls)
         return message
+
+
+def _unthought(script: Script) -> Script:
+    """The script of a model that did not think this time: its answer only."""
+    return replace(script, reasoning="")
