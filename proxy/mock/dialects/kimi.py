@@ -24,13 +24,14 @@ class Kimi(Dialect):
 
     name = "kimi"
     default_model = "kimi-k2.5"
-    models = ("kimi-k2.5", "kimi-k2-thinking")
+    models = ("kimi-k2.5", "kimi-k2.6", "kimi-k2-thinking", "kimi-k3")
     owned_by = "moonshot"
     sample_400 = _missing_replay_message(4)
     logprobs = False
 
     def depth(self, body: Mapping[str, Any]) -> Depth:
-        always = "thinking" in str(body.get("model", "")).lower()
+        model = str(body.get("model", "")).lower()
+        always = "thinking" in model or model.startswith("kimi-k3")  # K3 always reasons (docs)
         if thinking_type(body) == "disabled" and not always:
             return Depth.NONE
         effort = effort_depth(body.get("reasoning_effort"))
