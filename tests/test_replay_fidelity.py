@@ -212,6 +212,37 @@ def test_vllm_tool_loop_gets_its_remembered_reasoning_as_reasoning(stack: Stack)
     assert sent["reasoning"] == said and "reasoning_content" not in sent
 
 
+def test_sglang_gets_a_clients_reasoning_in_the_field_it_reads(stack: Stack) -> None:
+    # The same model family as on vLLM, the other field: SGLang reads reasoning_content only.
+    reasoning = "The user wants Paris weather; the tool takes a city. " * 6
+    history = [ASK, {"role": "assistant", "content": "Il fait beau.", "reasoning": reasoning}, ASK]
+    body = {"model": "Qwen/Qwen3-8B", "messages": history}
+    r = stack.post("sglang", body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-provider"] == "sglang"
+    assert stack.sent()["messages"][1] == {
+        "role": "assistant",
+        "content": "Il fait beau.",
+        "reasoning_content": reasoning,
+    }
+    moved = r.json()["usage"]["prompt_tokens"]
+    assert stack.direct("sglang", body).json()["usage"]["prompt_tokens"] < moved  # `reasoning`: lost
+    # its answers come back in reasoning_content, normalized like every other upstream's
+    assert r.json()["choices"][0]["message"]["reasoning_content"]
+
+
+def test_sglang_tool_loop_gets_its_remembered_reasoning_as_reasoning_content(stack: Stack) -> None:
+    body = {"model": "Qwen/Qwen3-8B", "messages": [ASK], "tools": TOOLS}
+    first = stack.post("sglang", body, key="sk-sglang").json()
+    said = first["choices"][0]["message"]["reasoning_content"]
+    turn, call_id = tool_turn(first)
+    r = stack.post("sglang", {**body, "messages": [ASK, turn, result(call_id)]}, key="sk-sglang")
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-replay"] == "restored=1, placeholder=0, missing=0"
+    sent = stack.sent()["messages"][1]
+    assert sent["reasoning_content"] == said and "reasoning" not in sent
+
+
 # -- 2. every turn, where the model keeps its thinking --------------------------------------------
 
 

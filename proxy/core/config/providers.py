@@ -284,6 +284,23 @@ def _compile(parsed: ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
     def fail(entry: str, where: str, message: str) -> ConfigError:
         return ConfigError(f"{source}: entry {entry!r}, field {where!r}: {message}")
 
+    def replay_of(
+        name: str, entry: EntrySpec, override: ModelOverrideSpec | None, where: str
+    ) -> ReplayPolicy:
+        """The entry's replay policy with the keys an override writes put over it (an override on
+        a model family keeps the field its entry's server reads: vLLM's and SGLang's differ)."""
+        if override is None or override.replay is None:
+            return entry.replay
+        written = override.replay.model_dump(include=override.replay.model_fields_set)
+        inherited = entry.replay.model_dump()
+        if written.get("mode") == "strip":
+            inherited.pop("params")  # nothing is replayed: nothing to ask the upstream to keep
+        try:
+            return ReplayPolicy.model_validate({**inherited, **written})
+        except ValidationError as exc:
+            message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise fail(name, f"{where}replay", message) from None
+
     def build(name: str, entry: EntrySpec, override: ModelOverrideSpec | None, where: str) -> Dialect:
         levels = (override.levels if override and override.levels is not None else entry.levels).as_mapping()
         reasoning = override.reasoning if override and override.reasoning is not None else entry.reasoning
@@ -323,7 +340,7 @@ def _compile(parsed: ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
             not_applicable=reasons_mapping(reasons),
             conflicts=override.conflicts if override and override.conflicts is not None else entry.conflicts,
             reasoning=reasoning,
-            replay=override.replay if override and override.replay is not None else entry.replay,
+            replay=replay_of(name, entry, override, where),
             instructions=instructions,
             instruction_texts=texts,
             model_override=override.match if override else None,

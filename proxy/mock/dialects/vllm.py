@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -72,9 +72,10 @@ def family(model: object) -> str:
     return "other"
 
 
-def history_reasoning(body: Mapping[str, Any]) -> list[str]:
-    """The reasoning of earlier assistant turns as vLLM reads it (`reasoning` only) and the chat
-    template renders it (Qwen3.6: before the last user message only with preserve_thinking)."""
+def history_reasoning(body: Mapping[str, Any], field: str = "reasoning") -> list[str]:
+    """The reasoning of earlier assistant turns as the server reads it (vLLM: `reasoning` only;
+    SGLang: `reasoning_content` only) and the chat template renders it (Qwen3.6: before the last
+    user message only with preserve_thinking)."""
     messages = body.get("messages")
     items = messages if isinstance(messages, list) else []
     first = 0
@@ -84,7 +85,7 @@ def history_reasoning(body: Mapping[str, Any]) -> list[str]:
     found = []
     for message in items[first:]:
         if isinstance(message, dict) and message.get("role") == "assistant":
-            reasoning = message.get("reasoning")
+            reasoning = message.get(field)
             if isinstance(reasoning, str) and reasoning:
                 found.append(reasoning)
     return found
@@ -111,7 +112,7 @@ class VLLM(Dialect):
         "MiniMaxAI/MiniMax-M3",
     )
     owned_by = "vllm"
-    responses_api = ResponsesTraits(reasoning_text=True)  # vLLM serves /v1/responses too
+    responses_api: ClassVar[ResponsesTraits | None] = ResponsesTraits(reasoning_text=True)  # vLLM serves it too
     sample_400 = "This model's maximum context length is 40960 tokens."
     close_tag = ("\n</", "think>\n\n")  # cut inside the tag, as a tokenizer does
     m3_close_tag = ("</mm", ":think>\n")
@@ -150,10 +151,11 @@ class VLLM(Dialect):
     def completion(self, script: Script, turn: Turn, counts: Counts) -> JSON:
         return super().completion(script, turn, self._rendered(turn, counts))
 
-    @staticmethod
-    def _rendered(turn: Turn, counts: Counts) -> Counts:
+    reasoning_field = "reasoning"  # the one its input reads and its output writes
+
+    def _rendered(self, turn: Turn, counts: Counts) -> Counts:
         """The prompt count with the history's reasoning the template rendered (see the docstring)."""
-        extra = sum(tokens(text) for text in history_reasoning(turn.body))
+        extra = sum(tokens(text) for text in history_reasoning(turn.body, self.reasoning_field))
         return replace(counts, prompt=counts.prompt + extra) if extra else counts
 
     def _implicit(self, turn: Turn) -> bool:
@@ -168,7 +170,7 @@ class VLLM(Dialect):
         return None
 
     def reasoning_delta(self, turn: Turn, text: str, last: bool) -> JSON | None:
-        return None if self._inline_close(turn) is not None else {"reasoning": text}
+        return None if self._inline_close(turn) is not None else {self.reasoning_field: text}
 
     def content_pieces(self, script: Script, turn: Turn) -> list[str]:
         close = self._inline_close(turn)
@@ -184,10 +186,24 @@ class VLLM(Dialect):
         else:
             message = {"role": "assistant", "content": script.content or None}
             if turn.thinking and script.reasoning:
-                message["reasoning"] = script.reasoning
+                message[self.reasoning_field] = script.reasoning
         if script.tool_calls:
             message["tool_calls"] = tool_call_items(script.tool_calls)
         return message
+
+
+class SGLang(VLLM):
+    """SGLang's OpenAI-compatible server: vLLM's families and switches (the same chat templates),
+    with the other reasoning field both ways: it answers `reasoning_content`
+    (docs.sglang.io/docs/advanced_features/separate_reasoning), and its assistant message model
+    declares `reasoning_content` and no `reasoning` (sgl-project/sglang
+    python/sglang/srt/entrypoints/openai/protocol.py, ChatCompletionMessageGenericParam), ignoring
+    what it does not declare: a `reasoning` sent back is lost, and the prompt count shows it."""
+
+    name = "sglang"
+    owned_by = "sglang"
+    reasoning_field = "reasoning_content"
+    responses_api = None  # (its /v1/responses is not simulated)
 
 
 def _unthought(script: Script) -> Script:

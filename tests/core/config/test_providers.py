@@ -29,6 +29,7 @@ REQUIRED_ENTRIES = [
     "mistral",
     "ollama",
     "self-hosted",
+    "sglang",
     "fallback",
 ]
 
@@ -187,7 +188,10 @@ def test_catch_all_reads_reasoning_from_think_tags_and_sends_reasoning_effort_on
         ("http://nas.lan/v1", "self-hosted"),
         ("http://llm.home.arpa/v1", "self-hosted"),
         ("https://llm.example.com:8000/v1", "self-hosted"),  # a server's usual port
-        ("https://llm.example.com:30000/v1", "self-hosted"),
+        ("https://llm.example.com:30000/v1", "sglang"),
+        ("http://10.0.0.5:30000/v1", "sglang"),  # SGLang's port beats the private range
+        ("http://localhost:30000/v1", "sglang"),
+        ("http://sglang.models.svc.cluster.local:30000/v1", "sglang"),
         ("https://llm.example.com:1234/v1", "self-hosted"),
         ("https://llm.example.com:8443/v1", "fallback"),
         ("https://api.deepseek.com:8000/v1", "deepseek"),  # a named host beats any-host-on-a-port

@@ -29,6 +29,7 @@ BASE_URLS = {
     "mistral": "https://api.mistral.ai/v1",
     "ollama": "http://localhost:11434/v1",
     "self-hosted": "http://gpu-box.internal:8000/v1",
+    "sglang": "http://gpu-box.internal:30000/v1",
     "fallback": "https://llm-gateway.example/v1",
 }
 
@@ -67,6 +68,11 @@ EXPECTED_PARAMS: dict[str, tuple[dict[str, Any] | None, ...]] = {
     "mistral": (NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),
     "ollama": ({"reasoning_effort": "none"}, {}, {"reasoning_effort": "high"}),
     "self-hosted": (
+        {"chat_template_kwargs": {"enable_thinking": False}},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+    ),
+    "sglang": (
         {"chat_template_kwargs": {"enable_thinking": False}},
         {"chat_template_kwargs": {"enable_thinking": True}},
         {"chat_template_kwargs": {"enable_thinking": True}},
@@ -521,6 +527,13 @@ EVERY_TURN = [
         {"chat_template_kwargs": {"enable_thinking": True}},
         {"chat_template_kwargs": {"enable_thinking": True, "preserve_thinking": True}},
         "reasoning",
+    ),
+    (  # the same family on SGLang: the field SGLang reads
+        "sglang",
+        "Qwen/Qwen3.6-35B-A3B",
+        {"chat_template_kwargs": {"enable_thinking": True}},
+        {"chat_template_kwargs": {"enable_thinking": True, "preserve_thinking": True}},
+        "reasoning_content",
     ),
 ]
 
