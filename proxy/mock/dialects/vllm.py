@@ -112,7 +112,8 @@ class VLLM(Dialect):
         "MiniMaxAI/MiniMax-M3",
     )
     owned_by = "vllm"
-    responses_api: ClassVar[ResponsesTraits | None] = ResponsesTraits(reasoning_text=True)  # vLLM serves it too
+    # vLLM serves /v1/responses too
+    responses_api: ClassVar[ResponsesTraits | None] = ResponsesTraits(reasoning_text=True)
     sample_400 = "This model's maximum context length is 40960 tokens."
     close_tag = ("\n</", "think>\n\n")  # cut inside the tag, as a tokenizer does
     m3_close_tag = ("</mm", ":think>\n")
