@@ -2,8 +2,8 @@
 
 Pure: `explain` and `render_levels_table` / `render_entries_table` / `update_generated_section` take
 values and return text. Only `main` (run as `python -m proxy.explain`) reads and writes files: it
-regenerates the tables in docs/providers.md from providers.yaml; and `auto_rules_in` reads a policy
-file's auto rules for `thinkproxy explain --policy`.
+regenerates the tables in docs/providers.md and the README's level × provider table from
+providers.yaml; and `auto_rules_in` reads a policy file's auto rules for `thinkproxy explain --policy`.
 """
 
 from __future__ import annotations
@@ -175,10 +175,9 @@ def _level_line(requested: Level | None, applied: Level | None, method: str | No
     if requested is None:
         return "none requested -> body forwarded unchanged (the original bytes)"
     if applied is None:
-        return (
-            f"{requested.value} -> applied: none ({dialect.name} has no rule for {requested.value!r}; "
-            "no thinking knob is sent)"
-        )
+        reason = dialect.not_applicable.get(requested)
+        why = f"not applicable: {reason}" if reason else f"{dialect.name} has no rule for {requested.value!r}"
+        return f"{requested.value} -> applied: none ({why}; no thinking knob is sent)"
     rule = dialect.levels[applied]
     how = f"prompt {rule.prompt!r}" if method == "prompt" else _params_text(rule)
     return f"{requested.value} -> applied: {applied.value} (method: {method}; {how})"
@@ -188,16 +187,39 @@ def _reasoning_line(dialect: Dialect) -> str:
     tags = ", ".join(f"<{t}>" for t in dialect.reasoning.tags)
     inline = f"; inline {tags}" if tags else ""
     implicit = " (template opens the first tag)" if dialect.reasoning.implicit_open else ""
-    return f"reasoning_content / reasoning fields{inline}{implicit}"
+    when = dialect.reasoning.implicit_open_when
+    if when:
+        implicit = " (template opens the first tag when " + _conditions(when) + ")"
+    always = (
+        "; the model always reasons (an answer without reasoning is counted)"
+        if dialect.reasoning.always
+        else ""
+    )
+    return f"reasoning_content / reasoning fields{inline}{implicit}{always}"
+
+
+def _conditions(when: dict[str, Any]) -> str:
+    return ", ".join(f"{path} = {orjson.dumps(value).decode()}" for path, value in when.items())
 
 
 def _replay_line(dialect: Dialect) -> str:
     mode, field = dialect.replay.mode, dialect.replay.field
     if mode == "strip":
-        return "strip (reasoning removed from assistant messages in the history)"
+        skip = (
+            "; a missing thought signature gets skip_thought_signature_validator"
+            if dialect.replay.missing_signature == "skip_validator"
+            else ""
+        )
+        return f"strip (reasoning removed from assistant messages in the history{skip})"
     where = "assistant messages with tool_calls" if mode == "tool_calls" else "assistant messages"
     miss = "; not remembered: empty placeholder" if dialect.replay.missing == "placeholder" else ""
-    return f"{mode} (reasoning kept on {where}, as {field}; stripped elsewhere{miss})"
+    keep = _keep_text(dialect)
+    asks = f"; with a level other than off and earlier turns: {keep}" if keep else ""
+    return f"{mode} (reasoning kept on {where}, as {field}; stripped elsewhere{miss}{asks})"
+
+
+def _keep_text(dialect: Dialect) -> str:
+    return orjson.dumps(dialect.replay.params).decode() if dialect.replay.params else ""
 
 
 def _params_text(rule: LevelRule) -> str:
@@ -214,14 +236,18 @@ BEGIN_MARK = "<!-- BEGIN GENERATED: python -m proxy.explain -->"
 END_MARK = "<!-- END GENERATED -->"
 
 
-def _cell(rule: LevelRule | None) -> str:
+def _cell(rule: LevelRule | None, reason: str | None = None) -> str:
     if rule is None:
-        return "— (not supported)"
+        return f"— (not applicable: {_escaped(reason)})" if reason else "— (not supported)"
     if rule.prompt is not None:
         return f"prompt `{rule.prompt}`"
     if not rule.params:
         return "`{}` (default)"
-    return "`" + orjson.dumps(rule.params).decode().replace("|", "\\|") + "`"
+    return "`" + _escaped(orjson.dumps(rule.params).decode()) + "`"
+
+
+def _escaped(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def _rows(summary: EntrySummary) -> list[tuple[str, str, Dialect]]:
@@ -237,7 +263,7 @@ def render_levels_table(table: ProvidersTable) -> str:
     out = ["| entry | model | off | standard | deep |", "|---|---|---|---|---|"]
     for summary in table.summaries():
         for name, models, dialect in _rows(summary):
-            cells = [_cell(dialect.levels.get(level)) for level in Level]
+            cells = [_cell(dialect.levels.get(level), dialect.not_applicable.get(level)) for level in Level]
             out.append(f"| {f'**{name}**' if name else ''} | {models} | {' | '.join(cells)} |")
     return "\n".join(out)
 
@@ -260,11 +286,19 @@ def render_entries_table(table: ProvidersTable) -> str:
             tags = ", ".join(f"`<{t}>`" for t in dialect.reasoning.tags) or "—"
             if dialect.reasoning.implicit_open:
                 tags += " (implicit open)"
+            elif dialect.reasoning.implicit_open_when:
+                tags += f" (implicit open when {_escaped(_conditions(dialect.reasoning.implicit_open_when))})"
+            if dialect.reasoning.always:
+                tags += "; always reasons"
             replay = f"{dialect.replay.mode}" + (
                 f" → `{dialect.replay.field}`" if dialect.replay.mode != "strip" else ""
             )
             if dialect.replay.missing == "placeholder":
                 replay += ", placeholder on a miss"
+            if dialect.replay.params:
+                replay += f", asks `{_escaped(_keep_text(dialect))}`"
+            if dialect.replay.missing_signature == "skip_validator":
+                replay += ", `skip_thought_signature_validator` where a signature is missing"
             entry = f"**{name}**" if name else ""
             out.append(f"| {entry} | {matches} | {tags} | {replay} | {docs} | {verified} |")
     return "\n".join(out)
@@ -287,18 +321,55 @@ def update_generated_section(doc: str, table: ProvidersTable) -> str:
     return doc[:start] + "\n" + render_generated(table) + doc[end:]
 
 
+# The README's smaller table: one row per entry (the model overrides are docs/providers.md's).
+README_BEGIN_MARK = "<!-- BEGIN GENERATED: python -m proxy.explain (levels by entry) -->"
+
+
+def render_summary_table(table: ProvidersTable) -> str:
+    """Markdown: every entry × level -> what is sent for a model no override names, and how many
+    model overrides the entry has."""
+    out = ["| entry | off | standard | deep | model overrides |", "|---|---|---|---|---|"]
+    for summary in table.summaries():
+        dialect = summary.dialect
+        cells = [_cell(dialect.levels.get(level), dialect.not_applicable.get(level)) for level in Level]
+        overrides = str(len(summary.overrides)) if summary.overrides else "—"
+        out.append(f"| **{summary.name}** | {' | '.join(cells)} | {overrides} |")
+    return "\n".join(out)
+
+
+def update_readme_section(doc: str, table: ProvidersTable) -> str:
+    """`doc` (the README) with its levels-by-entry table replaced by the current one."""
+    start = doc.index(README_BEGIN_MARK) + len(README_BEGIN_MARK)
+    end = doc.index(END_MARK, start)
+    return doc[:start] + "\n" + render_summary_table(table) + "\n" + doc[end:]
+
+
+def update_generated(doc: str, table: ProvidersTable) -> str:
+    """Every generated section `doc` has (docs/providers.md's tables, the README's table)."""
+    if README_BEGIN_MARK not in doc and BEGIN_MARK not in doc:
+        raise ValueError("no generated section: add the BEGIN/END GENERATED marks")
+    if README_BEGIN_MARK in doc:
+        doc = update_readme_section(doc, table)
+    if BEGIN_MARK in doc:
+        doc = update_generated_section(doc, table)
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Regenerate the tables in docs/providers.md (or the file given) from providers.yaml."""
+    """Regenerate the tables in docs/providers.md and the README (or the files given) from
+    providers.yaml."""
     args = sys.argv[1:] if argv is None else argv
-    doc_path = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "docs" / "providers.md"
+    root = Path(__file__).resolve().parent.parent
+    paths = [Path(a) for a in args] if args else [root / "docs" / "providers.md", root / "README.md"]
     table = ProvidersTable.load(default_providers_path())
-    doc = doc_path.read_text(encoding="utf-8")
-    updated = update_generated_section(doc, table)
-    if updated != doc:
-        doc_path.write_text(updated, encoding="utf-8")
-        print(f"updated {doc_path}")
-    else:
-        print(f"{doc_path} is up to date")
+    for doc_path in paths:
+        doc = doc_path.read_text(encoding="utf-8")
+        updated = update_generated(doc, table)
+        if updated != doc:
+            doc_path.write_text(updated, encoding="utf-8")
+            print(f"updated {doc_path}")
+        else:
+            print(f"{doc_path} is up to date")
     return 0
 
 

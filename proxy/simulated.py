@@ -39,6 +39,8 @@ SIMULATED_ROUTES = {
     "mistral": "mistral",
     "prompted": "openai",
     "openai": "openai",
+    # (/vllm is on loopback: the self-hosted entry already; SGLang's field is its own entry's)
+    "sglang": "sglang",
 }
 
 

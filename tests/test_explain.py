@@ -75,6 +75,20 @@ def test_a_level_the_provider_lacks_is_reported_as_none() -> None:
     assert "off -> applied: none (minimax has no rule for 'off'" in text
 
 
+def test_a_level_the_model_cannot_take_is_explained_with_its_reason() -> None:
+    text = explain(TABLE, "https://api.moonshot.ai/v1", "off", model="kimi-k3")
+    assert "off -> applied: none (not applicable: kimi-k3 always reasons" in text
+    assert "the model always reasons (an answer without reasoning is counted)" in text
+    keep = explain(TABLE, "https://api.moonshot.ai/v1", "standard", model="kimi-k2.6")
+    assert 'with a level other than off and earlier turns: {"thinking":{"keep":"all"}}' in keep
+    gemini = explain(
+        TABLE, "https://generativelanguage.googleapis.com/v1beta/openai", "deep", model="gemini-3-pro"
+    )
+    assert "a missing thought signature gets skip_thought_signature_validator" in gemini
+    m3 = explain(TABLE, "http://127.0.0.1:8000/v1", "standard", model="MiniMaxAI/MiniMax-M3")
+    assert 'template opens the first tag when chat_template_kwargs.thinking_mode = "enabled"' in m3
+
+
 def test_unrecognized_upstreams_explain_the_fallback() -> None:
     text = explain(TABLE, "https://my-gateway.example/v1", "STANDARD")
     assert "Entry:      fallback (matched by '*')" in text

@@ -8,13 +8,17 @@ from proxy.core.config.providers import ProvidersTable
 from proxy.explain import (
     BEGIN_MARK,
     END_MARK,
+    README_BEGIN_MARK,
     main,
     render_entries_table,
     render_levels_table,
+    render_summary_table,
+    update_generated,
     update_generated_section,
 )
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "providers.md"
+README = Path(__file__).resolve().parent.parent / "README.md"
 TABLE = ProvidersTable.load()
 
 
@@ -23,6 +27,31 @@ def test_docs_table_is_in_step_with_providers_yaml() -> None:
     assert update_generated_section(doc, TABLE) == doc, (
         "docs/providers.md is out of step with providers.yaml: run `python -m proxy.explain`"
     )
+
+
+def test_readme_table_is_in_step_with_providers_yaml() -> None:
+    doc = README.read_text(encoding="utf-8")
+    assert README_BEGIN_MARK in doc
+    assert update_generated(doc, TABLE) == doc, (
+        "README.md's level table is out of step with providers.yaml: run `python -m proxy.explain`"
+    )
+
+
+def test_the_readme_table_has_one_row_per_entry_and_every_level() -> None:
+    header, _, *rows = render_summary_table(TABLE).splitlines()
+    assert header == "| entry | off | standard | deep | model overrides |"
+    assert [row.split(" | ")[0] for row in rows] == [f"| **{name}**" for name in TABLE.entry_names]
+    assert '| **self-hosted** | `{"chat_template_kwargs":{"enable_thinking":false}}` |' in "\n".join(rows)
+
+
+def test_a_level_that_cannot_be_had_shows_its_reason() -> None:
+    table = render_levels_table(TABLE)
+    assert "| `kimi-k3*` | — (not applicable: kimi-k3 always reasons" in table
+    assert "| `gemini-3*` | — (not applicable: Gemini 3 cannot turn thinking off" in table
+    entries = render_entries_table(TABLE)
+    assert 'asks `{"thinking":{"keep":"all"}}`' in entries
+    assert "`skip_thought_signature_validator` where a signature is missing" in entries
+    assert '`<mm:think>` (implicit open when chat_template_kwargs.thinking_mode = "enabled")' in entries
 
 
 def test_every_entry_and_level_appears_in_the_levels_table() -> None:
@@ -71,6 +100,14 @@ def test_only_the_generated_section_is_replaced() -> None:
 def test_a_doc_without_marks_is_an_error() -> None:
     with pytest.raises(ValueError):
         update_generated_section("# no marks here\n", TABLE)
+
+
+def test_regeneration_rewrites_a_stale_readme(tmp_path: Path) -> None:
+    stale = tmp_path / "README.md"
+    stale.write_text(f"# x\n{README_BEGIN_MARK}\n| old |\n{END_MARK}\nrest\n", encoding="utf-8")
+    assert main([str(stale)]) == 0
+    text = stale.read_text(encoding="utf-8")
+    assert "| old |" not in text and render_summary_table(TABLE) in text and text.endswith("rest\n")
 
 
 def test_regeneration_rewrites_a_stale_file(tmp_path: Path) -> None:

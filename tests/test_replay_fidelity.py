@@ -212,6 +212,37 @@ def test_vllm_tool_loop_gets_its_remembered_reasoning_as_reasoning(stack: Stack)
     assert sent["reasoning"] == said and "reasoning_content" not in sent
 
 
+def test_sglang_gets_a_clients_reasoning_in_the_field_it_reads(stack: Stack) -> None:
+    # The same model family as on vLLM, the other field: SGLang reads reasoning_content only.
+    reasoning = "The user wants Paris weather; the tool takes a city. " * 6
+    history = [ASK, {"role": "assistant", "content": "Il fait beau.", "reasoning": reasoning}, ASK]
+    body = {"model": "Qwen/Qwen3-8B", "messages": history}
+    r = stack.post("sglang", body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-provider"] == "sglang"
+    assert stack.sent()["messages"][1] == {
+        "role": "assistant",
+        "content": "Il fait beau.",
+        "reasoning_content": reasoning,
+    }
+    moved = r.json()["usage"]["prompt_tokens"]
+    assert stack.direct("sglang", body).json()["usage"]["prompt_tokens"] < moved  # `reasoning`: lost
+    # its answers come back in reasoning_content, normalized like every other upstream's
+    assert r.json()["choices"][0]["message"]["reasoning_content"]
+
+
+def test_sglang_tool_loop_gets_its_remembered_reasoning_as_reasoning_content(stack: Stack) -> None:
+    body = {"model": "Qwen/Qwen3-8B", "messages": [ASK], "tools": TOOLS}
+    first = stack.post("sglang", body, key="sk-sglang").json()
+    said = first["choices"][0]["message"]["reasoning_content"]
+    turn, call_id = tool_turn(first)
+    r = stack.post("sglang", {**body, "messages": [ASK, turn, result(call_id)]}, key="sk-sglang")
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-replay"] == "restored=1, placeholder=0, missing=0"
+    sent = stack.sent()["messages"][1]
+    assert sent["reasoning_content"] == said and "reasoning" not in sent
+
+
 # -- 2. every turn, where the model keeps its thinking --------------------------------------------
 
 
@@ -229,8 +260,8 @@ def test_kimi_k2_7_code_gets_every_earlier_turns_reasoning_back(stack: Stack) ->
     assert r.status_code == 200, r.text
     assert r.headers["x-thinking-replay"] == "restored=1, placeholder=0, missing=0"
     assert stack.sent()["messages"][1] == {**answer, "reasoning_content": first["reasoning_content"]}
-    # kimi-k2.6 (no Preserved Thinking unless asked): a plain turn is not looked up.
-    r = stack.post("kimi", {"model": "kimi-k2.6", "messages": history}, key="sk-kimi")
+    # kimi-k2.5 (no Preserved Thinking): a plain turn is not looked up.
+    r = stack.post("kimi", {"model": "kimi-k2.5", "messages": history}, key="sk-kimi")
     assert "x-thinking-replay" not in r.headers and stack.sent()["messages"][1] == answer
 
 
@@ -275,6 +306,90 @@ def test_gemini_signatures_are_replayed_the_same_way_after_the_next_user_message
     r = stack.post("gemini", {**body, "messages": later}, key=key)
     assert r.status_code == 200, r.text
     assert each_message(stack.raw.last())[:3] == each_message(sent_second)
+
+
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+
+
+@pytest.mark.parametrize("level", [None, "standard", "deep"])
+@pytest.mark.parametrize("model", ["gemini-3-flash-preview", "gemini-3-pro-preview"])
+def test_a_history_another_provider_produced_reaches_gemini_3_with_the_documented_placeholder(
+    stack: Stack, level: str | None, model: str
+) -> None:
+    # A tool loop DeepSeek answered, continued on Gemini 3: its call has no signature Gemini made.
+    key = f"sk-switch-{model}-{level}"
+    first = stack.post("deepseek", {"model": "deepseek-v4-pro", "tools": TOOLS, "messages": [ASK]}, key=key)
+    turn, call_id = tool_turn(first.json())
+    loop = [ASK, turn, result(call_id)]
+    body = {"model": model, "tools": TOOLS, "messages": loop}
+    refused = stack.direct("gemini", body)  # as it came: Gemini's own 400
+    assert refused.status_code == 400 and "missing a thought_signature" in refused.text
+    headers = {"X-Thinking-Level": level} if level else {}
+    r = stack.post("gemini", body, key=key, **headers)
+    assert r.status_code == 200, r.text
+    [call] = orjson.loads(each_message(stack.raw.last())[1])["tool_calls"]
+    assert call["extra_content"] == {"google": {"thought_signature": SKIP_SIGNATURE}}
+
+
+def test_gemini_s_own_signature_wins_over_the_placeholder(stack: Stack) -> None:
+    key, model = "sk-gemini-own", "gemini-3-flash-preview"
+    first = stack.post("gemini", {"model": model, "tools": TOOLS, "messages": [ASK]}, key=key).json()
+    own = first["choices"][0]["message"]["tool_calls"][0]["extra_content"]
+    turn, call_id = tool_turn(first)  # dropped by the client; the store has it
+    r = stack.post(
+        "gemini", {"model": model, "tools": TOOLS, "messages": [ASK, turn, result(call_id)]}, key=key
+    )
+    assert r.status_code == 200, r.text
+    [call] = orjson.loads(each_message(stack.raw.last())[1])["tool_calls"]
+    assert call["extra_content"] == own and own["google"]["thought_signature"] != SKIP_SIGNATURE
+
+
+@pytest.mark.parametrize(
+    ("model", "refused", "message"),
+    [
+        (
+            "gemini-3-flash-preview",
+            "minimal",
+            "Invalid reasoning_effort: minimal. Valid values are: high, low, medium, none",
+        ),
+        ("gemini-3-pro-preview", "medium", "Thinking level MEDIUM is not supported for this model."),
+    ],
+)
+def test_gemini_3_levels_send_what_each_model_accepts(
+    stack: Stack, model: str, refused: str, message: str
+) -> None:
+    # The client's own effort, one this model refuses: Gemini's 400, passed back as it came...
+    body = {"model": model, "messages": [ASK], "reasoning_effort": refused}
+    direct = stack.direct("gemini", body)
+    assert direct.status_code == 400 and message in direct.text
+    untouched = stack.post("gemini", body)
+    assert (untouched.status_code, untouched.content) == (400, direct.content)
+    # ...and every level the entry offers sends a value (or none) the model takes.
+    for level, sent_effort in (("standard", None), ("deep", "high")):
+        r = stack.post("gemini", body, **{"X-Thinking-Level": level})
+        assert r.status_code == 200, (level, r.text)
+        assert stack.sent().get("reasoning_effort") == sent_effort
+    off = stack.post("gemini", body, **{"X-Thinking-Level": "off"})
+    assert off.headers["x-thinking-level-applied"] == "none"
+    assert "cannot turn thinking off" in off.headers["x-thinking-level-reason"]
+
+
+def test_kimi_k2_6_asks_to_keep_the_reasoning_it_is_given_back(stack: Stack) -> None:
+    key, model = "sk-kimi-keep", "kimi-k2.6"
+    first = stack.post(
+        "kimi", {"model": model, "messages": [ASK]}, key=key, **{"X-Thinking-Level": "standard"}
+    )
+    said = first.json()["choices"][0]["message"]
+    history = [
+        ASK,
+        {"role": "assistant", "content": said["content"]},
+        {"role": "user", "content": "Et demain ?"},
+    ]
+    r = stack.post("kimi", {"model": model, "messages": history}, key=key, **{"X-Thinking-Level": "standard"})
+    assert r.status_code == 200, r.text
+    body = stack.sent()
+    assert body["thinking"] == {"type": "enabled", "keep": "all"}
+    assert body["messages"][1]["reasoning_content"] == said["reasoning_content"]  # the plain turn too
 
 
 def test_every_turn_history_is_the_same_bytes_when_restored_twice(stack: Stack) -> None:

@@ -67,6 +67,18 @@ FAMILIES: dict[str, dict[str, tuple[str, dict[str, Any], bool]]] = {
         "standard": ("standard", NOTHING, True),
         "deep": ("deep", NOTHING, True),
     },
+    "Qwen/Qwen3.6-35B-A3B": {
+        "off": ("off", OFF_ET, False),
+        "standard": ("standard", ON_ET, True),
+        "deep": ("deep", ON_ET, True),
+    },
+    # thinking mode on: the template prefills <mm:think>, so only </mm:think> comes (cut in two);
+    # no documented way off: off sends nothing, and the template's default does not think
+    "MiniMaxAI/MiniMax-M3": {
+        "off": ("none", NOTHING, False),
+        "standard": ("standard", {"chat_template_kwargs": {"thinking_mode": "enabled"}}, True),
+        "deep": ("deep", {"chat_template_kwargs": {"thinking_mode": "enabled"}}, True),
+    },
 }
 KNOBS = ("chat_template_kwargs", "reasoning_effort", "enable_thinking", "thinking")
 
@@ -119,6 +131,48 @@ def test_every_self_hosted_family_at_every_level(
     assert bool(reasoning) is thinks
     assert content.strip() and "think>" not in content and "think>" not in reasoning
     assert "tomato" in content.lower() or "tomato" in reasoning.lower()
+
+
+def test_a_minimax_m3_client_s_own_thinking_mode_is_split_too(
+    stack: tuple[BackgroundServer, BackgroundServer],
+) -> None:
+    # No level: the body is the client's; the template still prefills the marker it asked for.
+    _, proxy = stack
+    body = {
+        "model": "MiniMaxAI/MiniMax-M3",
+        "messages": ASK,
+        "chat_template_kwargs": {"thinking_mode": "enabled"},
+    }
+    for stream in (True, False):
+        r = httpx.post(f"{proxy.url}/v1/chat/completions", json={**body, "stream": stream}, timeout=20)
+        assert r.status_code == 200 and r.headers["x-thinking-level-applied"] == "none"
+        reasoning, content = answer_texts(r, stream)
+        assert reasoning.strip() and content.strip() and "think>" not in content + reasoning
+
+
+HISTORY = [
+    {"role": "user", "content": "Is a tomato a fruit?"},
+    {"role": "assistant", "content": "Yes.", "reasoning_content": "botanically it is the ovary of a flower"},
+    {"role": "user", "content": "And a cucumber?"},
+]
+
+
+def test_qwen3_6_keeps_earlier_turns_reasoning_when_the_proxy_replays_it(
+    stack: tuple[BackgroundServer, BackgroundServer],
+) -> None:
+    mock, proxy = stack
+    body = {"model": "Qwen/Qwen3.6-35B-A3B", "messages": HISTORY}
+    r = httpx.post(
+        f"{proxy.url}/v1/chat/completions", json=body, headers={"X-Thinking-Level": "standard"}, timeout=20
+    )
+    assert r.status_code == 200, r.text
+    sent = httpx.get(f"{mock.url}/_mock/requests/last").json()["body"]
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True, "preserve_thinking": True}
+    assert sent["messages"][1]["reasoning"] == HISTORY[1]["reasoning_content"]
+    # the template rendered the earlier turn's reasoning: the prompt holds it
+    dropped = {**sent, "chat_template_kwargs": {"enable_thinking": True}}
+    direct = httpx.post(f"{mock.url}/vllm/v1/chat/completions", json=dropped, timeout=20).json()
+    assert r.json()["usage"]["prompt_tokens"] > direct["usage"]["prompt_tokens"]
 
 
 def test_an_unknown_family_gets_the_common_enable_thinking_switch() -> None:
@@ -207,3 +261,34 @@ async def test_implicit_open_streams_give_the_same_answer_at_every_split(model: 
     )
     assert message["choices"][0]["message"]["reasoning_content"] == reasoning
     assert message["choices"][0]["message"]["content"] == content
+
+
+async def test_minimax_m3_streams_give_the_same_answer_at_every_split() -> None:
+    # Thinking mode enabled: the template prefilled <mm:think>, so the stream shows only the
+    # closing marker, cut in two as the tokenizer cuts it; the entry reads the opening as implicit
+    # for exactly such a request.
+    model = "MiniMaxAI/MiniMax-M3"
+    app = create_mock_app(MockOptions(chunk_chars=12))
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Tomato?"}],
+        "chat_template_kwargs": {"thinking_mode": "enabled"},
+    }
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mock") as client:
+        raw = (await client.post("/vllm/v1/chat/completions", json={**body, "stream": True})).content
+        whole_answer = (await client.post("/vllm/v1/chat/completions", json=body)).content
+    assert b"<mm:think>" not in raw and b"</mm" in raw and b"</mm:think>" not in raw
+    reasoning_format = SHIPPED.match("http://127.0.0.1:8000/v1", model).reasoning
+    assert reasoning_format.opens_implicitly(body)
+    assert not reasoning_format.opens_implicitly({**body, "chat_template_kwargs": {}})
+    options = ReasoningOptions(tags=reasoning_format.tags, implicit_open=True)
+    whole = run(options, [raw])
+    reasoning, content = texts(whole)
+    assert reasoning.strip() and content.strip()
+    assert "think>" not in reasoning + content and "</" not in reasoning + content
+    for i in range(1, len(raw)):
+        assert run(options, [raw[:i], raw[i:]]) == whole, i
+    message = orjson.loads(
+        process_completion(whole_answer, reasoning=options, trace=None, request_body=body, now_ms=0.0)
+    )["choices"][0]["message"]
+    assert (message["reasoning_content"], message["content"]) == (reasoning, content)

@@ -43,6 +43,9 @@ class ReasoningField(StrEnum):
 
 
 LEVEL_HEADER = "x-thinking-level"
+# Why the level asked was not applied: the model cannot take it (providers.yaml `not_applicable`,
+# a Messages model that always thinks). One name for every door.
+LEVEL_REASON_HEADER = "x-thinking-level-reason"
 TRACE_HEADER = "x-trace"
 TRACE_FORMAT_HEADER = "x-trace-format"
 REASONING_HEADER = "x-reasoning"

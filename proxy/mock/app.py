@@ -298,6 +298,8 @@ class _MockUpstream:
             return Response(rejection.body, rejection.status, headers, media_type="application/json")
 
         script, _ = cut(answer(body, depth), output_limit(body))
+        if plan.has(Fault.REASONING_IN_CONTENT) and script.reasoning:
+            script = replace(script, reasoning="", content=f"{script.reasoning}\n\n{script.content}")
         streaming = body.get("stream") is True
         stream_options = body.get("stream_options")
         created = int(time.time())

@@ -6,6 +6,9 @@ ASGI messages, so every fault is testable here without a socket.
 
 `X-Mock-Fault` takes one value or a comma-separated list; the status faults (400, 429, 500) and
 `non-sse` replace the answer, the others combine (e.g. `gzip,slow-first,stall`).
+`reasoning-in-content` is a model's fault rather than the wire's: the chain of thought written into
+the answer's text with no reasoning field at all (Kimi K3 at times, MoonshotAI/Kimi-K3#45), in
+whatever shape the dialect gives a plain answer.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Fault(StrEnum):
     GZIP = "gzip"
     HUGE_LINE = "huge-line"
     SLOW_FIRST = "slow-first"
+    REASONING_IN_CONTENT = "reasoning-in-content"
 
 
 class BadMockHeader(ValueError):

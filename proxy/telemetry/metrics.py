@@ -18,6 +18,7 @@ Names and labels are part of the interface (docs/observability.md):
 | `thinkproxy_reasoning_tokens_total` | client, gen_ai_provider_name, gen_ai_request_model, level, |
 |   | source (reported, estimated) |
 | `thinkproxy_reasoning_starved_total` | client, gen_ai_provider_name, gen_ai_request_model |
+| `thinkproxy_reasoning_in_content_total` | client, gen_ai_provider_name, gen_ai_request_model |
 | `thinkproxy_cached_input_tokens_total` | gen_ai_provider_name, gen_ai_request_model |
 | `thinkproxy_active_streams` | — |
 | `thinkproxy_upstream_errors_total` | provider, kind |
@@ -210,6 +211,12 @@ class Metrics:
             "reasoning, with no text and no tool call (trace warning reasoning_starved).",
             ["client", "gen_ai_provider_name", "gen_ai_request_model"],
         )
+        self.reasoning_in_content_of = make.counter(
+            "thinkproxy_reasoning_in_content",
+            "Answers of a model that always reasons that came with text and no reasoning: the "
+            "reasoning is likely in the text, forwarded as it came (trace warning reasoning_in_content).",
+            ["client", "gen_ai_provider_name", "gen_ai_request_model"],
+        )
         # Labelled like gen_ai_client_token_usage, so the cache-hit share of input tokens is one
         # division of two series with the same labels.
         self.cached_input_tokens_of = make.counter(
@@ -297,6 +304,8 @@ class Metrics:
             self.reasoning_tokens_of(client, provider, model, level, reasoning.source).inc(reasoning.value)
         if answer.starved:
             self.reasoning_starved_of(client, provider, model).inc()
+        if answer.reasoning_in_content:
+            self.reasoning_in_content_of(client, provider, model).inc()
         if record.stream and answer.ttft_ms is not None:
             self.ttft_of(provider, level, transport).observe(answer.ttft_ms / 1000.0)
         if answer.reasoning_ms is not None:

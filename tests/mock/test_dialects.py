@@ -489,3 +489,56 @@ async def test_an_output_limit_past_the_reasoning_cuts_the_answer(client: httpx.
     assert whole["message"]["content"].startswith(cut["message"]["content"]) and cut["message"]["content"]
     roomy = (await complete(client, "deepseek", max_tokens=4096))["choices"][0]
     assert roomy == whole | {"message": roomy["message"]} and roomy["message"] == whole["message"]
+
+
+# --- Gemini 3's reasoning_effort values, per model (the live API's refusals) --------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "refusal"),
+    [
+        (
+            "gemini-3-flash-preview",
+            "minimal",
+            "Invalid reasoning_effort: minimal. Valid values are: high, low, medium, none",
+        ),
+        ("gemini-3-pro-preview", "medium", "Thinking level MEDIUM is not supported for this model."),
+        ("gemini-3-flash-preview", "none", None),
+        ("gemini-3-pro-preview", "high", None),
+        ("gemini-2.5-flash", "minimal", None),
+    ],
+)
+async def test_gemini_3_models_refuse_the_efforts_they_lack(
+    client: httpx.AsyncClient, model: str, effort: str, refusal: str | None
+) -> None:
+    body = {"model": model, "messages": [{"role": "user", "content": QUESTION}], "reasoning_effort": effort}
+    response = await client.post("/gemini/v1/chat/completions", json=body)
+    if refusal is None:
+        assert response.status_code == 200, response.text
+    else:
+        assert response.status_code == 400
+        [error] = response.json()  # the endpoint's list-wrapped error
+        assert (
+            error["error"]["message"].startswith(refusal) and error["error"]["status"] == "INVALID_ARGUMENT"
+        )
+
+
+# --- SGLang: vLLM's families, the other reasoning field ------------------------------------------
+
+
+async def test_sglang_writes_reasoning_content_and_reads_only_it(client: httpx.AsyncClient) -> None:
+    chunks = await stream(client, "sglang", model="Qwen/Qwen3-8B")
+    assert field_text(chunks, "reasoning_content") and not field_text(chunks, "reasoning")
+    said = "The user wants the capital; it is Paris. " * 5
+    counts = []
+    for field in ("reasoning_content", "reasoning"):
+        history = [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": "Paris.", field: said},
+            {"role": "user", "content": QUESTION},
+        ]
+        answer = await client.post(
+            "/sglang/v1/chat/completions", json={"model": "Qwen/Qwen3-8B", "messages": history}
+        )
+        counts.append(answer.json()["usage"]["prompt_tokens"])
+    assert counts[0] > counts[1]  # `reasoning` is not a field SGLang reads

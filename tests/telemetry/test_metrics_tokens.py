@@ -20,12 +20,13 @@ def finished(
     *,
     client: str | None = None,
     starved: bool = False,
+    in_content: bool = False,
 ) -> AccessRecord:
     record = AccessRecord(
         method="POST", path="/v1/chat/completions", route="chat", provider="deepseek", model="deepseek-flash",
         status=200, upstream_status=200, level="deep", client=client,
     )  # fmt: skip
-    record.outcome = TraceOutcome(upstream_usage, None, None, starved)
+    record.outcome = TraceOutcome(upstream_usage, None, None, starved, in_content)
     record.usage = usage
     return record
 
@@ -87,6 +88,17 @@ def test_answers_the_reasoning_starved_are_counted() -> None:
     got = series(metrics)
     assert got[("thinkproxy_reasoning_starved_total", tuple(sorted((*GENAI, ("client", "alice")))))] == 1
     assert sum(v for (name, _), v in got.items() if name == "thinkproxy_reasoning_starved_total") == 1
+
+
+def test_answers_whose_reasoning_came_as_the_text_are_counted() -> None:
+    # Kimi K3 (MoonshotAI/Kimi-K3#45): a model that always reasons answered with none; the trace
+    # warned of it (reasoning_in_content) and operators see how often it happens.
+    metrics = Metrics(max_models=10)
+    metrics.count(finished(TokenUsage(10, 64, None, None), client="alice", in_content=True), 5.0)
+    metrics.count(finished(TokenUsage(10, 64, None, ReasoningTokens(9, REPORTED)), client="alice"), 5.0)
+    got = series(metrics)
+    assert got[("thinkproxy_reasoning_in_content_total", tuple(sorted((*GENAI, ("client", "alice")))))] == 1
+    assert sum(v for (name, _), v in got.items() if name == "thinkproxy_reasoning_in_content_total") == 1
 
 
 def test_a_record_without_the_reading_falls_back_to_the_outcomes_usage() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from types import MappingProxyType
@@ -30,12 +30,15 @@ from proxy.core.config.providers_schema import (
     ModelOverrideSpec,
     ProvidersFile,
     ReasoningFormat,
+    reasons_mapping,
 )
 from proxy.core.config.url_patterns import UrlPattern, UrlTarget
 from proxy.core.config.yamlfile import decode_config, load_config
 from proxy.core.controls import Level
 from proxy.core.errors import ConfigError
 from proxy.core.replay.policy import ReplayPolicy as ReplayPolicy  # re-exported: part of an entry
+
+_NO_REASONS: Mapping[Level, str] = MappingProxyType({})
 
 # --------------------------------------------------------------------------------------------------
 # The resolved dialect a request is rewritten with
@@ -65,6 +68,8 @@ class Dialect:
     messages: MessagesRule = MESSAGES_BRIDGE  # how POST /v1/messages reaches this upstream
     chat_tools_with_reasoning: Literal["responses", "chat"] = "chat"  # (see EntrySpec)
     reasoning_visible: Literal["responses", "chat"] = "chat"  # (see EntrySpec)
+    # Levels this model cannot take, with the reason the client is told (none for the others).
+    not_applicable: Mapping[Level, str] = field(default_factory=lambda: _NO_REASONS)
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,23 @@ def _compile(parsed: ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
     def fail(entry: str, where: str, message: str) -> ConfigError:
         return ConfigError(f"{source}: entry {entry!r}, field {where!r}: {message}")
 
+    def replay_of(
+        name: str, entry: EntrySpec, override: ModelOverrideSpec | None, where: str
+    ) -> ReplayPolicy:
+        """The entry's replay policy with the keys an override writes put over it (an override on
+        a model family keeps the field its entry's server reads: vLLM's and SGLang's differ)."""
+        if override is None or override.replay is None:
+            return entry.replay
+        written = override.replay.model_dump(include=override.replay.model_fields_set)
+        inherited = entry.replay.model_dump()
+        if written.get("mode") == "strip":
+            inherited.pop("params")  # nothing is replayed: nothing to ask the upstream to keep
+        try:
+            return ReplayPolicy.model_validate({**inherited, **written})
+        except ValidationError as exc:
+            message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise fail(name, f"{where}replay", message) from None
+
     def build(name: str, entry: EntrySpec, override: ModelOverrideSpec | None, where: str) -> Dialect:
         levels = (override.levels if override and override.levels is not None else entry.levels).as_mapping()
         reasoning = override.reasoning if override and override.reasoning is not None else entry.reasoning
@@ -298,13 +320,27 @@ def _compile(parsed: ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
                     f"instruction {rule.prompt!r} asks for none of this entry's reasoning.tags "
                     f"{list(reasoning.tags)}: the tag parser could not split its reasoning from the answer",
                 )
+        if override is not None and override.not_applicable is not None:
+            reasons = override.not_applicable
+        elif override is not None and override.levels is not None:
+            reasons = None  # the override's own levels replace the entry's, and with them its reasons
+        else:
+            reasons = entry.not_applicable
+        for level_name in reasons or {}:
+            if Level(level_name) in levels:
+                raise fail(
+                    name,
+                    f"{where}not_applicable.{level_name}",
+                    "the level has a rule here: keep one of the two",
+                )
         return Dialect(
             name=name,
             docs=entry.docs,
             levels=levels,
+            not_applicable=reasons_mapping(reasons),
             conflicts=override.conflicts if override and override.conflicts is not None else entry.conflicts,
             reasoning=reasoning,
-            replay=override.replay if override and override.replay is not None else entry.replay,
+            replay=replay_of(name, entry, override, where),
             instructions=instructions,
             instruction_texts=texts,
             model_override=override.match if override else None,

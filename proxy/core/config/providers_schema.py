@@ -37,11 +37,32 @@ class ReasoningFormat(_Strict):
     """Where an upstream puts reasoning besides the reasoning_content / reasoning fields.
 
     `tags` are inline tag names (`think` means `<think>…</think>` in content); `implicit_open` means the
-    chat template opens the first tag itself, so the output may start inside it and only close it.
+    chat template opens the first tag itself, so the output may start inside it and only close it;
+    `implicit_open_when` says the same only of requests whose body holds each of its dotted paths
+    with that value (a template that prefills the opening marker only in thinking mode: MiniMax
+    M3's `chat_template_kwargs.thinking_mode: enabled`). `always`: the model always reasons, so an
+    answer with text and no reasoning at all means the reasoning went into the text (Kimi K3):
+    it is counted (a trace warning and a metric), never guessed apart.
     """
 
     tags: tuple[str, ...] = ()
     implicit_open: bool = False
+    implicit_open_when: dict[str, str | bool | int] = Field(default_factory=dict)
+    always: bool = False
+
+    @field_validator("implicit_open_when")
+    @classmethod
+    def _check_when(cls, when: dict[str, str | bool | int]) -> dict[str, str | bool | int]:
+        _check_paths(tuple(when))
+        return when
+
+    def opens_implicitly(self, body: Mapping[str, Any] | None) -> bool:
+        """Whether an answer to `body` (the request as sent upstream) may start inside a tag."""
+        if self.implicit_open:
+            return True
+        if not self.implicit_open_when or body is None:
+            return False
+        return all(_at_path(body, path) == value for path, value in self.implicit_open_when.items())
 
     @field_validator("tags")
     @classmethod
@@ -68,6 +89,22 @@ class LevelRule(_Strict):
         return self
 
 
+_LEVEL_NAMES = {level.value for level in Level}
+
+
+def _check_not_applicable(reasons: dict[str, str] | None, levels: _Levels | None) -> None:
+    """A level named under `not_applicable` has a reason and no rule."""
+    for name, reason in (reasons or {}).items():
+        if name not in _LEVEL_NAMES:
+            raise ValueError(f"not_applicable: unknown level {name!r} (levels are off, standard, deep)")
+        if not reason.strip():
+            raise ValueError(f"not_applicable.{name}: give the reason (it is shown to the client)")
+        if not reason.isascii() or not reason.isprintable():
+            raise ValueError(f"not_applicable.{name}: one line of ASCII text (it travels in a header)")
+        if levels is not None and getattr(levels, name) is not None:
+            raise ValueError(f"level {name!r} has a rule and is also not_applicable: keep one")
+
+
 class _Levels(_Strict):
     off: LevelRule | None = None
     standard: LevelRule | None = None
@@ -76,6 +113,20 @@ class _Levels(_Strict):
     def as_mapping(self) -> Mapping[Level, LevelRule]:
         rules = {Level.OFF: self.off, Level.STANDARD: self.standard, Level.DEEP: self.deep}
         return MappingProxyType({level: rule for level, rule in rules.items() if rule is not None})
+
+
+def reasons_mapping(reasons: dict[str, str] | None) -> Mapping[Level, str]:
+    """`not_applicable` as {Level: reason}."""
+    return MappingProxyType({Level(name): reason.strip() for name, reason in (reasons or {}).items()})
+
+
+def _at_path(body: Mapping[str, Any], path: str) -> Any:
+    node: Any = body
+    for key in path.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
 
 
 def _check_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
@@ -88,6 +139,8 @@ def _check_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
 class ModelOverrideSpec(_Strict):
     match: tuple[str, ...] = Field(min_length=1)
     levels: _Levels | None = None
+    # Levels the model cannot take, with the reason the client is told (X-Thinking-Level-Reason).
+    not_applicable: dict[str, str] | None = None
     conflicts: tuple[str, ...] | None = None
     reasoning: ReasoningFormat | None = None
     replay: ReplayPolicy | None = None
@@ -109,6 +162,11 @@ class ModelOverrideSpec(_Strict):
     def _check_conflicts(cls, paths: tuple[str, ...] | None) -> tuple[str, ...] | None:
         return None if paths is None else _check_paths(paths)
 
+    @model_validator(mode="after")
+    def _check_reasons(self) -> ModelOverrideSpec:
+        _check_not_applicable(self.not_applicable, self.levels)
+        return self
+
 
 class EntrySpec(_Strict):
     docs: str
@@ -117,6 +175,7 @@ class EntrySpec(_Strict):
     verified: date | None = None
     match: tuple[str, ...] = Field(min_length=1)
     levels: _Levels
+    not_applicable: dict[str, str] | None = None  # (see ModelOverrideSpec)
     conflicts: tuple[str, ...]
     reasoning: ReasoningFormat
     replay: ReplayPolicy
@@ -148,6 +207,11 @@ class EntrySpec(_Strict):
     @classmethod
     def _check_conflicts(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
         return _check_paths(paths)
+
+    @model_validator(mode="after")
+    def _check_reasons(self) -> EntrySpec:
+        _check_not_applicable(self.not_applicable, self.levels)
+        return self
 
 
 class _Instruction(_Strict):

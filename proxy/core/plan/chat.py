@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from proxy.core import jsonio
 from proxy.core.config.providers import Dialect, ProvidersTable, ReplayPolicy
-from proxy.core.controls import Level, ReasoningVisibility, TraceFormat, prefers_chinese
+from proxy.core.controls import LEVEL_REASON_HEADER, Level, ReasoningVisibility, TraceFormat, prefers_chinese
 from proxy.core.headers import filter_headers
 from proxy.core.plan.request import (
     DROP_REQUEST,
@@ -101,6 +101,8 @@ def plan_chat(
     else:  # (the body as it came is serialized only here, when it goes unchanged: Target.body)
         content = jsonio.dumps(restored) if restored is not None else tgt.body
     response_headers = thinking_headers(applied, dialect.name, method)
+    if level is not None and applied is None and level in dialect.not_applicable:  # said, never silently
+        response_headers.append((LEVEL_REASON_HEADER, level_reason(dialect, level)))
     if budget_param is not None:
         response_headers.append((BUDGET_HEADER, f"{budget_param}={intent.budget_tokens}"))
     request = UpstreamRequest(
@@ -111,12 +113,21 @@ def plan_chat(
         client_chosen=tgt.destination.client_chosen,
     )
     reasoning = reasoning_options(
-        dialect.reasoning.tags, dialect.reasoning.implicit_open, defaults, intent, model=tgt.model
+        dialect.reasoning.tags,
+        dialect.reasoning.opens_implicitly(rewritten),
+        defaults,
+        intent,
+        model=tgt.model,
     )
     changes = body_changes(body, rewritten) if rewritten is not body else None
     return ChatPlan(
         request, dialect, applied, method if applied else None, response_headers, reasoning, zh, changes
     )
+
+
+def level_reason(dialect: Dialect, level: Level) -> str:
+    """What X-Thinking-Level-Reason says of a level the model cannot take."""
+    return f"{level.value} is not applicable to this model: {dialect.not_applicable[level]}"
 
 
 def thinking_headers(

@@ -177,6 +177,12 @@ def finish_chat(
         if effort is not None:
             note = over_responses_note(dropped, plan_chat.over_responses_why(dialect, body))
             trace.add_note(*note, code="upstream_responses_api", fields=list(dropped))
+        level = controls.level
+        if level is not None and chat_plan.applied is None and level in dialect.not_applicable:
+            reason = plan_chat.level_reason(dialect, level)
+            trace.add_note(reason, reason, code="level_not_applicable", level=level.value)
+        if dialect.reasoning.always:
+            trace.expect_reasoning()  # an answer without any is counted (trace_outcome)
     bridged = door is not None
     gate = None
     review = setup.review

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from proxy.core.config.providers import Dialect
 from proxy.core.controls import Level
+from proxy.core.replay.signatures import with_skipped_signatures
 
 # Fields in which reasoning travels on assistant messages, across dialects.
 _REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_details")
@@ -51,7 +52,7 @@ def rewrite_body(
       en) inserted as a new system message at position 0.
     """
     if level is None:
-        return RewriteResult(fit_history(body, dialect), None, None)
+        return RewriteResult(_signatures_fitted(fit_history(body, dialect), dialect), None, None)
     rule = dialect.levels.get(level)
     messages = body.get("messages")
     history: list[Any] | None = messages if isinstance(messages, list) else None
@@ -59,7 +60,7 @@ def rewrite_body(
         out = dict(body)
         if history is not None:
             out["messages"] = _clean_history(history, dialect, prompted=False)
-        return RewriteResult(out, None, None)
+        return RewriteResult(_signatures_fitted(out, dialect), None, None)
 
     out = body
     for path in dialect.conflicts:
@@ -75,7 +76,25 @@ def rewrite_body(
     out = _merged(out, rule.params or {})
     if history is not None:
         out["messages"] = _clean_history(history, dialect, prompted=False)
-    return RewriteResult(out, level, "params")
+        if dialect.replay.params and level is not Level.OFF and _has_assistant_turn(history):
+            out = _merged(out, dialect.replay.params)  # keep the reasoning replayed below
+    return RewriteResult(_signatures_fitted(out, dialect), level, "params")
+
+
+def _has_assistant_turn(messages: list[Any]) -> bool:
+    return any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+
+
+def _signatures_fitted(body: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
+    """`body` with Gemini's placeholder signature where its validator wants one and none came
+    (replay `missing_signature: skip_validator`); the same object when nothing changed."""
+    if dialect.replay.missing_signature != "skip_validator":
+        return body
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    fitted = with_skipped_signatures(messages)
+    return body if fitted is messages else {**body, "messages": fitted}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -14,6 +14,18 @@ Pure (a pydantic model, validated when the providers file loads). Two questions,
   It is a fact about the upstream, so it holds whatever the level: reasoning a client sends in
   another field is moved into this one, or removed under `none`.
 
+Two more keys, for providers that keep replayed reasoning only when asked or refuse a history
+without their signatures:
+
+- `params` — knobs merged into the body when a level is applied (not `off`) and the history holds
+  an earlier assistant turn: the request that asks for the reasoning to be kept (Qwen3.6's
+  `chat_template_kwargs.preserve_thinking: true`, GLM's `thinking.clear_thinking: false`, Kimi
+  K2.6's `thinking.keep: "all"`). Without a level the body is the client's, untouched.
+- `missing_signature` — what a tool call that must carry a thought signature gets when it has
+  none (a history another provider produced, or a client that dropped it and the store has none):
+  `forward` (as it came) or `skip_validator` (Gemini's documented
+  `skip_thought_signature_validator`, on the first tool call of each step of the current turn).
+
 DESIGN.md's `replay_field` is `field` here, and its `replay: every_turn` is `mode: every_turn`:
 no second key says the same thing.
 """
@@ -22,7 +34,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# The thought signature Gemini documents for tool calls it did not produce (ai.google.dev/gemini-api/
+# docs/thought-signatures): the validator skips them instead of answering 400.
+SKIP_SIGNATURE = "skip_thought_signature_validator"
 
 ReplayMode = Literal["strip", "tool_calls", "every_turn"]
 ReplayField = Literal["reasoning_content", "reasoning", "reasoning_details", "inline_think", "none"]
@@ -47,6 +63,8 @@ class ReplayPolicy(BaseModel):
     mode: ReplayMode
     field: ReplayField = "reasoning_content"
     missing: Literal["placeholder", "forward"] = "forward"
+    params: dict[str, Any] = Field(default_factory=dict)
+    missing_signature: Literal["forward", "skip_validator"] = "forward"
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -59,6 +77,8 @@ class ReplayPolicy(BaseModel):
             raise ValueError(f"field none sends no reasoning back: mode {self.mode} needs a field to write")
         if self.missing == "placeholder" and self.field not in TEXT_FIELDS:
             raise ValueError("missing: placeholder needs field reasoning_content or reasoning")
+        if self.params and self.mode == "strip":
+            raise ValueError("params ask the upstream to keep replayed reasoning: mode strip replays none")
         return self
 
     @property

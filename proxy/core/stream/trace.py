@@ -25,7 +25,7 @@ from proxy.core.stream.trace_input import (
     first_choice,
     writable_usage,
 )
-from proxy.core.stream.trace_outcome import TraceOutcome, output_limit, starved_warning
+from proxy.core.stream.trace_outcome import TraceOutcome, in_content_warning, output_limit, starved_warning
 
 # Bound on client- or model-controlled text copied into an `error` event.
 _MAX_ERROR_CHARS = 300
@@ -66,10 +66,11 @@ class TraceBuilder:
     # in a shared-key instance dict (30); past that each instance got a dict of its own, slower
     # to fill and to read on every call.
     __slots__ = (
-        "_answered", "_begun", "_detailed", "_done", "_finish_reason", "_held_done", "_hold_done",
-        "_last_t", "_level", "_max_tokens", "_method", "_notes", "_off", "_origin", "_provider",
-        "_quiet", "_reasoned", "_reasoning_since", "_reasoning_total", "_replay", "_seq", "_stage",
-        "_starved", "_titles", "_tool_durations", "_tools", "_ttft", "_usage", "_viewed", "_zh", "response",
+        "_answered", "_begun", "_detailed", "_done", "_expect_reasoning", "_finish_reason", "_held_done",
+        "_hold_done", "_in_content", "_last_t", "_level", "_max_tokens", "_method", "_notes", "_off",
+        "_origin", "_provider", "_quiet", "_reasoned", "_reasoning_since", "_reasoning_total", "_replay",
+        "_seq", "_stage", "_starved", "_titles", "_tool_durations", "_tools", "_ttft", "_usage",
+        "_viewed", "_zh", "response",
     )  # fmt: skip
 
     def __init__(
@@ -105,6 +106,8 @@ class TraceBuilder:
         self._reasoned = False
         # Answer text came; reasoning used the request's output limit, leaving none (trace_outcome).
         self._answered = self._starved = False
+        # The model always reasons: an answer with text and none is warned of (trace_outcome).
+        self._expect_reasoning = self._in_content = False
         self._max_tokens: int | None = None
         self._ttft: float | None = None
         # Tool calls in order of appearance, and which call each later fragment belongs to.
@@ -134,6 +137,11 @@ class TraceBuilder:
         `replaying` follows `analyzing`), and the client-side round trip of each answered tool call."""
         self._replay = counts
         self._tool_durations = tool_durations
+
+    def expect_reasoning(self) -> None:
+        """Before `finish`: the model always reasons (providers.yaml `reasoning.always`), so an answer
+        with text and no reasoning is a `warning` (`reasoning_in_content`) and marked in the outcome."""
+        self._expect_reasoning = True
 
     def add_note(self, en: str, zh: str, **fields: Any) -> None:
         """Before `begin`: a `note` event (both modes; docs/trace-events.md), e.g. tools left out."""
@@ -252,6 +260,10 @@ class TraceBuilder:
         if warning is not None:
             self._starved = True
             out.append(self._event("warning", t, warning[0], **warning[1]))
+        unsplit = in_content_warning(self._expect_reasoning, self._reasoned, self._answered, self._zh)
+        if unsplit is not None:
+            self._in_content = True
+            out.append(self._event("warning", t, unsplit[0], **unsplit[1]))
         self._done = True
         total = t
         fields: dict[str, Any] = {"finish_reason": self._finish_reason}
@@ -309,7 +321,7 @@ class TraceBuilder:
         if not self._done:
             return None
         reasoning = self._reasoning_total if self._reasoned else None
-        return TraceOutcome(self._usage, self._ttft, reasoning, self._starved)
+        return TraceOutcome(self._usage, self._ttft, reasoning, self._starved, self._in_content)
 
     def on_completion(self, body: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
         """A whole non-stream `chat.completion`: the events its stream would have caused, then done."""

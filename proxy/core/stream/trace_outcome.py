@@ -11,6 +11,12 @@ sees an empty answer and is billed for the reasoning. The trace says so with a `
 (code `reasoning_starved`, docs/trace-events.md), the metrics count it and the console marks it.
 Reasoning is known by its text (seen by the builder) or, for a model that reasons without
 showing it (OpenAI's), by a reasoning count above 0 in the usage.
+
+**The reasoning came as the answer**: a model that always reasons (providers.yaml `reasoning.always`:
+Kimi K3) at times writes its chain of thought into `content` with no reasoning field at all
+(MoonshotAI/Kimi-K3#45), and no marker tells where the reasoning stops. The proxy does not guess:
+the text goes to the client as it came, and the trace says so with a `warning` (code
+`reasoning_in_content`) that the metrics count.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, Final, NamedTuple
 from proxy.core.usage import count, reported_reasoning
 
 STARVED: Final = "reasoning_starved"
+IN_CONTENT: Final = "reasoning_in_content"
 _ADVICE: Final = "Raise max_tokens or lower the thinking level."
 
 
@@ -27,12 +34,14 @@ class TraceOutcome(NamedTuple):
     """What a finished response showed, for telemetry (none of its content): the upstream's
     usage as it came, the times of the trace (ms): to the first token, and spent thinking (None
     when the model did not reason), and whether the reasoning used the whole output limit and
-    left no answer (`starved`)."""
+    left no answer (`starved`), and whether a model that always reasons answered without any
+    (`reasoning_in_content`)."""
 
     usage: dict[str, Any] | None
     ttft_ms: float | None
     reasoning_ms: float | None
     starved: bool = False
+    reasoning_in_content: bool = False  # a model that always reasons answered with none (see above)
 
 
 def output_limit(request_body: Any) -> int | None:
@@ -74,3 +83,21 @@ def starved_warning(
     spent = f"{reasoning} reasoning tokens" if reasoning else "The reasoning"
     limit = f" (max_tokens {max_tokens})" if max_tokens is not None else ""
     return f"{spent} used up the output limit{limit}: no answer was left. {_ADVICE}", fields
+
+
+def in_content_warning(
+    expected: bool, reasoned: bool, answered_text: bool, zh: bool
+) -> tuple[str, dict[str, Any]] | None:
+    """The `warning` event's message and fields when a model that always reasons (`expected`)
+    answered with text and no reasoning at all; else None."""
+    if not expected or reasoned or not answered_text:
+        return None
+    if zh:
+        return "该模型总是先推理，但这次回答里没有推理内容：推理可能混在了正文里，已原样转发。", {
+            "code": IN_CONTENT
+        }
+    return (
+        "This model always reasons, but the answer came with no reasoning: it may be in the text, "
+        "which is forwarded as it came.",
+        {"code": IN_CONTENT},
+    )

@@ -46,7 +46,7 @@ from proxy.mock.dialects.openai import OpenAI
 from proxy.mock.dialects.openrouter import OpenRouter
 from proxy.mock.dialects.prompted import Prompted
 from proxy.mock.dialects.qwen import Qwen
-from proxy.mock.dialects.vllm import VLLM
+from proxy.mock.dialects.vllm import VLLM, SGLang
 from proxy.mock.scenarios import Depth
 
 __all__ = [
@@ -75,6 +75,7 @@ __all__ = [
     "Qwen",
     "Rejection",
     "ResponsesTraits",
+    "SGLang",
     "Turn",
     "count_tokens",
     "dialect_named",
@@ -98,6 +99,7 @@ _ALL: tuple[Dialect, ...] = (
     Prompted(),
     OpenAI(),
     VLLM(),
+    SGLang(),
     Gemini(),
     Groq(),
 )

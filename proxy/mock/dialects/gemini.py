@@ -30,6 +30,26 @@ def _missing_signature_message(name: str, position: int) -> str:
     )
 
 
+# The reasoning_effort values each Gemini 3 model takes through this endpoint, and how it refuses
+# another, as seen on the live API: gemini-3-flash refuses `minimal` although the compatibility
+# page lists it (discuss.ai.google.dev/t/117875, /118724); gemini-3-pro takes low and high only
+# ("Thinking level MEDIUM is not supported", discuss.ai.google.dev/t/112648).
+_FLASH_EFFORTS = ("high", "low", "medium", "none")
+_PRO_EFFORTS = ("low", "high")
+
+
+def _effort_refusal(model: str, effort: str) -> str | None:
+    name = model.lower()
+    if name.startswith("gemini-3") and "flash" in name and effort not in _FLASH_EFFORTS:
+        return f"Invalid reasoning_effort: {effort}. Valid values are: {', '.join(_FLASH_EFFORTS)}"
+    if name.startswith("gemini-3") and "pro" in name and effort not in _PRO_EFFORTS:
+        return (
+            f"Thinking level {effort.upper()} is not supported for this model. "
+            "Please retry with other thinking level"
+        )
+    return None
+
+
 def _signature_of(call: Any) -> Any:
     extra = call.get("extra_content") if isinstance(call, dict) else None
     google = extra.get("google") if isinstance(extra, dict) else None
@@ -40,7 +60,9 @@ class Gemini(Dialect):
     """Gemini 3 through the OpenAI-compatible API: thoughts stay hidden (no reasoning text), the
     first function call of each step carries `extra_content.google.thought_signature`, and that
     signature must come back on every function call of the current turn's steps (400 otherwise,
-    the body wrapped in a list as this endpoint sends it)."""
+    the body wrapped in a list as this endpoint sends it; a history Gemini did not produce passes
+    with the documented `skip_thought_signature_validator` in its place). Each Gemini 3 model
+    takes only its own reasoning_effort values (`_effort_refusal`)."""
 
     name = "gemini"
     default_model = "gemini-3-flash-preview"
@@ -54,6 +76,11 @@ class Gemini(Dialect):
         return effort if effort is not None else Depth.STANDARD
 
     def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
+        effort = body.get("reasoning_effort")
+        if isinstance(effort, str):
+            refusal = _effort_refusal(str(body.get("model") or self.default_model), effort)
+            if refusal is not None:
+                return Rejection(400, self.error_body(refusal))
         messages = body.get("messages")
         items = messages if isinstance(messages, list) else []
         for index in range(last_user_index(items) + 1, len(items)):

@@ -10,6 +10,12 @@ does (a wrong switch has no effect, exactly as upstream):
 - DeepSeek-R1 distills, QwQ, Qwen3 thinking-2507: always think, and their template opens `<think>` in
   the prompt. This server runs them without a reasoning parser, so their reasoning arrives in
   `content` with only the closing tag (the implicit-open shape).
+- MiniMax M3: `chat_template_kwargs.thinking_mode`: thinks only when it is "enabled", and then the
+  template prefills the opening `<mm:think>`, so (without a reasoning parser, as here) the reasoning
+  arrives in `content` followed by only `</mm:think>`, cut as a tokenizer cuts it (vLLM's
+  minimax_m3_reasoning_parser reads the same kwarg the same way).
+- Qwen3.6: as Qwen3, and its template renders the reasoning of turns before the last user message
+  only with `chat_template_kwargs.preserve_thinking: true` (default false: dropped).
 
 The other families' reasoning arrives in `delta.reasoning` / `message.reasoning`, as vLLM sends it
 when started with `--reasoning-parser` (the field was renamed from `reasoning_content` in 2026).
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -57,6 +63,8 @@ def family(model: object) -> str:
         return "implicit"
     if "gpt-oss" in name:
         return "gpt-oss"
+    if "minimax-m3" in name:
+        return "minimax-m3"
     if "deepseek-v3.1" in name or "deepseek-v3.2" in name:
         return "deepseek-v3"
     if "qwen3" in name or "glm-4.5" in name or "glm-4.6" in name or "glm-4.7" in name:
@@ -64,13 +72,20 @@ def family(model: object) -> str:
     return "other"
 
 
-def history_reasoning(body: Mapping[str, Any]) -> list[str]:
-    """The reasoning of earlier assistant turns as vLLM reads it: `reasoning` only."""
+def history_reasoning(body: Mapping[str, Any], field: str = "reasoning") -> list[str]:
+    """The reasoning of earlier assistant turns as the server reads it (vLLM: `reasoning` only;
+    SGLang: `reasoning_content` only) and the chat template renders it (Qwen3.6: before the last
+    user message only with preserve_thinking)."""
     messages = body.get("messages")
+    items = messages if isinstance(messages, list) else []
+    first = 0
+    if "qwen3.6" in str(body.get("model")).lower() and _kwargs(body).get("preserve_thinking") is not True:
+        users = [i for i, m in enumerate(items) if isinstance(m, dict) and m.get("role") == "user"]
+        first = users[-1] if users else 0
     found = []
-    for message in messages if isinstance(messages, list) else ():
+    for message in items[first:]:
         if isinstance(message, dict) and message.get("role") == "assistant":
-            reasoning = message.get("reasoning")
+            reasoning = message.get(field)
             if isinstance(reasoning, str) and reasoning:
                 found.append(reasoning)
     return found
@@ -93,11 +108,15 @@ class VLLM(Dialect):
         "openai/gpt-oss-20b",
         "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
         "Qwen/QwQ-32B",
+        "Qwen/Qwen3.6-35B-A3B",
+        "MiniMaxAI/MiniMax-M3",
     )
     owned_by = "vllm"
-    responses_api = ResponsesTraits(reasoning_text=True)  # vLLM serves /v1/responses too
+    # vLLM serves /v1/responses too
+    responses_api: ClassVar[ResponsesTraits | None] = ResponsesTraits(reasoning_text=True)
     sample_400 = "This model's maximum context length is 40960 tokens."
     close_tag = ("\n</", "think>\n\n")  # cut inside the tag, as a tokenizer does
+    m3_close_tag = ("</mm", ":think>\n")
 
     def depth(self, body: Mapping[str, Any]) -> Depth:
         kind = family(body.get("model"))
@@ -108,6 +127,8 @@ class VLLM(Dialect):
             return Depth.STANDARD if kwargs.get("thinking") is True else Depth.NONE
         if kind == "gpt-oss":
             return Depth.DEEP if lower(body.get("reasoning_effort")) == "high" else Depth.STANDARD
+        if kind == "minimax-m3":
+            return Depth.STANDARD if kwargs.get("thinking_mode") == "enabled" else Depth.NONE
         return Depth.STANDARD  # always-thinking families, and templates without a switch
 
     def check(self, body: Mapping[str, Any], depth: Depth) -> Rejection | None:
@@ -131,30 +152,61 @@ class VLLM(Dialect):
     def completion(self, script: Script, turn: Turn, counts: Counts) -> JSON:
         return super().completion(script, turn, self._rendered(turn, counts))
 
-    @staticmethod
-    def _rendered(turn: Turn, counts: Counts) -> Counts:
+    reasoning_field = "reasoning"  # the one its input reads and its output writes
+
+    def _rendered(self, turn: Turn, counts: Counts) -> Counts:
         """The prompt count with the history's reasoning the template rendered (see the docstring)."""
-        extra = sum(tokens(text) for text in history_reasoning(turn.body))
+        extra = sum(tokens(text) for text in history_reasoning(turn.body, self.reasoning_field))
         return replace(counts, prompt=counts.prompt + extra) if extra else counts
 
     def _implicit(self, turn: Turn) -> bool:
         return family(turn.model) == "implicit"
 
+    def _inline_close(self, turn: Turn) -> tuple[str, ...] | None:
+        """The closing tag of a family whose reasoning arrives inline after a prefilled opening."""
+        if self._implicit(turn):
+            return self.close_tag
+        if family(turn.model) == "minimax-m3":
+            return self.m3_close_tag
+        return None
+
     def reasoning_delta(self, turn: Turn, text: str, last: bool) -> JSON | None:
-        return None if self._implicit(turn) else {"reasoning": text}
+        return None if self._inline_close(turn) is not None else {self.reasoning_field: text}
 
     def content_pieces(self, script: Script, turn: Turn) -> list[str]:
-        if self._implicit(turn):
-            return inline_think_pieces(script, turn, (), self.close_tag)
+        close = self._inline_close(turn)
+        if close is not None:
+            return inline_think_pieces(script if turn.thinking else _unthought(script), turn, (), close)
         return super().content_pieces(script, turn)
 
     def message(self, script: Script, turn: Turn) -> JSON:
-        if self._implicit(turn):
-            message: JSON = {"role": "assistant", "content": inline_think_text(script, (), self.close_tag)}
+        close = self._inline_close(turn)
+        if close is not None:
+            said = script if turn.thinking else _unthought(script)
+            message: JSON = {"role": "assistant", "content": inline_think_text(said, (), close)}
         else:
             message = {"role": "assistant", "content": script.content or None}
             if turn.thinking and script.reasoning:
-                message["reasoning"] = script.reasoning
+                message[self.reasoning_field] = script.reasoning
         if script.tool_calls:
             message["tool_calls"] = tool_call_items(script.tool_calls)
         return message
+
+
+class SGLang(VLLM):
+    """SGLang's OpenAI-compatible server: vLLM's families and switches (the same chat templates),
+    with the other reasoning field both ways: it answers `reasoning_content`
+    (docs.sglang.io/docs/advanced_features/separate_reasoning), and its assistant message model
+    declares `reasoning_content` and no `reasoning` (sgl-project/sglang
+    python/sglang/srt/entrypoints/openai/protocol.py, ChatCompletionMessageGenericParam), ignoring
+    what it does not declare: a `reasoning` sent back is lost, and the prompt count shows it."""
+
+    name = "sglang"
+    owned_by = "sglang"
+    reasoning_field = "reasoning_content"
+    responses_api = None  # (its /v1/responses is not simulated)
+
+
+def _unthought(script: Script) -> Script:
+    """The script of a model that did not think this time: its answer only."""
+    return replace(script, reasoning="")

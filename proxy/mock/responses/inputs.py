@@ -36,6 +36,9 @@ from proxy.mock.scenarios import JSON, text_of
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SUMMARIES = ("auto", "concise", "detailed")
+# openai-python's shared Reasoning.context (which earlier turns' reasoning items the model is
+# shown; gpt-5.6 defaults to all_turns, earlier models to current_turn).
+CONTEXTS = ("auto", "current_turn", "all_turns")
 ROLES = ("user", "assistant", "system", "developer")
 ITEM_TYPES = (
     "message",
@@ -180,6 +183,9 @@ def _reasoning(body: Mapping[str, Any]) -> Problem | None:
         return invalid_value("reasoning.effort", effort, EFFORTS)
     if summary is not None and summary not in SUMMARIES:
         return invalid_value("reasoning.summary", summary, SUMMARIES)
+    context = reasoning.get("context")
+    if context is not None and context not in CONTEXTS:
+        return invalid_value("reasoning.context", context, CONTEXTS)
     return None
 
 

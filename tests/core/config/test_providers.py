@@ -29,6 +29,7 @@ REQUIRED_ENTRIES = [
     "mistral",
     "ollama",
     "self-hosted",
+    "sglang",
     "fallback",
 ]
 
@@ -187,7 +188,10 @@ def test_catch_all_reads_reasoning_from_think_tags_and_sends_reasoning_effort_on
         ("http://nas.lan/v1", "self-hosted"),
         ("http://llm.home.arpa/v1", "self-hosted"),
         ("https://llm.example.com:8000/v1", "self-hosted"),  # a server's usual port
-        ("https://llm.example.com:30000/v1", "self-hosted"),
+        ("https://llm.example.com:30000/v1", "sglang"),
+        ("http://10.0.0.5:30000/v1", "sglang"),  # SGLang's port beats the private range
+        ("http://localhost:30000/v1", "sglang"),
+        ("http://sglang.models.svc.cluster.local:30000/v1", "sglang"),
         ("https://llm.example.com:1234/v1", "self-hosted"),
         ("https://llm.example.com:8443/v1", "fallback"),
         ("https://api.deepseek.com:8000/v1", "deepseek"),  # a named host beats any-host-on-a-port
@@ -576,3 +580,106 @@ def test_load_reports_the_file_name_and_unreadable_paths(tmp_path: Path) -> None
 def test_a_file_that_is_not_a_mapping_is_rejected() -> None:
     with pytest.raises(ConfigError, match="must be a mapping"):
         ProvidersTable.from_text("- just\n- a list\n")
+
+
+# ---- not_applicable, replay params, missing signatures, implicit open when, always ---------------
+
+
+def with_alpha(old: str, new: str) -> str:
+    assert old in MINIMAL
+    return MINIMAL.replace(old, new, 1)
+
+
+NOT_APPLICABLE = with_alpha(
+    "    conflicts: [thinking, chat_template_kwargs.enable_thinking]\n",
+    "    not_applicable: {deep: 'one switch only (docs)'}\n"
+    "    conflicts: [thinking, chat_template_kwargs.enable_thinking]\n",
+)
+
+
+def test_a_level_not_applicable_carries_its_reason_into_the_dialect() -> None:
+    table = ProvidersTable.from_text(NOT_APPLICABLE)
+    dialect = table.match("https://api.alpha.example/v1")
+    assert dict(dialect.not_applicable) == {Level.DEEP: "one switch only (docs)"}
+    assert Level.DEEP not in dialect.levels
+    assert not ProvidersTable.from_text(MINIMAL).match("https://api.alpha.example/v1").not_applicable
+
+
+@pytest.mark.parametrize(
+    ("reasons", "message"),
+    [
+        ("{standard: 'x'}", "level 'standard' has a rule and is also not_applicable: keep one"),
+        ("{deeper: 'x'}", "not_applicable: unknown level 'deeper'"),
+        ("{deep: ' '}", "not_applicable.deep: give the reason"),
+        ('{deep: "ok\\nno"}', "not_applicable.deep: one line of ASCII text"),
+        ("{deep: 'café'}", "not_applicable.deep: one line of ASCII text"),
+    ],
+)
+def test_a_bad_not_applicable_names_the_entry(reasons: str, message: str) -> None:
+    broken = NOT_APPLICABLE.replace("{deep: 'one switch only (docs)'}", reasons)
+    with pytest.raises(ConfigError, match="entry 'alpha'") as info:
+        ProvidersTable.from_text(broken)
+    assert message in str(info.value)
+
+
+def test_a_model_override_keeps_the_entry_s_reasons_unless_it_replaces_the_levels() -> None:
+    overrides = (
+        "    models:\n"
+        "      - match: ['keeps-*']\n"
+        "        replay: {mode: every_turn}\n"
+        "      - match: ['own-*']\n"
+        "        levels: {standard: {params: {}}}\n"
+        "      - match: ['says-*']\n"
+        "        levels: {standard: {params: {}}}\n"
+        "        not_applicable: {off: 'always thinks'}\n"
+        "      - match: ['clash-*']\n"
+        "        not_applicable: {off: 'x'}\n"
+    )
+    text = NOT_APPLICABLE.replace(
+        "    replay: {mode: tool_calls, field: reasoning_content}\n",
+        "    replay: {mode: tool_calls, field: reasoning_content}\n" + overrides,
+        1,
+    )
+    with pytest.raises(ConfigError, match=r"entry 'alpha', field 'models\[3\]\.not_applicable\.off'"):
+        ProvidersTable.from_text(text)
+    table = ProvidersTable.from_text(
+        text.replace("      - match: ['clash-*']\n        not_applicable: {off: 'x'}\n", "")
+    )
+    url = "https://api.alpha.example/v1"
+    assert dict(table.match(url, "keeps-1").not_applicable) == {Level.DEEP: "one switch only (docs)"}
+    assert not table.match(url, "own-1").not_applicable
+    assert dict(table.match(url, "says-1").not_applicable) == {Level.OFF: "always thinks"}
+
+
+def test_replay_params_and_missing_signature_are_read_and_checked() -> None:
+    text = with_alpha(
+        "    replay: {mode: tool_calls, field: reasoning_content}\n",
+        "    replay: {mode: every_turn, field: reasoning_content, params: {thinking: {keep: all}},"
+        " missing_signature: skip_validator}\n",
+    )
+    replay = ProvidersTable.from_text(text).match("https://api.alpha.example/v1").replay
+    assert replay.params == {"thinking": {"keep": "all"}} and replay.missing_signature == "skip_validator"
+    with pytest.raises(ConfigError, match="params ask the upstream to keep replayed reasoning: mode strip"):
+        ProvidersTable.from_text(text.replace("mode: every_turn", "mode: strip"))
+    with pytest.raises(ConfigError, match=r"field 'replay\.missing_signature'"):
+        ProvidersTable.from_text(text.replace("skip_validator", "invent_one"))
+
+
+def test_implicit_open_when_reads_the_request_as_sent() -> None:
+    text = with_alpha(
+        "    reasoning: {tags: [], implicit_open: false}\n",
+        "    reasoning: {tags: ['mm:think'], always: true,"
+        " implicit_open_when: {chat_template_kwargs.thinking_mode: enabled}}\n",
+    )
+    reasoning = ProvidersTable.from_text(text).match("https://api.alpha.example/v1").reasoning
+    assert reasoning.always
+    assert reasoning.opens_implicitly({"chat_template_kwargs": {"thinking_mode": "enabled"}})
+    for body in (
+        {},
+        None,
+        {"chat_template_kwargs": {"thinking_mode": "disabled"}},
+        {"chat_template_kwargs": "x"},
+    ):
+        assert not reasoning.opens_implicitly(body)
+    with pytest.raises(ConfigError, match="is not a dotted path"):
+        ProvidersTable.from_text(text.replace("chat_template_kwargs.thinking_mode", "chat template"))

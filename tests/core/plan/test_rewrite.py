@@ -29,6 +29,7 @@ BASE_URLS = {
     "mistral": "https://api.mistral.ai/v1",
     "ollama": "http://localhost:11434/v1",
     "self-hosted": "http://gpu-box.internal:8000/v1",
+    "sglang": "http://gpu-box.internal:30000/v1",
     "fallback": "https://llm-gateway.example/v1",
 }
 
@@ -67,6 +68,11 @@ EXPECTED_PARAMS: dict[str, tuple[dict[str, Any] | None, ...]] = {
     "mistral": (NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),
     "ollama": ({"reasoning_effort": "none"}, {}, {"reasoning_effort": "high"}),
     "self-hosted": (
+        {"chat_template_kwargs": {"enable_thinking": False}},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+    ),
+    "sglang": (
         {"chat_template_kwargs": {"enable_thinking": False}},
         {"chat_template_kwargs": {"enable_thinking": True}},
         {"chat_template_kwargs": {"enable_thinking": True}},
@@ -111,7 +117,12 @@ def test_every_entry_and_level_gives_the_exact_upstream_body(entry: str, level_i
         ("dashscope", "qwq-plus", Level.DEEP, {}),
         ("kimi", "kimi-k2-thinking", Level.OFF, None),
         ("kimi", "kimi-k3", Level.OFF, None),
-        ("kimi", "kimi-k3.1-pro", Level.DEEP, {}),
+        ("kimi", "kimi-k3.1-pro", Level.DEEP, {"reasoning_effort": "max"}),
+        ("kimi", "kimi-k3", Level.STANDARD, {}),
+        ("kimi", "kimi-k2.6", Level.STANDARD, {"thinking": {"type": "enabled"}}),
+        ("gemini", "gemini-3-flash-preview", Level.OFF, None),
+        ("gemini", "gemini-3-flash-preview", Level.STANDARD, {}),
+        ("gemini", "gemini-3-pro-preview", Level.DEEP, {"reasoning_effort": "high"}),
         ("kimi", "moonshot-v1-8k", Level.OFF, {}),
         ("kimi", "moonshot-v1-8k", Level.STANDARD, None),
         ("siliconflow", "deepseek-ai/DeepSeek-R1", Level.DEEP, {"thinking_budget": 32768}),
@@ -473,15 +484,148 @@ def test_preserved_thinking_keeps_reasoning_on_every_assistant_turn(entry: str, 
     ]
 
 
-def test_kimi_k2_6_keeps_reasoning_on_tool_call_turns_only() -> None:
+def test_kimi_k2_5_keeps_reasoning_on_tool_call_turns_only() -> None:
     result = rewrite_body(
-        {"model": "kimi-k2.6", "messages": conversation()}, Level.STANDARD, dialect("kimi", "kimi-k2.6")
+        {"model": "kimi-k2.5", "messages": conversation()}, Level.STANDARD, dialect("kimi", "kimi-k2.5")
     )
     assert [m.get("reasoning_content") for m in assistant_messages(result.body)] == [
         None,
         "need the tool",
         None,
     ]
+    assert result.body["thinking"] == {"type": "enabled"}  # k2.5 takes no `keep`
+
+
+# ---- every-turn replay entries: the knob that asks the upstream to keep what is replayed ----------
+
+# (entry, model, the level's own params, the replay params merged beside them, the field replayed)
+EVERY_TURN = [
+    (
+        "kimi",
+        "kimi-k2.6",
+        {"thinking": {"type": "enabled"}},
+        {"thinking": {"type": "enabled", "keep": "all"}},
+        "reasoning_content",
+    ),
+    (
+        "zhipu",
+        "glm-5",
+        {"thinking": {"type": "enabled"}},
+        {"thinking": {"type": "enabled", "clear_thinking": False}},
+        "reasoning_content",
+    ),
+    (
+        "zhipu",
+        "glm-5.2",
+        {"thinking": {"type": "enabled"}},
+        {"thinking": {"type": "enabled", "clear_thinking": False}},
+        "reasoning_content",
+    ),
+    (
+        "self-hosted",
+        "Qwen/Qwen3.6-35B-A3B",
+        {"chat_template_kwargs": {"enable_thinking": True}},
+        {"chat_template_kwargs": {"enable_thinking": True, "preserve_thinking": True}},
+        "reasoning",
+    ),
+    (  # the same family on SGLang: the field SGLang reads
+        "sglang",
+        "Qwen/Qwen3.6-35B-A3B",
+        {"chat_template_kwargs": {"enable_thinking": True}},
+        {"chat_template_kwargs": {"enable_thinking": True, "preserve_thinking": True}},
+        "reasoning_content",
+    ),
+]
+
+
+@pytest.mark.parametrize(("entry", "model", "alone", "replaying", "field"), EVERY_TURN)
+@pytest.mark.parametrize("level", [Level.STANDARD, Level.DEEP])
+def test_a_replayed_history_asks_the_upstream_to_keep_it(
+    entry: str, model: str, alone: dict[str, Any], replaying: dict[str, Any], field: str, level: Level
+) -> None:
+    result = rewrite_body({"model": model, "messages": conversation()}, level, dialect(entry, model))
+    for key, value in replaying.items():
+        assert result.body[key] == value
+    assert [m.get(field) for m in assistant_messages(result.body)] == [
+        "greet back",
+        "need the tool",
+        "read the result",
+    ]
+    # a first turn has nothing to keep: the level's own params only
+    first = rewrite_body(simple_body(model), level, dialect(entry, model))
+    expected = dict(alone)
+    if (entry, level) == ("zhipu", Level.DEEP) and model == "glm-5.2":
+        expected["reasoning_effort"] = "max"
+    assert first.body == {**simple_body(model), **expected}
+
+
+@pytest.mark.parametrize(("entry", "model", "alone", "replaying", "field"), EVERY_TURN)
+def test_off_and_no_level_never_send_the_keep_knob(
+    entry: str, model: str, alone: dict[str, Any], replaying: dict[str, Any], field: str
+) -> None:
+    body = {"model": model, "messages": conversation()}
+    off = rewrite_body(body, Level.OFF, dialect(entry, model))
+    assert "keep" not in str(off.body) and "clear_thinking" not in str(off.body)
+    assert "preserve_thinking" not in str(off.body)
+    untouched = rewrite_body(body, None, dialect(entry, model))
+    assert {k: v for k, v in untouched.body.items() if k != "messages"} == {"model": model}
+
+
+def test_the_keep_knob_does_not_override_the_client_s_own_choice_of_level_knobs() -> None:
+    # The client's `thinking` is a conflicting knob: removed, then the level and the replay knob set.
+    body = {"model": "kimi-k2.6", "messages": conversation(), "thinking": {"type": "disabled", "keep": None}}
+    result = rewrite_body(body, Level.STANDARD, dialect("kimi", "kimi-k2.6"))
+    assert result.body["thinking"] == {"type": "enabled", "keep": "all"}
+
+
+# ---- Gemini 3: a history it did not sign ----------------------------------------------------------
+
+SKIP = "skip_thought_signature_validator"
+
+
+def gemini_history(signature: str | None) -> list[dict[str, Any]]:
+    call: dict[str, Any] = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    if signature is not None:
+        call["extra_content"] = {"google": {"thought_signature": signature}}
+    second = {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}
+    return [
+        {"role": "user", "content": "earlier"},
+        {"role": "assistant", "content": None, "tool_calls": [dict(call, id="c0")]},
+        {"role": "tool", "tool_call_id": "c0", "content": "x"},
+        {"role": "user", "content": "now"},
+        {"role": "assistant", "content": None, "tool_calls": [call, second]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1"},
+        {"role": "tool", "tool_call_id": "c2", "content": "2"},
+    ]
+
+
+def signature_of(call: dict[str, Any]) -> Any:
+    return call.get("extra_content", {}).get("google", {}).get("thought_signature")
+
+
+@pytest.mark.parametrize("level", [None, Level.OFF, Level.STANDARD, Level.DEEP])
+def test_gemini_3_gets_the_documented_placeholder_where_a_signature_is_missing(level: Level | None) -> None:
+    model = "gemini-3-flash-preview"
+    body = {"model": model, "messages": gemini_history(None)}
+    result = rewrite_body(body, level, dialect("gemini", model))
+    current = result.body["messages"][4]["tool_calls"]
+    assert signature_of(current[0]) == SKIP  # the first call of the current turn's step
+    assert "extra_content" not in current[1]  # Gemini checks the first call of a step only
+    assert "extra_content" not in result.body["messages"][1]["tool_calls"][0]  # an earlier turn
+    assert "extra_content" not in body["messages"][4]["tool_calls"][0]  # the caller's body untouched
+
+
+def test_a_real_gemini_signature_is_never_replaced() -> None:
+    model = "gemini-3-pro-preview"
+    body = {"model": model, "messages": gemini_history("real-signature")}
+    result = rewrite_body(body, None, dialect("gemini", model))
+    assert result.body is body
+    assert signature_of(result.body["messages"][4]["tool_calls"][0]) == "real-signature"
+
+
+def test_gemini_2_5_histories_are_left_as_they_came() -> None:
+    body = {"model": "gemini-2.5-flash", "messages": gemini_history(None)}
+    assert rewrite_body(body, None, dialect("gemini", "gemini-2.5-flash")).body is body
 
 
 # ---- prompted thinking ----------------------------------------------------------------------------

@@ -209,11 +209,12 @@ def test_the_outcome_is_what_the_done_event_says(mode: TraceMode) -> None:
 def test_the_outcome_tells_a_model_that_did_not_reason_from_one_that_reasoned_in_no_time() -> None:
     plain = builder()
     plain.on_completion({"id": "x", "choices": [{"message": {"content": "Hi"}}]}, False, 40.0)
-    assert plain.outcome() == (None, 40.0, None, False)
+    assert plain.outcome() == (None, 40.0, None, False, False)
     thought = builder()
     body = {"id": "x", "choices": [{"message": {"content": "Hi", "reasoning_content": "hmm"}}]}
     thought.on_completion(body, True, 40.0)
-    assert thought.outcome() == (None, 40.0, 0.0, False)  # a whole answer: its thinking took no time here
+    # a whole answer: its thinking took no time here
+    assert thought.outcome() == (None, 40.0, 0.0, False, False)
 
 
 def test_a_builder_that_is_off_has_no_outcome() -> None:

@@ -1,6 +1,7 @@
 """What a finished answer showed (proxy.core.stream.trace_outcome): the `reasoning_starved`
 warning when the reasoning used the whole output limit and left no answer, stream and non-stream,
-in both modes and languages, and the outcome listeners read it from."""
+in both modes and languages, and the outcome listeners read it from; the `reasoning_in_content`
+warning when a model that always reasons answered without any."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from proxy.core.stream.completion import process_completion
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.taps import TappedTraceBuilder
-from proxy.core.stream.trace_outcome import STARVED, output_limit
+from proxy.core.stream.trace_outcome import IN_CONTENT, STARVED, output_limit
 from proxy.core.usage import ReasoningTally
 from tests.core.stream.trace_steps import (
     Step,
@@ -217,3 +218,70 @@ def test_a_brief_client_of_a_tapped_builder_gets_the_front_doors_notes() -> None
 )
 def test_output_limit(body: dict[str, Any] | None, limit: int | None) -> None:
     assert output_limit(body) == limit
+
+
+# ---- a model that always reasons answered without reasoning (Kimi K3, MoonshotAI/Kimi-K3#45) -------
+
+
+def plain_answer() -> list[Step]:
+    """Its chain of thought written as the answer: no reasoning field at all."""
+    return [
+        (chunk({"role": "assistant", "content": ""}), False),
+        *content_steps("The user asks about tomatoes. I should say fruit. A tomato is a fruit.", 4),
+        (chunk(finish="stop"), False),
+        usage_step(reasoning=None),
+    ]
+
+
+def expecting(mode: TraceMode = TraceMode.DETAILED, zh: bool = False) -> Any:
+    b = builder(mode, zh)
+    b.expect_reasoning()
+    return b
+
+
+@pytest.mark.parametrize("mode", [TraceMode.BRIEF, TraceMode.DETAILED])
+def test_an_answer_without_reasoning_from_a_model_that_always_reasons_is_a_warning(mode: TraceMode) -> None:
+    b = expecting(mode)
+    events = b.begin({"model": "kimi-k3"}, 0.0)
+    for c, reasoning in plain_answer():
+        events += b.on_chunk(c, reasoning, 1.0)
+    events += b.finish(2.0)
+    assert types(events)[-2:] == ["warning", "done"]
+    [warning] = of_type(events, "warning")
+    assert warning["code"] == IN_CONTENT == "reasoning_in_content"
+    assert "no reasoning" in warning["message"] and "as it came" in warning["message"]
+    assert_valid(events)
+    outcome = b.outcome()
+    assert outcome is not None and outcome.reasoning_in_content and not outcome.starved
+
+
+def test_the_in_content_warning_speaks_chinese_and_comes_for_a_whole_completion_too() -> None:
+    b = expecting(zh=True)
+    b.begin(None, 0.0)
+    events = b.on_completion(
+        {"id": "x", "choices": [{"message": {"content": "先想想……番茄是水果。"}}]}, False, 5.0
+    )
+    [warning] = of_type(events, "warning")
+    assert warning["code"] == IN_CONTENT and "推理" in warning["message"]
+
+
+@pytest.mark.parametrize(
+    ("expected", "steps"),
+    [
+        (True, [*reasoning_steps(3), *content_steps("Fruit.", 2), (chunk(finish="stop"), False)]),
+        (True, [*tool_steps(0, "call_1", "kb_search", "{}", 1), (chunk(finish="tool_calls"), False)]),
+        (True, [(chunk(finish="stop"), False)]),  # nothing said at all: not this warning
+        (False, plain_answer()),  # a model that may answer without reasoning
+    ],
+    ids=["reasoned", "tool-call", "empty", "not-expected"],
+)
+def test_only_text_without_any_reasoning_from_an_always_reasoning_model_is_warned_of(
+    expected: bool, steps: list[Step]
+) -> None:
+    b = expecting() if expected else builder()
+    events = b.begin(None, 0.0)
+    for c, reasoning in steps:
+        events += b.on_chunk(c, reasoning, 1.0)
+    events += b.finish(2.0)
+    assert "warning" not in types(events)
+    assert b.outcome() is not None and not b.outcome().reasoning_in_content  # type: ignore[union-attr]

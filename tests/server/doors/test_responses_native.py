@@ -73,3 +73,31 @@ def test_strip_leaves_a_body_without_our_blobs_alone() -> None:
     assert strip_proxy_blobs({"input": "hi"}) == (None, 0)
     ours = {"type": "reasoning", "encrypted_content": "tp1.x", "summary": []}
     assert strip_proxy_blobs({"input": [ours, *body["input"]]}) == (body, 1)
+
+
+@pytest.mark.parametrize("level", [None, "off", "standard", "deep"])
+@pytest.mark.parametrize("context", ["all_turns", "current_turn", "auto"])
+def test_gpt_5_6_reasoning_context_passes_through_beside_the_level(
+    mock: BackgroundServer, level: str | None, context: str
+) -> None:
+    """openai-python's Reasoning.context (gpt-5.6 defaults to all_turns): the proxy sets only the
+    effort its level names and leaves the client's context, and summary, as they came."""
+    body = {"model": "gpt-5.6", "input": "Hi.", "reasoning": {"context": context, "summary": "auto"}}
+    headers = {**HEADERS, **({"x-thinking-level": level} if level else {})}
+    with proxy_for(mock, "openai") as proxy:
+        r = httpx.post(f"{proxy.url}/v1/responses", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    sent = httpx.get(f"{mock.url}/_mock/requests/last").json()["body"]["reasoning"]
+    effort = {None: None, "off": "none", "standard": "medium", "deep": "high"}[level]
+    assert sent == {"context": context, "summary": "auto", **({"effort": effort} if effort else {})}
+
+
+def test_a_reasoning_context_the_upstream_refuses_comes_back_as_it_sent_it(mock: BackgroundServer) -> None:
+    body = {"model": "gpt-5.6", "input": "Hi.", "reasoning": {"context": "every_turn"}}
+    direct = httpx.post(f"{mock.url}/openai/v1/responses", json=body, headers=HEADERS)
+    assert direct.status_code == 400 and direct.json()["error"]["param"] == "reasoning.context"
+    with proxy_for(mock, "openai") as proxy:
+        r = httpx.post(
+            f"{proxy.url}/v1/responses", json=body, headers={**HEADERS, "x-thinking-level": "deep"}
+        )
+    assert (r.status_code, r.json()["error"]) == (400, direct.json()["error"])

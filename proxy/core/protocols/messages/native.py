@@ -33,13 +33,12 @@ from typing import Any
 
 from proxy.core import seal
 from proxy.core.config.front_door_rules import MessagesRule
-from proxy.core.controls import Level
+from proxy.core.controls import LEVEL_REASON_HEADER, Level
 from proxy.core.errors import BadRequest
 from proxy.core.protocols.messages.request import thinking_level
 
 __all__ = ["LEVEL_REASON_HEADER", "model_rules", "native_body", "native_headers", "strip_proxy_thinking"]
 
-LEVEL_REASON_HEADER = "x-thinking-level-reason"
 # tool_choice types that force a tool call (Anthropic refuses them while thinking is on).
 _FORCING = ("any", "tool")
 
