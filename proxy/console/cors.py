@@ -39,7 +39,8 @@ ALLOWED_HEADER_PREFIXES = ("x-stainless-",)  # the OpenAI SDKs' telemetry header
 ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 EXPOSED_HEADERS = (
     "x-thinking-level-applied, x-thinking-provider, x-thinking-method, x-thinking-replay, "
-    "x-thinking-models-missing, x-request-id"
+    "x-thinking-models-missing, x-thinking-level-source, x-thinking-level-rule, x-thinking-level-reason, "
+    "x-thinking-policy, x-thinking-upstream-api, x-thinking-omitted-tools, x-request-id"
 )
 MAX_AGE = "600"
 

@@ -81,6 +81,9 @@ async def test_cross_origin_response_exposes_the_thinking_headers() -> None:
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
     exposed = r.headers["access-control-expose-headers"]
     assert "x-thinking-level-applied" in exposed and "x-thinking-provider" in exposed
+    # the level's story: where it came from, the auto rule that chose it, why it was not applied
+    for name in ("x-thinking-level-source", "x-thinking-level-rule", "x-thinking-level-reason"):
+        assert name in exposed, name
     assert r.headers["x-thinking-level-applied"] == "deep"
     assert "access-control-allow-origin" not in plain.headers  # no Origin: nothing added
 
