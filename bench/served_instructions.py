@@ -61,6 +61,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,8 @@ def serve_child(control: Path, mode: str) -> None:
         install_counting_loop(control)
     elif mode == "calls":
         install_profiler(control)
+    elif mode == "syscalls":
+        pass  # strace attaches from outside
     else:
         import ctypes
 
@@ -144,6 +148,14 @@ def install_counting_loop(control: Path) -> None:
     def new_loop() -> asyncio.AbstractEventLoop:
         loop = CountingLoop()
         loop.set_task_factory(factory)
+        select = loop._selector.select  # type: ignore[attr-defined]
+
+        def counted_select(timeout: float | None = None) -> Any:
+            # A turn with nothing ready waits in the kernel: the loop went idle (a wake-up later).
+            counts["waits" if timeout is None or timeout > 0 else "polls"] += 1
+            return select(timeout)
+
+        loop._selector.select = counted_select  # type: ignore[attr-defined]
         return loop
 
     uvloop.new_event_loop = new_loop
@@ -216,6 +228,33 @@ class Client:
             raise RuntimeError(f"the stream did not end with [DONE]: {body[-200:]!r}")
 
 
+def syscalls(pid: int, control: Path, one: Callable[[], None], n: int) -> dict[str, float]:
+    """System calls per request of the server's process and threads (strace -c attached for the
+    `n` requests): the kernel's work, which no instruction count sees."""
+    out = control / "strace.txt"
+    tracer = subprocess.Popen(
+        ["strace", "-c", "-f", "-o", str(out), "-p", str(pid)], stderr=subprocess.PIPE, text=True
+    )
+    assert tracer.stderr is not None
+    for line in tracer.stderr:  # "strace: Process N attached" (a line per thread)
+        if "attached" in line:
+            break
+    time.sleep(1.0)  # every thread attached
+    for _ in range(n):
+        one()
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait(timeout=60)
+    found: dict[str, float] = {}
+    for line in out.read_text().splitlines():
+        cells = line.split()
+        # % time, seconds, usecs/call, calls, [errors,] syscall
+        if len(cells) >= 5 and cells[3].isdigit() and not line.startswith("100.00"):
+            found[cells[-1]] = int(cells[3]) / n
+    found["(every call)"] = sum(v for k, v in found.items() if k != "total")
+    found.pop("total", None)
+    return found
+
+
 def signal_and_wait(pid: int, control: Path, sig: int, name: str, timeout: float = 600.0) -> None:
     (control / "ack").unlink(missing_ok=True)
     (control / "name").write_text(name)
@@ -264,7 +303,9 @@ def run_tree(
                 for _ in range(args.warm):
                     client.one(scenario)
                 n = counted[scenario]
-                if args.mode == "loop":
+                if args.mode == "syscalls":
+                    found[scenario] = syscalls(server.pid, control, partial(client.one, scenario), n)
+                elif args.mode == "loop":
                     signal_and_wait(server.pid, control, signal.SIGUSR2, "before")
                     before = json.loads((control / "stats.json").read_text())
                     for _ in range(n):
@@ -348,6 +389,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=None, help="counted per tree (400 json, 100 burst)")
     p.add_argument("--loop-stats", dest="mode", action="store_const", const="loop", default="count",
                    help="tasks, callbacks, timers and loop turns per request (no valgrind)")  # fmt: skip
+    p.add_argument("--syscalls", dest="mode", action="store_const", const="syscalls",
+                   help="system calls per request by call (strace -c, no valgrind)")  # fmt: skip
     p.add_argument("--calls", dest="mode", action="store_const", const="calls",
                    help="Python calls per request by function, under cProfile (no valgrind)")  # fmt: skip
     p.add_argument("--annotate", type=int, nargs="?", const=30, default=0, metavar="TOP",
@@ -402,10 +445,12 @@ def main() -> None:
     RESULTS_DIR.mkdir(exist_ok=True)
     out = RESULTS_DIR / f"served-{stamp}.json"
     settings = {"door": args.door, "env": extra, "warm": args.warm, "mode": args.mode}
-    out.write_text(json.dumps({**settings, "rows": rows if args.mode != "calls" else []}, indent=2))
+    kept = rows if args.mode != "calls" else []  # (calls: thousands of names; the .pstats files keep them)
+    out.write_text(json.dumps({**settings, "rows": kept}, indent=2))
     if args.annotate and len(rows) > 1:
         unit = "instructions per request in the function itself" if args.mode == "count" else args.mode
         unit = "Python calls per request" if args.mode == "calls" else unit
+        unit = "system calls per request" if args.mode == "syscalls" else unit
         for row in rows[1:]:
             for scenario in args.scenarios:
                 base, other = (
@@ -415,7 +460,7 @@ def main() -> None:
                 if base and other and not base.get("failed") and not other.get("failed"):
                     print(f"\n{rows[0]['label']} → {row['label']}, {scenario}:")
                     print(differences(base, other, args.annotate, unit))
-    if args.mode != "calls":
+    if args.mode in ("count", "loop"):
         print(table(rows, args.scenarios, args.door, args.mode == "loop"))
     reads = "one keep-alive connection, one request at a time"
     print(f"\nWarm-up {args.warm} requests per scenario, {reads}. Raw data: {out.relative_to(REPO_DIR)}")
@@ -423,7 +468,7 @@ def main() -> None:
 
 def table(rows: list[dict[str, Any]], scenarios: list[str], door: str, loop_stats: bool) -> str:
     if loop_stats:
-        keys = ("tasks", "call_soon", "timers", "timers_cancelled", "loop_turns")
+        keys = ("tasks", "call_soon", "timers", "timers_cancelled", "loop_turns", "waits")
         head = ["tree", "scenario", *[f"{k} / request" for k in keys]]
         lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
         for row in rows:
