@@ -23,7 +23,7 @@ from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
 from proxy.core.stream.trace import TraceBuilder
-from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, comment_frames, event_frames
+from proxy.core.stream.trace_format import TraceFrames
 from proxy.core.usage import ReasoningTally, fill_final_usage
 
 DONE = b"[DONE]"
@@ -88,9 +88,7 @@ class StreamPipeline:
         self._extractor = harmony.extractor(reasoning, capture.reasoning if capture is not None else tally)
         self._hide = reasoning.hide
         self._trace = trace
-        self._event_format = trace_format is TraceFormat.EVENT
-        self._meta: ChunkMeta | None = None
-        self._pending_trace: list[dict[str, Any]] = []
+        self._frames = TraceFrames(trace_format is TraceFormat.EVENT)
         self._done_sent = False
         # The shape of the last chunk of more-of-the-same, and how many chunks it was (re)learned
         # from without one match since (proxy.core.stream.chunk_template).
@@ -106,22 +104,10 @@ class StreamPipeline:
         # Why the stream ended with an error event, if it did.
         self.failure: StreamFailure | None = None
 
-    # -- trace delivery -------------------------------------------------------------------
-    def _trace_bytes(self, events: list[dict[str, Any]]) -> bytes:
-        if not events:
-            return b""
-        if not self._event_format:
-            return comment_frames(events)
-        if self._meta is None:
-            # Event frames carry the stream's id/model/created: hold them until the first chunk.
-            self._pending_trace.extend(events)
-            return b""
-        return event_frames(events, self._meta)
-
     def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> bytes:
         if self._trace is None:
             return b""
-        return self._trace_bytes(self._trace.begin(request_body, now_ms))
+        return self._frames.frames(self._trace.begin(request_body, now_ms))
 
     # -- stream -------------------------------------------------------------------------
     def feed(self, data: bytes, now_ms: float) -> bytes:
@@ -282,6 +268,7 @@ class StreamPipeline:
         capture = self._capture
         template = self._template
         tally = self._tally
+        frames = self._frames
         for event in events:
             data = event.data
             if self._done_sent:
@@ -321,12 +308,12 @@ class StreamPipeline:
             # The answer's last usage gets the reasoning estimate before anyone reads it.
             filled = tally is not None and chunk.get("usage") is not None and fill_final_usage(chunk, tally)
             if trace is not None:
-                if self._meta is None:
-                    self._start_meta(chunk, append)
+                if frames.meta is None:
+                    append(frames.start(chunk))  # (event frames held for the stream's identity)
                 # A trace event describes the chunk that caused it; it precedes it in the same write.
                 caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
                 if caused:
-                    append(self._trace_bytes(caused))
+                    append(frames.frames(caused))
             if outcome.changed or filled:
                 append(self._reencoded(event, chunk, now_ms))
             else:
@@ -404,32 +391,21 @@ class StreamPipeline:
             return WITHHELD_COMMENT
         message = "An upstream event could not be parsed to remove its reasoning; it was withheld."
         events = self._trace.on_error(message, now_ms, UNREADABLE_ANSWER_CODE)
-        return self._trace_bytes(events) + WITHHELD_COMMENT
-
-    def _start_meta(self, chunk: dict[str, Any], append: Callable[[bytes], None]) -> None:
-        """The stream's identity is known from its first chunk: event frames held until now go out."""
-        self._meta = chunk_meta(chunk)
-        if self._meta is not None and self._pending_trace:
-            pending, self._pending_trace = self._pending_trace, []
-            append(event_frames(pending, self._meta))
+        return self._frames.frames(events) + WITHHELD_COMMENT
 
     def _closing_bytes(self, now_ms: float) -> bytes:
         out: list[bytes] = []
+        trace, frames = self._trace, self._frames
         for chunk in self._extractor.flush():
             if self._capture is not None:
                 self._capture.chunk(chunk)
             out.append(data_frame(jsonio.dumps(chunk)))
-            if self._trace is not None:
-                out.append(self._trace_bytes(self._trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
-        if self._trace is not None:
-            out.append(self._trace_bytes(self._trace.finish(now_ms)))
-            if self._pending_trace:  # no chunk ever came: deliver what we have with a stand-in meta
-                out.append(self._flush_pending_without_meta())
+            if trace is not None:
+                out.append(frames.frames(trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
+        if trace is not None:
+            out.append(frames.frames(trace.finish(now_ms)))
+            out.append(frames.rest())  # (no chunk ever came: what was held goes out now)
         return b"".join(out)
-
-    def _flush_pending_without_meta(self) -> bytes:
-        pending, self._pending_trace = self._pending_trace, []
-        return event_frames(pending, ChunkMeta(id="", model="", created=0))
 
     def finish(self, now_ms: float) -> bytes:
         """The upstream body ended without a transport error.
@@ -467,10 +443,9 @@ class StreamPipeline:
         self.failure = failure
         out: list[bytes] = []
         if self._trace is not None:
-            out.append(self._trace_bytes(self._trace.on_error(failure.message, now_ms, failure.code)))
-            out.append(self._trace_bytes(self._trace.finish(now_ms)))
-            if self._pending_trace:
-                out.append(self._flush_pending_without_meta())
+            out.append(self._frames.frames(self._trace.on_error(failure.message, now_ms, failure.code)))
+            out.append(self._frames.frames(self._trace.finish(now_ms)))
+            out.append(self._frames.rest())
         out.append(data_frame(orjson.dumps(error_payload(failure.message, failure.type, failure.code))))
         out.append(data_frame(DONE))
         self._done_sent = True
