@@ -7,8 +7,7 @@ upstream's original bytes; only changed chunks are re-serialized.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
+from proxy.core.stream.template_rule import FULL_PATH, TemplateRule, tell_joined, template_rule
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.stream.trace_format import TraceFrames
 from proxy.core.usage import ReasoningTally, fill_final_usage
@@ -36,17 +36,6 @@ MAX_STEPS = 8
 WITHHELD_COMMENT = (
     b": withheld an upstream event that could not be parsed to remove its reasoning (X-Reasoning: hide)\n\n"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _TemplateRule:
-    unless_lt: bool  # a text with `<` in it takes the ordinary path
-    # Who hears each text. Each must only add the text to what it has (a run's texts are told
-    # joined: _tell_joined).
-    tell: tuple[Callable[[str], None], ...]
-
-
-_FULL_PATH = _TemplateRule(False, ())  # (compared by identity: every chunk takes the ordinary path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +87,7 @@ class StreamPipeline:
         self._template_misses = 0 if templates else MAX_TEMPLATE_MISSES
         # What the consumers (extractor, trace, capture) decided of the template's chunks: asked
         # once, valid until a chunk takes the ordinary path (only that changes their state).
-        self._rule: _TemplateRule | None = None
+        self._rule: TemplateRule | None = None
         # True once the client's stream is complete (ended or failed): stop reading upstream.
         self.closed = False
         # Why the stream ended with an error event, if it did.
@@ -237,12 +226,12 @@ class StreamPipeline:
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
-        if rule is _FULL_PATH:
+        if rule is FULL_PATH:
             return -1, []
         end, texts = template.take_texts(data, start, self._max_event_bytes, rule.unless_lt)
         if end > start:
             self._template_misses = 0
-            _tell_joined(rule.tell, texts)
+            tell_joined(rule.tell, texts)
         return end - start, texts
 
     def _decode(self, data: bytes, now_ms: float) -> bytes:
@@ -332,7 +321,7 @@ class StreamPipeline:
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
-        if rule is _FULL_PATH or (rule.unless_lt and "<" in text):
+        if rule is FULL_PATH or (rule.unless_lt and "<" in text):
             return False
         for tell in rule.tell:
             tell(text)
@@ -344,30 +333,15 @@ class StreamPipeline:
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
-        if rule is _FULL_PATH or (rule.unless_lt and any("<" in text for text in texts)):
+        if rule is FULL_PATH or (rule.unless_lt and any("<" in text for text in texts)):
             return False
-        _tell_joined(rule.tell, texts)
+        tell_joined(rule.tell, texts)
         self._template_misses = 0
         return True
 
-    def _text_rule(self, template: ChunkTemplate) -> _TemplateRule:
+    def _text_rule(self, template: ChunkTemplate) -> TemplateRule:
         """What every consumer says of the template's chunks (see `_rule`)."""
-        field, index = template.field, template.index
-        traced = None
-        if self._trace is not None:
-            passes, traced = self._trace.text_rule(index, field, template.reasoning)
-            if not passes:
-                return _FULL_PATH
-        # (Asked last: a rule the extractor gives stands for the chunks it covers.)
-        extracting = self._extractor.text_rule(field, index, template.last)
-        if extracting is None:
-            return _FULL_PATH
-        tell = [extracting.tell] if extracting.tell is not None else []
-        if traced is not None:
-            tell.append(traced)
-        if self._capture is not None and not template.reasoning:
-            tell.append(functools.partial(self._capture.content, index))
-        return _TemplateRule(extracting.unless_lt, tuple(tell))
+        return template_rule(template, self._trace, self._extractor, self._capture)
 
     def _reencoded(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
         try:
@@ -450,19 +424,6 @@ class StreamPipeline:
         out.append(data_frame(DONE))
         self._done_sent = True
         return b"".join(out)
-
-
-def _tell_joined(tells: Sequence[Callable[[str], None]], texts: Sequence[str]) -> None:
-    """A run's texts told to each consumer at once, joined: every consumer of a text rule adds the
-    text to what it has (the token tally counts it, the replay capture appends it), so one call
-    with the run's text says the same as one call per chunk — and a Python call per reasoning text
-    was the largest cost the token accounting added to a burst stream (bench/README.md, "Where
-    round three lost its figures")."""
-    if not texts or not tells:
-        return
-    joined = texts[0] if len(texts) == 1 else "".join(texts)
-    for tell in tells:
-        tell(joined)
 
 
 def _ends_event(raw: bytes) -> bool:
