@@ -7,8 +7,7 @@ upstream's original bytes; only changed chunks are re-serialized.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +21,9 @@ from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
+from proxy.core.stream.template_rule import FULL_PATH, TemplateRule, tell_joined, template_rule
 from proxy.core.stream.trace import TraceBuilder
-from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, comment_frames, event_frames
+from proxy.core.stream.trace_format import TraceFrames
 from proxy.core.usage import ReasoningTally, fill_final_usage
 
 DONE = b"[DONE]"
@@ -36,17 +36,6 @@ MAX_STEPS = 8
 WITHHELD_COMMENT = (
     b": withheld an upstream event that could not be parsed to remove its reasoning (X-Reasoning: hide)\n\n"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _TemplateRule:
-    unless_lt: bool  # a text with `<` in it takes the ordinary path
-    # Who hears each text. Each must only add the text to what it has (a run's texts are told
-    # joined: _tell_joined).
-    tell: tuple[Callable[[str], None], ...]
-
-
-_FULL_PATH = _TemplateRule(False, ())  # (compared by identity: every chunk takes the ordinary path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +77,7 @@ class StreamPipeline:
         self._extractor = harmony.extractor(reasoning, capture.reasoning if capture is not None else tally)
         self._hide = reasoning.hide
         self._trace = trace
-        self._event_format = trace_format is TraceFormat.EVENT
-        self._meta: ChunkMeta | None = None
-        self._pending_trace: list[dict[str, Any]] = []
+        self._frames = TraceFrames(trace_format is TraceFormat.EVENT)
         self._done_sent = False
         # The shape of the last chunk of more-of-the-same, and how many chunks it was (re)learned
         # from without one match since (proxy.core.stream.chunk_template).
@@ -100,28 +87,16 @@ class StreamPipeline:
         self._template_misses = 0 if templates else MAX_TEMPLATE_MISSES
         # What the consumers (extractor, trace, capture) decided of the template's chunks: asked
         # once, valid until a chunk takes the ordinary path (only that changes their state).
-        self._rule: _TemplateRule | None = None
+        self._rule: TemplateRule | None = None
         # True once the client's stream is complete (ended or failed): stop reading upstream.
         self.closed = False
         # Why the stream ended with an error event, if it did.
         self.failure: StreamFailure | None = None
 
-    # -- trace delivery -------------------------------------------------------------------
-    def _trace_bytes(self, events: list[dict[str, Any]]) -> bytes:
-        if not events:
-            return b""
-        if not self._event_format:
-            return comment_frames(events)
-        if self._meta is None:
-            # Event frames carry the stream's id/model/created: hold them until the first chunk.
-            self._pending_trace.extend(events)
-            return b""
-        return event_frames(events, self._meta)
-
     def begin(self, request_body: dict[str, Any] | None, now_ms: float) -> bytes:
         if self._trace is None:
             return b""
-        return self._trace_bytes(self._trace.begin(request_body, now_ms))
+        return self._frames.frames(self._trace.begin(request_body, now_ms))
 
     # -- stream -------------------------------------------------------------------------
     def feed(self, data: bytes, now_ms: float) -> bytes:
@@ -251,12 +226,12 @@ class StreamPipeline:
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
-        if rule is _FULL_PATH:
+        if rule is FULL_PATH:
             return -1, []
         end, texts = template.take_texts(data, start, self._max_event_bytes, rule.unless_lt)
         if end > start:
             self._template_misses = 0
-            _tell_joined(rule.tell, texts)
+            tell_joined(rule.tell, texts)
         return end - start, texts
 
     def _decode(self, data: bytes, now_ms: float) -> bytes:
@@ -282,6 +257,7 @@ class StreamPipeline:
         capture = self._capture
         template = self._template
         tally = self._tally
+        frames = self._frames
         for event in events:
             data = event.data
             if self._done_sent:
@@ -321,12 +297,12 @@ class StreamPipeline:
             # The answer's last usage gets the reasoning estimate before anyone reads it.
             filled = tally is not None and chunk.get("usage") is not None and fill_final_usage(chunk, tally)
             if trace is not None:
-                if self._meta is None:
-                    self._start_meta(chunk, append)
+                if frames.meta is None:
+                    append(frames.start(chunk))  # (event frames held for the stream's identity)
                 # A trace event describes the chunk that caused it; it precedes it in the same write.
                 caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
                 if caused:
-                    append(self._trace_bytes(caused))
+                    append(frames.frames(caused))
             if outcome.changed or filled:
                 append(self._reencoded(event, chunk, now_ms))
             else:
@@ -345,7 +321,7 @@ class StreamPipeline:
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
-        if rule is _FULL_PATH or (rule.unless_lt and "<" in text):
+        if rule is FULL_PATH or (rule.unless_lt and "<" in text):
             return False
         for tell in rule.tell:
             tell(text)
@@ -357,30 +333,15 @@ class StreamPipeline:
         rule = self._rule
         if rule is None:
             rule = self._rule = self._text_rule(template)
-        if rule is _FULL_PATH or (rule.unless_lt and any("<" in text for text in texts)):
+        if rule is FULL_PATH or (rule.unless_lt and any("<" in text for text in texts)):
             return False
-        _tell_joined(rule.tell, texts)
+        tell_joined(rule.tell, texts)
         self._template_misses = 0
         return True
 
-    def _text_rule(self, template: ChunkTemplate) -> _TemplateRule:
+    def _text_rule(self, template: ChunkTemplate) -> TemplateRule:
         """What every consumer says of the template's chunks (see `_rule`)."""
-        field, index = template.field, template.index
-        traced = None
-        if self._trace is not None:
-            passes, traced = self._trace.text_rule(index, field, template.reasoning)
-            if not passes:
-                return _FULL_PATH
-        # (Asked last: a rule the extractor gives stands for the chunks it covers.)
-        extracting = self._extractor.text_rule(field, index, template.last)
-        if extracting is None:
-            return _FULL_PATH
-        tell = [extracting.tell] if extracting.tell is not None else []
-        if traced is not None:
-            tell.append(traced)
-        if self._capture is not None and not template.reasoning:
-            tell.append(functools.partial(self._capture.content, index))
-        return _TemplateRule(extracting.unless_lt, tuple(tell))
+        return template_rule(template, self._trace, self._extractor, self._capture)
 
     def _reencoded(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
         try:
@@ -404,32 +365,21 @@ class StreamPipeline:
             return WITHHELD_COMMENT
         message = "An upstream event could not be parsed to remove its reasoning; it was withheld."
         events = self._trace.on_error(message, now_ms, UNREADABLE_ANSWER_CODE)
-        return self._trace_bytes(events) + WITHHELD_COMMENT
-
-    def _start_meta(self, chunk: dict[str, Any], append: Callable[[bytes], None]) -> None:
-        """The stream's identity is known from its first chunk: event frames held until now go out."""
-        self._meta = chunk_meta(chunk)
-        if self._meta is not None and self._pending_trace:
-            pending, self._pending_trace = self._pending_trace, []
-            append(event_frames(pending, self._meta))
+        return self._frames.frames(events) + WITHHELD_COMMENT
 
     def _closing_bytes(self, now_ms: float) -> bytes:
         out: list[bytes] = []
+        trace, frames = self._trace, self._frames
         for chunk in self._extractor.flush():
             if self._capture is not None:
                 self._capture.chunk(chunk)
             out.append(data_frame(jsonio.dumps(chunk)))
-            if self._trace is not None:
-                out.append(self._trace_bytes(self._trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
-        if self._trace is not None:
-            out.append(self._trace_bytes(self._trace.finish(now_ms)))
-            if self._pending_trace:  # no chunk ever came: deliver what we have with a stand-in meta
-                out.append(self._flush_pending_without_meta())
+            if trace is not None:
+                out.append(frames.frames(trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
+        if trace is not None:
+            out.append(frames.frames(trace.finish(now_ms)))
+            out.append(frames.rest())  # (no chunk ever came: what was held goes out now)
         return b"".join(out)
-
-    def _flush_pending_without_meta(self) -> bytes:
-        pending, self._pending_trace = self._pending_trace, []
-        return event_frames(pending, ChunkMeta(id="", model="", created=0))
 
     def finish(self, now_ms: float) -> bytes:
         """The upstream body ended without a transport error.
@@ -467,27 +417,13 @@ class StreamPipeline:
         self.failure = failure
         out: list[bytes] = []
         if self._trace is not None:
-            out.append(self._trace_bytes(self._trace.on_error(failure.message, now_ms, failure.code)))
-            out.append(self._trace_bytes(self._trace.finish(now_ms)))
-            if self._pending_trace:
-                out.append(self._flush_pending_without_meta())
+            out.append(self._frames.frames(self._trace.on_error(failure.message, now_ms, failure.code)))
+            out.append(self._frames.frames(self._trace.finish(now_ms)))
+            out.append(self._frames.rest())
         out.append(data_frame(orjson.dumps(error_payload(failure.message, failure.type, failure.code))))
         out.append(data_frame(DONE))
         self._done_sent = True
         return b"".join(out)
-
-
-def _tell_joined(tells: Sequence[Callable[[str], None]], texts: Sequence[str]) -> None:
-    """A run's texts told to each consumer at once, joined: every consumer of a text rule adds the
-    text to what it has (the token tally counts it, the replay capture appends it), so one call
-    with the run's text says the same as one call per chunk — and a Python call per reasoning text
-    was the largest cost the token accounting added to a burst stream (bench/README.md, "Where
-    round three lost its figures")."""
-    if not texts or not tells:
-        return
-    joined = texts[0] if len(texts) == 1 else "".join(texts)
-    for tell in tells:
-        tell(joined)
 
 
 def _ends_event(raw: bytes) -> bool:

@@ -1,6 +1,6 @@
 """How trace events are written: their times (ms to a tenth), durations as words, and the two
 encodings a stream carries them in (`: trace` comment lines, `event: trace` frames that repeat
-the stream's identity).
+the stream's identity; TraceFrames: one stream's, holding event frames until its identity is known).
 
 Separate from the trace builder (proxy.core.stream.trace) because more than the builder writes
 trace events: the stream pipeline frames the builder's events, and the review gate
@@ -56,6 +56,45 @@ def event_frames(events: list[dict[str, Any]], meta: ChunkMeta) -> bytes:
     """
     head = {"id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model, "choices": []}
     return b"".join(b"event: trace\ndata: " + dumps({**head, "trace": event}) + b"\n\n" for event in events)
+
+
+class TraceFrames:
+    """One stream's trace events as its SSE frames, in the encoding the client asked for: comment
+    lines, or `event: trace` frames, which repeat the stream's identity and so are held until the
+    stream's first chunk names it (`start`); `rest` writes whatever is still held at the end."""
+
+    __slots__ = ("_event_format", "_pending", "meta")
+
+    def __init__(self, event_format: bool) -> None:
+        self._event_format = event_format
+        self.meta: ChunkMeta | None = None  # the stream's identity, once a chunk gave it
+        self._pending: list[dict[str, Any]] = []
+
+    def frames(self, events: list[dict[str, Any]]) -> bytes:
+        if not events:
+            return b""
+        if not self._event_format:
+            return comment_frames(events)
+        if self.meta is None:
+            self._pending.extend(events)
+            return b""
+        return event_frames(events, self.meta)
+
+    def start(self, chunk: dict[str, Any]) -> bytes:
+        """The stream's first chunk: its identity is known, and the frames held until now go out."""
+        self.meta = chunk_meta(chunk)
+        if self.meta is None or not self._pending:
+            return b""
+        pending, self._pending = self._pending, []
+        return event_frames(pending, self.meta)
+
+    def rest(self) -> bytes:
+        """At the end: frames still held (no chunk ever named the stream) go out with a stand-in
+        identity."""
+        if not self._pending:
+            return b""
+        pending, self._pending = self._pending, []
+        return event_frames(pending, ChunkMeta(id="", model="", created=0))
 
 
 def ms(value: float) -> int | float:

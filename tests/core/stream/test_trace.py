@@ -14,6 +14,7 @@ from proxy.core.controls import TraceMode, prefers_chinese
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.stream.trace_format import (
     ChunkMeta,
+    TraceFrames,
     chunk_meta,
     comment_frames,
     duration_text,
@@ -536,6 +537,25 @@ def test_chunk_meta() -> None:
     assert chunk_meta(chunk()) == ChunkMeta(id="chatcmpl-7a1", model="deepseek-flash", created=1761725211)
     assert chunk_meta({"id": "x"}) == ChunkMeta(id="x", model="", created=0)
     assert chunk_meta({"choices": []}) is None
+
+
+def test_trace_frames_hold_event_frames_until_the_stream_names_itself() -> None:
+    events = [{"type": "status", "t_ms": 1.0}, {"type": "status", "t_ms": 2.0}]
+    comments = TraceFrames(event_format=False)
+    assert comments.frames(events) == comment_frames(events)  # (comments need no identity)
+    assert comments.rest() == b""
+    frames = TraceFrames(event_format=True)
+    assert frames.frames(events[:1]) == b""  # held: no chunk has named the stream yet
+    assert frames.start({"choices": []}) == b""  # a chunk without an id names nothing
+    assert frames.meta is None
+    named = ChunkMeta(id="chatcmpl-7a1", model="deepseek-flash", created=1761725211)
+    assert frames.start(chunk()) == event_frames(events[:1], named)
+    assert frames.frames(events[1:]) == event_frames(events[1:], named)
+    assert frames.rest() == b""  # nothing is held twice
+    unnamed = TraceFrames(event_format=True)
+    unnamed.frames(events)
+    assert unnamed.rest() == event_frames(events, ChunkMeta(id="", model="", created=0))
+    assert unnamed.rest() == b""
 
 
 def test_documented_examples_validate_and_cover_every_type() -> None:
