@@ -7,7 +7,10 @@ door writes as SSE go out one JSON text message each (comment lines, the trace a
 out). The upgrade's headers apply to every turn: the key (checked at the upgrade too: a bad one is
 refused there with its status), the control headers (`X-Thinking-Level` for the connection; a
 `response.create` that sets `reasoning.effort` overrides it for that turn), `X-Upstream-Base-URL`.
-Native upstreams are reached over HTTP per turn.
+Native upstreams that serve the WebSocket mode (providers.yaml `responses_websocket`) are relayed
+over one upstream WebSocket per client socket, opened at the first such turn and closed with the
+client's (proxy.server.upstream.responses_socket: the turn planned as over HTTP, the level in each
+`response.create`); other native upstreams, and one that refused the upgrade, get HTTP per turn.
 
 - One response at a time per socket: a `response.create` while one runs gets an `error` event
   (`response_in_progress`); the next may follow once the running one's terminal event is out
@@ -62,6 +65,7 @@ from proxy.server.access_log import log_access
 from proxy.server.doors.responses import SOCKET_TURN, ResponsesDoor, SocketTurn
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
 from proxy.server.doors.responses_ws_turn import Connection, TurnWriter, turn_scope
+from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 
 logger = logging.getLogger("thinkproxy.responses")
 
@@ -120,6 +124,8 @@ class ResponsesSocket:
         record.status = 101
         limit = proxy.s.settings.max_body_bytes
         connection = Connection(websocket, SocketResponses(self.door.stored, limit))
+        s = proxy.s
+        connection.upstream = ResponsesSocketUpstream(s.settings, s.guard, s.upstream)
         try:
             record.error = await self._serve(connection, limit)
         except Exception:
@@ -128,9 +134,14 @@ class ResponsesSocket:
             await _close(websocket, CLOSE_INTERNAL, "internal error")
         finally:
             connection.gone.set()  # (a turn still running is the client's no more: it ends)
-            if connection.turn is not None:
-                await asyncio.gather(connection.turn, return_exceptions=True)
-            log_access(record, started)
+            try:
+                if connection.turn is not None:
+                    await asyncio.gather(connection.turn, return_exceptions=True)
+            finally:
+                log_access(record, started)
+                if connection.upstream is not None:  # (the upstream socket, if one opened, goes
+                    # with it; shielded: a server cancelling this task still has it closed)
+                    await asyncio.shield(connection.upstream.aclose())
 
     async def _serve(self, connection: Connection, limit: int) -> str | None:
         """Read the client's messages until the socket ends; the access line's `error` (None: the
@@ -230,7 +241,7 @@ class ResponsesSocket:
         effort_set = isinstance(reasoning, dict) and reasoning.get("effort") is not None
         scope = turn_scope(connection.websocket.scope, body, effort_set)
         responses = connection.responses
-        scope[SOCKET_TURN] = SocketTurn(responses, responses.saver, create.generate)
+        scope[SOCKET_TURN] = SocketTurn(responses, responses.saver, create.generate, connection.upstream)
         delivered = False
 
         async def receive() -> Message:

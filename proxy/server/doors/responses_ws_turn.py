@@ -19,6 +19,7 @@ from proxy.core.errors import BadUpstreamResponse
 from proxy.core.protocols.responses.socket import EventSplitter, error_event, error_from_answer
 from proxy.core.stream.sse import EventTooLarge
 from proxy.server.doors.responses_ws_state import SocketResponses
+from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 
 # Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
 _SOCKET_HEADERS = frozenset(
@@ -77,6 +78,8 @@ class Connection:
         # bookkeeping (the upstream closed, the access line), and a next turn waits for it.
         self.settling = False
         self.last_active = time.monotonic()
+        # Its native turns' upstream WebSocket (opened at the first that needs it), when set.
+        self.upstream: ResponsesSocketUpstream | None = None
 
     @property
     def busy(self) -> bool:

@@ -41,6 +41,7 @@ __all__ = [
     "Steer",
     "error_event",
     "error_from_answer",
+    "message_type",
     "read_message",
     "steer_failed",
 ]
@@ -227,7 +228,27 @@ def _event_type(event: SSEEvent) -> bytes | None:
     if event.event is not None:
         return event.event
     data = event.data
-    if data is None or not data.startswith(_TYPE_PREFIX):
+    return None if data is None else _leading_type(data)
+
+
+def _leading_type(data: bytes) -> bytes | None:
+    """The `type` where the proxy and OpenAI write it, first (`{"type":"…"`), read without a parse."""
+    if not data.startswith(_TYPE_PREFIX):
         return None
     end = data.find(b'"', len(_TYPE_PREFIX))
     return data[len(_TYPE_PREFIX) : end] if end > 0 else None
+
+
+def message_type(data: bytes) -> bytes | None:
+    """A server event's `type` (an upstream WebSocket's message): read where the proxy and OpenAI
+    write it, else parsed from the JSON (another server's order or spacing); None when the
+    message is not a JSON object with a string `type`."""
+    leading = _leading_type(data)
+    if leading is not None:
+        return leading
+    try:
+        parsed = jsonio.loads(data)
+    except ValueError:
+        return None
+    kind = parsed.get("type") if isinstance(parsed, dict) else None
+    return kind.encode() if isinstance(kind, str) else None
