@@ -21,7 +21,8 @@ client's (proxy.server.upstream.responses_socket: the turn planned as over HTTP,
   bounded), so that
   `previous_response_id` continues them with `store: false` and with the state store off; stored
   ones (`store` true, the store on) are kept in the store as over HTTP too.
-- `generate: false`: the response is made and kept without asking the upstream (bridged only).
+- `generate: false`: the response is made and kept without asking the upstream (bridged), or sent
+  on to a native upstream's WebSocket (a native upstream over HTTP refuses it).
 - `response.steer`: `response.steer.failed` (`steering_not_supported`).
 - Limits: a message is at most THINKPROXY_MAX_BODY_BYTES (past it: an `error` event, then close
   1009); a socket with no message and no turn for IDLE_TIMEOUT_S closes (1000, "idle timeout"); a
