@@ -20,6 +20,8 @@ The rules it enforces, as OpenAI's WebSocket mode and openai-python 3.63 describ
 
 Faults and pacing come from the upgrade's `X-Mock-*` headers, per turn: the status faults are an
 `error` event; `disconnect` closes the socket (1011) a few events in; pacing spaces the events.
+`X-Mock-WS-Responses: N` ends the socket's life after its Nth response, as OpenAI's ends at 60
+minutes: an `error` event `websocket_connection_limit_reached`, then close 1000.
 Every message, and the socket's end (whether a response was still streaming), is in the mock's
 request log (method `GET` for the upgrade, `WS` for each message and the close).
 """
@@ -42,6 +44,7 @@ from proxy.mock.responses.routes import Bounded, Reply, ResponsesApi
 
 CONNECTION_RESPONSES = 256  # (a socket's own responses, the oldest forgotten first)
 CLOSE_INTERNAL = 1011
+LIFETIME_HEADER = "x-mock-ws-responses"  # the socket's last response (its lifetime, in responses)
 
 Log = Callable[[WebSocket, str, Any], None]  # (socket, method, body) → the request log
 CannedFor = Callable[[Dialect, Plan, str], Canned | None]
@@ -93,6 +96,9 @@ class ResponsesSocket:
         self.local = Bounded(CONNECTION_RESPONSES)
         self.running: asyncio.Task[None] | None = None
         self.closed = False
+        self.responses = 0
+        lifetime = websocket.headers.get(LIFETIME_HEADER, "")
+        self.lifetime = int(lifetime) if lifetime.isdigit() else 0
 
     async def serve(self) -> None:
         try:
@@ -168,6 +174,16 @@ class ResponsesSocket:
                 return
             else:
                 await self._send(step)
+        self.responses += 1
+        if self.lifetime and self.responses >= self.lifetime:
+            error = _invalid(
+                "Responses websocket connection limit reached. Create a new websocket connection to "
+                "continue.",
+                "websocket_connection_limit_reached",
+            )
+            await self._send(error_event(400, error))
+            self.closed = True
+            await self.websocket.close(1000)
 
     async def _send(self, data: bytes) -> None:
         if not self.closed:

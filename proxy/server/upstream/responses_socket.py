@@ -28,7 +28,9 @@ client gone, the read timeout), the usage reader and the access line run unchang
   began is a 502 (`upstream_websocket_closed`, its close code in the message); after it began,
   the stream is cut short (the door's `stream_interrupted` event). The next turn opens a new one
   (the closed one's connection-local state is gone: `previous_response_id` with `store: false`
-  then gets the upstream's own `previous_response_not_found`).
+  then gets the upstream's own `previous_response_not_found`). A socket kept from an earlier
+  turn that ended in between (its lifetime: `websocket_connection_limit_reached`, a close, a
+  failed send) is replaced and the turn sent once more, as it never reached a model there.
 - A turn that ends before its terminal event (the client gone, the read timeout) closes the
   upstream socket: the protocol has no other way to cancel a running response. The client's
   socket closing closes it too (`ResponsesSocketUpstream.aclose`).
@@ -83,6 +85,8 @@ _HANDSHAKE = "sec-websocket-"
 _PER_REQUEST = frozenset({"traceparent", "tracestate", "baggage", "x-request-id"})
 # Body fields the WebSocket mode does not take: streaming is implied, background refused.
 _TRANSPORT_FIELDS = ("stream", "background")
+# The error an upstream ends a socket with at its lifetime's end (OpenAI's, at 60 minutes).
+SOCKET_LIFETIME_ERROR = "websocket_connection_limit_reached"
 _CLOSED = frozenset({aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED})
 
 
@@ -186,8 +190,9 @@ class ResponsesSocketUpstream:
             )
         return self.session
 
-    async def _connected(self, request: UpstreamRequest) -> _Socket:
-        """The socket for this request's URL and headers, opened if need be; UpgradeRefused."""
+    async def _connected(self, request: UpstreamRequest) -> tuple[_Socket, bool]:
+        """The socket for this request's URL and headers, opened if need be (then: True);
+        UpgradeRefused."""
         headers = wire_headers(upgrade_headers(request.headers))
         key = (
             request.url,
@@ -199,7 +204,7 @@ class ResponsesSocketUpstream:
             await self.close_socket()
             current = None
         if current is not None:
-            return current
+            return current, False
         url = ws_url(request.url)
         session = self._session(request.client_chosen)
         try:
@@ -221,27 +226,43 @@ class ResponsesSocketUpstream:
         except TRANSPORT_ERRORS as exc:
             raise translate_error(exc, request.url) from exc
         self.socket = _Socket(ws, request.url, key)
-        return self.socket
+        return self.socket, True
 
     async def create(self, request: UpstreamRequest, generate: bool) -> UpstreamResponse:
         """One turn over the socket: its `response.create` sent, its first message awaited (as an
-        HTTP client awaits the head); UpgradeRefused when the upstream does not serve the mode."""
-        socket = await self._connected(request)
-        try:
-            # (a text message, as the protocol's are; its bytes are UTF-8 JSON already)
-            await socket.ws.send_frame(
-                create_message(request.content, generate=generate), aiohttp.WSMsgType.TEXT
-            )
-        except TRANSPORT_ERRORS as exc:
-            await self.close_socket()
-            raise translate_error(exc, request.url) from exc
-        answer = SocketAnswer(self, socket)
-        try:
-            await answer.first()
-        except BaseException:
-            await answer.aclose()
-            raise
-        return answer
+        HTTP client awaits the head); UpgradeRefused when the upstream does not serve the mode.
+
+        A socket kept from an earlier turn may have ended in between, unread (the upstream's
+        lifetime: OpenAI sends `error` `websocket_connection_limit_reached` and closes at 60
+        minutes): when sending fails, or the answer is that close or that error, the turn never
+        reached a model on it, and is sent once more on a new socket (as an HTTP client
+        reconnects a stale keep-alive connection). On a new socket the same is the turn's error."""
+        message = create_message(request.content, generate=generate)
+        while True:
+            socket, fresh = await self._connected(request)
+            answer = SocketAnswer(self, socket)
+            try:
+                # (a text message, as the protocol's are; its bytes are UTF-8 JSON already)
+                await socket.ws.send_frame(message, aiohttp.WSMsgType.TEXT)
+                await answer.first()
+            except TRANSPORT_ERRORS as exc:  # (sending failed: the socket is gone)
+                await self.close_socket()
+                if fresh:
+                    raise translate_error(exc, request.url) from exc
+                continue
+            except _Stale as exc:
+                await self.close_socket()
+                if fresh:
+                    raise exc.error from None
+                continue
+            except BaseException:
+                await answer.aclose()
+                raise
+            if answer.ended_socket:
+                await self.close_socket()  # (its error is the answer; the next turn opens anew)
+                if not fresh:
+                    continue
+            return answer
 
     async def close_socket(self) -> None:
         socket, self.socket = self.socket, None
@@ -257,6 +278,14 @@ class ResponsesSocketUpstream:
         session, self.session = self.session, None
         if session is not None:
             await session.close()
+
+
+class _Stale(Exception):
+    """The socket closed before a turn's first message: `error` is what that is on a new one."""
+
+    def __init__(self, error: UpstreamUnreachable) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class SocketTurnUpstream(Upstream):
@@ -311,6 +340,7 @@ class SocketAnswer(UpstreamResponse):
         self.headers = [("content-type", "text/event-stream")]
         self.pending: bytes | None = None  # the first message, read by `first`
         self.done = False  # the terminal event was read: the socket is free for the next turn
+        self.ended_socket = False  # the answer is the upstream's end of this socket (its lifetime)
 
     async def _next(self) -> bytes:
         """The next message's data; ConnectionError when the socket closes."""
@@ -332,10 +362,7 @@ class SocketAnswer(UpstreamResponse):
         try:
             data = await self._next()
         except ConnectionError:
-            ws = self.socket.ws
-            raise closed_error(self.url, ws.close_code, "") from None
-        except TRANSPORT_ERRORS as exc:
-            raise translate_error(exc, self.url) from exc
+            raise _Stale(closed_error(self.url, self.socket.ws.close_code, "")) from None
         kind = message_type(data)
         if kind == b"error":
             self.done = True
@@ -345,6 +372,7 @@ class SocketAnswer(UpstreamResponse):
             error = event.get("error") if isinstance(event, dict) else None
             self.headers = [("content-type", "application/json")]
             self.pending = jsonio.dumps({"error": error if isinstance(error, dict) else event})
+            self.ended_socket = isinstance(error, dict) and error.get("code") == SOCKET_LIFETIME_ERROR
             return
         self.pending = framed(data, kind)
         self.done = kind in TERMINAL_TYPES

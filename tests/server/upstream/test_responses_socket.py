@@ -201,6 +201,23 @@ def test_an_upstream_socket_closed_mid_turn_ends_it_with_an_error_event_and_the_
     assert len([r for r in seen(mock) if r["method"] == "GET"]) == 2
 
 
+def test_an_upstream_socket_that_ended_its_life_between_turns_is_replaced_and_the_turn_sent_again(
+    mock: BackgroundServer,
+) -> None:
+    """OpenAI ends a socket at 60 minutes (an `error` event, then close 1000), unread until the next
+    turn: that turn never reached a model, and goes on a new upstream socket, not to the client as
+    an error."""
+    short = {**KEY, "x-mock-ws-responses": "1"}  # (the simulated socket lives one response)
+    with TestClient(app_for(mock)) as client, client.websocket_connect("/v1/responses", headers=short) as ws:
+        ends = []
+        for n in range(3):
+            ws.send_text(create(input=f"Turn {n}"))
+            ends.append(turn(ws)[-1]["type"])
+    assert ends == ["response.completed"] * 3
+    assert len([r for r in seen(mock) if r["method"] == "GET"]) == 3
+    assert len(creates(mock)) == 3  # (each sent once: the ended socket had no turn of its own)
+
+
 # -- openai-python through the proxy ---------------------------------------------------------------------
 
 
