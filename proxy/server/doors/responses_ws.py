@@ -46,7 +46,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core import jsonio
@@ -92,8 +92,14 @@ class ResponsesSocket:
         self.max_lifetime = max_lifetime
         self.sockets = KeySockets(door.proxy.s.settings.max_sockets_per_key)
 
-    async def serve(self, websocket: WebSocket) -> None:
-        """The route's endpoint: one socket, from its upgrade to its close."""
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The route's ASGI app: `serve`, with the server's own `send` for the events (each event
+        a message, the hot path: it skips Starlette's per-message state checks and exception
+        wrapper, which cost as much as the rest of a message's relay; bench/README.md)."""
+        await self.serve(WebSocket(scope, receive, send), send)
+
+    async def serve(self, websocket: WebSocket, send: Send | None = None) -> None:
+        """One socket, from its upgrade to its close (`send`: the server's, for the events)."""
         proxy = self.door.proxy
         started = time.perf_counter()
         record = AccessRecord(method="GET", path=websocket.url.path, route="responses", transport="websocket")
@@ -114,17 +120,19 @@ class ResponsesSocket:
             await _deny(websocket, refused)
             return
         try:
-            await self._serve_accepted(websocket, record, started)
+            await self._serve_accepted(websocket, record, started, send)
         finally:
             self.sockets.release(tenant)
 
-    async def _serve_accepted(self, websocket: WebSocket, record: AccessRecord, started: float) -> None:
+    async def _serve_accepted(
+        self, websocket: WebSocket, record: AccessRecord, started: float, send: Send | None
+    ) -> None:
         """The socket once its upgrade passed: accepted, served, its access line written."""
         proxy = self.door.proxy
         await websocket.accept()
         record.status = 101
         limit = proxy.s.settings.max_body_bytes
-        connection = Connection(websocket, SocketResponses(self.door.stored, limit))
+        connection = Connection(websocket, SocketResponses(self.door.stored, limit), send)
         s = proxy.s
         connection.upstream = ResponsesSocketUpstream(s.settings, s.guard, s.upstream)
         try:

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from starlette.types import Message
-from starlette.websockets import WebSocket
+from starlette.types import Message, Send
+from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
-from proxy.core.protocols.responses.socket import EventSplitter, error_event, error_from_answer
-from proxy.core.stream.sse import EventTooLarge
+from proxy.core.protocols.responses.socket import (
+    EventSplitter,
+    MessagesTooLarge,
+    error_event,
+    error_from_answer,
+)
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 
@@ -69,8 +73,11 @@ def turn_scope(socket_scope: Mapping[str, Any], body: bytes, effort_set: bool) -
 class Connection:
     """One socket's state: its responses, its running turn, whether the client is gone."""
 
-    def __init__(self, websocket: WebSocket, responses: SocketResponses) -> None:
+    def __init__(self, websocket: WebSocket, responses: SocketResponses, send: Send | None = None) -> None:
         self.websocket = websocket
+        # The server's own send for text messages (the socket is accepted and stays so while
+        # messages go out: Starlette's state checks have nothing to add per message).
+        self.raw_send: Send = send if send is not None else websocket.send
         self.responses = responses
         self.gone = asyncio.Event()
         self.turn: asyncio.Task[None] | None = None
@@ -88,10 +95,16 @@ class Connection:
     async def send(self, text: str) -> None:
         """A message to the client; a client already gone is no error (its turn is cancelled by
         the disconnect watch)."""
-        if self.gone.is_set():
+        await self.send_all((text,))
+
+    async def send_all(self, texts: Sequence[str]) -> None:
+        """Messages to the client, in order; as `send`."""
+        if self.gone.is_set() or self.websocket.application_state != WebSocketState.CONNECTED:
             return
+        send = self.raw_send
         try:
-            await self.websocket.send_text(text)
+            for text in texts:
+                await send({"type": "websocket.send", "text": text})
         except Exception:  # (closed under us: the reader sees the disconnect)
             self.gone.set()
 
@@ -118,7 +131,7 @@ class TurnWriter:
         self.streaming = False
         self.body: list[bytes] = []
         self.kept = 0
-        self.too_large: EventTooLarge | None = None
+        self.too_large: MessagesTooLarge | None = None
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -147,19 +160,17 @@ class TurnWriter:
             return  # (the answer is whole, or already failed: the rest is not the client's)
         try:
             texts = splitter.feed(data)
-        except EventTooLarge as exc:
+        except MessagesTooLarge as exc:
             self.too_large = exc
-            texts = splitter.messages(exc.events)
-        send = self.connection.send
-        for text in texts:
-            await send(text)
+            texts = exc.messages
+        if texts:
+            await self.connection.send_all(texts)
         if splitter.terminal:  # (a next create may follow now: the rest is bookkeeping)
             self.connection.settling = True
 
     async def end(self) -> None:
         if self.streaming:
-            for text in self.splitter.flush():
-                await self.connection.send(text)
+            await self.connection.send_all(self.splitter.flush())
             if not self.splitter.terminal:
                 await self.connection.send(error_event(self._cut_short(), self.stream_id))
         elif self.status:
