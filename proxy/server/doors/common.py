@@ -379,7 +379,8 @@ async def forward_native(
     if (
         owners is not None
         and tenants is not None
-        and tgt.parsed.get("store") is not False
+        # (over an upstream WebSocket a store: false response is continued too, on that socket)
+        and (tgt.parsed.get("store") is not False or relay is not None)
         and isinstance(response, RelayResponse)
         and 200 <= response.status_code < 300
     ):

@@ -146,6 +146,27 @@ def test_native_turns_go_over_one_upstream_websocket_with_the_level_in_each_crea
     assert [r.level for r in turns][:2] == ["deep", "deep"]
 
 
+def test_in_gateway_mode_a_store_false_response_is_continued_on_its_socket_by_its_client_only(
+    mock: BackgroundServer,
+) -> None:
+    settings = make_settings(
+        upstream_base_url=f"{mock.url}/openai/v1", state="on", gateway_mode=True, client_keys=["sk-a", "sk-b"]
+    )
+    app = create_app(settings, table=simulated_table(mock.port))
+    with TestClient(app) as client:
+        with client.websocket_connect("/v1/responses", headers={"authorization": "Bearer sk-a"}) as ws:
+            ws.send_text(create(input="Hi", store=False))
+            first = turn(ws)[-1]["response"]["id"]
+            ws.send_text(create(input="Again", store=False, previous_response_id=first))
+            again = turn(ws)[-1]
+        with client.websocket_connect("/v1/responses", headers={"authorization": "Bearer sk-b"}) as ws:
+            ws.send_text(create(input="Mine now", store=False, previous_response_id=first))
+            other = turn(ws)[-1]
+    assert again["type"] == "response.completed"
+    assert other["type"] == "error" and other["status"] in (400, 404)
+    assert len(creates(mock)) == 2  # (the other client's turn never reached the upstream)
+
+
 def test_a_warm_up_goes_to_the_upstream_socket_and_is_continued(mock: BackgroundServer) -> None:
     with (
         TestClient(app_for(mock)) as client,
