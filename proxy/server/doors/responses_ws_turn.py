@@ -89,6 +89,11 @@ class Connection:
         self.upstream: ResponsesSocketUpstream | None = None
 
     @property
+    def open(self) -> bool:
+        """The socket is accepted and not closed by the proxy (messages may go out)."""
+        return self.websocket.application_state is WebSocketState.CONNECTED
+
+    @property
     def busy(self) -> bool:
         return self.turn is not None and not self.turn.done()
 
@@ -99,7 +104,7 @@ class Connection:
 
     async def send_all(self, texts: Sequence[str]) -> None:
         """Messages to the client, in order; as `send`."""
-        if self.gone.is_set() or self.websocket.application_state != WebSocketState.CONNECTED:
+        if self.gone.is_set() or not self.open:
             return
         send = self.raw_send
         try:
@@ -134,27 +139,25 @@ class TurnWriter:
         self.too_large: MessagesTooLarge | None = None
 
     async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-            content_type = b""
-            for name, value in message.get("headers", ()):
-                if name.lower() == b"content-type":
-                    content_type = value
-            self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
-            return
-        data = message.get("body", b"")
+        # The hot path, once per door write (a paced stream: once per event): the split and the
+        # sends inline, with no coroutine of their own (each layer of `await` cost ~3k
+        # instructions a write; bench/README.md, "The Responses WebSocket mode, counted").
+        data = message.get("body")
+        if data is None:
+            if message["type"] == "http.response.start":
+                self._start(message)
+                return
+            data = b""  # (a body message may leave its body out: an empty one)
         if not message.get("more_body", False):
             self.connection.settling = True
         if not data:
             return
-        if self.streaming:
-            await self._relay(data)
-        elif self.kept < _ANSWER_KEPT_BYTES:
-            kept = data[: _ANSWER_KEPT_BYTES - self.kept]
-            self.body.append(kept)
-            self.kept += len(kept)
-
-    async def _relay(self, data: bytes) -> None:
+        if not self.streaming:
+            if self.kept < _ANSWER_KEPT_BYTES:
+                kept = data[: _ANSWER_KEPT_BYTES - self.kept]
+                self.body.append(kept)
+                self.kept += len(kept)
+            return
         splitter = self.splitter
         if splitter.terminal or self.too_large is not None:
             return  # (the answer is whole, or already failed: the rest is not the client's)
@@ -163,10 +166,24 @@ class TurnWriter:
         except MessagesTooLarge as exc:
             self.too_large = exc
             texts = exc.messages
-        if texts:
-            await self.connection.send_all(texts)
+        connection = self.connection
+        if texts and not connection.gone.is_set() and connection.open:
+            send = connection.raw_send
+            try:
+                for text in texts:
+                    await send({"type": "websocket.send", "text": text})
+            except Exception:  # (closed under us: the reader sees the disconnect)
+                connection.gone.set()
         if splitter.terminal:  # (a next create may follow now: the rest is bookkeeping)
-            self.connection.settling = True
+            connection.settling = True
+
+    def _start(self, message: Message) -> None:
+        self.status = message["status"]
+        content_type = b""
+        for name, value in message.get("headers", ()):
+            if name.lower() == b"content-type":
+                content_type = value
+        self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
 
     async def end(self) -> None:
         if self.streaming:
