@@ -13,6 +13,22 @@ add more, which a loopback run cannot show), and one WebSocket (a `response.crea
 The first token is the first delta event (`response.created` goes out before the upstream
 answers). CPU: the proxy process's utime + stime over each block of turns, per turn and per
 streamed chunk (200 a turn).
+
+Counted in instructions instead (exact, where wall-clock figures on a shared machine are not):
+
+  /work/venv/bin/python bench/responses_ws.py --instructions [--transport http,websocket]
+      [--scenario burst|paced] [--turns 40] [--profile DIR]
+
+The app in one process under valgrind's callgrind, the upstream in-process (an httpx transport:
+bench/fake_upstream.py's 200-chunk stream, `paced` one event per read, `burst` the first event
+then the 199 others in one read), the client driving the ASGI app directly: a POST per turn (the
+HTTP door), or one WebSocket's `response.create`s (the socket door), with no network and no
+server in between (what uvicorn and the kernel do for each transport is not counted). Each count
+warms up first (WARM_TURNS, on the same socket), then counts 0, half and all of `--turns`: the
+difference per turn is the turn's steady-state cost, start-up, warm-up and the socket's open and
+close cancelled out; a count whose halves differ by more than 1% per turn says "unsteady".
+`--profile DIR` also writes each transport's callgrind profile of the whole count there
+(`callgrind_annotate --inclusive=yes` reads it), to see where the difference goes.
 """
 
 from __future__ import annotations
@@ -20,18 +36,185 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import servers
 import ttft
 import websockets
-from common import BENCH_DIR, Processes, cpu_seconds, payload, request_headers
+from common import BENCH_DIR, REPO_DIR, Processes, cpu_seconds, payload, request_headers
 
 CHUNKS = 200  # upstream events per turn (the fake upstream's `ttft` scenario)
 TERMINAL = (b'"type":"response.completed"', b'"type":"response.failed"', b'"type":"error"')
+TRANSPORTS = ("http", "websocket")
+WARM_TURNS = 20
+COLLECTED = re.compile(rb"Collected : (\d+)")
+STEADY_PCT = 1.0
+COUNT_ENV = {
+    "THINKPROXY_UPSTREAM_BASE_URL": "https://api.deepseek.com/v1",
+    "THINKPROXY_DEFAULT_THINKING_LEVEL": "standard",
+    "THINKPROXY_HTTP_TRANSPORT": "httpx",  # the transport that takes an in-process upstream
+    "THINKPROXY_STATE": "off",  # (no turn writes to a store: the same work each way)
+    "PYTHONHASHSEED": "0",
+}
+
+
+# -- counted in instructions: the child (the app and its turns, under callgrind) ----------------------
+
+
+def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
+    import gc
+
+    import httpx
+    from fake_upstream import sse_events
+
+    from proxy.server.app import create_served_app
+
+    events = [*sse_events("burst"), b"data: [DONE]\n\n"]
+    reads = events if scenario == "paced" else [events[0], b"".join(events[1:])]
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for read in reads:
+            yield read
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=chunks(), headers={"content-type": "text/event-stream"})
+
+    app = create_served_app(transport=httpx.MockTransport(upstream))
+    body = payload(stream=True, door="responses")
+    headers = [
+        (b"host", b"127.0.0.1:8000"),
+        (b"authorization", b"Bearer sk-bench-not-a-key"),
+    ]
+    base = {
+        "asgi": {"version": "3.0"}, "http_version": "1.1", "path": "/v1/responses",
+        "raw_path": b"/v1/responses", "query_string": b"", "root_path": "",
+        "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 50000),
+    }  # fmt: skip
+
+    async def http_turn() -> None:
+        scope = {
+            **base, "type": "http", "method": "POST", "scheme": "http",
+            "headers": [*headers, (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())],
+        }  # fmt: skip
+        sent = False
+        status = 0
+
+        async def receive() -> dict[str, object]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()  # the client never disconnects
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, object]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])  # type: ignore[call-overload]
+
+        await app(scope, receive, send)
+        if status != 200:
+            raise SystemExit(f"the proxy answered {status}, not 200: the count would not be a turn's")
+
+    async def http_turns() -> None:
+        for _ in range(warm):
+            await http_turn()
+        gc.collect()  # both counts start from the same heap
+        for _ in range(counted):
+            await http_turn()
+
+    async def socket_turns() -> None:
+        message = json.dumps({"type": "response.create", **{k: v for k, v in json.loads(body).items()
+                                                              if k != "stream"}})  # fmt: skip
+        scope = {**base, "type": "websocket", "scheme": "ws", "subprotocols": [], "headers": headers}
+        inbox: asyncio.Queue[dict[str, object]] = asyncio.Queue()
+        ended = asyncio.Event()
+        # (the client's own work per message kept to one C call: it is counted with the proxy's)
+        endings = ('{"type":"response.completed"', '{"type":"response.failed"', '{"type":"error"')
+
+        async def receive() -> dict[str, object]:
+            return await inbox.get()
+
+        async def send(sent: dict[str, object]) -> None:
+            text = sent.get("text")
+            if isinstance(text, str) and text.startswith(endings):
+                if not text.startswith('{"type":"response.completed"'):
+                    raise SystemExit(f"a turn ended with {text[:300]}: the count would not be a turn's")
+                ended.set()
+
+        async def one() -> None:
+            ended.clear()
+            inbox.put_nowait({"type": "websocket.receive", "text": message})
+            await ended.wait()
+
+        inbox.put_nowait({"type": "websocket.connect"})
+        served = asyncio.create_task(app(scope, receive, send))
+        for _ in range(warm):
+            await one()
+        gc.collect()
+        for _ in range(counted):
+            await one()
+        inbox.put_nowait({"type": "websocket.disconnect", "code": 1000})
+        await served
+
+    asyncio.run(socket_turns() if transport == "websocket" else http_turns())
+
+
+# -- counted in instructions: the parent -----------------------------------------------------------------
+
+
+def count(transport: str, scenario: str, counted: int, profile: Path | None = None) -> int:
+    """Instructions the whole child process executed."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **COUNT_ENV, "THINKPROXY_LOG_LEVEL": "info"}
+    env["PYTHONPATH"] = os.pathsep.join([os.environ.get("PYTHONPATH", str(REPO_DIR)), str(BENCH_DIR)])
+    out = "/dev/null" if profile is None else str(profile / f"callgrind.{transport}.{scenario}.{counted}")
+    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+    argv += [str(Path(__file__).resolve()), "--child", transport, scenario, str(WARM_TURNS), str(counted)]
+    done = subprocess.run(argv, env=env, cwd="/tmp", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    found = COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"{transport} {scenario}: the child failed: " + " | ".join(tail))
+    return int(found.group(1))
+
+
+def per_turn(transport: str, scenario: str, turns: int, profile: Path | None) -> tuple[float, bool]:
+    """Instructions per counted turn, and whether the count's two halves agreed (STEADY_PCT)."""
+    half = turns // 2
+    with ThreadPoolExecutor(2) as pool:
+        none, halfway, whole = pool.map(
+            lambda n: count(transport, scenario, n, profile if n == turns else None), (0, half, turns)
+        )
+    first, second = (halfway - none) / half, (whole - halfway) / (turns - half)
+    return (whole - none) / turns, abs(first / second - 1) * 100 <= STEADY_PCT
+
+
+def instructions_main(transports: list[str], scenario: str, turns: int, profile: Path | None) -> None:
+    if shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind: apt-get install valgrind")
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+    figures = {t: per_turn(t, scenario, turns, profile) for t in transports}
+    print(f"\n{turns} turns counted per transport after {WARM_TURNS}, {CHUNKS} upstream chunks a turn "
+          f"({scenario})\n")  # fmt: skip
+    print("| transport | instructions per turn | per chunk | vs HTTP |")
+    print("|---|---|---|---|")
+    http = figures.get("http", (0.0, True))[0]
+    for name, (value, steady) in figures.items():
+        versus = f"{(value / http - 1) * 100:+.1f}%" if http and name != "http" else ""
+        note = "" if steady else " (unsteady: run again)"
+        print(f"| {name} | {value:,.0f}{note} | {value / CHUNKS:,.0f} | {versus} |")
 
 
 async def ws_probe(port: int, n: int, scenario: str = "ttft") -> list[float]:
@@ -79,8 +262,28 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("-n", type=int, default=40, help="sequential turns per transport per round")
-    p.add_argument("--scenario", choices=("ttft", "paced"), default="ttft")
+    p.add_argument("--scenario", choices=("ttft", "paced", "burst"), default=None)
+    p.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead")
+    p.add_argument("--transport", default=",".join(TRANSPORTS), help="with --instructions: http,websocket")
+    p.add_argument("--turns", type=int, default=40, help="with --instructions: turns counted")
+    p.add_argument("--profile", type=Path, default=None, help="with --instructions: keep the profiles here")
+    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child:
+        run_child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
+        return
+    if args.instructions:
+        transports = args.transport.split(",")
+        if any(t not in TRANSPORTS for t in transports):
+            sys.exit(f"--transport: choose from {', '.join(TRANSPORTS)}")
+        scenario = args.scenario or "burst"
+        if scenario == "ttft":
+            scenario = "burst"  # (the same upstream: the first event, then the rest in one read)
+        instructions_main(transports, scenario, args.turns, args.profile)
+        return
+    args.scenario = args.scenario or "ttft"
+    if args.scenario == "burst":
+        args.scenario = "ttft"
     procs = Processes(BENCH_DIR / "results" / "logs")
     try:
         upstream = servers.start_upstream(procs, 1)

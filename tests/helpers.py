@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import pytest
 from proxy.core.config.providers import ProvidersTable, default_providers_path
 from proxy.core.config.yamlfile import load_config
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
+from proxy.core.events import AccessRecord, RequestObserver
 from proxy.core.stream.chunk_template import KnownRun, learn
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
@@ -286,19 +287,19 @@ def _leaf(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
     return error if best is None else _leaf(best)
 
 
-class KeptRecords:
-    """A listener (proxy.core.events) that keeps every request's final access record."""
+class Ended:
+    """A listener that keeps every request's final record (proxy.core.events)."""
 
     def __init__(self) -> None:
-        self.records: list[Any] = []
+        self.records: list[AccessRecord] = []
+        self.turn_ended = threading.Event()
 
-    def start(self, record: Any, headers: Any) -> Any:
-        from proxy.core.events import RequestObserver
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver:
+        ended = self
 
-        kept = self.records
+        class Observer(RequestObserver):
+            def on_end(self, record: AccessRecord, duration_ms: float) -> None:
+                ended.records.append(record)
+                ended.turn_ended.set()
 
-        class Keep(RequestObserver):
-            def on_end(self, record: Any, duration_ms: float) -> None:
-                kept.append(record)
-
-        return Keep()
+        return Observer()

@@ -31,7 +31,8 @@ import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from proxy.core.errors import error_body
 from proxy.mock import faults
@@ -50,6 +51,7 @@ from proxy.mock.faults import BadMockHeader, Canned, Fault, Plan, Step
 from proxy.mock.messages import messages_routes
 from proxy.mock.prompt_cache import PromptCache
 from proxy.mock.responses.routes import ResponsesApi
+from proxy.mock.responses.socket import serve_socket
 from proxy.mock.scenarios import Script, answer, cut, output_limit
 from proxy.mock.sending import StepResponse, install_log_filter
 
@@ -90,6 +92,8 @@ def create_mock_app(options: MockOptions = MockOptions()) -> Starlette:
         Route("/{dialect}/v1/chat/completions", mock.chat, methods=["POST"]),
         Route("/{dialect}/chat/completions", mock.chat, methods=["POST"]),
         Route("/{dialect}/v1/responses", mock.responses, methods=["POST"]),
+        WebSocketRoute("/v1/responses", mock.responses_socket),
+        WebSocketRoute("/{dialect}/v1/responses", mock.responses_socket),
         Route("/{dialect}/responses", mock.responses, methods=["POST"]),
         Route("/{dialect}/v1/models", mock.models, methods=["GET"]),
         Route("/{dialect}/v1/embeddings", mock.embeddings, methods=["POST"]),
@@ -173,6 +177,7 @@ class _MockUpstream:
                 "routes": [
                     "POST [/{dialect}]/v1/chat/completions",
                     "POST [/{dialect}]/v1/responses",
+                    "GET [/{dialect}]/v1/responses (WebSocket mode, where the provider serves it)",
                     "GET [/{dialect}]/v1/models",
                     "POST [/{dialect}]/v1/embeddings",
                     "GET|DELETE /_mock/requests",
@@ -275,6 +280,37 @@ class _MockUpstream:
             return StepResponse(_finish(reply.steps, plan), headers=headers, media_type=reply.media_type)
         payload = gzip.compress(reply.body, mtime=0) if plan.has(Fault.GZIP) else reply.body
         return Response(payload, 200, headers, media_type=reply.media_type)
+
+    async def responses_socket(self, websocket: WebSocket) -> None:
+        """`GET [/{dialect}]/v1/responses` upgraded: the WebSocket mode (proxy.mock.responses.socket)."""
+        name = websocket.path_params.get("dialect", self.options.default_dialect)
+        await serve_socket(
+            websocket,
+            self.responses_api,
+            dialect_named(name),
+            self.options.pace_ms,
+            self.options.chunk_chars,
+            self._record_socket,
+            self._canned,
+        )
+
+    def _record_socket(self, websocket: WebSocket, method: str, body: Any) -> None:
+        """A WebSocket's upgrade (`GET`), message or end (`WS`) in the request log."""
+        headers: dict[str, str] = {}
+        for name, value in websocket.headers.items():
+            value = fingerprint(value) if name in SECRET_HEADERS else value
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self.log.append(
+            {
+                "path": websocket.url.path,
+                "query": websocket.url.query,
+                "method": method,
+                "dialect": websocket.path_params.get("dialect", self.options.default_dialect),
+                "headers": headers,
+                "body": body,
+                "websocket": True,
+            }
+        )
 
     # --- chat completions --------------------------------------------------------------------
 

@@ -173,7 +173,7 @@ def create_app(
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", InputItems(responses).list, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", responses.cancel, methods=["POST"]),
-        WebSocketRoute("/v1/responses", ResponsesSocket(responses).serve),
+        WebSocketRoute("/v1/responses", ResponsesSocket(responses)),
         Route("/v1/messages", messages.create, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         # Gateway mode: a conversation object would be every tenant's (proxy.server.doors.native_owners).

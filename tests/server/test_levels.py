@@ -22,7 +22,7 @@ from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
-from tests.helpers import KeptRecords, make_settings, routed_table
+from tests.helpers import Ended, make_settings, routed_table
 
 POLICY = """\
 default: {default_level: deep}
@@ -74,7 +74,7 @@ def start(mock: BackgroundServer, directory: Path, policy: str | None = POLICY, 
         {"deepseek": "deepseek", "openai": "openai", "claude": "anthropic", "mistral": "mistral"},
         messages={"anthropic": "anthropic"},
     )
-    kept = KeptRecords()
+    kept = Ended()
     return BackgroundServer(create_app(settings, table=table, listeners=[kept])), kept
 
 

@@ -70,6 +70,14 @@ class Dialect:
     reasoning_visible: Literal["responses", "chat"] = "chat"  # (see EntrySpec)
     # Levels this model cannot take, with the reason the client is told (none for the others).
     not_applicable: Mapping[Level, str] = field(default_factory=lambda: _NO_REASONS)
+    # The source that says the upstream serves the Responses WebSocket mode (None: it does not).
+    responses_websocket: str | None = None
+
+    @property
+    def relays_responses_socket(self) -> bool:
+        """A Responses WebSocket's turn to this upstream goes over an upstream WebSocket: its
+        Responses door is native and the upstream serves the WebSocket mode."""
+        return self.responses.mode == "native" and self.responses_websocket is not None
 
 
 @dataclass(frozen=True)
@@ -356,6 +364,7 @@ def _compile(parsed: ProvidersFile, source: str) -> tuple[_CompiledEntry, ...]:
                 if override and override.reasoning_visible is not None
                 else entry.reasoning_visible
             ),
+            responses_websocket=entry.responses_websocket,
         )
 
     compiled: list[_CompiledEntry] = []

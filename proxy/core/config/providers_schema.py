@@ -187,6 +187,11 @@ class EntrySpec(_Strict):
     # Every chat request with a level other than off over the Responses API, so that chat clients
     # see the reasoning summaries the upstream's chat completions never returns (OpenAI).
     reasoning_visible: Literal["responses", "chat"] = "chat"
+    # The source that says this upstream serves the Responses API's WebSocket mode (`GET` its
+    # `/responses` upgraded, `response.create` messages): a Responses WebSocket's native turns are
+    # then relayed over one upstream socket instead of a POST each (docs/responses.md). The host's
+    # capability, so an entry key (a model override's `responses` rule still decides native).
+    responses_websocket: str | None = None
     models: tuple[ModelOverrideSpec, ...] = ()
 
     @field_validator("docs")
@@ -194,6 +199,16 @@ class EntrySpec(_Strict):
     def _check_docs(cls, docs: str) -> str:
         if not _URL.match(docs):
             raise ValueError(f"{docs!r} is not an http(s) URL")
+        return docs
+
+    @field_validator("responses_websocket")
+    @classmethod
+    def _check_websocket_source(cls, docs: str | None) -> str | None:
+        if docs is not None and not _URL.match(docs):
+            raise ValueError(
+                f"{docs!r} is not an http(s) URL (responses_websocket names the page that says the "
+                "upstream serves the Responses WebSocket mode)"
+            )
         return docs
 
     @field_validator("verified", mode="before")

@@ -79,6 +79,8 @@ class ResponsesTraits:
     sealed: bool = False
     # An `obfuscation` pad on delta events, as on OpenAI's chat chunks.
     obfuscation: bool = False
+    # The Responses API's WebSocket mode (`GET /v1/responses` upgraded: proxy.mock.responses.socket).
+    websocket: bool = False
 
 
 def frame(chunk: Mapping[str, Any]) -> bytes:

@@ -98,7 +98,8 @@ class OpenAI(Dialect):
     default_model = "gpt-5.1"
     models = ("gpt-5.1", "gpt-5", "o4-mini", "gpt-4.1-mini")
     owned_by = "system"
-    responses_api = ResponsesTraits(sealed=True, obfuscation=True)
+    # (and its WebSocket mode: https://developers.openai.com/api/docs/guides/websocket-mode)
+    responses_api = ResponsesTraits(sealed=True, obfuscation=True, websocket=True)
     sample_400 = (
         "Unsupported value: 'minimal' is not supported with the 'gpt-5.1' model. "
         "Supported values are: 'none', 'low', 'medium', and 'high'."

@@ -64,7 +64,7 @@ class Reply:
     streaming: bool = False
 
 
-class _Bounded(OrderedDict[str, Any]):
+class Bounded(OrderedDict[str, Any]):
     """A dict that forgets its oldest entries past `limit`: the mock's memory stays small."""
 
     def __init__(self, limit: int) -> None:
@@ -81,9 +81,9 @@ class ResponsesApi:
     """The endpoint and its memory (one per mock app)."""
 
     def __init__(self) -> None:
-        self.conversations = _Bounded(STORED_RESPONSES)  # response id -> its items, input and output
-        self.items = _Bounded(REMEMBERED_ITEMS)  # item id -> item (stored responses only)
-        self.origins = _Bounded(REMEMBERED_ITEMS)  # call id and item id -> Origin (every answer)
+        self.conversations = Bounded(STORED_RESPONSES)  # response id -> its items, input and output
+        self.items = Bounded(REMEMBERED_ITEMS)  # item id -> item (stored responses only)
+        self.origins = Bounded(REMEMBERED_ITEMS)  # call id and item id -> Origin (every answer)
 
     # `responses_replay.Memory`
     def item(self, item_id: str) -> JSON | None:
@@ -96,7 +96,29 @@ class ResponsesApi:
 
     def reply(self, dialect: Dialect, traits: ResponsesTraits, body: Any, plan: Plan) -> Reply:
         """The answer to one request whose route and faults the app has dealt with."""
-        checked = self._checked(dialect, traits, body)
+        made = self.make(dialect, traits, body, plan)
+        if isinstance(made, Reply):
+            return made
+        numbered, final = made
+        if body.get("stream") is True:
+            return _stream(numbered, plan)
+        return _complete(final, plan)
+
+    def make(
+        self,
+        dialect: Dialect,
+        traits: ResponsesTraits,
+        body: Any,
+        plan: Plan,
+        local: Bounded | None = None,
+        *,
+        generate: bool = True,
+    ) -> tuple[list[JSON], JSON] | Reply:
+        """One response: its stream's events (numbered) and the finished Response, or the error
+        Reply it is refused with. `local`: a WebSocket's own responses (proxy.mock.responses.socket),
+        which `previous_response_id` reads first and which keeps every response made on it, `store`
+        true or false; `generate` false: the response is made with no output (a warm-up)."""
+        checked = self._checked(dialect, traits, body, local)
         if isinstance(checked, Reply):
             return checked
         chat, depth, conversation = checked
@@ -105,16 +127,18 @@ class ResponsesApi:
         ids = Ids(created)
         head = Head(ids.new("resp"), created, body["model"], body, thinking=depth is not Depth.NONE)
         shape = _shape(body, traits, plan)
-        output = output_items(script, ids, shape, incomplete=incomplete)
+        if generate:
+            output = output_items(script, ids, shape, incomplete=incomplete)
+            counts = count_tokens(chat, script)
+        else:
+            output, incomplete, counts = [], False, None
         status = "incomplete" if incomplete else "completed"
-        final = response_object(head, output, status=status, counts=count_tokens(chat, script))
-        self._remember(final, conversation, store=body.get("store") is not False)
-        if body.get("stream") is True:
-            return _stream(events(head, final, shape), plan)
-        return _complete(final, plan)
+        final = response_object(head, output, status=status, counts=counts)
+        self._remember(final, conversation, store=body.get("store") is not False, local=local)
+        return events(head, final, shape), final
 
     def _checked(
-        self, dialect: Dialect, traits: ResponsesTraits, body: Any
+        self, dialect: Dialect, traits: ResponsesTraits, body: Any, local: Bounded | None = None
     ) -> tuple[JSON, Depth, list[JSON]] | Reply:
         """Everything the request is refused for, in OpenAI's order (the body, the items sent
         back, then the model's knobs); else its chat body, the thinking depth and the whole
@@ -125,7 +149,7 @@ class ResponsesApi:
         if problem is not None:
             return _error(dialect, problem)
         store = body.get("store") is not False
-        items = self._conversation(body, store)
+        items = self._conversation(body, store, local)
         if isinstance(items, Problem):
             return _error(dialect, items)
         prior, sent = items
@@ -139,22 +163,28 @@ class ResponsesApi:
             return Reply(rejection.status, rejection.media_type, rejection.body)
         return chat, depth, [*prior, *sent]
 
-    def _conversation(self, body: Mapping[str, Any], store: bool) -> tuple[list[JSON], list[JSON]] | Problem:
-        """The stored items `previous_response_id` continues, and the request's own items with
-        references resolved."""
+    def _conversation(
+        self, body: Mapping[str, Any], store: bool, local: Bounded | None = None
+    ) -> tuple[list[JSON], list[JSON]] | Problem:
+        """The stored items `previous_response_id` continues (a WebSocket's own first: `local`),
+        and the request's own items with references resolved."""
         prior: list[JSON] = []
         previous = body.get("previous_response_id")
         if previous is not None:
-            if previous not in self.conversations:
+            held = local.get(previous) if local is not None else None
+            if held is None and previous not in self.conversations:
                 message = f"Previous response with id '{previous}' not found."
                 return Problem(400, message, "previous_response_id", "previous_response_not_found")
-            prior = list(self.conversations[previous])
+            prior = list(held if held is not None else self.conversations[previous])
         sent = resolve_references(input_items(body), self, store)
         return sent if isinstance(sent, Problem) else (prior, sent)
 
-    def _remember(self, final: JSON, conversation: Sequence[JSON], *, store: bool) -> None:
-        """Which reasoning came before each tool call (always: it is what OpenAI's ids carry), and
-        with `store` on the response and its items."""
+    def _remember(
+        self, final: JSON, conversation: Sequence[JSON], *, store: bool, local: Bounded | None = None
+    ) -> None:
+        """Which reasoning came before each tool call (always: it is what OpenAI's ids carry), the
+        conversation on the WebSocket it was made on (`local`, whatever `store`), and with `store`
+        on the response and its items."""
         reasoning_id: str | None = None
         for item in final["output"]:
             if item["type"] == "reasoning":
@@ -162,6 +192,8 @@ class ResponsesApi:
             elif item["type"] in ("function_call", "custom_tool_call"):
                 self.origins.remember(item["id"], Origin(reasoning_id))
                 self.origins.remember(item["call_id"], Origin(reasoning_id))
+        if local is not None:
+            local.remember(final["id"], [*conversation, *final["output"]])
         if not store:
             return
         self.conversations.remember(final["id"], [*conversation, *final["output"]])

@@ -53,6 +53,7 @@ from proxy.server import levels
 from proxy.server.asgi import RelayResponse
 from proxy.server.doors.native_owners import NativeOwners
 from proxy.server.handlers import Proxy
+from proxy.server.relay import Relay
 from proxy.server.tenancy import DoorSecrets
 from proxy.state.base import StateStore
 
@@ -336,9 +337,12 @@ async def forward_native(
     record: AccessRecord,
     started: float,
     owners: NativeOwners | None = None,
+    relay: Relay | None = None,
 ) -> Response:
     """A door's request to an upstream that serves the door's API itself: the level as the
     upstream's own knobs, the answer as it came (its usage read for budgets and the usage book).
+    `relay`: another transport for the same request (a Responses WebSocket's upstream socket,
+    proxy.server.upstream.responses_socket); None: the app's HTTP relay.
     With a review policy set, a request that could call tools is refused (the gate reads chat
     answers: a native answer would go around it). In gateway mode with `owners` (an upstream that
     stores state), the request may only continue state its tenant created, and the answer's ids
@@ -390,13 +394,14 @@ async def forward_native(
     extra = headers + record.response_headers
     # (its answer's usage is read as it goes by: budgets and the usage book count it)
     usage = UsageReader(limit=s.settings.max_response_bytes)
-    response = await proxy.relay(
+    response = await (relay or proxy.relay)(
         request.receive, request_out, record, started, extra_headers=extra, chat=None, usage=usage
     )
     if (
         owners is not None
         and tenants is not None
-        and tgt.parsed.get("store") is not False
+        # (over an upstream WebSocket a store: false response is continued too, on that socket)
+        and (tgt.parsed.get("store") is not False or relay is not None)
         and isinstance(response, RelayResponse)
         and 200 <= response.status_code < 300
     ):

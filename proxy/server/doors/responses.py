@@ -75,6 +75,8 @@ from proxy.server.doors.native_owners import NativeOwners
 from proxy.server.doors.responses_native import NATIVE
 from proxy.server.doors.responses_store import StoredResponses, input_items, stored_keys
 from proxy.server.handlers import Proxy
+from proxy.server.relay import Relay
+from proxy.server.upstream.responses_socket import UPSTREAM_TRANSPORT_HEADER, ResponsesSocketUpstream
 
 logger = logging.getLogger("thinkproxy.responses")
 
@@ -106,11 +108,14 @@ class SocketTurn:
     `previous_response_id` reads; item references read only the state store, never the
     connection); `saver(shared)`, what keeps this turn's
     response on the connection (and in the state store too when `shared`: `store` true);
-    `generate` false: the response is made without asking the upstream."""
+    `generate` false: the response is made without asking the upstream (bridged), or a warm-up
+    sent to a native upstream's WebSocket; `upstream`, the connection's upstream WebSocket, for
+    native turns to an upstream that serves the WebSocket mode (None: HTTP per turn)."""
 
     responses: StoredResponses
     saver: Callable[[bool], ResponseSaver]
     generate: bool = True
+    upstream: ResponsesSocketUpstream | None = None
 
 
 @dataclass(slots=True)
@@ -177,10 +182,12 @@ class ResponsesDoor(Door):
             record.notes[CHAIN_NOTE] = (chain_links(parsed), None)
         turn: SocketTurn | None = request.scope.get(SOCKET_TURN)
         if dialect.responses.mode == "native":
-            if turn is not None and not turn.generate:
+            relay = self._socket_relay(turn, dialect, record)
+            if turn is not None and not turn.generate and relay is None:
                 raise BadRequest(
-                    "generate: false is served for bridged upstreams only: a native Responses upstream is "
-                    "reached over HTTP per turn, where a warm-up has no state to prepare.",
+                    "generate: false is served for bridged upstreams, and for a native one that serves "
+                    "the WebSocket mode (providers.yaml responses_websocket); this one is reached over "
+                    "HTTP per turn, where a warm-up has no state to prepare.",
                     code="unsupported_parameter",
                     param="generate",
                 )
@@ -194,7 +201,17 @@ class ResponsesDoor(Door):
                     request, req, record, started, reaches_model=True, asks=asks
                 )
             return await forward_native(
-                proxy, NATIVE, request, arrival, intent, tgt, dialect, record, started, owners=self.owners
+                proxy,
+                NATIVE,
+                request,
+                arrival,
+                intent,
+                tgt,
+                dialect,
+                record,
+                started,
+                owners=self.owners,
+                relay=relay,
             )
         if compact:
             if parsed.get("stream") is not None:
@@ -203,6 +220,20 @@ class ResponsesDoor(Door):
         return await self._bridge(
             request, arrival, intent, tgt, dialect, record, started, compact=compact, turn=turn
         )
+
+    def _socket_relay(self, turn: SocketTurn | None, dialect: Dialect, record: AccessRecord) -> Relay | None:
+        """A WebSocket turn's relay over the connection's upstream WebSocket, when its native
+        upstream serves the WebSocket mode (None: the app's HTTP relay, a POST per turn). The same
+        request goes either way (forward_native plans it); the transport is said on the record."""
+        if turn is None or turn.upstream is None or not dialect.relays_responses_socket:
+            return None
+
+        def note(transport: str) -> None:
+            record.response_headers.append((UPSTREAM_TRANSPORT_HEADER, transport))
+
+        upstream = turn.upstream.turn(generate=turn.generate, note=note)
+        s = self.proxy.s
+        return Relay(s.settings, upstream, self.proxy.finish, s.review)
 
     async def _bridge(
         self,

@@ -7,7 +7,10 @@ door writes as SSE go out one JSON text message each (comment lines, the trace a
 out). The upgrade's headers apply to every turn: the key (checked at the upgrade too: a bad one is
 refused there with its status), the control headers (`X-Thinking-Level` for the connection; a
 `response.create` that sets `reasoning.effort` overrides it for that turn), `X-Upstream-Base-URL`.
-Native upstreams are reached over HTTP per turn.
+Native upstreams that serve the WebSocket mode (providers.yaml `responses_websocket`) are relayed
+over one upstream WebSocket per client socket, opened at the first such turn and closed with the
+client's (proxy.server.upstream.responses_socket: the turn planned as over HTTP, the level in each
+`response.create`); other native upstreams, and one that refused the upgrade, get HTTP per turn.
 
 - One response at a time per socket: a `response.create` while one runs gets an `error` event
   (`response_in_progress`); the next may follow once the running one's terminal event is out
@@ -18,7 +21,8 @@ Native upstreams are reached over HTTP per turn.
   bounded), so that
   `previous_response_id` continues them with `store: false` and with the state store off; stored
   ones (`store` true, the store on) are kept in the store as over HTTP too.
-- `generate: false`: the response is made and kept without asking the upstream (bridged only).
+- `generate: false`: the response is made and kept without asking the upstream (bridged), or sent
+  on to a native upstream's WebSocket (a native upstream over HTTP refuses it).
 - `response.steer`: `response.steer.failed` (`steering_not_supported`).
 - Limits: a message is at most THINKPROXY_MAX_BODY_BYTES (past it: an `error` event, then close
   1009); a socket with no message and no turn for IDLE_TIMEOUT_S closes (1000, "idle timeout"); a
@@ -42,7 +46,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core import jsonio
@@ -62,6 +66,7 @@ from proxy.server.access_log import log_access
 from proxy.server.doors.responses import SOCKET_TURN, ResponsesDoor, SocketTurn
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
 from proxy.server.doors.responses_ws_turn import Connection, TurnWriter, turn_scope
+from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 
 logger = logging.getLogger("thinkproxy.responses")
 
@@ -87,8 +92,14 @@ class ResponsesSocket:
         self.max_lifetime = max_lifetime
         self.sockets = KeySockets(door.proxy.s.settings.max_sockets_per_key)
 
-    async def serve(self, websocket: WebSocket) -> None:
-        """The route's endpoint: one socket, from its upgrade to its close."""
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The route's ASGI app: `serve`, with the server's own `send` for the events (each event
+        a message, the hot path: it skips Starlette's per-message state checks and exception
+        wrapper, which cost as much as the rest of a message's relay; bench/README.md)."""
+        await self.serve(WebSocket(scope, receive, send), send)
+
+    async def serve(self, websocket: WebSocket, send: Send | None = None) -> None:
+        """One socket, from its upgrade to its close (`send`: the server's, for the events)."""
         proxy = self.door.proxy
         started = time.perf_counter()
         record = AccessRecord(method="GET", path=websocket.url.path, route="responses", transport="websocket")
@@ -109,17 +120,21 @@ class ResponsesSocket:
             await _deny(websocket, refused)
             return
         try:
-            await self._serve_accepted(websocket, record, started)
+            await self._serve_accepted(websocket, record, started, send)
         finally:
             self.sockets.release(tenant)
 
-    async def _serve_accepted(self, websocket: WebSocket, record: AccessRecord, started: float) -> None:
+    async def _serve_accepted(
+        self, websocket: WebSocket, record: AccessRecord, started: float, send: Send | None
+    ) -> None:
         """The socket once its upgrade passed: accepted, served, its access line written."""
         proxy = self.door.proxy
         await websocket.accept()
         record.status = 101
         limit = proxy.s.settings.max_body_bytes
-        connection = Connection(websocket, SocketResponses(self.door.stored, limit))
+        connection = Connection(websocket, SocketResponses(self.door.stored, limit), send)
+        s = proxy.s
+        connection.upstream = ResponsesSocketUpstream(s.settings, s.guard, s.upstream)
         try:
             record.error = await self._serve(connection, limit)
         except Exception:
@@ -128,9 +143,14 @@ class ResponsesSocket:
             await _close(websocket, CLOSE_INTERNAL, "internal error")
         finally:
             connection.gone.set()  # (a turn still running is the client's no more: it ends)
-            if connection.turn is not None:
-                await asyncio.gather(connection.turn, return_exceptions=True)
-            log_access(record, started)
+            try:
+                if connection.turn is not None:
+                    await asyncio.gather(connection.turn, return_exceptions=True)
+            finally:
+                log_access(record, started)
+                if connection.upstream is not None:  # (the upstream socket, if one opened, goes
+                    # with it; shielded: a server cancelling this task still has it closed)
+                    await asyncio.shield(connection.upstream.aclose())
 
     async def _serve(self, connection: Connection, limit: int) -> str | None:
         """Read the client's messages until the socket ends; the access line's `error` (None: the
@@ -230,7 +250,7 @@ class ResponsesSocket:
         effort_set = isinstance(reasoning, dict) and reasoning.get("effort") is not None
         scope = turn_scope(connection.websocket.scope, body, effort_set)
         responses = connection.responses
-        scope[SOCKET_TURN] = SocketTurn(responses, responses.saver, create.generate)
+        scope[SOCKET_TURN] = SocketTurn(responses, responses.saver, create.generate, connection.upstream)
         delivered = False
 
         async def receive() -> Message:

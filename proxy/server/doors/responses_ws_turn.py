@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from starlette.types import Message
-from starlette.websockets import WebSocket
+from starlette.types import Message, Send
+from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
-from proxy.core.protocols.responses.socket import EventSplitter, error_event, error_from_answer
-from proxy.core.stream.sse import EventTooLarge
+from proxy.core.protocols.responses.socket import (
+    EventSplitter,
+    MessagesTooLarge,
+    error_event,
+    error_from_answer,
+)
 from proxy.server.doors.responses_ws_state import SocketResponses
+from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 
 # Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
 _SOCKET_HEADERS = frozenset(
@@ -68,8 +73,11 @@ def turn_scope(socket_scope: Mapping[str, Any], body: bytes, effort_set: bool) -
 class Connection:
     """One socket's state: its responses, its running turn, whether the client is gone."""
 
-    def __init__(self, websocket: WebSocket, responses: SocketResponses) -> None:
+    def __init__(self, websocket: WebSocket, responses: SocketResponses, send: Send | None = None) -> None:
         self.websocket = websocket
+        # The server's own send for text messages (the socket is accepted and stays so while
+        # messages go out: Starlette's state checks have nothing to add per message).
+        self.raw_send: Send = send if send is not None else websocket.send
         self.responses = responses
         self.gone = asyncio.Event()
         self.turn: asyncio.Task[None] | None = None
@@ -77,6 +85,13 @@ class Connection:
         # bookkeeping (the upstream closed, the access line), and a next turn waits for it.
         self.settling = False
         self.last_active = time.monotonic()
+        # Its native turns' upstream WebSocket (opened at the first that needs it), when set.
+        self.upstream: ResponsesSocketUpstream | None = None
+
+    @property
+    def open(self) -> bool:
+        """The socket is accepted and not closed by the proxy (messages may go out)."""
+        return self.websocket.application_state is WebSocketState.CONNECTED
 
     @property
     def busy(self) -> bool:
@@ -85,10 +100,16 @@ class Connection:
     async def send(self, text: str) -> None:
         """A message to the client; a client already gone is no error (its turn is cancelled by
         the disconnect watch)."""
-        if self.gone.is_set():
+        await self.send_all((text,))
+
+    async def send_all(self, texts: Sequence[str]) -> None:
+        """Messages to the client, in order; as `send`."""
+        if self.gone.is_set() or not self.open:
             return
+        send = self.raw_send
         try:
-            await self.websocket.send_text(text)
+            for text in texts:
+                await send({"type": "websocket.send", "text": text})
         except Exception:  # (closed under us: the reader sees the disconnect)
             self.gone.set()
 
@@ -115,48 +136,58 @@ class TurnWriter:
         self.streaming = False
         self.body: list[bytes] = []
         self.kept = 0
-        self.too_large: EventTooLarge | None = None
+        self.too_large: MessagesTooLarge | None = None
 
     async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-            content_type = b""
-            for name, value in message.get("headers", ()):
-                if name.lower() == b"content-type":
-                    content_type = value
-            self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
-            return
-        data = message.get("body", b"")
+        # The hot path, once per door write (a paced stream: once per event): the split and the
+        # sends inline, with no coroutine of their own (each layer of `await` cost ~3k
+        # instructions a write; bench/README.md, "The Responses WebSocket mode, counted").
+        data = message.get("body")
+        if data is None:
+            if message["type"] == "http.response.start":
+                self._start(message)
+                return
+            data = b""  # (a body message may leave its body out: an empty one)
         if not message.get("more_body", False):
             self.connection.settling = True
         if not data:
             return
-        if self.streaming:
-            await self._relay(data)
-        elif self.kept < _ANSWER_KEPT_BYTES:
-            kept = data[: _ANSWER_KEPT_BYTES - self.kept]
-            self.body.append(kept)
-            self.kept += len(kept)
-
-    async def _relay(self, data: bytes) -> None:
+        if not self.streaming:
+            if self.kept < _ANSWER_KEPT_BYTES:
+                kept = data[: _ANSWER_KEPT_BYTES - self.kept]
+                self.body.append(kept)
+                self.kept += len(kept)
+            return
         splitter = self.splitter
         if splitter.terminal or self.too_large is not None:
             return  # (the answer is whole, or already failed: the rest is not the client's)
         try:
             texts = splitter.feed(data)
-        except EventTooLarge as exc:
+        except MessagesTooLarge as exc:
             self.too_large = exc
-            texts = splitter.messages(exc.events)
-        send = self.connection.send
-        for text in texts:
-            await send(text)
+            texts = exc.messages
+        connection = self.connection
+        if texts and not connection.gone.is_set() and connection.open:
+            send = connection.raw_send
+            try:
+                for text in texts:
+                    await send({"type": "websocket.send", "text": text})
+            except Exception:  # (closed under us: the reader sees the disconnect)
+                connection.gone.set()
         if splitter.terminal:  # (a next create may follow now: the rest is bookkeeping)
-            self.connection.settling = True
+            connection.settling = True
+
+    def _start(self, message: Message) -> None:
+        self.status = message["status"]
+        content_type = b""
+        for name, value in message.get("headers", ()):
+            if name.lower() == b"content-type":
+                content_type = value
+        self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
 
     async def end(self) -> None:
         if self.streaming:
-            for text in self.splitter.flush():
-                await self.connection.send(text)
+            await self.connection.send_all(self.splitter.flush())
             if not self.splitter.terminal:
                 await self.connection.send(error_event(self._cut_short(), self.stream_id))
         elif self.status:

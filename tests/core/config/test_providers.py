@@ -482,6 +482,11 @@ def test_yaml_12_booleans_keep_off_a_level_name_and_on_yes_strings() -> None:
             "docs: alpha docs",
             "field 'docs': 'alpha docs' is not an http(s) URL",
         ),
+        (
+            "    match: [api.alpha.example]\n",
+            "    match: [api.alpha.example]\n    responses_websocket: the websocket guide\n",
+            "entry 'alpha', field 'responses_websocket': 'the websocket guide' is not an http(s) URL",
+        ),
         ("tags: [think]", "tags: ['<think>']", "entry 'fallback', field 'reasoning.tags'"),
         ("conflicts: [thinking,", "conflicts: ['thinking..x',", "entry 'alpha', field 'conflicts'"),
         (
@@ -522,6 +527,29 @@ def test_broken_files_name_the_entry_and_field(old: str, new: str, message: str)
 def test_minimal_file_is_valid() -> None:
     table = ProvidersTable.from_text(MINIMAL)
     assert table.entry_names == ["alpha", "fallback"]
+
+
+def test_responses_websocket_relays_a_native_entrys_sockets_only() -> None:
+    """The entry key names the upstream's WebSocket mode; it relays sockets only where the
+    Responses door is native (a bridged model override of the entry reaches chat, not a socket)."""
+    guide = "https://alpha.example/websocket-mode"
+    text = MINIMAL.replace(
+        "    match: [api.alpha.example]\n",
+        "    match: [api.alpha.example]\n"
+        f"    responses_websocket: {guide}\n"
+        "    responses: {mode: native, docs: 'https://alpha.example/responses'}\n"
+        "    models:\n"
+        "      - match: [bridged-*]\n"
+        "        responses: {mode: bridge}\n",
+    )
+    table = ProvidersTable.from_text(text)
+    native = table.match("https://api.alpha.example/v1", "alpha-1")
+    bridged = table.match("https://api.alpha.example/v1", "bridged-1")
+    assert native.responses_websocket == guide and native.relays_responses_socket
+    assert bridged.responses_websocket == guide and not bridged.relays_responses_socket
+    assert not table.match("https://other.example/v1", "alpha-1").relays_responses_socket
+    shipped = ProvidersTable.load().match("https://api.openai.com/v1", "gpt-5.4")
+    assert shipped.relays_responses_socket
 
 
 def with_verified(written: str) -> str:

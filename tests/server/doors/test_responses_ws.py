@@ -6,9 +6,8 @@ openai-python's `client.responses.connect()` against a real `thinkproxy serve`."
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,7 +21,6 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 from websockets.sync.client import connect
 
-from proxy.core.events import AccessRecord, RequestObserver
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
@@ -33,7 +31,7 @@ from tests.clients.conftest import (
     start_proxy,
     stop_proxy,
 )
-from tests.helpers import make_settings
+from tests.helpers import Ended, make_settings
 
 # Every message the socket sends must be an event openai-python knows (nothing it would skip).
 SERVER_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponsesServerEvent)
@@ -220,22 +218,27 @@ def test_stream_id_tags_every_event_of_its_turn(mock: BackgroundServer) -> None:
     assert {e.get("stream_id") for e in events} == {"lane-1"}
 
 
-def test_a_native_upstream_is_reached_over_http_per_turn(mock: BackgroundServer) -> None:
-    settings = make_settings(upstream_base_url=f"{mock.url}/openai/v1", state="off")
+def test_a_native_upstream_without_the_websocket_mode_is_reached_over_http_per_turn(
+    mock: BackgroundServer,
+) -> None:
+    """OpenRouter's Responses API is native but has no WebSocket mode (providers.yaml names none):
+    a POST per turn. (An upstream that serves the mode: tests/server/upstream/test_responses_socket.py.)"""
+    settings = make_settings(upstream_base_url=f"{mock.url}/openrouter/v1", state="off")
     app = create_app(settings, table=simulated_table(mock.port))
     headers = {**KEY, "x-thinking-level": "deep"}
+    model = "deepseek/deepseek-r1"
     with (
         TestClient(app) as client,
         client.websocket_connect("/v1/responses", headers=headers) as ws,
     ):
-        ws.send_text(json.dumps({"type": "response.create", "model": "gpt-5.4", "input": "Hi."}))
+        ws.send_text(json.dumps({"type": "response.create", "model": model, "input": "Hi."}))
         events = turn(ws)
         ws.send_text(
-            json.dumps({"type": "response.create", "model": "gpt-5.4", "input": "Hi.", "generate": False})
+            json.dumps({"type": "response.create", "model": model, "input": "Hi.", "generate": False})
         )
         refused = json.loads(ws.receive_text())
     sent = last_upstream(mock)
-    assert sent["path"] == "/openai/v1/responses"
+    assert sent["path"] == "/openrouter/v1/responses" and sent["method"] == "POST"
     assert sent["body"]["stream"] is True and sent["body"]["reasoning"]["effort"] == "high"
     assert "type" not in sent["body"] and "generate" not in sent["body"]
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
@@ -326,24 +329,6 @@ def test_a_malformed_message_is_an_error_event_and_the_socket_goes_on(mock: Back
     assert unknown["error"]["code"] == "unknown_event_type"
     assert background["error"]["param"] == "background"
     assert done["type"] == "response.completed"
-
-
-class Ended:
-    """A listener that keeps every request's final record (proxy.core.events)."""
-
-    def __init__(self) -> None:
-        self.records: list[AccessRecord] = []
-        self.turn_ended = threading.Event()
-
-    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver:
-        ended = self
-
-        class Observer(RequestObserver):
-            def on_end(self, record: AccessRecord, duration_ms: float) -> None:
-                ended.records.append(record)
-                ended.turn_ended.set()
-
-        return Observer()
 
 
 def test_a_client_gone_mid_turn_ends_the_turn_and_its_upstream_request(mock: BackgroundServer) -> None:

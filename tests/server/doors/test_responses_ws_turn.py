@@ -8,20 +8,24 @@ import asyncio
 import json
 from typing import cast
 
-from starlette.websockets import WebSocket
+from starlette.types import Message
+from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
 
 
 class FakeSocket:
-    """What a turn's writer sends to (the messages kept)."""
+    """What a turn's writer sends to (the messages kept): an accepted socket's ASGI `send`."""
+
+    application_state = WebSocketState.CONNECTED
 
     def __init__(self) -> None:
         self.sent: list[str] = []
 
-    async def send_text(self, text: str) -> None:
-        self.sent.append(text)
+    async def send(self, message: Message) -> None:
+        assert message["type"] == "websocket.send"
+        self.sent.append(message["text"])
 
 
 def writer_for(stream: bool) -> tuple[TurnWriter, Connection, FakeSocket]:

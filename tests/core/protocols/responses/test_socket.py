@@ -14,12 +14,14 @@ from proxy.core.errors import BadRequest, PayloadTooLarge
 from proxy.core.protocols.responses.socket import (
     Create,
     EventSplitter,
+    MessagesTooLarge,
     Steer,
     error_event,
     error_from_answer,
     read_message,
     steer_failed,
 )
+from proxy.core.stream.sse import SSEDecoder
 
 SERVER_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponsesServerEvent)
 LIMIT = 1 << 20
@@ -144,3 +146,45 @@ def test_the_splitter_drops_an_event_cut_mid_way_at_the_end() -> None:
     assert len(whole.feed(STREAM.rstrip(b"\n"))) == 2
     assert [json.loads(text)["type"] for text in whole.flush()] == ["response.completed"]
     assert whole.terminal
+
+
+# Streams of other shapes than the proxy's own (what a native upstream may send): each splits as
+# the general SSE decoder reads it, at every split, however far into the stream the shape changes.
+OTHER_SHAPES = [
+    STREAM.replace(b"\n", b"\r\n"),
+    STREAM + b'id: 7\ndata: {"type":"x"}\n\n',
+    b'data: {"type":"response.created"}\n\n: a comment\ndata: {"type":"response.in_progress"}\n\n'
+    + b'data: {"type":\ndata: "response.completed"}\n\n',
+    b'event: response.created\ndata:{"type":"response.created"}\n\n' + STREAM,
+    b'data: {"type":"response.created"}\n\nevent:response.completed\ndata: {"type":"response.completed"}\n\n',
+]
+
+
+def reference(stream: bytes) -> list[str]:
+    """The messages of what the general decoder makes of `stream`, read whole (each of these
+    streams ends with a blank line: nothing is left for a flush)."""
+    return EventSplitter().messages(SSEDecoder().feed(stream))
+
+
+@pytest.mark.parametrize("stream", OTHER_SHAPES)
+def test_the_splitter_reads_other_shapes_as_the_general_decoder_does_at_every_split(stream: bytes) -> None:
+    expected = reference(stream)
+    assert expected
+    for cut in range(len(stream) + 1):
+        splitter = EventSplitter()
+        assert splitter.feed(stream[:cut]) + splitter.feed(stream[cut:]) + splitter.flush() == expected, cut
+
+
+def test_an_event_past_the_limit_carries_the_messages_before_it() -> None:
+    small = b'event: response.created\ndata: {"type":"response.created"}\n\n'
+    big = b'event: response.output_text.delta\ndata: {"delta":"' + b"x" * 200 + b'"}\n\n'
+    for shape in (small + big, (small + big).replace(b"\n", b"\r\n")):
+        splitter = EventSplitter(max_event_bytes=100)
+        with pytest.raises(MessagesTooLarge) as too_large:
+            splitter.feed(shape)
+        assert [json.loads(text)["type"] for text in too_large.value.messages] == ["response.created"]
+        assert too_large.value.limit == 100
+    unended = EventSplitter(max_event_bytes=100)  # (pending without its blank line, past the limit)
+    with pytest.raises(MessagesTooLarge) as pending:
+        unended.feed(small + big[:-2])
+    assert len(pending.value.messages) == 1
