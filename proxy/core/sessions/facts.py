@@ -6,7 +6,7 @@ Every string a client or upstream chose is cut, so what a session keeps per requ
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -14,8 +14,7 @@ if TYPE_CHECKING:
 
 MAX_TEXT = 128  # any string a client or upstream chose (model, error, tool names)
 MAX_TOOLS = 16  # tool names listed per request (all are counted)
-MAX_NOTES = 4  # trace notes kept per request
-MAX_NOTE = 200
+MAX_NOTE = 200  # the auto rule's description
 LEVEL_KEYS = ("off", "standard", "deep")
 NO_LEVEL = "default"  # no level applied: the upstream's default
 
@@ -33,39 +32,6 @@ def door_of(record: AccessRecord) -> str:
 
 def level_key(level: str | None) -> str:
     return level if level in LEVEL_KEYS else NO_LEVEL
-
-
-class TraceSummary:
-    """What a request's trace events tell the sessions (tool calls, finish reason, warnings and
-    the proxy's notes), gathered as the events go by; a few counters and short lists."""
-
-    __slots__ = ("events", "finish_reason", "notes", "tool_calls", "tools", "warnings")
-
-    def __init__(self) -> None:
-        self.events = 0
-        self.tool_calls = 0
-        self.tools: list[str] = []
-        self.warnings = 0
-        self.notes: list[str] = []
-        self.finish_reason: str | None = None
-
-    def add(self, events: Sequence[Mapping[str, Any]]) -> None:
-        self.events += len(events)
-        for event in events:
-            kind = event.get("type")
-            if kind == "tool_call.start":
-                self.tool_calls += 1
-                name = clip(event.get("name"))
-                if name is not None and len(self.tools) < MAX_TOOLS and name not in self.tools:
-                    self.tools.append(name)
-            elif kind == "warning":
-                self.warnings += 1
-            elif kind == "note":
-                message = clip(event.get("message"), MAX_NOTE)
-                if message is not None and len(self.notes) < MAX_NOTES:
-                    self.notes.append(message)
-            elif kind == "done":
-                self.finish_reason = clip(event.get("finish_reason"))
 
 
 def tokens_of(record: AccessRecord) -> dict[str, Any] | None:
@@ -88,13 +54,15 @@ def request_facts(
     at_ms: int,
     total_ms: float,
     client: str,
-    trace: TraceSummary | None,
     changes: list[dict[str, Any]] | None,
 ) -> dict[str, Any]:
     """The request's facts (docs/sessions.md). TTFT and thinking time are null, not 0, when the
-    answer was not streamed (nothing timed them)."""
+    answer was not streamed (nothing timed them). Its trace summary (finish reason, tool calls,
+    times, a starved answer) comes from the trace's outcome, read at the end: no trace event is
+    watched."""
     outcome = record.outcome
     streamed = record.stream and outcome is not None
+    tools = outcome.tools if outcome is not None else ()
     return {
         "id": clip(record.request_id) or "",
         "at": at_ms,
@@ -116,13 +84,21 @@ def request_facts(
         "ttft_ms": outcome.ttft_ms if streamed and outcome is not None else None,
         "thinking_ms": outcome.reasoning_ms if streamed and outcome is not None else None,
         "total_ms": round(total_ms, 1),
-        "finish_reason": trace.finish_reason if trace is not None else None,
-        "tool_calls": trace.tool_calls if trace is not None else 0,
-        "tools": list(trace.tools) if trace is not None else [],
+        "finish_reason": clip(outcome.finish_reason) if outcome is not None else None,
+        "tool_calls": len(tools),
+        "tools": tool_names(tools),
+        "reasoning_starved": outcome.starved if outcome is not None else False,
         "changes": changes or [],
-        "trace": {
-            "events": trace.events if trace is not None else 0,
-            "warnings": trace.warnings if trace is not None else 0,
-            "notes": list(trace.notes) if trace is not None else [],
-        },
     }
+
+
+def tool_names(tools: Sequence[str]) -> list[str]:
+    """The distinct names, in order, at most MAX_TOOLS, each cut."""
+    names: list[str] = []
+    for name in tools:
+        short = clip(name)
+        if short is not None and short not in names:
+            names.append(short)
+            if len(names) == MAX_TOOLS:
+                break
+    return names

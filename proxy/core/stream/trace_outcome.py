@@ -27,12 +27,15 @@ class TraceOutcome(NamedTuple):
     """What a finished response showed, for telemetry (none of its content): the upstream's
     usage as it came, the times of the trace (ms): to the first token, and spent thinking (None
     when the model did not reason), and whether the reasoning used the whole output limit and
-    left no answer (`starved`)."""
+    left no answer (`starved`); and, for the sessions (proxy.sessions), its finish reason and the
+    names of the tool calls it made (in order)."""
 
     usage: dict[str, Any] | None
     ttft_ms: float | None
     reasoning_ms: float | None
     starved: bool = False
+    finish_reason: str | None = None
+    tools: tuple[str, ...] = ()
 
 
 def output_limit(request_body: Any) -> int | None:
