@@ -69,11 +69,10 @@ class Pricing:
 
     def provider_id(self, entry: str | None, base_url: str | None) -> str | None:
         """genai-prices' id of the upstream: by its base URL, else by the providers.yaml entry's name."""
-        host = _origin(base_url)
-        key = (entry, host)
+        key = (entry, base_url)
         if key in self._providers:
             return self._providers[key]
-        found = _find_provider(entry, host)
+        found = _find_provider(entry, _origin(base_url))
         if len(self._providers) < MAX_LOOKUPS:
             self._providers[key] = found
         return found

@@ -67,7 +67,8 @@ def body_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[di
         if field != "messages" and field not in before:
             out.append(_knob(field, "set", None, after[field]))
     old, new = before.get("messages"), after.get("messages")
-    if isinstance(old, Sequence) and isinstance(new, Sequence) and old is not new:
+    # (equal lists, copied or not, are told apart in C: the usual rewrite leaves them equal)
+    if isinstance(old, Sequence) and isinstance(new, Sequence) and old is not new and old != new:
         out += message_changes(old, new)
     if len(out) > MAX_CHANGES:
         out = [
@@ -87,7 +88,8 @@ def message_changes(old: Sequence[Any], new: Sequence[Any]) -> list[dict[str, An
     out: list[dict[str, Any]] = []
     pairs: list[tuple[Any, Any]] = []
     if len(new) == len(old):  # (the usual case: pairs told apart by identity, no set made)
-        pairs = [(a, b) for a, b in zip(old, new, strict=True) if a is not b]
+        # (a rewrite may copy every message: equal copies are told apart in C, not key by key)
+        pairs = [(a, b) for a, b in zip(old, new, strict=True) if a is not b and a != b]
     else:
         olds = {id(message) for message in old}
         fresh = [m for m in new if id(m) not in olds]
