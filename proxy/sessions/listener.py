@@ -4,9 +4,10 @@ session and client kind from the headers it came with (proxy.core.sessions.ident
 store. It also leaves the session and client kind in the record's notes for the console's row,
 which ends after it (proxy.server.app registers it first).
 
-Per request: one observer holding the few headers identity reads, and at the end one facts dict
-and its JSON. It reads the trace's outcome at the end (finish reason, tool calls, times) and
-watches no trace event: a tap on the trace would cost every request more than all the rest.
+Per request: one observer holding the few headers identity reads, and at the end one tuple of
+facts (their JSON is made when read, or at once for Redis). It reads the trace's outcome at the
+end (finish reason, tool calls, times) and watches no trace event: a tap on the trace would cost
+every request more than all the rest.
 """
 
 from __future__ import annotations
@@ -85,11 +86,10 @@ class SessionsListener:
         # Copied to its exact size: orjson's bytes keep the ~8 KiB buffer they were written in
         # (tracemalloc: 8.2 KB held per 0.7 KB detail), which would put ~10x the counted bytes in
         # the store.
-        detail = bytes(memoryview(orjson.dumps(facts)))
-        session = self.store.add(session_id, key.source, client, facts, detail)
+        session = self.store.add(session_id, key.source, client, facts)
         self.stats.add(facts)
-        if self.shared is not None:
-            self.shared.publish(session.summary(), detail)
+        if self.shared is not None:  # (only then is a request's JSON made as it ends)
+            self.shared.publish(session.summary(), orjson.dumps(facts.as_dict()))
 
 
 def _chain(note: Any) -> tuple[ChainLinks | None, str | None]:

@@ -17,7 +17,7 @@ def record(**fields: object) -> AccessRecord:
 
 
 def facts(r: AccessRecord) -> dict[str, object]:
-    return request_facts(r, at_ms=1, total_ms=12.34, client="curl", changes=None)
+    return request_facts(r, at_ms=1, total_ms=12.34, client="curl", changes=None).as_dict()
 
 
 def test_door_is_the_route_or_the_websocket() -> None:
