@@ -39,10 +39,7 @@ CHAIN_BYTES = 300
 
 
 def feed(listener: SessionsListener, session: str, n: int, *, long_turn: bool = False) -> None:
-    tools = [
-        {"type": "tool_call.start", "name": f"tool_{i}", "seq": i} for i in range(12 if long_turn else 1)
-    ]
-    notes = [{"type": "note", "message": "Thinking policy max_level=standard: asked deep, sent standard" * 3}]
+    tools = tuple(f"tool_{i}" for i in range(12 if long_turn else 1))
     for i in range(n):
         record = AccessRecord(method="POST", path="/v1/messages", route="messages", status=200, stream=True)
         record.request_id = f"{session}-{i}-{'x' * 24}"
@@ -51,17 +48,14 @@ def feed(listener: SessionsListener, session: str, n: int, *, long_turn: bool = 
         record.usage = TokenUsage(
             input=50_000, output=900, cached_input=48_000, reasoning=ReasoningTokens(400, "reported")
         )
-        record.outcome = TraceOutcome(usage=None, ttft_ms=310.5, reasoning_ms=1200.0)
+        record.outcome = TraceOutcome(None, 310.5, 1200.0, False, "tool_calls", tools)
         record.cost_usd = 0.0021
         if long_turn:
             record.notes["changes"] = [
                 {"field": f"knob_{k}", "change": "set", "to": "high"} for k in range(16)
             ]
-        observer = listener.start(
-            record, [("x-claude-code-session-id", session), ("user-agent", "claude-cli/2.1.332")]
-        )
-        observer.on_trace([*tools, *notes, {"type": "done", "finish_reason": "tool_calls", "seq": 99}])
-        observer.on_end(record, 2500.0)
+        headers = [("x-claude-code-session-id", session), ("user-agent", "claude-cli/2.1.332")]
+        listener.start(record, headers).on_end(record, 2500.0)
 
 
 def held() -> int:

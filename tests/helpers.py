@@ -23,10 +23,12 @@ from proxy.core.config.providers import ProvidersTable, default_providers_path
 from proxy.core.config.yamlfile import load_config
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.events import AccessRecord, RequestObserver
+from proxy.core.sessions.facts import RequestFacts
 from proxy.core.stream.chunk_template import KnownRun, learn
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
+from proxy.core.usage import ReasoningTokens, TokenUsage
 from proxy.server.serving import BackgroundServer, bind_loopback
 from proxy.settings import Settings
 from proxy.simulated import simulated_providers_text
@@ -303,3 +305,18 @@ class Ended:
                 ended.turn_ended.set()
 
         return Observer()
+
+
+def session_facts(at: int, **over: Any) -> RequestFacts:
+    """A finished request's facts as the sessions keep them (proxy.core.sessions.facts), with
+    `over` replacing fields: 100 input tokens (80 cached), 20 output (10 reasoning), $0.001."""
+    usage = TokenUsage(input=100, output=20, cached_input=80, reasoning=ReasoningTokens(10, "reported"))
+    base: dict[str, Any] = {
+        "id": f"r{at}", "at": at, "door": "chat", "client": "curl", "key": None, "provider": "deepseek",
+        "model": "deepseek-v4-pro", "model_suffix": None, "level_requested": None, "level": "deep",
+        "level_source": None, "level_rule": None, "stream": False, "status": 200, "error": None,
+        "usage": usage, "cost_usd": 0.001, "ttft_ms": None, "thinking_ms": None, "total_ms": 5.0,
+        "finish_reason": "tool_calls", "tools": ("shell",), "reasoning_starved": False, "changes": None,
+    }  # fmt: skip
+    base.update(over)
+    return RequestFacts(**base)

@@ -4,8 +4,10 @@ session and client kind from the headers it came with (proxy.core.sessions.ident
 store. It also leaves the session and client kind in the record's notes for the console's row,
 which ends after it (proxy.server.app registers it first).
 
-Per request: one observer holding the few headers identity reads, a trace summary fed by the brief
-trace events (a handful per response, none per chunk), and at the end one facts dict and its JSON.
+Per request: one observer holding the few headers identity reads, and at the end one tuple of
+facts (their JSON is made when read, or at once for Redis). It reads the trace's outcome at the
+end (finish reason, tool calls, times) and watches no trace event: a tap on the trace would cost
+every request more than all the rest.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver, TraceEvents
-from proxy.core.sessions.facts import TraceSummary, request_facts
+from proxy.core.events import MODEL_ROUTES, AccessRecord, RequestObserver
+from proxy.core.sessions.facts import request_facts
 from proxy.core.sessions.identity import (
     CHAIN_NOTE,
     ChainLinks,
@@ -52,14 +54,7 @@ class SessionsListener:
     def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver:
         return _SessionObserver(self, pick_headers(headers), int(time.time() * 1000))
 
-    def finish(
-        self,
-        record: AccessRecord,
-        headers: dict[str, str],
-        at_ms: int,
-        total_ms: float,
-        trace: TraceSummary | None,
-    ) -> None:
+    def finish(self, record: AccessRecord, headers: dict[str, str], at_ms: int, total_ms: float) -> None:
         tenant = record.client
         links, own_response = _chain(record.notes.get(CHAIN_NOTE))
         continued = None
@@ -86,17 +81,15 @@ class SessionsListener:
             at_ms=at_ms,
             total_ms=total_ms,
             client=client,
-            trace=trace,
             changes=changes if isinstance(changes, list) else None,
         )
         # Copied to its exact size: orjson's bytes keep the ~8 KiB buffer they were written in
         # (tracemalloc: 8.2 KB held per 0.7 KB detail), which would put ~10x the counted bytes in
         # the store.
-        detail = bytes(memoryview(orjson.dumps(facts)))
-        session = self.store.add(session_id, key.source, client, facts, detail)
+        session = self.store.add(session_id, key.source, client, facts)
         self.stats.add(facts)
-        if self.shared is not None:
-            self.shared.publish(session.summary(), detail)
+        if self.shared is not None:  # (only then is a request's JSON made as it ends)
+            self.shared.publish(session.summary(), orjson.dumps(facts.as_dict()))
 
 
 def _chain(note: Any) -> tuple[ChainLinks | None, str | None]:
@@ -107,23 +100,16 @@ def _chain(note: Any) -> tuple[ChainLinks | None, str | None]:
 
 
 class _SessionObserver(RequestObserver):
-    __slots__ = ("at_ms", "headers", "listener", "trace")
-    wants_trace = True
-    brief_trace = True  # (tool calls, notes, warnings and `done` are all brief events)
+    __slots__ = ("at_ms", "headers", "listener")
+    wants_outcome = True  # (finish reason, tool calls, times: read at the end)
 
     def __init__(self, listener: SessionsListener, headers: dict[str, str], at_ms: int) -> None:
         self.listener = listener
         self.headers = headers
         self.at_ms = at_ms
-        self.trace: TraceSummary | None = None
-
-    def on_trace(self, events: TraceEvents) -> None:
-        if self.trace is None:
-            self.trace = TraceSummary()
-        self.trace.add(events)
 
     def on_end(self, record: AccessRecord, duration_ms: float) -> None:
         try:
-            self.listener.finish(record, self.headers, self.at_ms, duration_ms, self.trace)
+            self.listener.finish(record, self.headers, self.at_ms, duration_ms)
         except Exception:  # accounting never fails a request's end
             logger.exception("sessions: counting the request failed")

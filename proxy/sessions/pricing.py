@@ -69,11 +69,10 @@ class Pricing:
 
     def provider_id(self, entry: str | None, base_url: str | None) -> str | None:
         """genai-prices' id of the upstream: by its base URL, else by the providers.yaml entry's name."""
-        host = _origin(base_url)
-        key = (entry, host)
+        key = (entry, base_url)
         if key in self._providers:
             return self._providers[key]
-        found = _find_provider(entry, host)
+        found = _find_provider(entry, _origin(base_url))
         if len(self._providers) < MAX_LOOKUPS:
             self._providers[key] = found
         return found
@@ -178,25 +177,27 @@ def _probe(provider: str, model: str, when: datetime) -> Rates | None:
 
 class CostListener:
     """Puts each answer's cost on its record at the end, before the listeners that read it (the
-    policy's usage book, the sessions, the console): proxy.server.app registers it first."""
+    policy's usage book, the sessions, the console): proxy.server.app registers it first. One
+    observer serves every request (it keeps nothing of one): the request's start, which prices
+    it, is its end less its duration."""
+
+    def __init__(self, pricing: Pricing) -> None:
+        self.pricing = pricing
+        self._observer = _Priced(pricing)
+
+    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver:
+        return self._observer
+
+
+class _Priced(RequestObserver):
+    __slots__ = ("pricing",)
 
     def __init__(self, pricing: Pricing) -> None:
         self.pricing = pricing
 
-    def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver:
-        return _Priced(self.pricing, time.time())
-
-
-class _Priced(RequestObserver):
-    __slots__ = ("pricing", "started_at")
-
-    def __init__(self, pricing: Pricing, started_at: float) -> None:
-        self.pricing = pricing
-        self.started_at = started_at
-
     def on_end(self, record: AccessRecord, duration_ms: float) -> None:
         try:
-            record.cost_usd = self.pricing.cost(record, self.started_at)
+            record.cost_usd = self.pricing.cost(record, time.time() - duration_ms / 1000)
         except Exception:  # a price library's surprise never fails a request's end
             logger.exception("sessions: pricing the request failed")
             record.cost_usd = None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from proxy.sessions.listener import SessionsListener
 from proxy.sessions.stats import Stats
 from proxy.sessions.store import SessionStore
@@ -62,7 +64,7 @@ class SessionsService:
         session = self.store.get(session_id)
         if session is None:
             return None
-        return session.summary(), list(session.details)
+        return session.summary(), [orjson.dumps(facts.as_dict()) for facts in session.details]
 
     async def aclose(self) -> None:
         if self.shared is not None:

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from proxy.core.sessions.facts import LEVEL_KEYS, NO_LEVEL, level_key
+from proxy.core.sessions.facts import LEVEL_KEYS, NO_LEVEL, RequestFacts, level_key
 from proxy.policy.usage_book import ratio
 
 LEVELS = (*LEVEL_KEYS, NO_LEVEL)
@@ -47,22 +47,29 @@ class Stats:
     def __init__(self, history: int) -> None:
         self.points: deque[Point] = deque(maxlen=history)
 
-    def add(self, facts: Mapping[str, Any]) -> None:
-        tokens = facts["tokens"] or {}
+    def add(self, facts: RequestFacts) -> None:
+        usage = facts.usage
+        if usage is not None:
+            reasoning = usage.reasoning
+            counts = (
+                usage.input or 0,
+                usage.cached_input or 0,
+                reasoning.value if reasoning is not None else 0,
+                usage.output or 0,
+            )
+        else:
+            counts = (0, 0, 0, 0)
         self.points.append(
             Point(
-                facts["at"],
-                level_key(facts["level"]),
-                facts["model"] or "(unknown)",
-                facts["key"],
-                tokens.get("input") or 0,
-                tokens.get("cached") or 0,
-                tokens.get("reasoning") or 0,
-                tokens.get("output") or 0,
-                facts["cost_usd"],
-                facts["ttft_ms"],
-                facts["total_ms"],
-                facts["status"] >= 400,
+                facts.at,
+                level_key(facts.level),
+                facts.model or "(unknown)",
+                facts.key,
+                *counts,
+                facts.cost_usd,
+                facts.ttft_ms,
+                facts.total_ms,
+                facts.status >= 400,
             )
         )
 

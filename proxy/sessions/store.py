@@ -5,77 +5,81 @@ first), request details per session (a flood from one session drops its own olde
 another session), and the details of all sessions by bytes (the least recently active sessions'
 details go first). A session's sums outlive its details: they still count every request.
 
-A detail is kept as the JSON bytes of its facts (proxy.core.sessions.facts): compact, its size
-exact, and what the API and the shared store send as they are.
+A detail is kept as its facts' values (proxy.core.sessions.facts.RequestFacts, a tuple), counted by
+what they hold; their JSON is made when they are read.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
-from proxy.core.sessions.facts import LEVEL_KEYS, NO_LEVEL, level_key
+from proxy.core.sessions.facts import NO_LEVEL, RequestFacts, level_key
 from proxy.policy.usage_book import ratio
 
 MAX_MODELS = 16  # model names listed per session (a session rarely uses more than two)
 DOORS = ("chat", "responses", "messages", "websocket", "passthrough")
 
 
-@dataclass(slots=True)
 class Session:
-    """One session's sums (as this process counted them) and its newest request details."""
+    """One session's sums (as this process counted them) and its newest request details.
 
-    id: str
-    source: str
-    client: str
-    key: str | None
-    first_at: int
-    last_at: int = 0
-    requests: int = 0
-    doors: list[str] = field(default_factory=list)
-    models: list[str] = field(default_factory=list)
-    levels: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*LEVEL_KEYS, NO_LEVEL), 0))
-    input: int = 0
-    cached: int = 0
-    reasoning: int = 0
-    output: int = 0
-    cost: float = 0.0
-    priced: int = 0
-    unpriced: int = 0
-    errors: int = 0
-    tool_calls: int = 0
-    details: deque[bytes] = field(default_factory=deque)
-    detail_bytes: int = 0
-    dropped: int = 0
+    (A plain class with its fields set by hand: most sessions of a gateway's plain clients are
+    one request long, so making one is on the request path; a dataclass with default factories
+    took twice as long.)"""
 
-    def count(self, facts: Mapping[str, Any]) -> None:
+    __slots__ = (
+        "cached", "client", "cost", "detail_bytes", "details", "doors", "dropped", "errors", "first_at",
+        "id", "input", "key", "last_at", "levels", "models", "output", "priced", "reasoning",
+        "requests", "source", "tool_calls", "unpriced",
+    )  # fmt: skip
+
+    def __init__(self, session_id: str, source: str, client: str, key: str | None, first_at: int) -> None:
+        self.id = session_id
+        self.source = source
+        self.client = client
+        self.key = key
+        self.first_at = first_at
+        self.last_at = 0
+        self.requests = self.input = self.cached = self.reasoning = self.output = 0
+        self.priced = self.unpriced = self.errors = self.tool_calls = self.detail_bytes = self.dropped = 0
+        self.cost = 0.0
+        self.doors: list[str] = []
+        self.models: list[str] = []
+        self.levels: dict[str, int] = {"off": 0, "standard": 0, "deep": 0, NO_LEVEL: 0}
+        self.details: deque[RequestFacts] = deque()
+
+    def count(self, facts: RequestFacts) -> None:
         self.requests += 1
-        self.last_at = max(self.last_at, facts["at"])
-        self.first_at = min(self.first_at, facts["at"])
-        door = facts["door"]
+        at = facts.at
+        if at > self.last_at:
+            self.last_at = at
+        if at < self.first_at:
+            self.first_at = at
+        door = facts.door
         if door not in self.doors:
             self.doors.append(door)
-        model = facts["model"]
+        model = facts.model
         if model and model not in self.models and len(self.models) < MAX_MODELS:
             self.models.append(model)
-        self.levels[level_key(facts["level"])] += 1
-        tokens = facts["tokens"]
-        if tokens is not None:
-            self.input += tokens["input"] or 0
-            self.cached += tokens["cached"] or 0
-            self.reasoning += tokens["reasoning"] or 0
-            self.output += tokens["output"] or 0
-        spent = facts["cost_usd"]
+        self.levels[level_key(facts.level)] += 1
+        usage = facts.usage
+        if usage is not None:
+            self.input += usage.input or 0
+            self.cached += usage.cached_input or 0
+            self.output += usage.output or 0
+            if usage.reasoning is not None:
+                self.reasoning += usage.reasoning.value
+        spent = facts.cost_usd
         if spent is not None:
             self.cost += spent
             self.priced += 1
-        elif tokens is not None:  # (a request no model answered costs nothing: not "unpriced")
+        elif usage is not None:  # (a request no model answered costs nothing: not "unpriced")
             self.unpriced += 1
-        if facts["status"] >= 400:
+        if facts.status >= 400:
             self.errors += 1
-        self.tool_calls += facts["tool_calls"]
+        self.tool_calls += len(facts.tools)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -135,14 +139,12 @@ class SessionStore:
         while len(responses) > 4 * self.max_sessions:
             responses.popitem(last=False)
 
-    def add(
-        self, scoped_id: str, source: str, client: str, facts: Mapping[str, Any], detail: bytes
-    ) -> Session:
+    def add(self, scoped_id: str, source: str, client: str, facts: RequestFacts) -> Session:
         """Count one finished request in its session (made on its first request) and keep its detail."""
         sessions = self._sessions
         session = sessions.get(scoped_id)
         if session is None:
-            session = Session(scoped_id, source, client, facts["key"], facts["at"])
+            session = Session(scoped_id, source, client, facts.key, facts.at)
             sessions[scoped_id] = session
             while len(sessions) > self.max_sessions:
                 _, gone = sessions.popitem(last=False)
@@ -152,9 +154,10 @@ class SessionStore:
             if source == "responses" and session.source == "request":
                 session.source = source  # a request on its own, now continued: a chain
         session.count(facts)
-        session.details.append(detail)
-        session.detail_bytes += len(detail)
-        self.detail_bytes += len(detail)
+        size = facts.held()
+        session.details.append(facts)
+        session.detail_bytes += size
+        self.detail_bytes += size
         if len(session.details) > self.per_session:
             self._drop_oldest(session)
         if self.detail_bytes > self.max_bytes:
@@ -162,7 +165,7 @@ class SessionStore:
         return session
 
     def _drop_oldest(self, session: Session) -> None:
-        gone = len(session.details.popleft())
+        gone = session.details.popleft().held()
         session.detail_bytes -= gone
         session.dropped += 1
         self.detail_bytes -= gone

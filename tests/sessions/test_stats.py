@@ -5,23 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.core.sessions.facts import RequestFacts
+from proxy.core.usage import ReasoningTokens, TokenUsage
 from proxy.sessions.stats import Stats, percentiles
+from tests.helpers import session_facts
+
+USAGE = TokenUsage(input=100, output=60, cached_input=50, reasoning=ReasoningTokens(30, "reported"))
 
 
-def facts(at: int, **over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "at": at,
-        "level": "deep",
-        "model": "m",
-        "key": None,
-        "tokens": {"input": 100, "cached": 50, "reasoning": 30, "output": 60},
-        "cost_usd": 0.01,
-        "ttft_ms": None,
-        "total_ms": 100.0,
-        "status": 200,
-    }
-    base.update(over)
-    return base
+def facts(at: int, **over: Any) -> RequestFacts:
+    return session_facts(at, **{"model": "m", "usage": USAGE, "cost_usd": 0.01, "total_ms": 100.0, **over})
 
 
 def test_a_request_at_the_end_of_the_window_is_in_its_last_bucket() -> None:
@@ -35,7 +28,7 @@ def test_a_request_at_the_end_of_the_window_is_in_its_last_bucket() -> None:
 
 def test_levels_shares_costs_and_percentiles() -> None:
     stats = Stats(100)
-    stats.add(facts(1, level="off", tokens={"input": 10, "cached": 0, "reasoning": 0, "output": 5}, key="a"))
+    stats.add(facts(1, level="off", usage=TokenUsage(input=10, output=5, cached_input=0), key="a"))
     stats.add(facts(2, ttft_ms=50.0, key="a", cost_usd=None))
     stats.add(facts(3, status=502, level=None, key="b"))
     report = stats.report(0, 10, 60)

@@ -6,31 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from proxy.sessions.store import SessionStore
-
-
-def facts(at: int, **over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "id": f"r{at}",
-        "at": at,
-        "door": "chat",
-        "key": None,
-        "model": "deepseek-v4-pro",
-        "level": "deep",
-        "tokens": {"input": 100, "cached": 80, "reasoning": 10, "output": 20, "reasoning_source": "reported"},
-        "cost_usd": 0.001,
-        "status": 200,
-        "tool_calls": 1,
-    }
-    base.update(over)
-    return base
+from tests.helpers import session_facts as facts
 
 
 def add(store: SessionStore, session: str, at: int, **over: Any) -> None:
-    f = facts(at, **over)
-    store.add(session, "header", "curl", f, orjson.dumps(f))
+    store.add(session, "header", "curl", facts(at, **over))
 
 
 def test_a_flood_of_2000_requests_from_one_session_leaves_the_others() -> None:
@@ -53,7 +34,7 @@ def test_a_flood_of_2000_requests_from_one_session_leaves_the_others() -> None:
 
 
 def test_details_are_bounded_in_bytes_and_the_sums_stay() -> None:
-    size = len(orjson.dumps(facts(0)))
+    size = facts(0).held()
     store = SessionStore(max_sessions=100, max_bytes=size * 10, per_session=1000)
     for i in range(30):
         add(store, f"s{i % 3}", i)

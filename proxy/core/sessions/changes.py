@@ -67,7 +67,8 @@ def body_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[di
         if field != "messages" and field not in before:
             out.append(_knob(field, "set", None, after[field]))
     old, new = before.get("messages"), after.get("messages")
-    if isinstance(old, Sequence) and isinstance(new, Sequence) and old is not new:
+    # (equal lists, copied or not, are told apart in C: the usual rewrite leaves them equal)
+    if isinstance(old, Sequence) and isinstance(new, Sequence) and old is not new and old != new:
         out += message_changes(old, new)
     if len(out) > MAX_CHANGES:
         out = [
@@ -85,27 +86,35 @@ def _role(message: Any) -> str:
 def message_changes(old: Sequence[Any], new: Sequence[Any]) -> list[dict[str, Any]]:
     """Messages injected (new ones, by role) and messages changed (which keys, by role)."""
     out: list[dict[str, Any]] = []
-    kept = {id(message) for message in new}
-    olds = {id(message) for message in old}
-    injected = [m for m in new if id(m) not in olds]
-    removed = [m for m in old if id(m) not in kept]
-    if len(new) > len(old):
-        # The extra messages are the injected ones; the rest that differ were changed in place.
-        extra = len(new) - len(old)
-        roles = [_role(m) for m in injected[:extra]]
-        out.append({"field": "messages", "change": "injected", "summary": _count_roles(roles, "message")})
-        injected = injected[extra:]
+    pairs: list[tuple[Any, Any]] = []
+    if len(new) == len(old):  # (the usual case: pairs told apart by identity, no set made)
+        # (a rewrite may copy every message: equal copies are told apart in C, not key by key)
+        pairs = [(a, b) for a, b in zip(old, new, strict=True) if a is not b and a != b]
+    else:
+        olds = {id(message) for message in old}
+        fresh = [m for m in new if id(m) not in olds]
+        if len(new) > len(old):
+            # The extra messages are the injected ones; the rest that differ were changed in place.
+            extra = len(new) - len(old)
+            roles = [_role(m) for m in fresh[:extra]]
+            out.append({"field": "messages", "change": "injected", "summary": _count_roles(roles, "message")})
+            fresh = fresh[extra:]
+        news = {id(message) for message in new}
+        pairs = list(zip([m for m in old if id(m) not in news], fresh, strict=False))
     changed_keys: dict[str, int] = {}
-    for before, after in zip(removed, injected, strict=False):
+    for before, after in pairs:
         if not (isinstance(before, Mapping) and isinstance(after, Mapping)):
             continue
         for key in {*before, *after}:
             if key not in after:
-                changed_keys[f"{key} removed"] = changed_keys.get(f"{key} removed", 0) + 1
+                what = f"{key} removed"
             elif key not in before:
-                changed_keys[f"{key} added"] = changed_keys.get(f"{key} added", 0) + 1
+                what = f"{key} added"
             elif before[key] is not after[key] and before[key] != after[key]:
-                changed_keys[f"{key} changed"] = changed_keys.get(f"{key} changed", 0) + 1
+                what = f"{key} changed"
+            else:
+                continue
+            changed_keys[what] = changed_keys.get(what, 0) + 1
     for what, count in sorted(changed_keys.items()):
         out.append({"field": "messages", "change": "changed", "summary": f"{what} in {count} message(s)"})
     if len(new) < len(old):

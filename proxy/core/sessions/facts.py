@@ -6,16 +6,18 @@ Every string a client or upstream chose is cut, so what a session keeps per requ
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from proxy.core.usage import TokenUsage
 
 if TYPE_CHECKING:
     from proxy.core.events import AccessRecord
 
 MAX_TEXT = 128  # any string a client or upstream chose (model, error, tool names)
-MAX_TOOLS = 16  # tool names listed per request (all are counted)
-MAX_NOTES = 4  # trace notes kept per request
-MAX_NOTE = 200
+MAX_TOOLS = 16  # tool names listed per request
+MAX_TOOL_CALLS = 256  # tool calls counted per request (an answer rarely makes more than a few)
+MAX_NOTE = 200  # the auto rule's description
 LEVEL_KEYS = ("off", "standard", "deep")
 NO_LEVEL = "default"  # no level applied: the upstream's default
 
@@ -35,41 +37,86 @@ def level_key(level: str | None) -> str:
     return level if level in LEVEL_KEYS else NO_LEVEL
 
 
-class TraceSummary:
-    """What a request's trace events tell the sessions (tool calls, finish reason, warnings and
-    the proxy's notes), gathered as the events go by; a few counters and short lists."""
+class RequestFacts(NamedTuple):
+    """One finished request's facts, as a session keeps them: values only (the strings a client or
+    upstream chose already cut). Their JSON (`as_dict`, docs/sessions.md) is made when they are
+    read, not per request."""
 
-    __slots__ = ("events", "finish_reason", "notes", "tool_calls", "tools", "warnings")
+    id: str
+    at: int
+    door: str
+    client: str
+    key: str | None
+    provider: str | None
+    model: str | None
+    model_suffix: str | None
+    level_requested: str | None
+    level: str | None
+    level_source: str | None
+    level_rule: str | None
+    stream: bool
+    status: int
+    error: str | None
+    usage: TokenUsage | None
+    cost_usd: float | None
+    ttft_ms: float | None
+    thinking_ms: float | None
+    total_ms: float
+    finish_reason: str | None
+    tools: tuple[str, ...]
+    reasoning_starved: bool
+    changes: list[dict[str, Any]] | None
 
-    def __init__(self) -> None:
-        self.events = 0
-        self.tool_calls = 0
-        self.tools: list[str] = []
-        self.warnings = 0
-        self.notes: list[str] = []
-        self.finish_reason: str | None = None
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "at": self.at,
+            "door": self.door,
+            "client": self.client,
+            "key": self.key,
+            "provider": self.provider,
+            "model": self.model,
+            "model_suffix": self.model_suffix,
+            "level_requested": self.level_requested,
+            "level": self.level,
+            "level_source": self.level_source,
+            "level_rule": self.level_rule,
+            "stream": self.stream,
+            "status": self.status,
+            "error": self.error,
+            "tokens": tokens_of(self.usage),
+            "cost_usd": self.cost_usd,
+            "ttft_ms": self.ttft_ms,
+            "thinking_ms": self.thinking_ms,
+            "total_ms": self.total_ms,
+            "finish_reason": self.finish_reason,
+            "tool_calls": len(self.tools),
+            "tools": tool_names(self.tools),
+            "reasoning_starved": self.reasoning_starved,
+            "changes": self.changes or [],
+        }
 
-    def add(self, events: Sequence[Mapping[str, Any]]) -> None:
-        self.events += len(events)
-        for event in events:
-            kind = event.get("type")
-            if kind == "tool_call.start":
-                self.tool_calls += 1
-                name = clip(event.get("name"))
-                if name is not None and len(self.tools) < MAX_TOOLS and name not in self.tools:
-                    self.tools.append(name)
-            elif kind == "warning":
-                self.warnings += 1
-            elif kind == "note":
-                message = clip(event.get("message"), MAX_NOTE)
-                if message is not None and len(self.notes) < MAX_NOTES:
-                    self.notes.append(message)
-            elif kind == "done":
-                self.finish_reason = clip(event.get("finish_reason"))
+    def held(self) -> int:
+        """About what the facts hold in memory (counted from above): the tuple and its values,
+        the strings a client or upstream chose by their length, the changes by their entries."""
+        total = FACTS_BYTES + 8 * len(self.tools)
+        for text in (self.id, self.model, self.model_suffix, self.level_rule, self.error, self.finish_reason):
+            if text is not None:
+                total += 49 + len(text)
+        for name in self.tools:
+            total += 49 + len(name)
+        if self.changes:
+            total += CHANGE_BYTES * len(self.changes)
+        return total
 
 
-def tokens_of(record: AccessRecord) -> dict[str, Any] | None:
-    usage = record.usage
+# The tuple (24 slots), its numbers, the token reading (shared with the record) and the short
+# names from the configuration; and each change entry (a small dict of short strings).
+FACTS_BYTES = 640
+CHANGE_BYTES = 400
+
+
+def tokens_of(usage: TokenUsage | None) -> dict[str, Any] | None:
     if usage is None:
         return None
     reasoning = usage.reasoning
@@ -88,41 +135,37 @@ def request_facts(
     at_ms: int,
     total_ms: float,
     client: str,
-    trace: TraceSummary | None,
     changes: list[dict[str, Any]] | None,
-) -> dict[str, Any]:
+) -> RequestFacts:
     """The request's facts (docs/sessions.md). TTFT and thinking time are null, not 0, when the
-    answer was not streamed (nothing timed them)."""
+    answer was not streamed (nothing timed them). Its trace summary (finish reason, tool calls,
+    times, a starved answer) comes from the trace's outcome, read at the end: no trace event is
+    watched."""
     outcome = record.outcome
-    streamed = record.stream and outcome is not None
-    return {
-        "id": clip(record.request_id) or "",
-        "at": at_ms,
-        "door": door_of(record),
-        "client": client,
-        "key": record.client,
-        "provider": record.provider,
-        "model": clip(record.response_model or record.model),
-        "model_suffix": clip(record.model_suffix),
-        "level_requested": record.level_requested,
-        "level": record.level if record.level in LEVEL_KEYS else None,  # (the record says "none")
-        "level_source": record.level_source,
-        "level_rule": clip(record.level_rule, MAX_NOTE),
-        "stream": record.stream,
-        "status": record.status,
-        "error": clip(record.error),
-        "tokens": tokens_of(record),
-        "cost_usd": record.cost_usd,
-        "ttft_ms": outcome.ttft_ms if streamed and outcome is not None else None,
-        "thinking_ms": outcome.reasoning_ms if streamed and outcome is not None else None,
-        "total_ms": round(total_ms, 1),
-        "finish_reason": trace.finish_reason if trace is not None else None,
-        "tool_calls": trace.tool_calls if trace is not None else 0,
-        "tools": list(trace.tools) if trace is not None else [],
-        "changes": changes or [],
-        "trace": {
-            "events": trace.events if trace is not None else 0,
-            "warnings": trace.warnings if trace is not None else 0,
-            "notes": list(trace.notes) if trace is not None else [],
-        },
-    }
+    if outcome is not None:
+        streamed = record.stream
+        ttft, thinking = (outcome.ttft_ms, outcome.reasoning_ms) if streamed else (None, None)
+        finish, tools, starved = clip(outcome.finish_reason), outcome.tools, outcome.starved
+    else:
+        ttft = thinking = finish = None
+        tools, starved = (), False
+    return RequestFacts(
+        clip(record.request_id) or "", at_ms, door_of(record), client, record.client, record.provider,
+        clip(record.response_model or record.model), clip(record.model_suffix), record.level_requested,
+        record.level if record.level in LEVEL_KEYS else None,  # (the record says "none")
+        record.level_source, clip(record.level_rule, MAX_NOTE), record.stream, record.status,
+        clip(record.error), record.usage, record.cost_usd, ttft, thinking, round(total_ms, 1), finish,
+        tools[:MAX_TOOL_CALLS], starved, changes,
+    )  # fmt: skip
+
+
+def tool_names(tools: Sequence[str]) -> list[str]:
+    """The distinct names, in order, at most MAX_TOOLS, each cut."""
+    names: list[str] = []
+    for name in tools:
+        short = clip(name)
+        if short is not None and short not in names:
+            names.append(short)
+            if len(names) == MAX_TOOLS:
+                break
+    return names

@@ -321,7 +321,10 @@ class TraceBuilder:
         if not self._done:
             return None
         reasoning = self._reasoning_total if self._reasoned else None
-        return TraceOutcome(self._usage, self._ttft, reasoning, self._starved, self._in_content)
+        tools = tuple([call.name for call in self._tools.calls])
+        return TraceOutcome(
+            self._usage, self._ttft, reasoning, self._starved, self._in_content, self._finish_reason, tools
+        )
 
     def on_completion(self, body: dict[str, Any], reasoning: bool, now_ms: float) -> list[dict[str, Any]]:
         """A whole non-stream `chat.completion`: the events its stream would have caused, then done."""

@@ -35,13 +35,16 @@ class TraceOutcome(NamedTuple):
     usage as it came, the times of the trace (ms): to the first token, and spent thinking (None
     when the model did not reason), and whether the reasoning used the whole output limit and
     left no answer (`starved`), and whether a model that always reasons answered without any
-    (`reasoning_in_content`)."""
+    (`reasoning_in_content`); and, for the sessions (proxy.sessions), its finish reason and the
+    names of the tool calls it made (in order)."""
 
     usage: dict[str, Any] | None
     ttft_ms: float | None
     reasoning_ms: float | None
     starved: bool = False
     reasoning_in_content: bool = False  # a model that always reasons answered with none (see above)
+    finish_reason: str | None = None
+    tools: tuple[str, ...] = ()
 
 
 def output_limit(request_body: Any) -> int | None:

@@ -4,7 +4,7 @@ null (not 0) when the answer was not streamed, and only names and counts from th
 from __future__ import annotations
 
 from proxy.core.events import AccessRecord
-from proxy.core.sessions.facts import TraceSummary, door_of, request_facts
+from proxy.core.sessions.facts import door_of, request_facts
 from proxy.core.stream.trace_outcome import TraceOutcome
 from proxy.core.usage import ReasoningTokens, TokenUsage
 
@@ -16,8 +16,8 @@ def record(**fields: object) -> AccessRecord:
     return r
 
 
-def facts(r: AccessRecord, trace: TraceSummary | None = None) -> dict[str, object]:
-    return request_facts(r, at_ms=1, total_ms=12.34, client="curl", trace=trace, changes=None)
+def facts(r: AccessRecord) -> dict[str, object]:
+    return request_facts(r, at_ms=1, total_ms=12.34, client="curl", changes=None).as_dict()
 
 
 def test_door_is_the_route_or_the_websocket() -> None:
@@ -33,26 +33,14 @@ def test_times_are_null_not_zero_when_the_answer_was_not_streamed() -> None:
     assert (streamed["ttft_ms"], streamed["thinking_ms"]) == (5.0, 3.0)
 
 
-def test_tokens_level_and_trace_names_only() -> None:
+def test_tokens_level_and_the_trace_outcome_names_only() -> None:
     usage = TokenUsage(input=100, output=40, cached_input=60, reasoning=ReasoningTokens(30, "reported"))
-    trace = TraceSummary()
-    trace.add(
-        [
-            {"type": "tool_call.start", "name": "shell", "seq": 0},
-            {"type": "tool_call.start", "name": "shell", "seq": 1},
-            {"type": "note", "message": "Thinking policy: sent standard", "seq": 2},
-            {"type": "done", "finish_reason": "tool_calls", "seq": 3},
-        ]
-    )
-    out = facts(record(usage=usage, level="deep", level_source="suffix", model_suffix="deep"), trace)
-    assert out["tokens"] == {
-        "input": 100,
-        "cached": 60,
-        "reasoning": 30,
-        "reasoning_source": "reported",
-        "output": 40,
-    }
+    outcome = TraceOutcome(None, None, None, finish_reason="tool_calls", tools=("shell", "shell", "edit"))
+    r = record(usage=usage, level="deep", level_source="suffix", model_suffix="deep", outcome=outcome)
+    out = facts(r)
+    tokens = {"input": 100, "cached": 60, "reasoning": 30, "reasoning_source": "reported", "output": 40}
+    assert out["tokens"] == tokens
     assert (out["level"], out["level_source"], out["model_suffix"]) == ("deep", "suffix", "deep")
-    assert (out["tool_calls"], out["tools"], out["finish_reason"]) == (2, ["shell"], "tool_calls")
-    assert out["trace"] == {"events": 4, "warnings": 0, "notes": ["Thinking policy: sent standard"]}
+    assert (out["tool_calls"], out["tools"], out["finish_reason"]) == (3, ["shell", "edit"], "tool_calls")
+    assert out["reasoning_starved"] is False
     assert facts(record(level="none"))["level"] is None

@@ -207,15 +207,32 @@ def test_the_outcome_is_what_the_done_event_says(mode: TraceMode) -> None:
     assert (outcome.ttft_ms, outcome.reasoning_ms) == (done["ttft_ms"], done["reasoning_ms"]) == (120, 330)
 
 
+def test_the_outcome_names_the_finish_reason_and_the_tool_calls_in_order() -> None:
+    """For the sessions (proxy.sessions): read at the end, with no trace event watched."""
+    b = builder()
+    calls = [
+        {"index": 0, "id": "a", "type": "function", "function": {"name": "shell", "arguments": "{}"}},
+        {"index": 1, "id": "b", "type": "function", "function": {"name": "edit", "arguments": "{}"}},
+    ]
+    body = {
+        "id": "x",
+        "choices": [{"message": {"content": None, "tool_calls": calls}, "finish_reason": "tool_calls"}],
+    }
+    b.on_completion(body, False, 40.0)
+    outcome = b.outcome()
+    assert outcome is not None
+    assert (outcome.finish_reason, outcome.tools) == ("tool_calls", ("shell", "edit"))
+
+
 def test_the_outcome_tells_a_model_that_did_not_reason_from_one_that_reasoned_in_no_time() -> None:
     plain = builder()
     plain.on_completion({"id": "x", "choices": [{"message": {"content": "Hi"}}]}, False, 40.0)
-    assert plain.outcome() == (None, 40.0, None, False, False)
+    assert plain.outcome() == (None, 40.0, None, False, False, None, ())
     thought = builder()
     body = {"id": "x", "choices": [{"message": {"content": "Hi", "reasoning_content": "hmm"}}]}
     thought.on_completion(body, True, 40.0)
     # a whole answer: its thinking took no time here
-    assert thought.outcome() == (None, 40.0, 0.0, False, False)
+    assert thought.outcome() == (None, 40.0, 0.0, False, False, None, ())
 
 
 def test_a_builder_that_is_off_has_no_outcome() -> None:
