@@ -176,6 +176,7 @@ class Feed:
         self.ring_bytes = 0  # what they hold (FeedObserver.held)
         self._subscribers: set[Subscriber] = set()
         self._counter = 0
+        self._per_session: dict[str, int] = {}  # rows in the ring per session (FeedObserver.session_key)
 
     # -- Listener ---------------------------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class Feed:
         seen = {entry["id"] for entry in shared}
         merged = shared + [entry for entry in local if entry["id"] not in seen]
         merged.sort(key=lambda entry: entry.get("started_at", 0), reverse=True)
-        return Recent(merged[: self.history], True, omitted)
+        return Recent(fair_cut(merged, self.history), True, omitted)
 
     # -- watching -------------------------------------------------------------------------------
 
@@ -241,19 +242,68 @@ class Feed:
 
     # -- from observers ------------------------------------------------------------------------------
 
+    def _uncount(self, request: FeedObserver) -> None:
+        """What a request that left the ring held no longer counts."""
+        self.ring_bytes -= request.held
+        left = self._per_session[request.session_key] - 1
+        if left:
+            self._per_session[request.session_key] = left
+        else:
+            del self._per_session[request.session_key]
+
     def finished(self, request: FeedObserver) -> None:
         ring = self._ring
         ring.appendleft(request)
         self.ring_bytes += request.held
-        # The oldest go, by count or by bytes; the newest always stays (a request holds at most
-        # ~1 MiB, far below the budget; a smaller budget still shows the last request).
+        session = request.session_key
+        per_session = self._per_session
+        per_session[session] = per_session.get(session, 0) + 1
+        # Past the count, a session holding more than its share gives up its own oldest row (an
+        # agent's flood must not push every other session out of a page opened after it); else,
+        # and by bytes, the oldest go. The newest always stays (a request holds at most ~1 MiB,
+        # far below the budget; a smaller budget still shows the last request).
+        if len(ring) > self.history and per_session[session] > session_share(self.history):
+            oldest = _oldest_of(ring, session)
+            ring.remove(oldest)
+            self._uncount(oldest)
         while len(ring) > self.history or (self.ring_bytes > self.max_bytes and len(ring) > 1):
-            self.ring_bytes -= ring.pop().held
+            self._uncount(ring.pop())
         if self._subscribers or self.shared is not None:
             entry = request.entry()
             self.broadcast("request", entry)
             if self.shared is not None:
                 self.shared.publish(entry)
+
+
+def session_share(history: int) -> int:
+    """The rows one session may keep once the list is full: a quarter of it."""
+    return max(1, history // 4)
+
+
+def _oldest_of(ring: deque[FeedObserver], session: str) -> FeedObserver:
+    """The session's oldest row (the session holds rows: the newest is one of them)."""
+    return next(request for request in reversed(ring) if request.session_key == session)
+
+
+def fair_cut(entries: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """At most `limit` summaries (newest first) cut as the ring cuts: sessions holding more than
+    their share lose their oldest rows first, then the oldest go. For the replicas' merged list,
+    whose Redis stream keeps the newest by age alone."""
+    if len(entries) <= limit:
+        return entries
+    keys = [entry.get("session") or entry.get("id") for entry in entries]
+    counts: dict[Any, int] = {}
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    share, excess, dropped = session_share(limit), len(entries) - limit, set()
+    for index in range(len(entries) - 1, -1, -1):
+        if excess == 0:
+            break
+        if counts[keys[index]] > share:
+            counts[keys[index]] -= 1
+            dropped.add(index)
+            excess -= 1
+    return [entry for index, entry in enumerate(entries) if index not in dropped][:limit]
 
 
 class FeedObserver(RequestObserver):
@@ -323,6 +373,12 @@ class FeedObserver(RequestObserver):
         # Counted once, here: a few dozen objects for a usual request (bench/console_overhead.py).
         self.held = request_held(self.facts, self.events, self.tools, self.done)
         self.feed.finished(self)
+
+    @property
+    def session_key(self) -> str:
+        """The agent session the row belongs to (proxy.sessions), or its own when it has none."""
+        session = self.facts.session if self.facts is not None else None
+        return session if session is not None else f"#{self.number}"
 
     def entry(self) -> dict[str, Any]:
         """The finished request's summary (made once)."""

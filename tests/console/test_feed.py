@@ -1,5 +1,6 @@
-"""The console's feed: a bounded ring of request summaries (a flood evicts the oldest), bounded
-events per request, summaries without reasoning text or keys, and nothing serialized for nobody."""
+"""The console's feed: a bounded ring of request summaries (a flood evicts the oldest; one
+session's flood, its own rows), bounded events per request, summaries without reasoning text or
+keys, and nothing serialized for nobody."""
 
 from __future__ import annotations
 
@@ -424,3 +425,36 @@ def test_rows_carry_door_session_client_kind_tokens_and_no_time_for_an_unstreame
     ws = record(route="responses", transport="websocket", stream=True)
     feed.start(ws, []).on_end(ws, 5.0)
     assert feed.local()[0]["door"] == "websocket"
+
+
+def test_a_flood_from_one_session_evicts_its_own_rows_not_the_other_sessions() -> None:
+    """A page opened after one agent session flooded the proxy still finds the other sessions:
+    once the ring is full, a session holding more than its share (a quarter) gives up its own
+    oldest row; requests without a session are each their own."""
+    feed = Feed(history=20)
+    for name in ("alice", "bob", "carol"):
+        finish(feed, record(model=name, notes={"session": name}))
+    finish(feed, record(model="lone"))  # no session: its own
+    for i in range(300):
+        finish(feed, record(model=f"flood{i}", notes={"session": "flood"}))
+    kept = feed.local()
+    assert len(kept) == 20
+    models = [entry["model"] for entry in kept]
+    assert {"alice", "bob", "carol", "lone"} <= set(models)
+    assert models[0] == "flood299" and models[15] == "flood284"  # the flood's newest, in order
+    # Without a flood the oldest go, as before.
+    quiet = Feed(history=3)
+    for i in range(6):
+        finish(quiet, record(model=f"m{i}", notes={"session": f"s{i}"}))
+    assert [entry["model"] for entry in quiet.local()] == ["m5", "m4", "m3"]
+
+
+def test_the_shared_listing_is_cut_per_session_too() -> None:
+    from proxy.console.feed import fair_cut
+
+    flood = [{"id": f"f{i}", "session": "flood"} for i in range(10)]
+    others = [{"id": "a", "session": "a"}, {"id": "b", "session": None}]
+    entries = flood + others  # newest first: the flood came last
+    kept = fair_cut(entries, 6)
+    assert [e["id"] for e in kept] == ["f0", "f1", "f2", "f3", "a", "b"]
+    assert fair_cut(entries[:4], 6) == entries[:4]
