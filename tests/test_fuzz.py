@@ -61,6 +61,7 @@ from proxy.core.errors import BadRequest, ConfigError, Forbidden, ProxyError, Un
 from proxy.core.plan.rewrite import fit_history, rewrite_body
 from proxy.core.replay.keys import plan_lookups
 from proxy.core.replay.rules import Remembered, apply_restore, capture_records, decode_record
+from proxy.core.replay.signatures import with_skipped_signatures
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.completion import process_completion
 from proxy.core.stream.pipeline import WITHHELD_COMMENT, StreamPipeline
@@ -1450,10 +1451,15 @@ def test_rewrite_never_raises_never_mutates_and_stays_serializable(body: dict[st
     before_bytes = dumps(body)
     for dialect in all_dialects():
         # No level: the same object (the original bytes go), unless the history's reasoning had
-        # to move to the field the upstream reads (rewrite.fit_history); then only `messages` differ.
+        # to move to the field the upstream reads (rewrite.fit_history), or Gemini 3's validator
+        # wants a placeholder signature where none came (replay/signatures); then only `messages` differ.
         untouched = rewrite_body(body, None, dialect).body
         if untouched is not body:
-            assert untouched == fit_history(body, dialect) and untouched["messages"] != body["messages"]
+            fitted = fit_history(body, dialect)
+            messages = fitted.get("messages")
+            if dialect.replay.missing_signature == "skip_validator" and isinstance(messages, list):
+                fitted = {**fitted, "messages": with_skipped_signatures(messages)}
+            assert untouched == fitted and untouched["messages"] != body["messages"]
             assert {k: v for k, v in untouched.items() if k != "messages"} == {
                 k: v for k, v in body.items() if k != "messages"
             }
@@ -1695,8 +1701,9 @@ def test_replay_restore_never_raises_never_mutates_and_stays_serializable(
     body: dict[str, Any], data: st.DataObject
 ) -> None:
     before = copy.deepcopy(body)
-    policies = {d.replay for d in all_dialects()}
-    for policy in sorted(policies, key=repr):
+    # (a policy with `params` holds a dict: unhashable, so told apart by its repr)
+    policies = {repr(d.replay): d.replay for d in all_dialects()}
+    for policy in [policies[key] for key in sorted(policies)]:
         plan = plan_lookups(body.get("messages"), policy, "tenant")
         found = {key: data.draw(replay_found) for key in plan.keys}
         for placeholders in (True, False):
