@@ -136,6 +136,8 @@ def create_app(
         thinking=thinking,
     )
     proxy = Proxy(services)
+    if sessions is not None:  # (each key's sessions apart, by the current gateway's keys)
+        sessions.listener.scope_of = lambda headers: proxy.s.gateway.session_scope(headers)
     responses = ResponsesDoor(proxy)
     messages = MessagesDoor(proxy)
 

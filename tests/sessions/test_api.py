@@ -186,6 +186,41 @@ async def test_in_gateway_mode_sessions_belong_to_their_key() -> None:
     assert {s["key"] for s in alice_only} == {"alice"}
 
 
+async def test_unnamed_keys_each_have_their_own_sessions_and_none_reaches_a_named_keys() -> None:
+    """An unnamed key's sessions are scoped by its place in THINKPROXY_CLIENT_KEYS (`#2`), a label
+    no key name can take: its `X-Session-Id: alice:s1` is not Alice's `s1`, two unnamed keys
+    sending one id make two sessions, and neither joins the other's Responses chain."""
+    keys = {
+        "upstream_api_key": "sk-up",
+        "client_keys": ["alice:ck-a", "ck-u1", "ck-u2"],
+        "admin_keys": ["ak-1"],
+    }
+    admin = {"Authorization": "Bearer ak-1"}
+    async with proxy(**keys) as client:
+        sends = (("ck-a", "s1"), ("ck-u1", "alice:s1"), ("ck-u1", "same"), ("ck-u2", "same"))
+        for key, session in sends:
+            r = await client.post(
+                "/v1/chat/completions", **chat(**{"X-Session-Id": session, "Authorization": f"Bearer {key}"})
+            )
+            assert r.status_code == 200, r.text
+        r = await client.post(
+            "/v1/responses", json={"model": MODEL, "input": "hi"}, headers={"Authorization": "Bearer ck-u1"}
+        )
+        first = r.json()["id"]
+        r = await client.post(
+            "/v1/responses",
+            json={"model": MODEL, "input": "hi", "previous_response_id": first},
+            headers={"Authorization": "Bearer ck-u2"},
+        )  # (refused: the response is another tenant's; the refusal is still counted, in #3's own session)
+        listing = (await client.get("/thinkproxy/sessions", headers=admin)).json()["sessions"]
+    requests = {s["id"]: s["requests"] for s in listing}
+    assert requests["alice:s1"] == 1
+    assert requests["#2:alice:s1"] == 1
+    assert requests["#2:same"] == 1 and requests["#3:same"] == 1
+    assert requests[f"#2:{first}"] == 1
+    assert requests.get(f"#3:{first}") == 1
+
+
 async def test_filters_pages_export_and_errors() -> None:
     async with proxy() as client:
         for i in range(5):
