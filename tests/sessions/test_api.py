@@ -47,7 +47,8 @@ def answer(request: httpx.Request) -> httpx.Response:
 
 @asynccontextmanager
 async def proxy(recorder: Recorder | None = None, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(**overrides)
+    # (the console on: without admin keys it is what serves the sessions API to a caller without a key)
+    settings = make_settings(**{"ui": not overrides.get("client_keys"), **overrides})
     app = create_app(settings, transport=httpx.MockTransport(recorder or Recorder(answer)))
     async with (
         app.router.lifespan_context(app),
@@ -270,6 +271,31 @@ async def test_stats_from_the_proxys_own_requests() -> None:
     (by_model,) = stats["cost"]["by_model"]
     assert by_model["model"] == MODEL and by_model["requests"] == 3 and by_model["cost_usd"] > 0
     assert all(0 <= row["share"] <= 1 for row in stats["reasoning_share"])
+
+
+@pytest.mark.parametrize("path", ["/thinkproxy/sessions", "/thinkproxy/stats", "/thinkproxy/sessions/s1"])
+async def test_without_admin_keys_only_the_console_serves_the_sessions_api(path: str) -> None:
+    """A bring-your-own-key proxy without admin keys and without the console (the default) does not
+    show its clients' sessions to anyone who asks; with the console on, or with admin keys, it does."""
+    async with proxy(ui=False) as client:
+        assert (
+            await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "s1"}))
+        ).status_code == 200
+        off = await client.get(path)
+    assert off.status_code == 404
+    error = off.json()["error"]
+    assert "THINKPROXY_ADMIN_KEYS" in error["message"] and "THINKPROXY_UI" in error["message"]
+    async with proxy(ui=True) as client:
+        assert (
+            await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "s1"}))
+        ).status_code == 200
+        assert (await client.get(path)).status_code == 200
+    async with proxy(ui=False, admin_keys=["ops:ak-1"]) as client:
+        assert (
+            await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "s1"}))
+        ).status_code == 200
+        assert (await client.get(path)).status_code == 401
+        assert (await client.get(path, headers={"Authorization": "Bearer ak-1"})).status_code == 200
 
 
 async def test_sessions_can_be_turned_off() -> None:

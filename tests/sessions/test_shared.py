@@ -36,7 +36,8 @@ def mock() -> Iterator[BackgroundServer]:
 
 
 def replica(mock: BackgroundServer, state_url: str) -> BackgroundServer:
-    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state_url=state_url)
+    # (the console on: without admin keys it is what serves the sessions API)
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state_url=state_url, ui=True)
     return BackgroundServer(create_app(settings, table=simulated_table(mock.port)))
 
 
