@@ -188,7 +188,7 @@ async def test_in_gateway_mode_sessions_belong_to_their_key() -> None:
 
 
 async def test_unnamed_keys_each_have_their_own_sessions_and_none_reaches_a_named_keys() -> None:
-    """An unnamed key's sessions are scoped by its place in THINKPROXY_CLIENT_KEYS (`#2`), a label
+    """An unnamed key's sessions are scoped by its place in THINKPROXY_CLIENT_KEYS (`_2`), a label
     no key name can take: its `X-Session-Id: alice:s1` is not Alice's `s1`, two unnamed keys
     sending one id make two sessions, and neither joins the other's Responses chain."""
     keys = {
@@ -212,14 +212,16 @@ async def test_unnamed_keys_each_have_their_own_sessions_and_none_reaches_a_name
             "/v1/responses",
             json={"model": MODEL, "input": "hi", "previous_response_id": first},
             headers={"Authorization": "Bearer ck-u2"},
-        )  # (refused: the response is another tenant's; the refusal is still counted, in #3's own session)
+        )  # (refused: the response is another tenant's; the refusal is still counted, in _3's own session)
         listing = (await client.get("/thinkproxy/sessions", headers=admin)).json()["sessions"]
+        one = await client.get("/thinkproxy/sessions/_2:alice:s1", headers=admin)
+    assert one.status_code == 200 and one.json()["requests"] == 1 and one.json()["key"] is None
     requests = {s["id"]: s["requests"] for s in listing}
     assert requests["alice:s1"] == 1
-    assert requests["#2:alice:s1"] == 1
-    assert requests["#2:same"] == 1 and requests["#3:same"] == 1
-    assert requests[f"#2:{first}"] == 1
-    assert requests.get(f"#3:{first}") == 1
+    assert requests["_2:alice:s1"] == 1
+    assert requests["_2:same"] == 1 and requests["_3:same"] == 1
+    assert requests[f"_2:{first}"] == 1
+    assert requests.get(f"_3:{first}") == 1
 
 
 async def test_filters_pages_export_and_errors() -> None:
