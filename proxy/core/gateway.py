@@ -173,6 +173,21 @@ class GatewayAuth:
             )
         return client.name
 
+    def session_scope(self, headers: Iterable[tuple[str, str]]) -> str | None:
+        """Gateway mode: whose sessions a request counts in (None in BYOK mode). A named key's
+        name; an unnamed key's place in THINKPROXY_CLIENT_KEYS (`_2`), so two unnamed keys never
+        share a session; `_refused` for a key this gateway did not issue. A name starts with a
+        letter or digit, so none of these labels equals a name; none tells anything of a key, and
+        each is safe in a URL path and a Redis key."""
+        if not self.enabled:
+            return None
+        client = self._client(presented_key(headers))
+        if client is None:
+            return "_refused"
+        if client.name is not None:
+            return client.name
+        return f"_{self.client_keys.index(client) + 1}"
+
     def check_client_upstream(self) -> None:
         """Gateway mode refuses a client-chosen upstream (X-Upstream-Base-URL), allow-listed or not:
         the gateway's keys go only where the operator configured them."""

@@ -136,6 +136,8 @@ def create_app(
         thinking=thinking,
     )
     proxy = Proxy(services)
+    if sessions is not None:  # (each key's sessions apart, by the current gateway's keys)
+        sessions.listener.scope_of = lambda headers: proxy.s.gateway.session_scope(headers)
     responses = ResponsesDoor(proxy)
     messages = MessagesDoor(proxy)
 
@@ -193,7 +195,7 @@ def create_app(
         names = [key.name for key in gateway.client_keys if key.name is not None]
         routes += UsageAPI(thinking, AdminAccess.from_settings(settings), names).routes()
     if sessions is not None:
-        routes += SessionsAPI(sessions, AdminAccess.from_settings(settings)).routes()
+        routes += SessionsAPI(sessions, AdminAccess.from_settings(settings), console=settings.ui).routes()
     if review is not None:
         admin = parse_client_keys(
             (k.get_secret_value() for k in settings.admin_keys), "THINKPROXY_ADMIN_KEYS"

@@ -1,5 +1,6 @@
 """GET /thinkproxy/sessions, /thinkproxy/sessions/{id}, /thinkproxy/sessions/{id}/export and
-/thinkproxy/stats (admin keys, as the console's live data): docs/sessions.md has their JSON."""
+/thinkproxy/stats (admin keys, as the console's live data; without admin keys only when the
+console is on): docs/sessions.md has their JSON."""
 
 from __future__ import annotations
 
@@ -75,12 +76,22 @@ def matches(summary: Mapping[str, Any], query: Mapping[str, str], since: int) ->
 
 
 class SessionsAPI:
+    """`console`: THINKPROXY_UI is on. Without admin keys (a bring-your-own-key proxy) the API
+    would show every client's sessions to anyone: it is then served only alongside the console,
+    whose live data is as open."""
+
     def __init__(
-        self, service: SessionsService, admin: AdminAccess, clock: Callable[[], float] = time.time
+        self,
+        service: SessionsService,
+        admin: AdminAccess,
+        clock: Callable[[], float] = time.time,
+        *,
+        console: bool = False,
     ) -> None:
         self.service = service
         self.admin = admin
         self.clock = clock
+        self.served = admin.required or console
 
     def routes(self) -> list[Route]:
         return [
@@ -92,6 +103,13 @@ class SessionsAPI:
 
     async def _guarded(self, request: Request, answer: Callable[[Request], Any]) -> Response:
         try:
+            if not self.served:
+                raise NotFound(
+                    "The sessions API is off on this proxy: without admin keys it would show every "
+                    "client's sessions to anyone. Set THINKPROXY_ADMIN_KEYS and send "
+                    "'Authorization: Bearer <admin key>', or turn the console on (THINKPROXY_UI=true).",
+                    code="sessions_api_off",
+                )
             self.admin.check(request.headers.items())
             return await answer(request)  # type: ignore[no-any-return]
         except ProxyError as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -44,18 +44,36 @@ CLIENT_KIND_NOTE = "client_kind"
 CHANGES_NOTE = "changes"
 
 
+# Whose sessions a request counts in, from its headers (GatewayAuth.session_scope); None: BYOK.
+ScopeOf = Callable[[Iterable[tuple[str, str]]], "str | None"]
+
+
+def _unscoped(headers: Iterable[tuple[str, str]]) -> str | None:
+    return None
+
+
 class SessionsListener:
     def __init__(self, store: SessionStore, stats: Stats, shared: SharedSessions | None = None) -> None:
         self.store = store
         self.stats = stats
         self.shared = shared
+        # Set by the app to the current gateway's (it follows a reload of the keys).
+        self.scope_of: ScopeOf = _unscoped
         self._counter = 0
 
     def start(self, record: AccessRecord, headers: Iterable[tuple[str, str]]) -> RequestObserver:
-        return _SessionObserver(self, pick_headers(headers), int(time.time() * 1000))
+        pairs = list(headers)
+        return _SessionObserver(self, pick_headers(pairs), int(time.time() * 1000), self.scope_of(pairs))
 
-    def finish(self, record: AccessRecord, headers: dict[str, str], at_ms: int, total_ms: float) -> None:
-        tenant = record.client
+    def finish(
+        self,
+        record: AccessRecord,
+        headers: dict[str, str],
+        at_ms: int,
+        total_ms: float,
+        tenant: str | None = None,
+    ) -> None:
+        """`tenant`: the scope_of the request's headers (every key's sessions apart in gateway mode)."""
         links, own_response = _chain(record.notes.get(CHAIN_NOTE))
         continued = None
         if links is not None and links.previous_response_id is not None:
@@ -100,16 +118,19 @@ def _chain(note: Any) -> tuple[ChainLinks | None, str | None]:
 
 
 class _SessionObserver(RequestObserver):
-    __slots__ = ("at_ms", "headers", "listener")
+    __slots__ = ("at_ms", "headers", "listener", "tenant")
     wants_outcome = True  # (finish reason, tool calls, times: read at the end)
 
-    def __init__(self, listener: SessionsListener, headers: dict[str, str], at_ms: int) -> None:
+    def __init__(
+        self, listener: SessionsListener, headers: dict[str, str], at_ms: int, tenant: str | None
+    ) -> None:
         self.listener = listener
         self.headers = headers
         self.at_ms = at_ms
+        self.tenant = tenant
 
     def on_end(self, record: AccessRecord, duration_ms: float) -> None:
         try:
-            self.listener.finish(record, self.headers, self.at_ms, duration_ms)
+            self.listener.finish(record, self.headers, self.at_ms, duration_ms, self.tenant)
         except Exception:  # accounting never fails a request's end
             logger.exception("sessions: counting the request failed")

@@ -1,12 +1,12 @@
 """Sessions across replicas, through the Redis state store (THINKPROXY_STATE_URL=redis://…).
 
-Each replica writes, at the end of every request it counted: its own part of the session's sums
-(a hash per session, one field per replica), the request's detail (a list per session, trimmed to
-the newest `per_session`), and the session's last activity (a sorted set, trimmed to the newest
-`max_sessions`). Every key expires after `ttl_s` without activity. The API reads the index, merges
-the replicas' parts, and reads a session's details from its list; when Redis is down or slow it
-answers from this replica's own store (and says so: `shared: false`). Writes are queued and sent
-by one task, so a request never waits on Redis.
+Each replica writes, at the end of every request it counted: its own part of the session's sums (a
+hash per session, one field per replica), the request's detail (a list per session, trimmed to the
+newest `per_session`), and the session's last activity (a sorted set, trimmed to the newest
+`max_sessions`: a session it drops loses its sums and details at once). Every key expires after
+`ttl_s` without activity. The API reads the index, merges the replicas' parts, and reads a session's
+details from its list; when Redis is down or slow it answers from this replica's own store (and says
+so: `shared: false`). Writes are queued and sent by one task, so a request never waits on Redis.
 """
 
 from __future__ import annotations
@@ -40,6 +40,18 @@ PENDING = 1000  # requests waiting to be written; beyond that they stay in this 
 WARN_EVERY_S = 60.0
 MAX_PART_BYTES = 64 << 10  # a replica's part of a session larger than this version writes is skipped
 SUMMED = ("requests", "errors", "tool_calls", "details_dropped")
+# Trims the index to its newest ARGV[1] sessions and deletes the sums and details of those it
+# drops, in one step: trimmed alone, every invented session id's keys stayed for the TTL (a day).
+TRIM_SCRIPT = """
+local dropped = redis.call('ZRANGE', KEYS[1], 0, -tonumber(ARGV[1]) - 1)
+for _, id in ipairs(dropped) do
+    redis.call('DEL', ARGV[2] .. id, ARGV[3] .. id)
+end
+if #dropped > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #dropped - 1)
+end
+return #dropped
+"""
 
 
 class SharedSessions:
@@ -112,7 +124,7 @@ class SharedSessions:
                 pipe.zadd(INDEX_KEY, {session_id: summary["last_at"]})
                 pipe.expire(details, self.ttl_s)
                 pipe.expire(sums, self.ttl_s)
-            pipe.zremrangebyrank(INDEX_KEY, 0, -self.max_sessions - 1)
+            pipe.eval(TRIM_SCRIPT, 1, INDEX_KEY, self.max_sessions, SUMS_KEY, DETAILS_KEY)
             await pipe.execute()
 
     # -- reading ------------------------------------------------------------------------------------

@@ -115,6 +115,9 @@ class SessionStore:
         self.max_bytes = max_bytes
         self.per_session = per_session
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently active first
+        # The sessions still holding details, least recently active first: what the byte trim
+        # walks (those whose details it dropped would otherwise be walked on every request).
+        self._holding: OrderedDict[str, Session] = OrderedDict()
         # Responses chains: the session of each response this process answered, by tenant and id.
         self._responses: OrderedDict[tuple[str | None, str], str] = OrderedDict()
         self.detail_bytes = 0
@@ -147,8 +150,9 @@ class SessionStore:
             session = Session(scoped_id, source, client, facts.key, facts.at)
             sessions[scoped_id] = session
             while len(sessions) > self.max_sessions:
-                _, gone = sessions.popitem(last=False)
+                gone_id, gone = sessions.popitem(last=False)
                 self.detail_bytes -= gone.detail_bytes
+                self._holding.pop(gone_id, None)
         else:
             sessions.move_to_end(scoped_id)
             if source == "responses" and session.source == "request":
@@ -158,8 +162,13 @@ class SessionStore:
         session.details.append(facts)
         session.detail_bytes += size
         self.detail_bytes += size
+        holding = self._holding
+        holding[scoped_id] = session
+        holding.move_to_end(scoped_id)
         if len(session.details) > self.per_session:
             self._drop_oldest(session)
+            if not session.details:
+                del holding[scoped_id]
         if self.detail_bytes > self.max_bytes:
             self._trim(session)
         return session
@@ -172,11 +181,12 @@ class SessionStore:
 
     def _trim(self, keep: Session) -> None:
         # The least recently active sessions' details go first; the newest detail of `keep`
-        # (the request just counted) always stays.
-        for session in self._sessions.values():
-            while session.details and self.detail_bytes > self.max_bytes:
-                if session is keep and len(session.details) == 1:
-                    return
-                self._drop_oldest(session)
-            if self.detail_bytes <= self.max_bytes:
+        # (the request just counted) always stays. Only sessions holding details are walked.
+        holding = self._holding
+        while holding and self.detail_bytes > self.max_bytes:
+            session_id, session = next(iter(holding.items()))
+            if session is keep and len(session.details) == 1:
                 return
+            self._drop_oldest(session)
+            if not session.details:
+                del holding[session_id]

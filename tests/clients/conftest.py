@@ -141,6 +141,10 @@ class Proxy:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+# The admin key of the `proxy_state_off` fixture's serve, for its /thinkproxy/* reads.
+ADMIN_KEY = "ak-clients"
+
+
 def start_proxy(mock: BackgroundServer, directory: Path, **env: str) -> Proxy:
     """`thinkproxy serve` in front of the simulated DeepSeek, its output to a file (a pipe nobody
     reads could fill and stall it); returns once /healthz answers 200."""
@@ -195,7 +199,12 @@ def proxy(mock: BackgroundServer, tmp_path_factory: pytest.TempPathFactory) -> I
 def proxy_state_off(mock: BackgroundServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     """The proxy with `THINKPROXY_STATE=off`: reasoning survives a tool loop only through the sealed
     `encrypted_content` the client echoes back."""
-    started = start_proxy(mock, tmp_path_factory.mktemp("proxy-state-off"), THINKPROXY_STATE="off")
+    started = start_proxy(
+        mock,
+        tmp_path_factory.mktemp("proxy-state-off"),
+        THINKPROXY_STATE="off",
+        THINKPROXY_ADMIN_KEYS=f"ops:{ADMIN_KEY}",  # (the sessions API reads with it)
+    )
     yield started
     stop_proxy(started)
 

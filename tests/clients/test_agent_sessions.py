@@ -15,7 +15,7 @@ import pytest
 from genai_prices import Usage, calc_price
 
 from tests.clients import test_claude_code
-from tests.clients.conftest import MODEL, Proxy, Upstream
+from tests.clients.conftest import ADMIN_KEY, MODEL, Proxy, Upstream
 from tests.clients.test_claude_code import COMMAND as CLAUDE_COMMAND
 from tests.clients.test_claude_code import claude_print, result_of
 from tests.clients.test_codex_cli import COMMAND as CODEX_COMMAND
@@ -35,10 +35,12 @@ def reported(upstream: Upstream) -> list[dict[str, Any]]:
 def assert_one_session(
     proxy: Proxy, session_id: str, client: str, door: str, usages: list[dict[str, Any]]
 ) -> None:
-    listing = httpx.get(f"{proxy.url}/thinkproxy/sessions?client={client}", timeout=10).json()["sessions"]
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    found = httpx.get(f"{proxy.url}/thinkproxy/sessions?client={client}", headers=admin, timeout=10)
+    listing = found.json()["sessions"]
     mine = [s for s in listing if s["id"] == session_id]
     assert len(mine) == 1, listing
-    r = httpx.get(f"{proxy.url}/thinkproxy/sessions/{session_id}", timeout=10)
+    r = httpx.get(f"{proxy.url}/thinkproxy/sessions/{session_id}", headers=admin, timeout=10)
     assert r.status_code == 200, r.text
     session = r.json()
     assert (session["source"], session["client"], session["doors"]) == (client, client, [door])

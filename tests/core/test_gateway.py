@@ -251,3 +251,19 @@ async def test_byok_still_forwards_the_clients_own_headers(proxy_client) -> None
         await client.get("/v1/models", headers=CREDENTIALS[:3])
     assert seen[0].headers["cookie"] == "session=secret-cookie"
     assert seen[0].headers["x-goog-api-key"] == "secret-goog"
+
+
+def test_session_scope_labels_every_key_apart_and_none_as_a_name() -> None:
+    """Sessions are kept per key: a named key's name, an unnamed key's place in the list (`_2`),
+    which no name can equal (names start with a letter or digit), and never anything of the key."""
+    auth = GatewayAuth.from_settings(
+        make_settings(upstream_api_key="sk-up", client_keys=["alice:ck-a", "ck-u1", "ck-u2"])
+    )
+
+    def scope(key: str) -> str | None:
+        return auth.session_scope([("authorization", f"Bearer {key}")])
+
+    assert (scope("ck-a"), scope("ck-u1"), scope("ck-u2"), scope("nope")) == ("alice", "_2", "_3", "_refused")
+    assert GatewayAuth.from_settings(make_settings()).session_scope([("authorization", "Bearer x")]) is None
+    # The labels' premise: `_2:ck-x` is no name `_2`, it is an unnamed key (that key, whole).
+    assert parse_client_keys(["_2:ck-x"])[0].name is None

@@ -47,7 +47,8 @@ def answer(request: httpx.Request) -> httpx.Response:
 
 @asynccontextmanager
 async def proxy(recorder: Recorder | None = None, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(**overrides)
+    # (the console on: without admin keys it is what serves the sessions API to a caller without a key)
+    settings = make_settings(**{"ui": not overrides.get("client_keys"), **overrides})
     app = create_app(settings, transport=httpx.MockTransport(recorder or Recorder(answer)))
     async with (
         app.router.lifespan_context(app),
@@ -186,6 +187,43 @@ async def test_in_gateway_mode_sessions_belong_to_their_key() -> None:
     assert {s["key"] for s in alice_only} == {"alice"}
 
 
+async def test_unnamed_keys_each_have_their_own_sessions_and_none_reaches_a_named_keys() -> None:
+    """An unnamed key's sessions are scoped by its place in THINKPROXY_CLIENT_KEYS (`_2`), a label
+    no key name can take: its `X-Session-Id: alice:s1` is not Alice's `s1`, two unnamed keys
+    sending one id make two sessions, and neither joins the other's Responses chain."""
+    keys = {
+        "upstream_api_key": "sk-up",
+        "client_keys": ["alice:ck-a", "ck-u1", "ck-u2"],
+        "admin_keys": ["ak-1"],
+    }
+    admin = {"Authorization": "Bearer ak-1"}
+    async with proxy(**keys) as client:
+        sends = (("ck-a", "s1"), ("ck-u1", "alice:s1"), ("ck-u1", "same"), ("ck-u2", "same"))
+        for key, session in sends:
+            r = await client.post(
+                "/v1/chat/completions", **chat(**{"X-Session-Id": session, "Authorization": f"Bearer {key}"})
+            )
+            assert r.status_code == 200, r.text
+        r = await client.post(
+            "/v1/responses", json={"model": MODEL, "input": "hi"}, headers={"Authorization": "Bearer ck-u1"}
+        )
+        first = r.json()["id"]
+        r = await client.post(
+            "/v1/responses",
+            json={"model": MODEL, "input": "hi", "previous_response_id": first},
+            headers={"Authorization": "Bearer ck-u2"},
+        )  # (refused: the response is another tenant's; the refusal is still counted, in _3's own session)
+        listing = (await client.get("/thinkproxy/sessions", headers=admin)).json()["sessions"]
+        one = await client.get("/thinkproxy/sessions/_2:alice:s1", headers=admin)
+    assert one.status_code == 200 and one.json()["requests"] == 1 and one.json()["key"] is None
+    requests = {s["id"]: s["requests"] for s in listing}
+    assert requests["alice:s1"] == 1
+    assert requests["_2:alice:s1"] == 1
+    assert requests["_2:same"] == 1 and requests["_3:same"] == 1
+    assert requests[f"_2:{first}"] == 1
+    assert requests.get(f"_3:{first}") == 1
+
+
 async def test_filters_pages_export_and_errors() -> None:
     async with proxy() as client:
         for i in range(5):
@@ -235,6 +273,31 @@ async def test_stats_from_the_proxys_own_requests() -> None:
     (by_model,) = stats["cost"]["by_model"]
     assert by_model["model"] == MODEL and by_model["requests"] == 3 and by_model["cost_usd"] > 0
     assert all(0 <= row["share"] <= 1 for row in stats["reasoning_share"])
+
+
+@pytest.mark.parametrize("path", ["/thinkproxy/sessions", "/thinkproxy/stats", "/thinkproxy/sessions/s1"])
+async def test_without_admin_keys_only_the_console_serves_the_sessions_api(path: str) -> None:
+    """A bring-your-own-key proxy without admin keys and without the console (the default) does not
+    show its clients' sessions to anyone who asks; with the console on, or with admin keys, it does."""
+    async with proxy(ui=False) as client:
+        assert (
+            await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "s1"}))
+        ).status_code == 200
+        off = await client.get(path)
+    assert off.status_code == 404
+    error = off.json()["error"]
+    assert "THINKPROXY_ADMIN_KEYS" in error["message"] and "THINKPROXY_UI" in error["message"]
+    async with proxy(ui=True) as client:
+        assert (
+            await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "s1"}))
+        ).status_code == 200
+        assert (await client.get(path)).status_code == 200
+    async with proxy(ui=False, admin_keys=["ops:ak-1"]) as client:
+        assert (
+            await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "s1"}))
+        ).status_code == 200
+        assert (await client.get(path)).status_code == 401
+        assert (await client.get(path, headers={"Authorization": "Bearer ak-1"})).status_code == 200
 
 
 async def test_sessions_can_be_turned_off() -> None:

@@ -10,12 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from proxy.demo import simulated_table
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
-from proxy.sessions.shared import merge
+from proxy.sessions.shared import DETAILS_KEY, INDEX_KEY, SUMS_KEY, merge
 from tests.helpers import make_settings
 from tests.realredis import free_port, running_redis
 
@@ -35,7 +36,8 @@ def mock() -> Iterator[BackgroundServer]:
 
 
 def replica(mock: BackgroundServer, state_url: str) -> BackgroundServer:
-    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state_url=state_url)
+    # (the console on: without admin keys it is what serves the sessions API)
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state_url=state_url, ui=True)
     return BackgroundServer(create_app(settings, table=simulated_table(mock.port)))
 
 
@@ -75,6 +77,40 @@ def test_every_replica_sums_one_session_over_both(mock: BackgroundServer, redis_
             for u in (a.url,)
         ]
         assert alone[0] > 0
+
+
+def test_a_session_dropped_from_the_index_leaves_no_keys_behind(
+    mock: BackgroundServer, redis_url: str
+) -> None:
+    """Past THINKPROXY_SESSIONS_MAX the oldest sessions leave the index, and their sums and
+    details go with them (they stayed for the TTL, a day, one pair per invented session id)."""
+    url = redis_url.rsplit("/", 1)[0] + "/5"  # (a database of its own: only this test's sessions)
+    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state_url=url, sessions_max=2)
+    ids = ("gone-1", "gone-2", "kept-1", "kept-2")
+    direct = redis.Redis.from_url(url)
+    try:
+        with BackgroundServer(create_app(settings, table=simulated_table(mock.port))) as a:
+            for session_id in ids:
+                r = httpx.post(
+                    f"{a.url}/v1/chat/completions",
+                    json=BODY,
+                    headers={"X-Session-Id": session_id},
+                    timeout=10,
+                )
+                assert r.status_code == 200
+
+            def kept(prefix: str) -> set[str]:
+                return {key.decode().removeprefix(prefix) for key in direct.scan_iter(prefix + "*")}
+
+            until(lambda: direct.zscore(INDEX_KEY, "kept-2") is not None, "the last session written")
+            until(
+                lambda: kept(SUMS_KEY) == {"kept-1", "kept-2"} and kept(DETAILS_KEY) == {"kept-1", "kept-2"},
+                "only the indexed sessions' keys",
+            )
+            assert {m.decode() for m in direct.zrange(INDEX_KEY, 0, -1)} == {"kept-1", "kept-2"}
+    finally:
+        direct.flushdb()
+        direct.close()
 
 
 def test_with_redis_down_each_replica_answers_for_its_own(mock: BackgroundServer) -> None:

@@ -4,6 +4,7 @@ active sessions go first."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from proxy.sessions.store import SessionStore
@@ -76,3 +77,33 @@ def test_levels_doors_errors() -> None:
     assert summary["levels"] == {"off": 1, "standard": 0, "deep": 0, "default": 1}
     assert summary["doors"] == ["messages", "chat"] and summary["errors"] == 1
     assert (summary["first_at"], summary["last_at"]) == (1, 2)
+
+
+class Watched(deque[Any]):
+    """An emptied session's details that count how often the store looks at them."""
+
+    looked = 0
+
+    def __len__(self) -> int:
+        Watched.looked += 1
+        return super().__len__()
+
+
+def test_the_byte_trim_walks_only_the_sessions_still_holding_details() -> None:
+    """Once the byte cap is reached, the sessions whose details were dropped stay the least
+    recently active: the trim must not walk over them on every request (it did: O(sessions))."""
+    size = facts(0).held()
+    store = SessionStore(max_sessions=10_000, max_bytes=size * 5, per_session=1000)
+    for i in range(500):
+        add(store, f"s{i}", i)
+    emptied = [s for s in store.newest_first() if not s.details]
+    assert len(emptied) >= 490
+    for session in emptied:
+        session.details = Watched()
+    Watched.looked = 0
+    for i in range(20):
+        add(store, f"late-{i}", 1000 + i)
+    assert Watched.looked == 0
+    assert store.detail_bytes <= size * 5 and len(store) == 520
+    holding = [s.id for s in store.newest_first() if s.details]
+    assert holding and set(holding) <= {f"late-{i}" for i in range(20)}

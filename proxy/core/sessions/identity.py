@@ -112,7 +112,8 @@ def session_of(
 
 
 def scoped(session_id: str, tenant: str | None) -> str:
-    """The id the sessions API shows: per tenant in gateway mode (`<key name>:<id>`)."""
+    """The id the sessions API shows: per tenant in gateway mode (`<key name>:<id>`, or `_<n>:<id>`
+    for an unnamed key: GatewayAuth.session_scope)."""
     return session_id if tenant is None else f"{tenant}:{session_id}"
 
 
