@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from proxy.core import jsonio
+from proxy.core.body_splice import splice
 from proxy.core.config.providers import Dialect
 from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
@@ -30,14 +30,16 @@ __all__ = ["ask_for", "choose", "settle_chat", "take_suffix"]
 def take_suffix(
     parsed: dict[str, Any] | None, body: bytes, record: AccessRecord
 ) -> tuple[bytes, ModelSuffix | None]:
-    """The body with the model's level suffix taken off (`parsed` changed in place; the body
-    serialized again only then), and the suffix (the record keeps the word as written)."""
+    """The body with the model's level suffix taken off (`parsed` changed in place), every other
+    byte as it came (proxy.core.body_splice: a native upstream may bind reasoning to the exact
+    bytes of the history), and the suffix (the record keeps the word as written)."""
     suffix = split_model(parsed.get("model")) if parsed is not None else None
     if parsed is None or suffix is None:
         return body, None
+    before = dict(parsed)
     parsed["model"] = suffix.model
     record.model_suffix = suffix.word
-    return jsonio.dumps(parsed), suffix
+    return splice(body, before, parsed), suffix
 
 
 def ask_for(intent: plan.Intent, suffix: ModelSuffix | None, thinking: ThinkingPolicy | None) -> LevelAsk:
