@@ -58,11 +58,19 @@ def ask_for(intent: plan.Intent, suffix: ModelSuffix | None, thinking: ThinkingP
 
 
 def choose(
-    ask: LevelAsk, client: Level | None, features: Callable[[], Features], record: AccessRecord
+    ask: LevelAsk,
+    client: Level | None,
+    features: Callable[[], Features],
+    record: AccessRecord,
+    held: Callable[[], tuple[Level, str] | None] | None = None,
 ) -> LevelChoice:
     """The level by its sources (`client`: what the body's own field asks), on the record and in
-    the response headers."""
+    the response headers. `held`: when `auto` chose, the level and rule of the turn this request
+    continues, if it must keep them (proxy.server.doors.held_levels); they replace the choice."""
     choice = decide(ask, client, features)
+    kept = held() if held is not None and choice.rule is not None else None
+    if kept is not None:
+        choice = LevelChoice(kept[0], choice.source, kept[1])
     record.level_requested = choice.level.value if choice.level is not None else None
     record.level_source = choice.source.value if choice.source is not None else None
     record.level_rule = choice.rule
