@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from proxy.core import jsonio
+from proxy.core.body_splice import splice
 from proxy.core.config.providers import Dialect
 from proxy.core.controls import Level
 from proxy.core.events import AccessRecord
@@ -30,14 +30,16 @@ __all__ = ["ask_for", "choose", "settle_chat", "take_suffix"]
 def take_suffix(
     parsed: dict[str, Any] | None, body: bytes, record: AccessRecord
 ) -> tuple[bytes, ModelSuffix | None]:
-    """The body with the model's level suffix taken off (`parsed` changed in place; the body
-    serialized again only then), and the suffix (the record keeps the word as written)."""
+    """The body with the model's level suffix taken off (`parsed` changed in place), every other
+    byte as it came (proxy.core.body_splice: a native upstream may bind reasoning to the exact
+    bytes of the history), and the suffix (the record keeps the word as written)."""
     suffix = split_model(parsed.get("model")) if parsed is not None else None
     if parsed is None or suffix is None:
         return body, None
+    before = dict(parsed)
     parsed["model"] = suffix.model
     record.model_suffix = suffix.word
-    return jsonio.dumps(parsed), suffix
+    return splice(body, before, parsed), suffix
 
 
 def ask_for(intent: plan.Intent, suffix: ModelSuffix | None, thinking: ThinkingPolicy | None) -> LevelAsk:
@@ -56,11 +58,19 @@ def ask_for(intent: plan.Intent, suffix: ModelSuffix | None, thinking: ThinkingP
 
 
 def choose(
-    ask: LevelAsk, client: Level | None, features: Callable[[], Features], record: AccessRecord
+    ask: LevelAsk,
+    client: Level | None,
+    features: Callable[[], Features],
+    record: AccessRecord,
+    held: Callable[[], tuple[Level, str] | None] | None = None,
 ) -> LevelChoice:
     """The level by its sources (`client`: what the body's own field asks), on the record and in
-    the response headers."""
+    the response headers. `held`: when `auto` chose, the level and rule of the turn this request
+    continues, if it must keep them (proxy.server.doors.held_levels); they replace the choice."""
     choice = decide(ask, client, features)
+    kept = held() if held is not None and choice.rule is not None else None
+    if kept is not None:
+        choice = LevelChoice(kept[0], choice.source, kept[1])
     record.level_requested = choice.level.value if choice.level is not None else None
     record.level_source = choice.source.value if choice.source is not None else None
     record.level_rule = choice.rule

@@ -324,6 +324,29 @@ def test_auto_keeps_one_level_through_a_tool_loop(
     assert seen == [("off", "auto[1]: contains weather -> off")] * 2
 
 
+def test_auto_is_held_through_a_native_tool_loop_continued_by_id(
+    mock: BackgroundServer, proxy: BackgroundServer
+) -> None:
+    """A native Responses tool loop continued with `previous_response_id` sends only the tool's
+    output: no user text for the rules to read, so the level the response it continues was given
+    (and the rule that chose it) is kept, not the fallback's."""
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    user = {"role": "user", "content": [{"type": "input_text", "text": ASK}]}
+    first = {"model": "gpt-5.4(auto)", "input": [user], "tools": [tool]}
+    r = httpx.post(f"{proxy.url}/v1/responses", json=first, headers=OPENAI)
+    assert r.status_code == 200, r.text
+    seen = [(r.headers["x-thinking-level-applied"], r.headers["x-thinking-level-rule"])]
+    sent = [last_upstream(mock)["reasoning"]]
+    output = {"type": "function_call_output", "call_id": "call_1", "output": RESULT}
+    loop = {**first, "input": [output], "previous_response_id": r.json()["id"]}
+    r = httpx.post(f"{proxy.url}/v1/responses", json=loop, headers=OPENAI)
+    assert r.status_code == 200, r.text
+    seen.append((r.headers["x-thinking-level-applied"], r.headers["x-thinking-level-rule"]))
+    sent.append(last_upstream(mock)["reasoning"])
+    assert seen == [("off", "auto[1]: contains weather -> off")] * 2
+    assert sent[1] == sent[0]
+
+
 def test_auto_is_bounded_by_the_keys_ceiling(mock: BackgroundServer, tmp_path: Path) -> None:
     policy = "default: {max_level: standard, default_level: auto}\nauto:\n  - {level: deep}\n"
     server, kept = start(mock, tmp_path, policy=policy)

@@ -9,7 +9,9 @@ cache keeps its prefix, and the replay rules see one level per turn.
   result is not a user message: a Messages `tool_result` block, a Responses
   `function_call_output`, a chat `tool` message);
 - `contains: [regex, …]`: any of them found in that text (case-insensitive; compiled once when
-  the file loads; searched in its first SCAN_CHARS characters, so a pattern's cost is bounded);
+  the file loads; searched in its first SCAN_CHARS characters). The length alone does not bound a
+  backtracking pattern's time, so the shapes that can take exponential time are refused when the
+  file loads (proxy.core.policy.pattern_cost);
 - `tools: true|false`: the request offers the model tools;
 - `model: glob`: the model (its level suffix taken off);
 - `door: chat|responses|messages` (or a list of them);
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.core.controls import Level
+from proxy.core.policy.pattern_cost import risk
 
 __all__ = [
     "BUILT_IN",
@@ -99,7 +102,8 @@ class AutoRule:
 
 def make_rule(index: int, level: Level, when: Mapping[str, Any] | None) -> AutoRule:
     """Rule number `index` (1-based) from its validated `when` (proxy.core.config.policy_file);
-    a pattern that does not compile is a ValueError naming it."""
+    a pattern that does not compile, or that could backtrack without bound
+    (proxy.core.policy.pattern_cost), is a ValueError naming it."""
     when = when or {}
     chars = when.get("last_user_chars") or {}
     patterns: list[re.Pattern[str]] = []
@@ -108,6 +112,9 @@ def make_rule(index: int, level: Level, when: Mapping[str, Any] | None) -> AutoR
             patterns.append(re.compile(text, re.IGNORECASE))
         except re.error as exc:
             raise ValueError(f"{text!r} is not a regular expression ({exc})") from None
+        why = risk(text)
+        if why is not None:
+            raise ValueError(f"{text!r} could take unbounded time on a message: {why}")
     doors = when.get("door")
     door_list = (doors,) if isinstance(doors, str) else tuple(doors or ())
     rule = AutoRule(

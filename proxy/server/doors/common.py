@@ -51,6 +51,7 @@ from proxy.core.stream.trace import TraceBuilder
 from proxy.policy.service import ThinkingPolicy
 from proxy.server import levels
 from proxy.server.asgi import RelayResponse
+from proxy.server.doors.held_levels import HeldLevels
 from proxy.server.doors.native_owners import NativeOwners
 from proxy.server.handlers import Proxy
 from proxy.server.relay import Relay
@@ -338,6 +339,7 @@ async def forward_native(
     started: float,
     owners: NativeOwners | None = None,
     relay: Relay | None = None,
+    held: HeldLevels | None = None,
 ) -> Response:
     """A door's request to an upstream that serves the door's API itself: the level as the
     upstream's own knobs, the answer as it came (its usage read for budgets and the usage book).
@@ -346,7 +348,9 @@ async def forward_native(
     With a review policy set, a request that could call tools is refused (the gate reads chat
     answers: a native answer would go around it). In gateway mode with `owners` (an upstream that
     stores state), the request may only continue state its tenant created, and the answer's ids
-    are recorded as that tenant's as they go by (proxy.server.doors.native_owners)."""
+    are recorded as that tenant's as they go by (proxy.server.doors.native_owners). With `held`
+    (an upstream whose answers are continued by id), the level `auto` chose is kept per answer and
+    a continuation without user text keeps it (proxy.server.doors.held_levels)."""
     s = proxy.s
     if s.review is not None:  # the gate reads chat answers: a native answer would go around it
         refuse_unreviewed_route(arrival.method, route.review_path or arrival.path, tgt.body)
@@ -363,7 +367,14 @@ async def forward_native(
     def features() -> Features:
         return features_of(route.route, route.route, parsed, model, kind)
 
-    choice = levels.choose(intent.ask, client_level, features, record)
+    def continued() -> tuple[Level, str] | None:
+        # (a continuation by id with no user message: the tool loop of the turn it continues)
+        previous = parsed.get("previous_response_id")
+        if held is None or not isinstance(previous, str) or features().last_user:
+            return None
+        return held.get(record.client, previous)
+
+    choice = levels.choose(intent.ask, client_level, features, record, continued)
     level = choice.level
     record.response_headers.extend(route.rules(tgt.parsed, level, dialect, choice.forced))
     changed, applied = route.level_body(tgt.parsed, level, dialect, choice.forced)
@@ -406,4 +417,12 @@ async def forward_native(
         and 200 <= response.status_code < 300
     ):
         response.produce = owners.tap(response.produce, tenants.current)  # (whose id this is)
+    if (
+        held is not None
+        and choice.rule is not None
+        and choice.level is not None
+        and isinstance(response, RelayResponse)
+        and 200 <= response.status_code < 300
+    ):
+        response.produce = held.tap(response.produce, record.client, choice.level, choice.rule)
     return response

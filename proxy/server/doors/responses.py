@@ -71,6 +71,7 @@ from proxy.server.doors.common import (
     note,
     restore_history,
 )
+from proxy.server.doors.held_levels import HeldLevels
 from proxy.server.doors.native_owners import NativeOwners
 from proxy.server.doors.responses_native import NATIVE
 from proxy.server.doors.responses_store import StoredResponses, input_items, stored_keys
@@ -147,6 +148,8 @@ class ResponsesDoor(Door):
         # Gateway mode: which tenant created each id a native upstream stores
         # (proxy.server.doors.native_owners).
         self.owners = NativeOwners(self.store, self.tenancy, gateway=proxy.s.gateway.enabled)
+        # The level auto chose per native answer, for the tool loop that continues it by id.
+        self.held = HeldLevels()
 
     # -- POST /v1/responses ---------------------------------------------------------------------
     async def create(self, request: Request) -> Response:
@@ -212,6 +215,7 @@ class ResponsesDoor(Door):
                 started,
                 owners=self.owners,
                 relay=relay,
+                held=self.held,
             )
         if compact:
             if parsed.get("stream") is not None:

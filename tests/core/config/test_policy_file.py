@@ -170,6 +170,13 @@ def test_the_auto_rules_are_compiled_in_order() -> None:
             "(missing ), unterminated subpattern at position 0)",
         ),
         (
+            "auto:\n  - level: deep\n    when: {contains: ['(\\w+\\s?)+$']}",
+            "policy.yaml:3: auto.0.when.contains: '(\\\\w+\\\\s?)+$' could take unbounded time on a "
+            "message: a repeat inside a repeat (`+` within `+`) can split the same text in too many "
+            "ways to try (exponentially many under `+` or `*`); write one repeat (`(\\w+\\s?)+` as "
+            "`[\\w\\s]+`) or make the inner one possessive (`\\w++`) or atomic (`(?>\\w+)`)",
+        ),
+        (
             "auto:\n  - level: deep\n    when: {door: [chat, websocket]}",
             "policy.yaml:3: auto.0.when.door.1: Input should be 'chat', 'responses' or 'messages'",
         ),

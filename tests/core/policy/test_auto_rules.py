@@ -4,6 +4,7 @@ tool-result request of a turn gets the level of the turn's first request."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -71,6 +72,15 @@ def test_contains_searches_a_bounded_head_of_the_message() -> None:
 def test_a_pattern_that_does_not_compile_is_named() -> None:
     with pytest.raises(ValueError, match=r"'\(' is not a regular expression"):
         make_rule(1, DEEP, {"contains": ["("]})
+
+
+@pytest.mark.parametrize("pattern", [r"(\w+\s?)+$", r"(a+)+", r"(a|aa)*b", r"(a)\1"])
+def test_a_pattern_that_could_backtrack_without_bound_is_refused(pattern: str) -> None:
+    r"""SCAN_CHARS bounds the text, not a backtracking pattern's time (`(\w+\s?)+$` against 22
+    letters and a `!` takes most of a second, twice that per letter more)."""
+    with pytest.raises(ValueError, match=re.escape(f"{pattern!r} could take unbounded time on a message: ")):
+        make_rule(1, DEEP, {"contains": ["ordinary", pattern]})
+    assert make_rule(1, DEEP, {"contains": [r"\bprove\b", r"(foo|bar)+", r"(?:\w++\s?)+"]}).contains
 
 
 @pytest.mark.parametrize(

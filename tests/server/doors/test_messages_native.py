@@ -407,6 +407,25 @@ def test_a_thinking_history_s_prefix_reaches_the_upstream_byte_for_byte(
     assert list(json.loads(sent)) == [*json.loads(raw), "output_config"]
 
 
+def test_a_level_suffix_leaves_every_other_byte_as_it_came(
+    mock: BackgroundServer, proxy: BackgroundServer
+) -> None:
+    """The model's `(level)` suffix is taken off the model alone: `system`, `tools` and `messages`
+    go as the client spelled them, as with the level's header."""
+    body = fable_history(proxy)
+    raw = json.dumps({**body, "model": f"{FABLE}(deep)"}, indent=2, ensure_ascii=True).encode()
+    headers = {**VERSION, "x-api-key": "k", "content-type": "application/json"}
+    r = httpx.post(f"{proxy.url}/v1/messages", content=raw, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-thinking-level-source"] == "suffix"
+    sent = httpx.get(f"{mock.url}/_mock/messages/raw").content
+    assert json.loads(sent)["model"] == FABLE
+    assert json.loads(sent)["output_config"] == {"effort": "max"}
+    for name in ("system", "tools", "messages"):
+        assert member(sent, name) == member(raw, name)
+    assert member(sent, "model") == f'"{FABLE}"'
+
+
 def test_the_simulated_upstream_enforces_the_binding(mock: BackgroundServer, proxy: BackgroundServer) -> None:
     """A changed prefix: Anthropic's 400 by default; with `drop_block` (and its beta) the block is
     dropped and listed in `input_transformations`."""
