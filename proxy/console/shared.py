@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -20,6 +19,8 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+
+from proxy.state.backoff import RedisBackoff
 
 if TYPE_CHECKING:
     from proxy.console.feed import Feed
@@ -29,9 +30,7 @@ logger = logging.getLogger("thinkproxy.console")
 STREAM_KEY = "thinkproxy:console:requests"
 TIMEOUT_S = 0.5  # connect and command timeout: the console never waits long on Redis
 BLOCK_MS = 1000  # how long one XREAD waits for news (the follower re-checks for watchers in between)
-RETRY_AFTER_S = 5.0  # after a failure, Redis is not asked again for this long (the local view is used)
 PENDING = 1000  # summaries waiting to be written; beyond that they are dropped (the local ring keeps them)
-WARN_EVERY_S = 60.0
 # A summary read back larger than this version ever writes (its strings and lists are bounded:
 # proxy.console.summary) is skipped: an older replica, or anyone who can write to Redis, could
 # otherwise make every listing and every watcher carry it.
@@ -54,26 +53,18 @@ class SharedFeed:
         self._pending: asyncio.Queue[bytes] | None = None
         self._writer: asyncio.Task[None] | None = None
         self._follower: asyncio.Task[None] | None = None
-        self._down_until = 0.0
-        self._warned_at = -WARN_EVERY_S
+        self._health = RedisBackoff(
+            logger, "console", "each replica's console shows only its own requests until it answers again"
+        )
 
     # -- health -------------------------------------------------------------------------------------
 
     @property
     def available(self) -> bool:
-        return time.monotonic() >= self._down_until
+        return self._health.available
 
     def _failed(self, what: str, exc: BaseException) -> None:
-        now = time.monotonic()
-        self._down_until = now + RETRY_AFTER_S
-        if now - self._warned_at >= WARN_EVERY_S:
-            self._warned_at = now
-            logger.warning(
-                "console: Redis (THINKPROXY_STATE_URL) failed to %s: %s; each replica's console shows "
-                "only its own requests until it answers again",
-                what,
-                type(exc).__name__,
-            )
+        self._health.failed(what, exc)
 
     # -- writing ------------------------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -28,6 +27,7 @@ from redis.exceptions import RedisError
 from proxy.core.sessions.facts import LEVEL_KEYS, NO_LEVEL
 from proxy.policy.usage_book import ratio
 from proxy.sessions.store import MAX_MODELS
+from proxy.state.backoff import RedisBackoff
 
 logger = logging.getLogger("thinkproxy.sessions")
 
@@ -35,9 +35,7 @@ INDEX_KEY = "thinkproxy:sessions:index"
 SUMS_KEY = "thinkproxy:sessions:sums:"
 DETAILS_KEY = "thinkproxy:sessions:details:"
 TIMEOUT_S = 0.5
-RETRY_AFTER_S = 5.0
 PENDING = 1000  # requests waiting to be written; beyond that they stay in this replica's store only
-WARN_EVERY_S = 60.0
 MAX_PART_BYTES = 64 << 10  # a replica's part of a session larger than this version writes is skipped
 SUMMED = ("requests", "errors", "tool_calls", "details_dropped")
 # Trims the index to its newest ARGV[1] sessions and deletes the sums and details of those it
@@ -65,24 +63,16 @@ class SharedSessions:
         )
         self._pending: asyncio.Queue[tuple[dict[str, Any], bytes]] | None = None
         self._writer: asyncio.Task[None] | None = None
-        self._down_until = 0.0
-        self._warned_at = -WARN_EVERY_S
+        self._health = RedisBackoff(
+            logger, "sessions", "each replica answers for its own sessions until it answers again"
+        )
 
     @property
     def available(self) -> bool:
-        return time.monotonic() >= self._down_until
+        return self._health.available
 
     def _failed(self, what: str, exc: BaseException) -> None:
-        now = time.monotonic()
-        self._down_until = now + RETRY_AFTER_S
-        if now - self._warned_at >= WARN_EVERY_S:
-            self._warned_at = now
-            logger.warning(
-                "sessions: Redis (THINKPROXY_STATE_URL) failed to %s: %s; each replica answers for its "
-                "own sessions until it answers again",
-                what,
-                type(exc).__name__,
-            )
+        self._health.failed(what, exc)
 
     # -- writing ------------------------------------------------------------------------------------
 
