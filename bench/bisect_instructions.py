@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_DIR, CHAT_PATH, MESSAGES_PATH, REPO_DIR, RESPONSES_PATH, payload
+from common import BENCH_DIR, CHAT_PATH, MESSAGES_PATH, REPO_DIR, RESPONSES_PATH, payload, post_in_process
 from instructions import BASE_ENV, COUNTED, STEADY_PCT, WARM
 
 RESULTS_DIR = BENCH_DIR / "results"
@@ -118,25 +118,7 @@ def run_child(scenarios: list[str], door: str, read_size: int, warm: int, counte
             "root_path": "", "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 50000),
             "headers": headers,
         }  # fmt: skip
-        sent = False
-        status = 0
-
-        async def receive() -> dict[str, object]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await asyncio.Event().wait()  # the client never disconnects
-            raise AssertionError("unreachable")
-
-        async def send(message: dict[str, object]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])  # type: ignore[call-overload]
-
-        await app(scope, receive, send)
-        if status != 200:
-            raise SystemExit(f"the proxy answered {status}, not 200: the count would not be a request's")
+        await post_in_process(app, scope, body, "a request's")
 
     async def main() -> None:
         nonlocal stream

@@ -7,6 +7,7 @@ fails — so no server outlives a run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
 import os
@@ -18,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -34,6 +35,31 @@ def payload(stream: bool, door: str = "chat") -> bytes:
     """A request body of `door` ("chat", "responses" or "messages", the same question each way)."""
     name = f"{door}_stream.json" if stream else f"{door}_nonstream.json"
     return (PAYLOADS / name).read_bytes().strip()
+
+
+async def post_in_process(app: Any, scope: dict[str, Any], body: bytes, what: str) -> None:
+    """One POST through an ASGI app in this process, as a server hands it over: the body in one
+    message and a client that never leaves. Anything but a 200 stops the run: the count would not
+    be `what`'s (a request's, a turn's)."""
+    sent = False
+    status = 0
+
+    async def receive() -> dict[str, object]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # the client never disconnects
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, object]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])  # type: ignore[call-overload]
+
+    await app(scope, receive, send)
+    if status != 200:
+        raise SystemExit(f"the proxy answered {status}, not 200: the count would not be {what}")
 
 
 def request_headers(scenario: str) -> dict[str, str]:

@@ -50,7 +50,7 @@ from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import BENCH_DIR, CHAT_PATH, REPO_DIR, payload
+from common import BENCH_DIR, CHAT_PATH, REPO_DIR, payload, post_in_process
 from cost_pairs import PAIR_KEYS, PAIRS, Pair, custom_pair
 
 RESULTS_DIR = BENCH_DIR / "results"
@@ -110,25 +110,7 @@ def run_child(scenario: str, warm: int, counted: int) -> None:
             "root_path": "", "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 50000),
             "headers": headers,
         }  # fmt: skip
-        sent = False
-        status = 0
-
-        async def receive() -> dict[str, object]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await asyncio.Event().wait()  # the client never disconnects
-            raise AssertionError("unreachable")
-
-        async def send(message: dict[str, object]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])  # type: ignore[call-overload]
-
-        await app(scope, receive, send)
-        if status != 200:
-            raise SystemExit(f"the proxy answered {status}, not 200: the count would not be a request's")
+        await post_in_process(app, scope, body, "a request's")
 
     async def main() -> None:
         for _ in range(warm):

@@ -51,7 +51,7 @@ from typing import Any
 import servers
 import ttft
 import websockets
-from common import BENCH_DIR, REPO_DIR, Processes, cpu_seconds, payload, request_headers
+from common import BENCH_DIR, REPO_DIR, Processes, cpu_seconds, payload, post_in_process, request_headers
 
 CHUNKS = 200  # upstream events per turn (the fake upstream's `ttft` scenario)
 TERMINAL = (b'"type":"response.completed"', b'"type":"response.failed"', b'"type":"error"')
@@ -107,25 +107,7 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
             "headers": [*headers, (b"content-type", b"application/json"),
                         (b"content-length", str(len(body)).encode())],
         }  # fmt: skip
-        sent = False
-        status = 0
-
-        async def receive() -> dict[str, object]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await asyncio.Event().wait()  # the client never disconnects
-            raise AssertionError("unreachable")
-
-        async def send(message: dict[str, object]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])  # type: ignore[call-overload]
-
-        await app(scope, receive, send)
-        if status != 200:
-            raise SystemExit(f"the proxy answered {status}, not 200: the count would not be a turn's")
+        await post_in_process(app, scope, body, "a turn's")
 
     async def http_turns() -> None:
         for _ in range(warm):
