@@ -283,7 +283,7 @@ def summarize(
         "model_suffix": facts.model_suffix if facts is not None else None,
         "ttft_ms": timed.get("ttft_ms") if timed else None,
         "reasoning_ms": timed.get("reasoning_ms") if timed else None,
-        "thinking_ms": timed.get("reasoning_ms") if timed else None,
+        "thinking_ms": (timed.get("reasoning_ms") or None) if timed else None,  # 0: it did not reason
         "total_ms": round(duration_ms, 1) if duration_ms is not None else None,
         "finish_reason": clip(done.get("finish_reason")) if done else None,
         "usage": usage_of(done, record.usage),

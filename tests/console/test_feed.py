@@ -458,3 +458,16 @@ def test_the_shared_listing_is_cut_per_session_too() -> None:
     kept = fair_cut(entries, 6)
     assert [e["id"] for e in kept] == ["f0", "f1", "f2", "f3", "a", "b"]
     assert fair_cut(entries[:4], 6) == entries[:4]
+
+
+def test_a_streamed_answer_without_reasoning_has_no_thinking_time() -> None:
+    """The trace's `done` says `reasoning_ms: 0` when the model did not reason; the row's thinking
+    time is then null ("—"), as for an unstreamed answer, not a span of 0 ms."""
+    feed = Feed(history=5)
+    done = {"type": "done", "seq": 3, "t_ms": 40, "message": "Done", "ttft_ms": 12, "reasoning_ms": 0}
+    rec = record(model="deepseek-v4-pro", level="off", stream=True)
+    observer = feed.start(rec, [])
+    observer.on_trace([done])
+    observer.on_end(rec, 41.0)
+    (entry,) = feed.local()
+    assert entry["thinking_ms"] is None and entry["ttft_ms"] == 12
