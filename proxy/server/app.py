@@ -109,7 +109,9 @@ def create_app(
         listeners = (*listeners, thinking)
     # The sessions' listener ends before the console's: it names each row's session and client.
     sessions = SessionsService.from_settings(settings)
-    if sessions is not None:
+    # Counted only where someone may read them (admin keys, or the console's page): otherwise the
+    # API answers 404 and the per-request cost would buy nothing (docs/sessions.md).
+    if sessions is not None and (settings.ui or settings.admin_keys):
         listeners = (*listeners, sessions.listener)
     console = Console.from_settings(settings, titles) if settings.ui else None
     if console is not None:

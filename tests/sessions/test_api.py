@@ -313,3 +313,24 @@ async def test_each_request_says_what_the_proxy_changed_in_its_body() -> None:
         details = (await client.get("/thinkproxy/sessions/c")).json()["details"]
     assert details[0]["changes"] == [{"field": "thinking", "change": "set", "summary": "type=disabled"}]
     assert details[1]["changes"] == []  # (no level: the body went as it came)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "counted"), [({}, 0), ({"ui": True}, 1), ({"admin_keys": ["ops:ak-1"]}, 1)]
+)
+async def test_sessions_are_counted_only_where_someone_may_read_them(
+    overrides: dict[str, Any], counted: int
+) -> None:
+    """Without admin keys and without the console nobody may read the sessions (the API answers
+    404), so the proxy does not pay for counting them on every request."""
+    app = create_app(
+        make_settings(**{"ui": False, **overrides}), transport=httpx.MockTransport(Recorder(answer))
+    )
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client,
+    ):
+        assert (
+            await client.post("/v1/chat/completions", **chat(**{"X-Session-Id": "s1"}))
+        ).status_code == 200
+    assert len(list(app.state.sessions.store.newest_first())) == counted

@@ -85,7 +85,9 @@ def test_a_session_dropped_from_the_index_leaves_no_keys_behind(
     """Past THINKPROXY_SESSIONS_MAX the oldest sessions leave the index, and their sums and
     details go with them (they stayed for the TTL, a day, one pair per invented session id)."""
     url = redis_url.rsplit("/", 1)[0] + "/5"  # (a database of its own: only this test's sessions)
-    settings = make_settings(upstream_base_url=f"{mock.url}/deepseek/v1", state_url=url, sessions_max=2)
+    settings = make_settings(
+        upstream_base_url=f"{mock.url}/deepseek/v1", state_url=url, sessions_max=2, ui=True
+    )
     ids = ("gone-1", "gone-2", "kept-1", "kept-2")
     direct = redis.Redis.from_url(url)
     try:
