@@ -35,8 +35,10 @@ GROUP = "thinkproxy_core"
 # builds of the suite were run against. Asked for only when this machine can compile (see
 # `dependencies`): mypy needs compiled dependencies of its own that have no wheel on some
 # platforms, and a build that will not compile must not fail for want of them.
-# The protocols' adapters import pydantic (providers' models), cryptography (the sealed blobs) and
-# PyYAML: mypyc type-checks what a compiled module imports, so they are in the build environment too.
+# The protocols' adapters import pydantic (providers' models), cryptography (the sealed blobs),
+# PyYAML and (through the request plan's routing) python-dotenv: mypyc type-checks what a compiled
+# module imports, so they are in the build environment too. A build whose environment lacks one
+# fails only where nothing else provides it (the Dockerfile's build stage, not a dev venv).
 COMPILE_REQUIRES = [
     "mypy==2.4.1",
     "setuptools>=70",
@@ -45,6 +47,7 @@ COMPILE_REQUIRES = [
     "cryptography>=44",
     "pyyaml>=6.0",
     "types-PyYAML",
+    "python-dotenv>=1.0",
 ]
 # Far more than a compile takes (~1 min on one core), so a stuck compiler fails the build instead
 # of hanging it.

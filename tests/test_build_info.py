@@ -4,8 +4,11 @@ the sources (or the reverse) would test the wrong thing and still pass."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -163,3 +166,43 @@ def test_the_compile_requirements_are_asked_for_only_where_it_can_compile(
     monkeypatch.setenv("THINKPROXY_COMPILE", "require")
     monkeypatch.setattr(module, "_missing_toolchain", lambda check_mypyc=True: "no C compiler")
     assert hook.dependencies() == []  # (initialize then fails, saying why)
+
+
+def _imports_of(module: str) -> list[str]:
+    base = ROOT / module.replace(".", "/")
+    path = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+    if not path.exists():
+        return []
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return found
+
+
+def test_the_build_environment_has_every_library_the_compiled_core_reaches() -> None:
+    """mypyc type-checks everything a compiled module imports, through the whole proxy package: a
+    third-party library it reaches must be among the compile requirements, or the wheel fails to
+    build wherever no venv happens to provide it (the Dockerfile's build stage did, for dotenv)."""
+    _hook()
+    requires = {
+        re.split(r"[<>=\[ ]", requirement, maxsplit=1)[0].lower()
+        for requirement in sys.modules["hatch_build"].COMPILE_REQUIRES
+    }
+    distributions = importlib.metadata.packages_distributions()
+    seen, queue, libraries = set(COMPILED_CORE), list(COMPILED_CORE), set()
+    while queue:
+        for name in _imports_of(queue.pop()):
+            top = name.split(".")[0]
+            if top == "proxy":
+                if name not in seen:
+                    seen.add(name)
+                    queue.append(name)
+            elif top not in sys.stdlib_module_names and top != "__future__":
+                libraries.add(top)
+    assert libraries, "the walk found no library at all: it is not reading the modules"
+    missing = {lib for lib in libraries if not {d.lower() for d in distributions.get(lib, [lib])} & requires}
+    assert not missing, f"compiled core reaches {sorted(missing)}: add them to hatch_build.COMPILE_REQUIRES"
