@@ -6,7 +6,8 @@ This module is the state machine (stages, reasoning, tool calls, `done`); the pa
 are modules of their own: which call a streamed tool-call fragment belongs to and when its
 arguments close (proxy.core.stream.tool_args), what it reads out of requests and whole completions
 (proxy.core.stream.trace_input), how events are written into a stream (proxy.core.stream.trace_format)
-and what a finished answer showed (proxy.core.stream.trace_outcome: its outcome, the warning).
+what a finished answer showed (proxy.core.stream.trace_outcome: its outcome, the warning) and what
+each event says, in which language (proxy.core.stream.trace_writer).
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from enum import StrEnum
 from typing import Any
 
 from proxy.core.controls import TraceMode
-from proxy.core.stream.summaries import output_is_error, summarize_output
 from proxy.core.stream.tool_args import ToolCall, ToolCalls
-from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, duration_text, ms, replay_text
+from proxy.core.stream.trace_format import ChunkMeta, chunk_meta, ms
 from proxy.core.stream.trace_input import (
     answered_tool_calls,
     completion_as_chunks,
@@ -26,6 +26,7 @@ from proxy.core.stream.trace_input import (
     writable_usage,
 )
 from proxy.core.stream.trace_outcome import TraceOutcome, in_content_warning, output_limit, starved_warning
+from proxy.core.stream.trace_writer import EventWriter
 
 # Bound on client- or model-controlled text copied into an `error` event.
 _MAX_ERROR_CHARS = 300
@@ -69,8 +70,8 @@ class TraceBuilder:
         "_answered", "_begun", "_detailed", "_done", "_expect_reasoning", "_finish_reason", "_held_done",
         "_hold_done", "_in_content", "_last_t", "_level", "_max_tokens", "_method", "_notes", "_off",
         "_origin", "_provider", "_quiet", "_reasoned", "_reasoning_since", "_reasoning_total", "_replay",
-        "_seq", "_stage", "_starved", "_titles", "_tool_durations", "_tools", "_ttft", "_usage",
-        "_viewed", "_zh", "response",
+        "_stage", "_starved", "_tool_durations", "_tools", "_ttft", "_usage", "_viewed", "_writer", "_zh",
+        "response",
     )  # fmt: skip
 
     def __init__(
@@ -85,16 +86,14 @@ class TraceBuilder:
         titles: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self._off = mode is TraceMode.OFF
-        # Display titles by tool name ({"en": …, "zh": …}, proxy.core.config.tool_titles): tool events of a
-        # named tool get a `title` in the trace's language.
-        self._titles = titles or {}
+        # Numbers the events and writes them in the trace's language, tools with their titles.
+        self._writer = EventWriter(zh, titles)
         self._detailed = mode is TraceMode.DETAILED
         self._zh = zh
         self._level = level
         self._provider = provider
         self._method = method
         self._origin = origin_ms
-        self._seq = 0
         self._last_t = 0.0
         # The answer's id and model, from the first chunk that has them (or the completion).
         self.response: ChunkMeta | None = None
@@ -163,32 +162,13 @@ class TraceBuilder:
         out: list[dict[str, Any]] = []
         self._set_stage(Stage.ANALYZING, t, out)
         if self._replay is not None:
-            replay = self._replay
-            out.append(
-                self._event("status", t, self._text(*replay_text(replay)), stage="replaying", **replay)
-            )
+            out.append(self._writer.replaying(t, self._replay))
         for en, zh, fields in self._notes:
-            out.append(self._event("note", t, self._text(en, zh), **fields))
+            out.append(self._writer.event("note", t, self._writer.text(en, zh), **fields))
         if self._detailed and isinstance(request_body, dict):
             for call_id, name, content in answered_tool_calls(request_body.get("messages")):
-                failed = output_is_error(content)
-                duration = self._tool_durations.get(call_id)
-                timing = {"duration_ms": ms(duration)} if duration is not None else {}
                 out.append(
-                    self._event(
-                        "tool_result",
-                        t,
-                        self._text(
-                            f"Tool result: {name} ({'error' if failed else 'success'})",
-                            f"工具结果：{name}（{'失败' if failed else '成功'}）",
-                        ),
-                        id=call_id,
-                        name=name,
-                        output_summary=summarize_output(content),
-                        status="error" if failed else "success",
-                        **self._title_of(name),
-                        **timing,
-                    )
+                    self._writer.tool_result(t, call_id, name, content, self._tool_durations.get(call_id))
                 )
         return out
 
@@ -235,10 +215,7 @@ class TraceBuilder:
             return []
         out = self._ensure_begun(now_ms)
         text = message if len(message) <= _MAX_ERROR_CHARS else message[:_MAX_ERROR_CHARS] + "…"
-        fields: dict[str, Any] = {"code": code} if code is not None else {}
-        out.append(
-            self._event("error", self._clock(now_ms), text if not self._zh else f"出错：{text}", **fields)
-        )
+        out.append(self._writer.error(self._clock(now_ms), text, code))
         return self._view(out) if self._viewed else out
 
     def finish(self, now_ms: float) -> list[dict[str, Any]]:
@@ -259,11 +236,11 @@ class TraceBuilder:
         )
         if warning is not None:
             self._starved = True
-            out.append(self._event("warning", t, warning[0], **warning[1]))
+            out.append(self._writer.event("warning", t, warning[0], **warning[1]))
         unsplit = in_content_warning(self._expect_reasoning, self._reasoned, self._answered, self._zh)
         if unsplit is not None:
             self._in_content = True
-            out.append(self._event("warning", t, unsplit[0], **unsplit[1]))
+            out.append(self._writer.event("warning", t, unsplit[0], **unsplit[1]))
         self._done = True
         total = t
         fields: dict[str, Any] = {"finish_reason": self._finish_reason}
@@ -280,8 +257,7 @@ class TraceBuilder:
         if self._hold_done:
             self._held_done = fields  # the exchange is not over: `release_done` ends it
             return out
-        en, zh = duration_text(total)
-        out.append(self._event("done", t, self._text(f"Done in {en}", f"完成，用时 {zh}"), **fields))
+        out.append(self._writer.done(t, total, fields))
         return out
 
     def hold_done(self) -> None:
@@ -296,7 +272,7 @@ class TraceBuilder:
             return []
         fields = {k: v for k, v in event.items() if k not in ("type", "seq", "t_ms", "message")}
         message = event.get("message")
-        out = [self._event(str(event["type"]), self._clock(now_ms), str(message or ""), **fields)]
+        out = [self._writer.event(str(event["type"]), self._clock(now_ms), str(message or ""), **fields)]
         return self._view(out) if self._viewed else out
 
     def release_done(self, now_ms: float, finish_reason: str | None = None) -> list[dict[str, Any]]:
@@ -310,8 +286,7 @@ class TraceBuilder:
         fields = {**fields, "total_ms": ms(t)}
         if finish_reason is not None:
             fields["finish_reason"] = finish_reason
-        en, zh = duration_text(t)
-        out = [self._event("done", t, self._text(f"Done in {en}", f"完成，用时 {zh}"), **fields)]
+        out = [self._writer.done(t, t, fields)]
         return self._view(out) if self._viewed else out
 
     def outcome(self) -> TraceOutcome | None:
@@ -370,7 +345,7 @@ class TraceBuilder:
             if self._reasoning_since is None:
                 self._reasoning_since = t
                 if self._detailed:
-                    out.append(self._event("reasoning.start", t, self._text("Started thinking", "开始思考")))
+                    out.append(self._writer.reasoning_start(t))
         content = delta.get("content")
         if content:  # a non-empty string, or a non-empty list of content parts
             self._first_token(t)
@@ -413,38 +388,14 @@ class TraceBuilder:
 
     def _start_call(self, call: ToolCall, t: float, out: list[dict[str, Any]]) -> None:
         call.started = True
-        name = call.shown_name
-        title = self._title_of(name)
-        out.append(
-            self._event(
-                "tool_call.start",
-                t,
-                title["title"] if title else self._text(f"Calling tool: {name}", f"调用工具：{name}"),
-                id=call.id,
-                name=name,
-                index=call.index,
-                **title,
-            )
-        )
+        out.append(self._writer.tool_call_start(t, call))
 
     def _end_call(self, call: ToolCall, t: float, out: list[dict[str, Any]]) -> None:
         if not call.started:
             self._start_call(call, t, out)
         self._tools.end(call)
         if self._detailed:
-            name = call.shown_name
-            out.append(
-                self._event(
-                    "tool_call.end",
-                    t,
-                    self._text(f"Arguments ready for {name}", f"已生成 {name} 的参数"),
-                    id=call.id,
-                    name=name,
-                    index=call.index,
-                    input_summary=call.summary(),
-                    **self._title_of(name),
-                )
-            )
+            out.append(self._writer.tool_call_end(t, call))
 
     def _close_calls(self, t: float, out: list[dict[str, Any]]) -> None:
         if self._tools.open:
@@ -459,15 +410,7 @@ class TraceBuilder:
         self._reasoning_since = None
         self._reasoning_total += duration
         if self._detailed:
-            en, zh = duration_text(duration)
-            out.append(
-                self._event(
-                    "reasoning.end",
-                    t,
-                    self._text(f"Thought for {en}", f"思考了 {zh}"),
-                    duration_ms=ms(duration),
-                )
-            )
+            out.append(self._writer.reasoning_end(t, duration))
 
     # -- small pieces ------------------------------------------------------------------------------
 
@@ -497,19 +440,4 @@ class TraceBuilder:
         if self._stage is not stage:
             self._stage = stage
             en, zh = _STAGE_TEXT[stage]
-            out.append(self._event("status", t, zh if self._zh else en, stage=stage.value))
-
-    def _title_of(self, name: str) -> dict[str, str]:
-        """`{"title": …}` for a tool with a display title, else nothing."""
-        title = self._titles.get(name) if self._titles else None
-        if not title:
-            return {}
-        return {"title": title["zh" if self._zh else "en"]}
-
-    def _text(self, en: str, zh: str) -> str:
-        return zh if self._zh else en
-
-    def _event(self, type_: str, t: float, message: str, **fields: Any) -> dict[str, Any]:
-        event = {"type": type_, "seq": self._seq, "t_ms": ms(t), "message": message, **fields}
-        self._seq += 1
-        return event
+            out.append(self._writer.event("status", t, zh if self._zh else en, stage=stage.value))
