@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from proxy.core.sessions.facts import tokens_of  # (the sessions' reading: one shape for both)
+
 if TYPE_CHECKING:
     from proxy.core.events import AccessRecord
     from proxy.core.usage import TokenUsage
@@ -225,20 +227,6 @@ def usage_of(done: Mapping[str, Any] | None, tokens: TokenUsage | None = None) -
             counts["reasoning_tokens"] = tokens.reasoning.value
             counts["reasoning_tokens_source"] = tokens.reasoning.source
     return counts or None
-
-
-def tokens_of(tokens: TokenUsage | None) -> dict[str, Any] | None:
-    """The request's one token reading as the sessions show it (docs/sessions.md)."""
-    if tokens is None:
-        return None
-    reasoning = tokens.reasoning
-    return {
-        "input": tokens.input,
-        "cached": tokens.cached_input,
-        "reasoning": reasoning.value if reasoning is not None else None,
-        "reasoning_source": reasoning.source if reasoning is not None else None,
-        "output": tokens.output,
-    }
 
 
 def summarize(

@@ -117,6 +117,7 @@ CHANGE_BYTES = 400
 
 
 def tokens_of(usage: TokenUsage | None) -> dict[str, Any] | None:
+    """The request's one token reading as the sessions and the console's rows show it."""
     if usage is None:
         return None
     reasoning = usage.reasoning
