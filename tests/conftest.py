@@ -74,3 +74,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             spawning[path] = item.path.suffix == ".py" and spawns(item.path.read_text(encoding="utf-8"))
         if spawning[path]:
             item.add_marker(pytest.mark.spawns)
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    """A test module's own real redis-server (tests/realredis.py), by its URL (database 0)."""
+    from tests.realredis import running_redis
+
+    with running_redis() as server:
+        yield server.url

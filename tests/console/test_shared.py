@@ -17,15 +17,9 @@ from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings
-from tests.realredis import free_port, running_redis
+from tests.realredis import free_port
 
 BODY = {"model": "deepseek-flash", "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with running_redis() as server:
-        yield server.url
 
 
 @pytest.fixture(scope="module")
