@@ -134,9 +134,12 @@ class ReasoningTally:
         return max(1, estimate_tokens(self._chars, self._extra))
 
 
+_NO_DETAILS: Final[Mapping[str, Any]] = {}  # (read only: never written)
+
+
 def _details(usage: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     details = usage.get(key)
-    return details if isinstance(details, Mapping) else {}
+    return details if type(details) is dict or isinstance(details, Mapping) else _NO_DETAILS
 
 
 def cached_input(usage: Mapping[str, Any]) -> int | None:
@@ -184,9 +187,11 @@ def capped(usage: Mapping[str, Any], estimate: int | None) -> int | None:
 def reasoning_of(usage: Any, estimate: int | None) -> ReasoningTokens | None:
     """The one reasoning count of an answer: reported when the upstream's usage has it (and it is
     not a 0 beside reasoning text), else the estimate when reasoning text was seen, else None."""
-    if isinstance(usage, Mapping):
+    # (`type is dict` first: parsed usage is a dict, and the ABC check costs more)
+    mapping = type(usage) is dict or isinstance(usage, Mapping)
+    if mapping:
         estimate = capped(usage, estimate)
-    reported, marked = reported_reasoning(usage) if isinstance(usage, Mapping) else (None, False)
+    reported, marked = reported_reasoning(usage) if mapping else (None, False)
     if reported is not None:
         if marked:
             return ReasoningTokens(reported, ESTIMATED)
@@ -201,7 +206,7 @@ def account(usage: Any, estimate: int | None = None) -> TokenUsage:
     """An answer's `usage` (as the upstream sent it, or as the proxy filled it in) and the
     estimate from its reasoning text, as one `TokenUsage`."""
     reasoning = reasoning_of(usage, estimate)
-    if not isinstance(usage, Mapping):
+    if not (type(usage) is dict or isinstance(usage, Mapping)):
         return TokenUsage(reasoning=reasoning)
     prompt = count(usage.get("prompt_tokens"))
     completion = count(usage.get("completion_tokens"))

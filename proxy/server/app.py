@@ -111,7 +111,8 @@ def create_app(
     sessions = SessionsService.from_settings(settings)
     # Counted only where someone may read them (admin keys, or the console's page): otherwise the
     # API answers 404 and the per-request cost would buy nothing (docs/sessions.md).
-    if sessions is not None and (settings.ui or settings.admin_keys):
+    counted = sessions is not None and bool(settings.ui or settings.admin_keys)
+    if sessions is not None and counted:
         listeners = (*listeners, sessions.listener)
     console = Console.from_settings(settings, titles) if settings.ui else None
     if console is not None:
@@ -136,6 +137,7 @@ def create_app(
         tool_titles=titles,
         replay=replay,
         thinking=thinking,
+        describe_changes=counted or console is not None,  # (their readers: sessions, console)
     )
     proxy = Proxy(services)
     if sessions is not None:  # (each key's sessions apart, by the current gateway's keys)

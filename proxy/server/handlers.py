@@ -42,6 +42,7 @@ from proxy.server import levels, policy_gate
 from proxy.server.access_log import log_access
 from proxy.server.asgi import BODY_LEFT_UNREAD, read_body
 from proxy.server.egress import ConnectGuard
+from proxy.server.header_view import headers_of
 from proxy.server.models_listing import MISSING_HEADER, ModelsListing, listed_with_levels
 from proxy.server.relay import Relay, client_gone
 from proxy.server.replay_service import ReplayService
@@ -75,6 +76,8 @@ class Services:
     replay: ReplayService | None = None
     # The thinking policy (proxy.policy): None without THINKPROXY_POLICY_FILE.
     thinking: ThinkingPolicy | None = None
+    # Whether a listener reads what the proxy changed in a body (the sessions' or the console's).
+    describe_changes: bool = True
 
 
 def defaults_of(settings: Settings) -> plan.Defaults:
@@ -101,7 +104,7 @@ def arrival_of(request: Request) -> plan.Arrival:
     scope = request.scope
     raw_path = scope.get("raw_path") or quote(scope["path"]).encode("ascii")
     return plan.Arrival(
-        request.method, scope["path"], raw_path, scope.get("query_string", b""), request.headers
+        scope["method"], scope["path"], raw_path, scope.get("query_string", b""), headers_of(scope)
     )
 
 
@@ -112,7 +115,11 @@ class Proxy:
         self.s = services
         self.defaults = defaults_of(services.settings)
         self.setup = plan_finish.ChatSetup(
-            self.defaults, services.settings.max_sse_event_bytes, services.tool_titles, services.review
+            self.defaults,
+            services.settings.max_sse_event_bytes,
+            services.tool_titles,
+            services.review,
+            describe_changes=services.describe_changes,
         )
         self.log = self.finish
         self.relay = Relay(services.settings, services.upstream, self.finish, services.review)
@@ -182,10 +189,12 @@ class Proxy:
     def _record(self, request: Request, route: str) -> tuple[AccessRecord, ProxyError | None]:
         """The request's record, its request id taken first (observers read it when they start),
         and the error a malformed X-Request-Id is (raised inside the handler's error handling)."""
-        record = AccessRecord(method=request.method, path=request.url.path, route=route)
-        bad_request_id = take_request_id(record, request.headers.get(REQUEST_ID_HEADER))
+        scope = request.scope
+        headers = headers_of(scope)
+        record = AccessRecord(method=scope["method"], path=scope["path"], route=route)
+        bad_request_id = take_request_id(record, headers.get(REQUEST_ID_HEADER))
         if self.s.listeners:
-            record.observers = start_observers(self.s.listeners, record, request.headers.items())
+            record.observers = start_observers(self.s.listeners, record, headers.items())
         return record, bad_request_id
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
@@ -330,7 +339,7 @@ class Proxy:
             parsed,
             dialect,
             record,
-            request.headers.items(),
+            arrival.headers.items(),
             bridged=door is not None,
             client_level=client_level,
         )
@@ -345,7 +354,7 @@ class Proxy:
         prepared = None
         if s.replay is not None:  # remembered reasoning back into the history, before the rewrite
             prepared = await s.replay.prepare(
-                parsed, route.dialect, record.model, request.headers.items(), record
+                parsed, route.dialect, record.model, arrival.headers.items(), record
             )
             parsed = prepared.body
         done = plan_finish.finish_chat(

@@ -93,14 +93,15 @@ def settle_chat(
     as it came on chat completions (the level None: its knobs go untouched); a bridged door's is
     applied as its level."""
     client = client_level if bridged else knobs_level(parsed, dialect)
-    kind = client_kind(headers)
 
-    def features() -> Features:
-        return features_of("chat", record.route, parsed, record.model or "", kind)
+    def features() -> Features:  # (only `auto` reads them: the client's kind is found then)
+        return features_of("chat", record.route, parsed, record.model or "", client_kind(headers))
 
     choice = choose(intent.ask, client, features, record)
     if choice.source is Source.CLIENT:
         level, budget = (client_level if bridged else None), intent.budget_tokens
     else:
         level, budget = choice.level, None
+    if level is intent.controls.level and budget == intent.budget_tokens:
+        return intent  # (the common case: the level the headers already named; no copies made)
     return replace(intent, controls=replace(intent.controls, level=level), budget_tokens=budget)

@@ -81,10 +81,12 @@ def plan_chat(
     *,
     restored: dict[str, Any] | None,
     gateway_mode: bool,
+    describe_changes: bool = True,
 ) -> ChatPlan:
     """Step 3 for chat completions. `restored`: the body with remembered reasoning put back by
     the replay store (None when it changed nothing: the body is then sent byte for byte unless a
-    level is applied)."""
+    level is applied). `describe_changes`: whether anyone reads what the rewrite changed (the
+    sessions, the console); else the plan's `changes` stay None."""
     assert tgt.parsed is not None
     zh = prefers_chinese(arrival.headers.get("accept-language"))
     level = intent.controls.level
@@ -119,7 +121,7 @@ def plan_chat(
         intent,
         model=tgt.model,
     )
-    changes = body_changes(body, rewritten) if rewritten is not body else None
+    changes = body_changes(body, rewritten) if describe_changes and rewritten is not body else None
     return ChatPlan(
         request, dialect, applied, method if applied else None, response_headers, reasoning, zh, changes
     )

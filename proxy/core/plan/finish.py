@@ -81,6 +81,9 @@ class ChatSetup:
     max_event_bytes: int  # THINKPROXY_MAX_SSE_EVENT_BYTES: the gate's bound on one held event
     titles: ToolTitles = field(default_factory=lambda: NO_TITLES)
     review: RequestReview | None = None  # None unless THINKPROXY_REVIEW_TOOLS is set
+    # Whether a listener reads what the proxy changed in a body (the sessions, the console): the
+    # description costs ~1% of a plain request, so it is made only for a reader.
+    describe_changes: bool = True
 
 
 @dataclass(slots=True)  # (per request: not frozen, see proxy.core.plan.request)
@@ -152,7 +155,14 @@ def finish_chat(
     dropped: tuple[str, ...] = ()
     if effort is None:
         chat_plan = plan_chat.plan_chat(
-            arrival, tgt, intent, dialect, setup.defaults, restored=restored, gateway_mode=gateway_mode
+            arrival,
+            tgt,
+            intent,
+            dialect,
+            setup.defaults,
+            restored=restored,
+            gateway_mode=gateway_mode,
+            describe_changes=setup.describe_changes,
         )
     else:
         chat_plan, dropped = plan_chat.plan_responses(

@@ -81,7 +81,7 @@ def knobs_level(body: Mapping[str, Any], dialect: Dialect) -> Level | None:
     """The level the body's own thinking knobs (the entry's conflict paths) ask; None: none sent."""
     asked: Level | None = None
     for path in dialect.conflicts:
-        parts = path.split(".")
+        parts = _parts(path)
         value = _at(body, parts)
         if value is _ABSENT or value is None:
             continue
@@ -343,10 +343,23 @@ def cap_messages(
 # --------------------------------------------------------------------------------------------------
 
 
+def _parts(path: str) -> list[str]:
+    """A dotted path's keys (split once per path: every chat request reads the entry's paths)."""
+    parts = _SPLIT.get(path)
+    if parts is None:
+        parts = _SPLIT[path] = path.split(".")
+    return parts
+
+
+# (Bounded by the providers table's paths: they come from the table, never from a request.)
+_SPLIT: dict[str, list[str]] = {}
+
+
 def _at(data: Any, parts: list[str]) -> Any:
     node = data
     for key in parts:
-        if not isinstance(node, Mapping) or key not in node:
+        # (`type is dict` first: a parsed body's objects are dicts, and the ABC check costs more)
+        if not (type(node) is dict or isinstance(node, Mapping)) or key not in node:
             return _ABSENT
         node = node[key]
     return node
