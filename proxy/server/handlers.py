@@ -191,7 +191,10 @@ class Proxy:
         and the error a malformed X-Request-Id is (raised inside the handler's error handling)."""
         scope = request.scope
         headers = headers_of(scope)
-        record = AccessRecord(method=scope["method"], path=scope["path"], route=route)
+        path: str = scope["path"]
+        if not path.isprintable():  # (as Starlette's URL reads it: tabs and line ends dropped)
+            path = request.url.path
+        record = AccessRecord(method=scope["method"], path=path, route=route)
         bad_request_id = take_request_id(record, headers.get(REQUEST_ID_HEADER))
         if self.s.listeners:
             record.observers = start_observers(self.s.listeners, record, headers.items())

@@ -541,3 +541,21 @@ async def test_an_observer_failing_at_the_end_is_logged_and_costs_the_request_no
     assert r.status_code == 200
     assert "An observer failed at the end of a request (Broken)" in caplog.text
     assert "observer bug" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "described"),
+    [
+        ({}, False),
+        ({"ui": True}, True),
+        ({"admin_keys": ["ops:ak-1"]}, True),
+        ({"ui": True, "sessions": False}, True),
+    ],
+)
+def test_the_body_changes_are_described_only_where_the_sessions_or_the_console_read_them(
+    overrides: dict[str, object], described: bool
+) -> None:
+    from proxy.server.app import create_app
+
+    app = create_app(make_settings(**overrides))
+    assert app.state.proxy.setup.describe_changes is described

@@ -6,7 +6,7 @@ format by door. No server, no store, no policy service: their outcomes are plain
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -358,3 +358,20 @@ def test_a_bridged_body_whose_history_is_unchanged_keeps_its_lazy_bytes() -> Non
     r = bridged(request(DEEPSEEK, {"model": "deepseek-v4-pro", "messages": ASK, "n": 1}))
     done = finish(r, door=Door(), prepared=Prepared(dict(r.body), changed=False))
     assert done.plan.request.content == orjson.dumps(r.body)
+
+
+def test_what_the_rewrite_changed_is_described_only_for_a_reader() -> None:
+    """The sessions and the console read what the proxy changed in a body; with neither on, the
+    plan does not spend a description nobody reads."""
+    asked = [("x-thinking-level", "off")]
+    read = request(DEEPSEEK, {"model": "deepseek-v4-pro", "messages": ASK}, asked)
+    finish(read)
+    assert read.record.notes["changes"] == [
+        {"field": "thinking", "change": "set", "summary": "type=disabled"}
+    ]
+    unread = request(DEEPSEEK, {"model": "deepseek-v4-pro", "messages": ASK}, asked)
+    done = finish(unread, replace(SETUP, describe_changes=False))
+    assert "changes" not in unread.record.notes
+    assert orjson.loads(done.plan.request.content)["thinking"] == {
+        "type": "disabled"
+    }  # (rewritten all the same)
