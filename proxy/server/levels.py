@@ -4,7 +4,7 @@ to what the headers said, and the choice (proxy.core.plan.levels.decide) recorde
 record, the console and the client see it (`X-Thinking-Level-Source`, `X-Thinking-Level-Rule`).
 
 Every door calls these: chat completions and the bridged doors in Proxy.run_chat (`settle_chat`),
-the native doors in proxy.server.doors.common.forward_native (`choose`).
+the native doors in proxy.server.doors.native.forward_native (`choose`).
 """
 
 from __future__ import annotations

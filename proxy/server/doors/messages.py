@@ -47,11 +47,11 @@ from proxy.server.doors.common import (
     NoteWords,
     bridge_notes,
     chat_request,
-    forward_native,
     new_id,
     restore_history,
 )
 from proxy.server.doors.messages_native import NATIVE
+from proxy.server.doors.native import forward_native
 
 logger = logging.getLogger("thinkproxy.messages")
 

@@ -25,7 +25,7 @@ from proxy.core.protocols.messages.native import (
     strip_proxy_thinking,
 )
 from proxy.policy.service import ThinkingPolicy
-from proxy.server.doors.common import NativeRoute, Planned
+from proxy.server.doors.native import NativeRoute, Planned
 from proxy.server.policy_gate import judge_messages
 
 MESSAGES_PATH = "/v1/messages"
@@ -53,8 +53,8 @@ def _url(arrival: plan.Arrival, tgt: plan.Target, dialect: Dialect, gateway_mode
     return dialect.messages.url(tgt.destination.base_url) + (f"?{query.decode('latin-1')}" if query else "")
 
 
-# The Messages door's own parts of the native forwarding (door_common.forward_native): the thinking
-# blocks left out are not counted in a header; the review rules read the Messages path.
+# The Messages door's own parts of the native forwarding (proxy.server.doors.native.forward_native):
+# the thinking blocks left out are not counted in a header; the review rules read the Messages path.
 NATIVE = NativeRoute(
     "messages",
     _level_body,

@@ -66,12 +66,12 @@ from proxy.server.doors.common import (
     NoteWords,
     bridge_notes,
     chat_request,
-    forward_native,
     new_id,
     note,
     restore_history,
 )
 from proxy.server.doors.held_levels import HeldLevels
+from proxy.server.doors.native import forward_native
 from proxy.server.doors.native_owners import NativeOwners
 from proxy.server.doors.responses_native import NATIVE
 from proxy.server.doors.responses_store import StoredResponses, input_items, stored_keys

@@ -29,7 +29,7 @@ from proxy.core.config.providers import Dialect
 from proxy.core.controls import Level
 from proxy.core.plan import request as plan
 from proxy.core.protocols.responses.request import EFFORT_LEVELS
-from proxy.server.doors.common import NativeRoute, Planned
+from proxy.server.doors.native import NativeRoute, Planned
 from proxy.server.policy_gate import judge_responses
 
 # How many input items carrying the proxy's own blob were left out before the hop (when any).
@@ -83,7 +83,7 @@ def _url(arrival: plan.Arrival, tgt: plan.Target, dialect: Dialect, gateway_mode
     return plan.upstream_url(arrival, tgt.destination, gateway_mode=gateway_mode)
 
 
-# The Responses door's own parts of the native forwarding (door_common.forward_native).
+# The Responses door's own parts of the native forwarding (proxy.server.doors.native.forward_native).
 NATIVE = NativeRoute(
     "responses", _level_body, judge_responses, strip_proxy_blobs, _url, left_out_header=BLOBS_LEFT_OUT_HEADER
 )

@@ -4,7 +4,7 @@ WebSocket mode (providers.yaml `responses_websocket`; OpenAI's: `wss://api.opena
 https://developers.openai.com/api/docs/guides/websocket-mode, and openai-python's
 `client.responses.connect()`, which opens the `/responses` URL of its base URL with its bearer key).
 
-A turn is planned exactly as over HTTP (proxy.server.doors.common.forward_native: the level, the
+A turn is planned exactly as over HTTP (proxy.server.doors.native.forward_native: the level, the
 policy, the blobs left out, the request's headers); only its transport differs. So the socket is
 an `Upstream` per turn (`SocketTurnUpstream.open(UpstreamRequest)`), and the relay, its watch (the
 client gone, the read timeout), the usage reader and the access line run unchanged:
