@@ -102,16 +102,18 @@ def create_app(
     titles = load_tool_titles(settings.tool_titles_file)
     # The policy counts each answer in its usage book (and budget) before the console shows it.
     thinking = ThinkingPolicy.from_settings(settings, gateway.client_keys)
-    # Each answer's cost goes on its record first: the usage book, sessions and console read it.
-    pricing = Pricing((lambda model: thinking.policy.price_for(model)) if thinking is not None else None)
-    listeners = (*listeners, CostListener(pricing))
-    if thinking is not None:
-        listeners = (*listeners, thinking)
-    # The sessions' listener ends before the console's: it names each row's session and client.
     sessions = SessionsService.from_settings(settings)
     # Counted only where someone may read them (admin keys, or the console's page): otherwise the
     # API answers 404 and the per-request cost would buy nothing (docs/sessions.md).
     counted = sessions is not None and bool(settings.ui or settings.admin_keys)
+    # Each answer's cost goes on its record first: the usage book, sessions and console read it
+    # (with none of them, nobody does: no price is looked up).
+    if thinking is not None or counted or settings.ui:
+        pricing = Pricing((lambda model: thinking.policy.price_for(model)) if thinking is not None else None)
+        listeners = (*listeners, CostListener(pricing))
+    if thinking is not None:
+        listeners = (*listeners, thinking)
+    # The sessions' listener ends before the console's: it names each row's session and client.
     if sessions is not None and counted:
         listeners = (*listeners, sessions.listener)
     console = Console.from_settings(settings, titles) if settings.ui else None

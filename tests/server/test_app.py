@@ -559,3 +559,17 @@ def test_the_body_changes_are_described_only_where_the_sessions_or_the_console_r
 
     app = create_app(make_settings(**overrides))
     assert app.state.proxy.setup.describe_changes is described
+
+
+@pytest.mark.parametrize(
+    ("overrides", "priced"), [({}, False), ({"ui": True}, True), ({"admin_keys": ["ops:ak-1"]}, True)]
+)
+def test_answers_are_priced_only_where_a_listener_reads_the_cost(
+    overrides: dict[str, object], priced: bool
+) -> None:
+    from proxy.server.app import create_app
+    from proxy.sessions.pricing import CostListener
+
+    app = create_app(make_settings(**overrides))
+    listeners = app.state.services.listeners
+    assert any(isinstance(listener, CostListener) for listener in listeners) is priced
