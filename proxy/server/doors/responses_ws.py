@@ -250,7 +250,8 @@ class ResponsesSocket:
         effort_set = isinstance(reasoning, dict) and reasoning.get("effort") is not None
         scope = turn_scope(connection.websocket.scope, body, effort_set)
         responses = connection.responses
-        scope[SOCKET_TURN] = SocketTurn(responses, responses.saver, create.generate, connection.upstream)
+        turn = SocketTurn(responses, responses.saver, create.generate, connection.upstream)
+        scope[SOCKET_TURN] = turn
         delivered = False
 
         async def receive() -> Message:
@@ -261,7 +262,7 @@ class ResponsesSocket:
             await connection.gone.wait()
             return {"type": "http.disconnect"}
 
-        writer = TurnWriter(connection, create.stream_id, self.door.proxy.s.settings.max_response_bytes)
+        writer = TurnWriter(connection, create.stream_id, self.door.proxy.s.settings.max_response_bytes, turn)
         try:
             response: Response = await self.door.turn(Request(scope, receive))
             await response(scope, receive, writer)

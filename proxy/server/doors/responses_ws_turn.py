@@ -1,8 +1,15 @@
 """One Responses WebSocket turn's I/O (proxy.server.doors.responses_ws): the HTTP scope a
 `response.create` runs under (`turn_scope`), the socket's state a turn shares (`Connection`), and
-the ASGI `send` that turns the door's SSE answer into the socket's messages (`TurnWriter`: one
+the ASGI `send` that turns the door's answer into the socket's messages (`TurnWriter`: one
 message per event; a turn always ends with a terminal event, an `error` event when its stream was
-cut short; an answer that is not a stream is one `error` event)."""
+cut short; an answer that is not a stream is one `error` event).
+
+A bridged turn's door writes its events in the socket's own form (SocketTurn.messages: each
+event's JSON and a newline, proxy.core.protocols.responses.output.message_frames), which the writer
+sends as they are, a write's messages cut with one decode and one `split`; a native turn's answer
+is the upstream's SSE, split into events by `EventSplitter`. (Encoding the bridged events as SSE
+only to split them again cost a socket turn more than the HTTP door's whole write per event:
+bench/README.md, "The Responses WebSocket mode, counted".)"""
 
 from __future__ import annotations
 
@@ -14,14 +21,17 @@ from typing import Any
 from starlette.types import Message, Send
 from starlette.websockets import WebSocket, WebSocketState
 
+from proxy.core import jsonio
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
 from proxy.core.protocols.responses.socket import (
+    TERMINAL_TYPES,
     EventSplitter,
     MessagesTooLarge,
     error_event,
     error_from_answer,
 )
+from proxy.server.doors.responses import SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 
@@ -117,6 +127,8 @@ class Connection:
 # A non-stream answer (an error body, the proxy's or the upstream's) is kept up to this many bytes:
 # its `error` event quotes at most 2000 characters of a body that is not an OpenAI error object.
 _ANSWER_KEPT_BYTES = 64 * 1024
+# How a terminal event's message begins in the socket's form (the encoder writes `type` first).
+_TERMINAL_STARTS = tuple('{"type":"' + kind.decode() + '"' for kind in sorted(TERMINAL_TYPES))
 
 
 class TurnWriter:
@@ -125,13 +137,40 @@ class TurnWriter:
     ends without a terminal event (the upstream cut it, a read timeout, an event past
     THINKPROXY_MAX_RESPONSE_BYTES) ends with an `error` event: the client never waits for one."""
 
-    __slots__ = ("body", "connection", "kept", "splitter", "status", "stream_id", "streaming", "too_large")
+    __slots__ = (
+        "body",
+        "connection",
+        "kept",
+        "limit",
+        "messages",
+        "pending",
+        "prefix",
+        "splitter",
+        "status",
+        "stream_id",
+        "streaming",
+        "too_large",
+        "turn",
+    )
 
-    def __init__(self, connection: Connection, stream_id: str | None, max_event_bytes: int) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        stream_id: str | None,
+        max_event_bytes: int,
+        turn: SocketTurn | None = None,
+    ) -> None:
         self.connection = connection
         self.stream_id = stream_id
+        self.turn = turn
         # (one event holds at most a whole response: `response.completed` carries its output)
         self.splitter = EventSplitter(stream_id, max_event_bytes)
+        self.limit = self.splitter.limit
+        # The door writes the socket's form (SocketTurn.messages), read at the answer's start.
+        self.messages = False
+        self.pending = b""  # (the socket's form: a write's tail after its last newline)
+        # (the stream id spliced in after each message's opening brace: no message parsed again)
+        self.prefix = "" if stream_id is None else '{"stream_id":' + jsonio.dumps(stream_id).decode() + ","
         self.status = 0
         self.streaming = False
         self.body: list[bytes] = []
@@ -161,11 +200,14 @@ class TurnWriter:
         splitter = self.splitter
         if splitter.terminal or self.too_large is not None:
             return  # (the answer is whole, or already failed: the rest is not the client's)
-        try:
-            texts = splitter.feed(data)
-        except MessagesTooLarge as exc:
-            self.too_large = exc
-            texts = exc.messages
+        if self.messages:
+            texts = self._messages(data)
+        else:
+            try:
+                texts = splitter.feed(data)
+            except MessagesTooLarge as exc:
+                self.too_large = exc
+                texts = exc.messages
         connection = self.connection
         if texts and not connection.gone.is_set() and connection.open:
             send = connection.raw_send
@@ -184,9 +226,45 @@ class TurnWriter:
             if name.lower() == b"content-type":
                 content_type = value
         self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
+        self.messages = self.streaming and self.turn is not None and self.turn.messages
+
+    def _messages(self, data: bytes) -> list[str]:
+        """The messages of one write in the socket's form: the events it ends, as they are (the
+        stream id spliced in); `terminal` set when the last is a terminal event (the door writes
+        nothing after one). An event past the limit: the messages before it, `too_large` set."""
+        if self.pending:
+            data, self.pending = self.pending + data, b""
+        if not data.endswith(b"\n"):  # (the door writes whole events; a cut one waits for its rest)
+            cut = data.rfind(b"\n") + 1
+            data, self.pending = data[:cut], data[cut:]
+        limit = self.limit
+        if len(data) > limit or len(self.pending) > limit:  # (rare: only then is each measured)
+            data = self._within_limit(data)
+        texts = data.decode("utf-8", "replace").split("\n")
+        texts.pop()  # (what follows the last newline: nothing)
+        if texts and texts[-1].startswith(_TERMINAL_STARTS):
+            self.splitter.terminal = True
+        prefix = self.prefix
+        return [prefix + text[1:] for text in texts] if prefix else texts
+
+    def _within_limit(self, data: bytes) -> bytes:
+        """The events of `data` before the first past the limit (then `too_large` is set and
+        nothing more goes out)."""
+        lines = data.split(b"\n")[:-1]
+        fitting = 0
+        for line in lines:
+            if len(line) + 1 > self.limit:
+                break
+            fitting += 1
+        if fitting < len(lines) or len(self.pending) > self.limit:
+            self.too_large, self.pending = MessagesTooLarge(self.limit, []), b""
+        return b"".join([line + b"\n" for line in lines[:fitting]])
 
     async def end(self) -> None:
-        if self.streaming:
+        if self.messages:
+            if not self.splitter.terminal:  # (a tail cut mid-event is dropped, as the splitter's)
+                await self.connection.send(error_event(self._cut_short(), self.stream_id))
+        elif self.streaming:
             await self.connection.send_all(self.splitter.flush())
             if not self.splitter.terminal:
                 await self.connection.send(error_event(self._cut_short(), self.stream_id))

@@ -198,6 +198,11 @@ class EventSplitter:
         self._pending = b""  # (plain: the bytes of an event not ended yet)
         self.terminal = False
 
+    @property
+    def limit(self) -> int:
+        """The most bytes one event may take."""
+        return self._limit
+
     def feed(self, data: bytes) -> list[str]:
         """The messages of the events `data` completes; MessagesTooLarge for one past the limit
         (carrying the messages of the events before it)."""
