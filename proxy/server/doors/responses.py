@@ -106,8 +106,7 @@ class ResponseSaver(Protocol):
 class SocketTurn:
     """What a WebSocket turn brings the door besides its body (proxy.server.doors.responses_ws):
     `responses`, the connection's own last responses in front of the state store (what
-    `previous_response_id` reads; item references read only the state store, never the
-    connection); `saver(shared)`, what keeps this turn's
+    `previous_response_id` and `item_reference`s read first); `saver(shared)`, what keeps this turn's
     response on the connection (and in the state store too when `shared`: `store` true);
     `generate` false: the response is made without asking the upstream (bridged), or a warm-up
     sent to a native upstream's WebSocket; `upstream`, the connection's upstream WebSocket, for
