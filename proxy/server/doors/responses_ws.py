@@ -24,6 +24,10 @@ client's (proxy.server.upstream.responses_socket: the turn planned as over HTTP,
 - `generate: false`: the response is made and kept without asking the upstream (bridged), or sent
   on to a native upstream's WebSocket (a native upstream over HTTP refuses it).
 - `response.steer`: `response.steer.failed` (`steering_not_supported`).
+- `response.append` (Codex's first WebSocket protocol): the last `response.create` continued by
+  `previous_response_id` (the response it ended with) with the appended input, a turn like any
+  other (proxy.core.protocols.responses.socket.appended); with no response to continue (none yet,
+  or the last failed) an `error` event `previous_response_not_found`.
 - Limits: a message is at most THINKPROXY_MAX_BODY_BYTES (past it: an `error` event, then close
   1009); a socket with no message and no turn for IDLE_TIMEOUT_S closes (1000, "idle timeout"); a
   socket lives at most MAX_LIFETIME_S (a create past it is refused, its running turn finishes
@@ -55,11 +59,14 @@ from proxy.core.events import AccessRecord
 from proxy.core.gateway import presented_key
 from proxy.core.plan import request as plan
 from proxy.core.protocols.responses.socket import (
+    Append,
     Create,
     Steer,
+    appended,
     error_event,
     read_message,
     steer_failed,
+    terminal_response_id,
 )
 from proxy.core.replay.keys import tenant_of
 from proxy.server.access_log import log_access
@@ -221,11 +228,19 @@ class ResponsesSocket:
             return None
         if isinstance(event, Steer):
             await connection.send(steer_failed(event))
-        elif expired:
-            await connection.send(error_event(self._limit_reached(), event.stream_id))
+            return None
+        stream_id = event.stream_id if isinstance(event, Create) else None
+        if expired:
+            await connection.send(error_event(self._limit_reached(), stream_id))
         elif connection.busy and not connection.settling:
-            await connection.send(error_event(_in_progress(), event.stream_id))
+            await connection.send(error_event(_in_progress(), stream_id))
         else:  # (a settling turn's answer is whole: the next one starts after its bookkeeping)
+            if isinstance(event, Append):
+                last, response_id = connection.last_create, terminal_response_id(connection.last_terminal)
+                if last is None or response_id is None:
+                    await connection.send(error_event(_nothing_to_append()))
+                    return None
+                event = appended(last, response_id, event)
             connection.settling = False
             connection.turn = asyncio.create_task(self._turn(connection, event, connection.turn))
         return None
@@ -245,6 +260,7 @@ class ResponsesSocket:
         starts once `previous` (the turn before, settling: its answer whole) has ended."""
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
+        connection.last_create, connection.last_terminal = create, None
         body = jsonio.dumps(create.body)
         reasoning = create.body.get("reasoning")
         effort_set = isinstance(reasoning, dict) and reasoning.get("effort") is not None
@@ -288,6 +304,16 @@ def _too_many_sockets(cap: int) -> TooManySockets:
         f"This key already holds {cap} open Responses WebSockets on this proxy worker, its most "
         "(THINKPROXY_MAX_SOCKETS_PER_KEY): close one, or continue on one already open (one response "
         "runs at a time per socket)."
+    )
+
+
+def _nothing_to_append() -> BadRequest:
+    return BadRequest(
+        "response.append adds input to the last response on this WebSocket, and there is none to "
+        "continue: no response ended on it yet, or the last one failed. Send a response.create (with "
+        "previous_response_id to continue an earlier response).",
+        code="previous_response_not_found",
+        param="type",
     )
 
 

@@ -24,13 +24,8 @@ from starlette.websockets import WebSocket, WebSocketState
 from proxy.core import jsonio
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
-from proxy.core.protocols.responses.socket import (
-    TERMINAL_TYPES,
-    EventSplitter,
-    MessagesTooLarge,
-    error_event,
-    error_from_answer,
-)
+from proxy.core.protocols.responses.socket import Create, error_event, error_from_answer
+from proxy.core.protocols.responses.socket_events import TERMINAL_TYPES, EventSplitter, MessagesTooLarge
 from proxy.server.doors.responses import SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
@@ -97,6 +92,10 @@ class Connection:
         self.last_active = time.monotonic()
         # Its native turns' upstream WebSocket (opened at the first that needs it), when set.
         self.upstream: ResponsesSocketUpstream | None = None
+        # The last turn's `response.create` and the terminal message it ended with (what a
+        # `response.append` continues; read only then).
+        self.last_create: Create | None = None
+        self.last_terminal: str | None = None
 
     @property
     def open(self) -> bool:
@@ -218,6 +217,8 @@ class TurnWriter:
                 connection.gone.set()
         if splitter.terminal:  # (a next create may follow now: the rest is bookkeeping)
             connection.settling = True
+            if texts:
+                connection.last_terminal = texts[-1]
 
     def _start(self, message: Message) -> None:
         self.status = message["status"]
@@ -265,7 +266,10 @@ class TurnWriter:
             if not self.splitter.terminal:  # (a tail cut mid-event is dropped, as the splitter's)
                 await self.connection.send(error_event(self._cut_short(), self.stream_id))
         elif self.streaming:
-            await self.connection.send_all(self.splitter.flush())
+            tail = self.splitter.flush()
+            await self.connection.send_all(tail)
+            if tail:
+                self.connection.last_terminal = tail[-1]
             if not self.splitter.terminal:
                 await self.connection.send(error_event(self._cut_short(), self.stream_id))
         elif self.status:

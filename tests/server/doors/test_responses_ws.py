@@ -165,6 +165,30 @@ def test_an_item_reference_names_an_item_of_a_store_false_response_held_by_the_c
     assert unknown_upstream == posted_upstream == other_upstream == [{"role": "user", "content": "And again"}]
 
 
+def test_a_response_append_continues_the_last_response_with_the_added_input(mock: BackgroundServer) -> None:
+    """Codex's first WebSocket protocol: `response.append` after a response ended is the last
+    request with items added (its fields, its input, the response's output, then the new items);
+    with nothing to continue it is an `error` event and the socket goes on."""
+    added = [{"role": "user", "content": "And again"}]
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ws.send_text(json.dumps({"type": "response.append", "input": added}))
+        early = json.loads(ws.receive_text())
+        ws.send_text(create(input="Hi there", store=False, instructions="Be brief."))
+        first = turn(ws)[-1]["response"]
+        ws.send_text(json.dumps({"type": "response.append", "input": added}))
+        second = turn(ws)
+    assert early["type"] == "error" and early["error"]["code"] == "previous_response_not_found"
+    assert second[-1]["type"] == "response.completed"
+    assert second[-1]["response"]["previous_response_id"] == first["id"]
+    assert second[-1]["response"]["instructions"] == "Be brief."  # (the last request's fields)
+    messages = last_upstream(mock)["body"]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"] == "Hi there" and messages[3]["content"] == "And again"
+
+
 def test_a_stored_response_is_also_kept_in_the_state_store(mock: BackgroundServer) -> None:
     with TestClient(app_for(mock, state="on")) as client:
         with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
@@ -357,7 +381,7 @@ def test_a_malformed_message_is_an_error_event_and_the_socket_goes_on(mock: Back
     ):
         ws.send_text("{not json")
         bad = json.loads(ws.receive_text())
-        ws.send_text(json.dumps({"type": "response.append", "input": []}))
+        ws.send_text(json.dumps({"type": "response.cancel"}))
         unknown = json.loads(ws.receive_text())
         ws.send_text(create(input="Hi", background=True))
         background = json.loads(ws.receive_text())
