@@ -178,6 +178,30 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
 # -- counted in instructions: the parent -----------------------------------------------------------------
 
 
+def child_env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **COUNT_ENV, "THINKPROXY_LOG_LEVEL": "info"}
+    env.update(extra or {})
+    env["PYTHONPATH"] = os.pathsep.join([os.environ.get("PYTHONPATH", str(REPO_DIR)), str(BENCH_DIR)])
+    return env
+
+
+def child_argv(transport: str, scenario: str, counted: int) -> list[str]:
+    script = str(Path(__file__).resolve())
+    return [sys.executable, script, "--child", transport, scenario, str(WARM_TURNS), str(counted)]
+
+
+def compile_first(transport: str, scenario: str, extra: dict[str, str] | None) -> None:
+    """One child run uncounted first: every module it imports is compiled (its .pyc written)
+    before the counts. Otherwise the first counted child after a change compiles them (~1.2
+    billion instructions, more than 100 turns): a count of 0 turns above one of 40."""
+    done = subprocess.run(
+        child_argv(transport, scenario, 0), env=child_env(extra), cwd="/tmp", capture_output=True
+    )
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"{transport} {scenario}: the child failed: " + " | ".join(tail))
+
+
 def count(
     transport: str,
     scenario: str,
@@ -186,12 +210,14 @@ def count(
     extra: dict[str, str] | None = None,
 ) -> int:
     """Instructions the whole child process executed (`extra`: more of its environment)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **COUNT_ENV, "THINKPROXY_LOG_LEVEL": "info"}
-    env.update(extra or {})
-    env["PYTHONPATH"] = os.pathsep.join([os.environ.get("PYTHONPATH", str(REPO_DIR)), str(BENCH_DIR)])
     out = "/dev/null" if profile is None else str(profile / f"callgrind.{transport}.{scenario}.{counted}")
-    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
-    argv += [str(Path(__file__).resolve()), "--child", transport, scenario, str(WARM_TURNS), str(counted)]
+    argv = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        *child_argv(transport, scenario, counted),
+    ]
+    env = child_env(extra)
     done = subprocess.run(argv, env=env, cwd="/tmp", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     found = COLLECTED.search(done.stderr)
     if done.returncode != 0 or found is None:
@@ -205,6 +231,7 @@ def per_turn(
 ) -> tuple[float, bool]:
     """Instructions per counted turn, and whether the count's two halves agreed (STEADY_PCT)."""
     half = turns // 2
+    compile_first(transport, scenario, extra)
     with ThreadPoolExecutor(2) as pool:
         none, halfway, whole = pool.map(
             lambda n: count(transport, scenario, n, profile if n == turns else None, extra), (0, half, turns)
