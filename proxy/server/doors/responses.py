@@ -111,15 +111,23 @@ class SocketTurn:
     `generate` false: the response is made without asking the upstream (bridged), or a warm-up
     sent to a native upstream's WebSocket; `upstream`, the connection's upstream WebSocket, for
     native turns to an upstream that serves the WebSocket mode (None: HTTP per turn). The door
-    sets `messages` when it writes the turn's events in the socket's own form
+    sets `answer`, its transcoder, when it writes the turn's events in the socket's own form
     (proxy.core.protocols.responses.output.message_frames: each event's JSON and a newline)
-    instead of SSE (a bridged turn; a native one relays the upstream's SSE)."""
+    instead of SSE (a bridged turn; a native one relays the upstream's SSE): its `final` is set
+    once the terminal event is written, so the socket needs no look at the events for it."""
 
     responses: StoredResponses
     saver: Callable[[bool], ResponseSaver]
     generate: bool = True
     upstream: ResponsesSocketUpstream | None = None
-    messages: bool = False
+    answer: Answer | None = None
+
+
+class Answer(Protocol):
+    """A turn's answer as the socket reads it: its terminal `Response` once written."""
+
+    @property
+    def final(self) -> dict[str, Any] | None: ...
 
 
 @dataclass(slots=True)
@@ -304,7 +312,7 @@ class ResponsesDoor(Door):
                 frame, seal=sealer, new_id=new_id, tool_names=bridged.tool_names, socket=socket
             )
             if turn is not None:
-                turn.messages = True
+                turn.answer = transcoder
         door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened, unresolved, repeated))
         door.spill, door.spill_store, door.tenant = spill, self.store, tenant
         if turn is not None:  # (a socket keeps every response of its own; the store those stored)

@@ -51,7 +51,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
-from starlette.websockets import WebSocket, WebSocketState
+from starlette.websockets import WebSocket
 
 from proxy.core import jsonio
 from proxy.core.errors import BadRequest, PayloadTooLarge, ProxyError
@@ -147,9 +147,9 @@ class ResponsesSocket:
         except Exception:
             logger.exception("Unexpected error on a Responses WebSocket; it is closed (1011).")
             record.error = "internal_error"
-            await _close(websocket, CLOSE_INTERNAL, "internal error")
+            await connection.close(CLOSE_INTERNAL, "internal error")
         finally:
-            connection.gone.set()  # (a turn still running is the client's no more: it ends)
+            connection.leave()  # (a turn still running is the client's no more: it ends)
             try:
                 if connection.turn is not None:
                     await asyncio.gather(connection.turn, return_exceptions=True)
@@ -174,7 +174,7 @@ class ResponsesSocket:
                 expired = expired or now >= deadline
                 if expired and not connection.busy:
                     await connection.send(error_event(self._limit_reached()))
-                    await _close(websocket, CLOSE_NORMAL, "connection limit reached")
+                    await connection.close(CLOSE_NORMAL, "connection limit reached")
                     return "websocket_connection_limit_reached"
                 if receiving is None:
                     receiving = asyncio.ensure_future(websocket.receive())
@@ -197,7 +197,7 @@ class ResponsesSocket:
                         and now < deadline
                         and now - connection.last_active >= self.idle_timeout
                     ):
-                        await _close(websocket, CLOSE_NORMAL, "idle timeout")
+                        await connection.close(CLOSE_NORMAL, "idle timeout")
                         return "idle_timeout"
                     continue
                 message, receiving = receiving.result(), None
@@ -221,7 +221,7 @@ class ResponsesSocket:
             event = read_message(text if text is not None else data or b"", limit)
         except PayloadTooLarge as exc:
             await connection.send(error_event(exc))
-            await _close(connection.websocket, CLOSE_TOO_BIG, "message too big")
+            await connection.close(CLOSE_TOO_BIG, "message too big")
             return exc.code
         except ProxyError as exc:
             await connection.send(error_event(exc))
@@ -334,11 +334,3 @@ async def _deny(websocket: WebSocket, error: ProxyError) -> None:
         await websocket.send_denial_response(response)
     else:
         await websocket.close()
-
-
-async def _close(websocket: WebSocket, code: int, reason: str) -> None:
-    if websocket.application_state == WebSocketState.CONNECTED:
-        try:
-            await websocket.close(code, reason)
-        except Exception:  # (the client left first)
-            logger.debug("Closing a Responses WebSocket failed: the client had left.")

@@ -4,7 +4,7 @@ the ASGI `send` that turns the door's answer into the socket's messages (`TurnWr
 message per event; a turn always ends with a terminal event, an `error` event when its stream was
 cut short; an answer that is not a stream is one `error` event).
 
-A bridged turn's door writes its events in the socket's own form (SocketTurn.messages: each
+A bridged turn's door writes its events in the socket's own form (SocketTurn.answer: each
 event's JSON and a newline, proxy.core.protocols.responses.output.message_frames), which the writer
 sends as they are, a write's messages cut with one decode and one `split`; a native turn's answer
 is the upstream's SSE, split into events by `EventSplitter`. (Encoding the bridged events as SSE
@@ -14,6 +14,7 @@ bench/README.md, "The Responses WebSocket mode, counted".)"""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,10 +26,12 @@ from proxy.core import jsonio
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
 from proxy.core.protocols.responses.socket import Create, error_event, error_from_answer
-from proxy.core.protocols.responses.socket_events import TERMINAL_TYPES, EventSplitter, MessagesTooLarge
-from proxy.server.doors.responses import SocketTurn
+from proxy.core.protocols.responses.socket_events import EventSplitter, MessagesTooLarge
+from proxy.server.doors.responses import Answer, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
+
+logger = logging.getLogger("thinkproxy.responses")
 
 # Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
 _SOCKET_HEADERS = frozenset(
@@ -85,6 +88,9 @@ class Connection:
         self.raw_send: Send = send if send is not None else websocket.send
         self.responses = responses
         self.gone = asyncio.Event()
+        # Messages may go out: the socket is accepted, not closed by the proxy, its client not
+        # gone (`leave`, `close`). A plain flag, read once per door write.
+        self.sending = True
         self.turn: asyncio.Task[None] | None = None
         # The running turn's answer is whole (its terminal event out): what is left is its
         # bookkeeping (the upstream closed, the access line), and a next turn waits for it.
@@ -97,10 +103,20 @@ class Connection:
         self.last_create: Create | None = None
         self.last_terminal: str | None = None
 
-    @property
-    def open(self) -> bool:
-        """The socket is accepted and not closed by the proxy (messages may go out)."""
-        return self.websocket.application_state is WebSocketState.CONNECTED
+    def leave(self) -> None:
+        """The client is gone (or the socket ends): its running turn ends, nothing more goes out."""
+        self.sending = False
+        self.gone.set()
+
+    async def close(self, code: int, reason: str) -> None:
+        """The proxy closes the socket (a running turn sends nothing more)."""
+        self.sending = False
+        websocket = self.websocket
+        if websocket.application_state == WebSocketState.CONNECTED:
+            try:
+                await websocket.close(code, reason)
+            except Exception:  # (the client left first)
+                logger.debug("Closing a Responses WebSocket failed: the client had left.")
 
     @property
     def busy(self) -> bool:
@@ -113,21 +129,19 @@ class Connection:
 
     async def send_all(self, texts: Sequence[str]) -> None:
         """Messages to the client, in order; as `send`."""
-        if self.gone.is_set() or not self.open:
+        if not self.sending:
             return
         send = self.raw_send
         try:
             for text in texts:
                 await send({"type": "websocket.send", "text": text})
         except Exception:  # (closed under us: the reader sees the disconnect)
-            self.gone.set()
+            self.leave()
 
 
 # A non-stream answer (an error body, the proxy's or the upstream's) is kept up to this many bytes:
 # its `error` event quotes at most 2000 characters of a body that is not an OpenAI error object.
 _ANSWER_KEPT_BYTES = 64 * 1024
-# How a terminal event's message begins in the socket's form (the encoder writes `type` first).
-_TERMINAL_STARTS = tuple('{"type":"' + kind.decode() + '"' for kind in sorted(TERMINAL_TYPES))
 
 
 class TurnWriter:
@@ -137,11 +151,11 @@ class TurnWriter:
     THINKPROXY_MAX_RESPONSE_BYTES) ends with an `error` event: the client never waits for one."""
 
     __slots__ = (
+        "answer",
         "body",
         "connection",
         "kept",
         "limit",
-        "messages",
         "pending",
         "prefix",
         "splitter",
@@ -165,8 +179,9 @@ class TurnWriter:
         # (one event holds at most a whole response: `response.completed` carries its output)
         self.splitter = EventSplitter(stream_id, max_event_bytes)
         self.limit = self.splitter.limit
-        # The door writes the socket's form (SocketTurn.messages), read at the answer's start.
-        self.messages = False
+        # The door's transcoder when it writes the socket's form (SocketTurn.answer), read at the
+        # answer's start: its `final` says the terminal event is written.
+        self.answer: Answer | None = None
         self.pending = b""  # (the socket's form: a write's tail after its last newline)
         # (the stream id spliced in after each message's opening brace: no message parsed again)
         self.prefix = "" if stream_id is None else '{"stream_id":' + jsonio.dumps(stream_id).decode() + ","
@@ -199,8 +214,21 @@ class TurnWriter:
         splitter = self.splitter
         if splitter.terminal or self.too_large is not None:
             return  # (the answer is whole, or already failed: the rest is not the client's)
-        if self.messages:
-            texts = self._messages(data)
+        answer = self.answer
+        if answer is not None:  # the door's events in the socket's form
+            if self.pending or data[-1] != 10 or len(data) > self.limit:
+                texts = self._messages(data)  # (a cut event, or one that may be past the limit)
+            else:  # (the door's writes: whole events; a paced stream's, one)
+                body = data[:-1]
+                texts = (
+                    [body.decode("utf-8", "replace")]
+                    if b"\n" not in body
+                    else body.decode("utf-8", "replace").split("\n")
+                )
+                if self.prefix:
+                    texts = [self.prefix + text[1:] for text in texts]
+            if answer.final is not None and not self.pending and self.too_large is None:
+                splitter.terminal = True  # (the door wrote its terminal event, the last: all out)
         else:
             try:
                 texts = splitter.feed(data)
@@ -208,13 +236,13 @@ class TurnWriter:
                 self.too_large = exc
                 texts = exc.messages
         connection = self.connection
-        if texts and not connection.gone.is_set() and connection.open:
+        if texts and connection.sending:
             send = connection.raw_send
             try:
                 for text in texts:
                     await send({"type": "websocket.send", "text": text})
             except Exception:  # (closed under us: the reader sees the disconnect)
-                connection.gone.set()
+                connection.leave()
         if splitter.terminal:  # (a next create may follow now: the rest is bookkeeping)
             connection.settling = True
             if texts:
@@ -227,12 +255,12 @@ class TurnWriter:
             if name.lower() == b"content-type":
                 content_type = value
         self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
-        self.messages = self.streaming and self.turn is not None and self.turn.messages
+        self.answer = self.turn.answer if self.streaming and self.turn is not None else None
 
     def _messages(self, data: bytes) -> list[str]:
-        """The messages of one write in the socket's form: the events it ends, as they are (the
-        stream id spliced in); `terminal` set when the last is a terminal event (the door writes
-        nothing after one). An event past the limit: the messages before it, `too_large` set."""
+        """The messages of one write in the socket's form, in general: the events it ends, as
+        they are (the stream id spliced in); a tail cut mid-event waits for its rest. An event
+        past the limit: the messages before it, `too_large` set."""
         if self.pending:
             data, self.pending = self.pending + data, b""
         if not data.endswith(b"\n"):  # (the door writes whole events; a cut one waits for its rest)
@@ -243,8 +271,6 @@ class TurnWriter:
             data = self._within_limit(data)
         texts = data.decode("utf-8", "replace").split("\n")
         texts.pop()  # (what follows the last newline: nothing)
-        if texts and texts[-1].startswith(_TERMINAL_STARTS):
-            self.splitter.terminal = True
         prefix = self.prefix
         return [prefix + text[1:] for text in texts] if prefix else texts
 
@@ -262,7 +288,7 @@ class TurnWriter:
         return b"".join([line + b"\n" for line in lines[:fitting]])
 
     async def end(self) -> None:
-        if self.messages:
+        if self.answer is not None:
             if not self.splitter.terminal:  # (a tail cut mid-event is dropped, as the splitter's)
                 await self.connection.send(error_event(self._cut_short(), self.stream_id))
         elif self.streaming:

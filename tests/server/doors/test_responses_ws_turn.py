@@ -33,6 +33,18 @@ class FakeSocket:
         self.sent.append(message["text"])
 
 
+class FakeAnswer:
+    """The door's transcoder as the writer reads it: `final` set once the terminal event is
+    written (set here by the test when it writes one)."""
+
+    def __init__(self) -> None:
+        self.final: dict[str, Any] | None = None
+
+
+def answered(writer: TurnWriter) -> FakeAnswer:
+    return cast(FakeAnswer, writer.answer)
+
+
 def writer_for(
     stream: bool, *, messages: bool = False, stream_id: str | None = None, limit: int = 1 << 20
 ) -> tuple[TurnWriter, Connection, FakeSocket]:
@@ -40,7 +52,7 @@ def writer_for(
     socket = FakeSocket()
     connection = Connection(cast(WebSocket, socket), cast(SocketResponses, None))
     turn = SocketTurn(cast(StoredResponses, None), cast(Callable[[bool], ResponseSaver], None))
-    turn.messages = messages
+    turn.answer = FakeAnswer() if messages else None
     writer = TurnWriter(connection, stream_id, limit, turn)
     kind = b"text/event-stream" if stream else b"application/json"
     asyncio.run(
@@ -91,7 +103,11 @@ def socket_turn_events() -> list[dict[str, Any]]:
 
 
 def sent_by(writer: TurnWriter, socket: FakeSocket, pieces: list[bytes]) -> list[str]:
+    written = b""
     for piece in pieces:
+        written += piece
+        if writer.answer is not None and b'"response.completed"' in written:
+            answered(writer).final = {"id": "r"}  # (as the door's transcoder, writing it)
         asyncio.run(writer({"type": "http.response.body", "body": piece, "more_body": True}))
     asyncio.run(writer.end())
     return socket.sent
@@ -121,6 +137,7 @@ def test_the_socket_form_settles_at_the_terminal_event_and_sends_nothing_after_i
         writer({"type": "http.response.body", "body": message_frames(events[:-1]), "more_body": True})
     )
     assert not connection.settling
+    answered(writer).final = events[-1]["response"]
     asyncio.run(
         writer({"type": "http.response.body", "body": message_frames(events[-1:]), "more_body": True})
     )
