@@ -69,11 +69,13 @@ class EventSplitter:
         return out
 
     def _split_plain(self, data: bytes, out: list[str]) -> None:
-        """Split on the blank lines with one `split` per read, each event then read with `in`,
-        `startswith` and `partition` only: calls that parse no arguments (a `find(sub, start,
-        end)` per line cost more in argument parsing than in searching; bench/README.md)."""
+        """Split on the blank lines with one `split` per read, each event then read with
+        `startswith`, `partition` and a one-argument `find` (a `find(sub, start, end)` per line
+        cost more in argument parsing than in searching; `sub in data` more still: bytes'
+        `__contains__` first tries `sub` as an integer and raises, ~2k instructions a test;
+        bench/README.md)."""
         buf = self._pending + data if self._pending else data
-        if b"\r" in data:  # (CR line ends: the general decoder's, from what is pending on)
+        if data.find(b"\r") >= 0:  # (CR line ends: the general decoder's, from what is pending on)
             self._to_general(buf, out)
             return
         blocks = buf.split(b"\n\n")
@@ -87,13 +89,13 @@ class EventSplitter:
                 raise EventTooLarge(limit, [])
             if block.startswith(b"event: "):
                 kind, _, rest = block[7:].partition(b"\n")
-                if not kind or not rest.startswith(b"data: ") or b"\n" in rest:
+                if not kind or not rest.startswith(b"data: ") or rest.find(b"\n") >= 0:
                     self._to_general(b"\n\n".join(blocks[index:]), out)
                     return
                 payload = rest[6:]
-            elif block.startswith(b"data: ") and b"\n" not in block:
+            elif block.startswith(b"data: ") and block.find(b"\n") < 0:
                 kind, payload = _NO_KIND, block[6:]
-            elif block.startswith(b":") and b"\n" not in block:
+            elif block.startswith(b":") and block.find(b"\n") < 0:
                 continue  # a comment line (the trace, a keep-alive): left out
             else:
                 self._to_general(b"\n\n".join(blocks[index:]), out)
