@@ -29,6 +29,11 @@ difference per turn is the turn's steady-state cost, start-up, warm-up and the s
 close cancelled out; a count whose halves differ by more than 1% per turn says "unsteady".
 `--profile DIR` also writes each transport's callgrind profile of the whole count there
 (`callgrind_annotate --inclusive=yes` reads it), to see where the difference goes.
+
+`--native` counts the native relay instead: the simulated OpenAI (`thinkproxy mock-upstream
+--dialect openai`, its own process, not counted) reached over loopback, a native HTTP turn (a POST
+relayed to the upstream's POST) against a socket turn relayed over the upstream's own WebSocket
+(providers.yaml `responses_websocket`), the same answer both ways.
 """
 
 from __future__ import annotations
@@ -42,18 +47,31 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import servers
 import ttft
 import websockets
-from common import BENCH_DIR, REPO_DIR, Processes, cpu_seconds, payload, post_in_process, request_headers
+from common import (
+    BENCH_DIR,
+    REPO_DIR,
+    Processes,
+    cpu_seconds,
+    free_port,
+    payload,
+    post_in_process,
+    request_headers,
+    wait_listening,
+)
 
 CHUNKS = 200  # upstream events per turn (the fake upstream's `ttft` scenario)
+NATIVE_MODEL = "gpt-5.4"  # (a model of the simulated OpenAI: its native Responses API)
 TERMINAL = (b'"type":"response.completed"', b'"type":"response.failed"', b'"type":"error"')
 TRANSPORTS = ("http", "websocket")
 WARM_TURNS = 20
@@ -79,6 +97,7 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
 
     from proxy.server.app import create_served_app
 
+    native = scenario == "native"
     events = [*sse_events("burst"), b"data: [DONE]\n\n"]
     reads = events if scenario == "paced" else [events[0], b"".join(events[1:])]
 
@@ -89,8 +108,11 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
     def upstream(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=chunks(), headers={"content-type": "text/event-stream"})
 
-    app = create_served_app(transport=httpx.MockTransport(upstream))
+    # (native: the simulated OpenAI over loopback, THINKPROXY_UPSTREAM_BASE_URL set by the parent)
+    app = create_served_app(transport=None if native else httpx.MockTransport(upstream))
     body = payload(stream=True, door="responses")
+    if native:
+        body = json.dumps({**json.loads(body), "model": NATIVE_MODEL, "store": False}).encode()
     headers = [
         (b"host", b"127.0.0.1:8000"),
         (b"authorization", b"Bearer sk-bench-not-a-key"),
@@ -156,13 +178,46 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
 # -- counted in instructions: the parent -----------------------------------------------------------------
 
 
-def count(transport: str, scenario: str, counted: int, profile: Path | None = None) -> int:
-    """Instructions the whole child process executed."""
+def child_env(extra: dict[str, str] | None) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **COUNT_ENV, "THINKPROXY_LOG_LEVEL": "info"}
+    env.update(extra or {})
     env["PYTHONPATH"] = os.pathsep.join([os.environ.get("PYTHONPATH", str(REPO_DIR)), str(BENCH_DIR)])
+    return env
+
+
+def child_argv(transport: str, scenario: str, counted: int) -> list[str]:
+    script = str(Path(__file__).resolve())
+    return [sys.executable, script, "--child", transport, scenario, str(WARM_TURNS), str(counted)]
+
+
+def compile_first(transport: str, scenario: str, extra: dict[str, str] | None) -> None:
+    """One child run uncounted first: every module it imports is compiled (its .pyc written)
+    before the counts. Otherwise the first counted child after a change compiles them (~1.2
+    billion instructions, more than 100 turns): a count of 0 turns above one of 40."""
+    done = subprocess.run(
+        child_argv(transport, scenario, 0), env=child_env(extra), cwd="/tmp", capture_output=True
+    )
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"{transport} {scenario}: the child failed: " + " | ".join(tail))
+
+
+def count(
+    transport: str,
+    scenario: str,
+    counted: int,
+    profile: Path | None = None,
+    extra: dict[str, str] | None = None,
+) -> int:
+    """Instructions the whole child process executed (`extra`: more of its environment)."""
     out = "/dev/null" if profile is None else str(profile / f"callgrind.{transport}.{scenario}.{counted}")
-    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
-    argv += [str(Path(__file__).resolve()), "--child", transport, scenario, str(WARM_TURNS), str(counted)]
+    argv = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        *child_argv(transport, scenario, counted),
+    ]
+    env = child_env(extra)
     done = subprocess.run(argv, env=env, cwd="/tmp", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     found = COLLECTED.search(done.stderr)
     if done.returncode != 0 or found is None:
@@ -171,12 +226,15 @@ def count(transport: str, scenario: str, counted: int, profile: Path | None = No
     return int(found.group(1))
 
 
-def per_turn(transport: str, scenario: str, turns: int, profile: Path | None) -> tuple[float, bool]:
+def per_turn(
+    transport: str, scenario: str, turns: int, profile: Path | None, extra: dict[str, str] | None = None
+) -> tuple[float, bool]:
     """Instructions per counted turn, and whether the count's two halves agreed (STEADY_PCT)."""
     half = turns // 2
+    compile_first(transport, scenario, extra)
     with ThreadPoolExecutor(2) as pool:
         none, halfway, whole = pool.map(
-            lambda n: count(transport, scenario, n, profile if n == turns else None), (0, half, turns)
+            lambda n: count(transport, scenario, n, profile if n == turns else None, extra), (0, half, turns)
         )
     first, second = (halfway - none) / half, (whole - halfway) / (turns - half)
     return (whole - none) / turns, abs(first / second - 1) * 100 <= STEADY_PCT
@@ -187,9 +245,15 @@ def instructions_main(transports: list[str], scenario: str, turns: int, profile:
         sys.exit("--instructions needs valgrind: apt-get install valgrind")
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
-    figures = {t: per_turn(t, scenario, turns, profile) for t in transports}
-    print(f"\n{turns} turns counted per transport after {WARM_TURNS}, {CHUNKS} upstream chunks a turn "
-          f"({scenario})\n")  # fmt: skip
+    if scenario == "native":
+        with native_upstream() as extra:
+            figures = {t: per_turn(t, scenario, turns, profile, extra) for t in transports}
+        print(f"\n{turns} turns counted per transport after {WARM_TURNS}, native: the simulated OpenAI "
+              "over loopback (HTTP: its POST; websocket: its WebSocket mode)\n")  # fmt: skip
+    else:
+        figures = {t: per_turn(t, scenario, turns, profile) for t in transports}
+        print(f"\n{turns} turns counted per transport after {WARM_TURNS}, {CHUNKS} upstream chunks a turn "
+              f"({scenario})\n")  # fmt: skip
     print("| transport | instructions per turn | per chunk | vs HTTP |")
     print("|---|---|---|---|")
     http = figures.get("http", (0.0, True))[0]
@@ -197,6 +261,31 @@ def instructions_main(transports: list[str], scenario: str, turns: int, profile:
         versus = f"{(value / http - 1) * 100:+.1f}%" if http and name != "http" else ""
         note = "" if steady else " (unsteady: run again)"
         print(f"| {name} | {value:,.0f}{note} | {value / CHUNKS:,.0f} | {versus} |")
+
+
+@contextmanager
+def native_upstream() -> Iterator[dict[str, str]]:
+    """The simulated OpenAI in a process of its own (not counted), and the children's environment
+    that reaches it: its URL, and a providers file that maps it onto the OpenAI entry (whose
+    Responses API serves the WebSocket mode)."""
+    from proxy.simulated import simulated_providers_text
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO_DIR))}
+    argv = [sys.executable, "-m", "proxy.cli", "mock-upstream", "--port", str(port), "--dialect", "openai"]
+    procs = Processes(BENCH_DIR / "results" / "logs")
+    with tempfile.TemporaryDirectory() as directory:
+        try:
+            wait_listening(port, procs.start("native-upstream", argv, env=env))
+            providers = Path(directory) / "providers.yaml"
+            providers.write_text(simulated_providers_text(port), encoding="utf-8")
+            yield {
+                "THINKPROXY_UPSTREAM_BASE_URL": f"http://127.0.0.1:{port}/openai/v1",
+                "THINKPROXY_PROVIDERS_FILE": str(providers),
+                "THINKPROXY_HTTP_TRANSPORT": "aiohttp",  # (a real upstream: the default transport)
+            }
+        finally:
+            procs.close()
 
 
 async def ws_probe(port: int, n: int, scenario: str = "ttft") -> list[float]:
@@ -249,6 +338,7 @@ def main() -> None:
     p.add_argument("--transport", default=",".join(TRANSPORTS), help="with --instructions: http,websocket")
     p.add_argument("--turns", type=int, default=40, help="with --instructions: turns counted")
     p.add_argument("--profile", type=Path, default=None, help="with --instructions: keep the profiles here")
+    p.add_argument("--native", action="store_true", help="with --instructions: the native relay (see above)")
     p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -258,7 +348,7 @@ def main() -> None:
         transports = args.transport.split(",")
         if any(t not in TRANSPORTS for t in transports):
             sys.exit(f"--transport: choose from {', '.join(TRANSPORTS)}")
-        scenario = args.scenario or "burst"
+        scenario = "native" if args.native else args.scenario or "burst"
         if scenario == "ttft":
             scenario = "burst"  # (the same upstream: the first event, then the rest in one read)
         instructions_main(transports, scenario, args.turns, args.profile)

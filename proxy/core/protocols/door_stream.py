@@ -221,7 +221,7 @@ class DoorTranscoder:
                     out.append(written)
                     return
             one = [texts[done]]
-            out.append(frames(encoder.feed((ReasoningDelta(one) if reasoning else TextDelta(one),))))
+            out.append(self._frames(encoder.feed((ReasoningDelta(one) if reasoning else TextDelta(one),))))
             done += 1
 
     # -- the door's part ---------------------------------------------------------------------------

@@ -102,21 +102,32 @@ class ResponseSaver(Protocol):
     ) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SocketTurn:
     """What a WebSocket turn brings the door besides its body (proxy.server.doors.responses_ws):
     `responses`, the connection's own last responses in front of the state store (what
-    `previous_response_id` reads; item references read only the state store, never the
-    connection); `saver(shared)`, what keeps this turn's
+    `previous_response_id` and `item_reference`s read first); `saver(shared)`, what keeps this turn's
     response on the connection (and in the state store too when `shared`: `store` true);
     `generate` false: the response is made without asking the upstream (bridged), or a warm-up
     sent to a native upstream's WebSocket; `upstream`, the connection's upstream WebSocket, for
-    native turns to an upstream that serves the WebSocket mode (None: HTTP per turn)."""
+    native turns to an upstream that serves the WebSocket mode (None: HTTP per turn). The door
+    sets `answer`, its transcoder, when it writes the turn's events in the socket's own form
+    (proxy.core.protocols.responses.output.message_frames: each event's JSON and a newline)
+    instead of SSE (a bridged turn; a native one relays the upstream's SSE): its `final` is set
+    once the terminal event is written, so the socket needs no look at the events for it."""
 
     responses: StoredResponses
     saver: Callable[[bool], ResponseSaver]
     generate: bool = True
     upstream: ResponsesSocketUpstream | None = None
+    answer: Answer | None = None
+
+
+class Answer(Protocol):
+    """A turn's answer as the socket reads it: its terminal `Response` once written."""
+
+    @property
+    def final(self) -> dict[str, Any] | None: ...
 
 
 @dataclass(slots=True)
@@ -296,7 +307,12 @@ class ResponsesDoor(Door):
             )
         else:
             sealer = reasoning_sealer(ctx, spill if self.store is not None else None)
-            transcoder = ResponsesTranscoder(frame, seal=sealer, new_id=new_id, tool_names=bridged.tool_names)
+            socket = turn is not None  # (a socket turn's events in the socket's form: no SSE)
+            transcoder = ResponsesTranscoder(
+                frame, seal=sealer, new_id=new_id, tool_names=bridged.tool_names, socket=socket
+            )
+            if turn is not None:
+                turn.answer = transcoder
         door = BridgeOutput(transcoder, notes=_notes(bridged, report, unopened, unresolved, repeated))
         door.spill, door.spill_store, door.tenant = spill, self.store, tenant
         if turn is not None:  # (a socket keeps every response of its own; the store those stored)

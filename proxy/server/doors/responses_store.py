@@ -200,6 +200,23 @@ class StoredResponses:
         refs = list(dict.fromkeys(item["id"] for item in items if is_reference(item)))
         if not refs:
             return items, [], []
+        found = await self.referenced(refs, tenants, expansion)
+        out: list[Any] = []
+        placed: set[str] = set()
+        repeated: dict[str, None] = {}
+        for item in items:
+            if not is_reference(item):
+                out.append(item)
+            elif item["id"] in placed:
+                repeated[item["id"]] = None
+            else:
+                placed.add(item["id"])
+                if item["id"] in found:
+                    out.append(found[item["id"]])
+        return out, [ref for ref in refs if ref not in found], list(repeated)
+
+    async def referenced(self, refs: list[str], tenants: Tenants, expansion: Expansion) -> dict[str, Any]:
+        """The stored items of the ids `refs` the store holds, by id (counted against `expansion`)."""
         found: dict[str, Any] = {}
         if self.store is not None:
             # In batches, each counted before the next is read: past the limit, the 413 comes
@@ -215,19 +232,7 @@ class StoredResponses:
                     if value:
                         expansion.charge(len(value))
                         found[ref] = jsonio.loads(value)
-        out: list[Any] = []
-        placed: set[str] = set()
-        repeated: dict[str, None] = {}
-        for item in items:
-            if not is_reference(item):
-                out.append(item)
-            elif item["id"] in placed:
-                repeated[item["id"]] = None
-            else:
-                placed.add(item["id"])
-                if item["id"] in found:
-                    out.append(found[item["id"]])
-        return out, [ref for ref in refs if ref not in found], list(repeated)
+        return found
 
     async def spilled(self, keys: list[str]) -> dict[str, bytes | None]:
         """The large reasoning payloads the history's blobs refer to (a store fault: none)."""

@@ -24,6 +24,10 @@ client's (proxy.server.upstream.responses_socket: the turn planned as over HTTP,
 - `generate: false`: the response is made and kept without asking the upstream (bridged), or sent
   on to a native upstream's WebSocket (a native upstream over HTTP refuses it).
 - `response.steer`: `response.steer.failed` (`steering_not_supported`).
+- `response.append` (Codex's first WebSocket protocol): the last `response.create` continued by
+  `previous_response_id` (the response it ended with) with the appended input, a turn like any
+  other (proxy.core.protocols.responses.socket.appended); with no response to continue (none yet,
+  or the last failed) an `error` event `previous_response_not_found`.
 - Limits: a message is at most THINKPROXY_MAX_BODY_BYTES (past it: an `error` event, then close
   1009); a socket with no message and no turn for IDLE_TIMEOUT_S closes (1000, "idle timeout"); a
   socket lives at most MAX_LIFETIME_S (a create past it is refused, its running turn finishes
@@ -47,7 +51,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
-from starlette.websockets import WebSocket, WebSocketState
+from starlette.websockets import WebSocket
 
 from proxy.core import jsonio
 from proxy.core.errors import BadRequest, PayloadTooLarge, ProxyError
@@ -55,11 +59,14 @@ from proxy.core.events import AccessRecord
 from proxy.core.gateway import presented_key
 from proxy.core.plan import request as plan
 from proxy.core.protocols.responses.socket import (
+    Append,
     Create,
     Steer,
+    appended,
     error_event,
     read_message,
     steer_failed,
+    terminal_response_id,
 )
 from proxy.core.replay.keys import tenant_of
 from proxy.server.access_log import log_access
@@ -140,9 +147,9 @@ class ResponsesSocket:
         except Exception:
             logger.exception("Unexpected error on a Responses WebSocket; it is closed (1011).")
             record.error = "internal_error"
-            await _close(websocket, CLOSE_INTERNAL, "internal error")
+            await connection.close(CLOSE_INTERNAL, "internal error")
         finally:
-            connection.gone.set()  # (a turn still running is the client's no more: it ends)
+            connection.leave()  # (a turn still running is the client's no more: it ends)
             try:
                 if connection.turn is not None:
                     await asyncio.gather(connection.turn, return_exceptions=True)
@@ -167,7 +174,7 @@ class ResponsesSocket:
                 expired = expired or now >= deadline
                 if expired and not connection.busy:
                     await connection.send(error_event(self._limit_reached()))
-                    await _close(websocket, CLOSE_NORMAL, "connection limit reached")
+                    await connection.close(CLOSE_NORMAL, "connection limit reached")
                     return "websocket_connection_limit_reached"
                 if receiving is None:
                     receiving = asyncio.ensure_future(websocket.receive())
@@ -190,7 +197,7 @@ class ResponsesSocket:
                         and now < deadline
                         and now - connection.last_active >= self.idle_timeout
                     ):
-                        await _close(websocket, CLOSE_NORMAL, "idle timeout")
+                        await connection.close(CLOSE_NORMAL, "idle timeout")
                         return "idle_timeout"
                     continue
                 message, receiving = receiving.result(), None
@@ -214,18 +221,26 @@ class ResponsesSocket:
             event = read_message(text if text is not None else data or b"", limit)
         except PayloadTooLarge as exc:
             await connection.send(error_event(exc))
-            await _close(connection.websocket, CLOSE_TOO_BIG, "message too big")
+            await connection.close(CLOSE_TOO_BIG, "message too big")
             return exc.code
         except ProxyError as exc:
             await connection.send(error_event(exc))
             return None
         if isinstance(event, Steer):
             await connection.send(steer_failed(event))
-        elif expired:
-            await connection.send(error_event(self._limit_reached(), event.stream_id))
+            return None
+        stream_id = event.stream_id if isinstance(event, Create) else None
+        if expired:
+            await connection.send(error_event(self._limit_reached(), stream_id))
         elif connection.busy and not connection.settling:
-            await connection.send(error_event(_in_progress(), event.stream_id))
+            await connection.send(error_event(_in_progress(), stream_id))
         else:  # (a settling turn's answer is whole: the next one starts after its bookkeeping)
+            if isinstance(event, Append):
+                last, response_id = connection.last_create, terminal_response_id(connection.last_terminal)
+                if last is None or response_id is None:
+                    await connection.send(error_event(_nothing_to_append()))
+                    return None
+                event = appended(last, response_id, event)
             connection.settling = False
             connection.turn = asyncio.create_task(self._turn(connection, event, connection.turn))
         return None
@@ -245,12 +260,14 @@ class ResponsesSocket:
         starts once `previous` (the turn before, settling: its answer whole) has ended."""
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
+        connection.last_create, connection.last_terminal = create, None
         body = jsonio.dumps(create.body)
         reasoning = create.body.get("reasoning")
         effort_set = isinstance(reasoning, dict) and reasoning.get("effort") is not None
         scope = turn_scope(connection.websocket.scope, body, effort_set)
         responses = connection.responses
-        scope[SOCKET_TURN] = SocketTurn(responses, responses.saver, create.generate, connection.upstream)
+        turn = SocketTurn(responses, responses.saver, create.generate, connection.upstream)
+        scope[SOCKET_TURN] = turn
         delivered = False
 
         async def receive() -> Message:
@@ -261,7 +278,7 @@ class ResponsesSocket:
             await connection.gone.wait()
             return {"type": "http.disconnect"}
 
-        writer = TurnWriter(connection, create.stream_id, self.door.proxy.s.settings.max_response_bytes)
+        writer = TurnWriter(connection, create.stream_id, self.door.proxy.s.settings.max_response_bytes, turn)
         try:
             response: Response = await self.door.turn(Request(scope, receive))
             await response(scope, receive, writer)
@@ -290,6 +307,16 @@ def _too_many_sockets(cap: int) -> TooManySockets:
     )
 
 
+def _nothing_to_append() -> BadRequest:
+    return BadRequest(
+        "response.append adds input to the last response on this WebSocket, and there is none to "
+        "continue: no response ended on it yet, or the last one failed. Send a response.create (with "
+        "previous_response_id to continue an earlier response).",
+        code="previous_response_not_found",
+        param="type",
+    )
+
+
 def _in_progress() -> BadRequest:
     return BadRequest(
         "A response is already in progress on this WebSocket: one runs at a time per connection. Wait "
@@ -307,11 +334,3 @@ async def _deny(websocket: WebSocket, error: ProxyError) -> None:
         await websocket.send_denial_response(response)
     else:
         await websocket.close()
-
-
-async def _close(websocket: WebSocket, code: int, reason: str) -> None:
-    if websocket.application_state == WebSocketState.CONNECTED:
-        try:
-            await websocket.close(code, reason)
-        except Exception:  # (the client left first)
-            logger.debug("Closing a Responses WebSocket failed: the client had left.")

@@ -1,7 +1,7 @@
 """A Responses WebSocket's own responses (proxy.server.doors.responses_ws): kept in memory on the
-connection, in front of the state store, so that `previous_response_id` continues them with
-`store: false` and with the state store off, as OpenAI's WebSocket mode keeps connection-local
-state. They end with the socket.
+connection, in front of the state store, so that `previous_response_id` continues them and an
+`item_reference` names their output items with `store: false` and with the state store off, as
+OpenAI's WebSocket mode keeps connection-local state. They end with the socket.
 
 And the worker's count of open sockets per client key (`KeySockets`,
 THINKPROXY_MAX_SOCKETS_PER_KEY).
@@ -12,18 +12,22 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from proxy.core import jsonio
+from proxy.core.protocols.expansion import Expansion
 from proxy.core.protocols.responses.state import RESPONSE_KIND, STORED_RESPONSE_CAP, StoredResponse
-from proxy.core.replay.keys import store_key
+from proxy.core.replay.keys import Tenants, store_key
 from proxy.server.doors.responses import ResponseSaver
-from proxy.server.doors.responses_store import MAX_CHAIN_TURNS, StoredResponses
+from proxy.server.doors.responses_store import ITEM_KIND, MAX_CHAIN_TURNS, StoredResponses
 
 
 class SocketResponses(StoredResponses):
     """A connection's own responses, kept in memory in front of the state store: what
-    `previous_response_id` reads first, whatever the turn's `store` and whether the store is on.
-    Bounded: at most `max_bytes` of records (THINKPROXY_MAX_BODY_BYTES: what one request may expand
-    into anyway) and MAX_CHAIN_TURNS of them, the oldest dropped first (continuing a dropped one
-    is `previous_response_not_found`, as for an expired stored one)."""
+    `previous_response_id` reads first, and each one's output items, what an `item_reference`
+    reads first, whatever the turn's `store` and whether the store is on. Bounded: at most
+    `max_bytes` of records (THINKPROXY_MAX_BODY_BYTES: what one request may expand into anyway)
+    and MAX_CHAIN_TURNS of them, the oldest dropped first with its items (continuing a dropped
+    one is `previous_response_not_found`, as for an expired stored one; a reference to one of its
+    items is left out, as one the store no longer holds)."""
 
     def __init__(self, shared: StoredResponses, max_bytes: int, max_turns: int = MAX_CHAIN_TURNS) -> None:
         super().__init__(shared.store)
@@ -32,6 +36,10 @@ class SocketResponses(StoredResponses):
         self.max_turns = max_turns
         self.held: OrderedDict[str, bytes] = OrderedDict()
         self.size = 0
+        # Each held response's output items, by the key the store keeps them under (the tenant's
+        # item key: a rotated secret's hash still finds them), and the keys of each response's.
+        self.items: dict[str, bytes] = {}
+        self.items_of: dict[str, list[str]] = {}
 
     async def load_raw(self, key: str) -> bytes | None:
         held = self.held.get(key)
@@ -41,17 +49,43 @@ class SocketResponses(StoredResponses):
             return None
         return await super().load_raw(key)
 
-    def keep(self, key: str, record: bytes) -> None:
-        old = self.held.pop(key, None)
-        if old is not None:
-            self.size -= len(old)
+    async def referenced(self, refs: list[str], tenants: Tenants, expansion: Expansion) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for ref in refs:
+            for tenant in tenants.every:
+                value = self.items.get(store_key(tenant, ITEM_KIND, ref))
+                if value is not None:
+                    expansion.charge(len(value))
+                    found[ref] = jsonio.loads(value)
+                    break
+        rest = [ref for ref in refs if ref not in found]
+        if rest and self.store is not None:
+            found.update(await super().referenced(rest, tenants, expansion))
+        return found
+
+    def keep(self, key: str, record: bytes, items: dict[str, bytes] | None = None) -> None:
+        """A response's record under its store key, and its output `items` by their item keys."""
+        self._drop(key)
         self.held[key] = record
         self.size += len(record)
+        if items:
+            self.items.update(items)
+            self.items_of[key] = list(items)
+            self.size += sum(len(value) for value in items.values())
         # (the record just kept stays, even alone past max_bytes: the next turn continues it; it is
         # at most STORED_RESPONSE_CAP, a larger one kept as its stub)
         while len(self.held) > 1 and (self.size > self.max_bytes or len(self.held) > self.max_turns):
-            _, dropped = self.held.popitem(last=False)
-            self.size -= len(dropped)
+            self._drop(next(iter(self.held)))
+
+    def _drop(self, key: str) -> None:
+        """A held response and its items let go (nothing when not held)."""
+        record = self.held.pop(key, None)
+        if record is not None:
+            self.size -= len(record)
+        for item_key in self.items_of.pop(key, ()):
+            value = self.items.pop(item_key, None)
+            if value is not None:
+                self.size -= len(value)
 
     def saver(self, shared: bool) -> ResponseSaver:
         return _TurnSaver(self, shared)
@@ -76,9 +110,14 @@ class _TurnSaver:
     ) -> None:
         record = StoredResponse(own, final, previous)
         encoded = record.encode()
-        if len(encoded) > STORED_RESPONSE_CAP:
+        items: dict[str, bytes] = {}
+        if len(encoded) > STORED_RESPONSE_CAP:  # (a stub, as the store keeps it: no items either)
             encoded = record.stub(len(encoded)).encode()
-        self.responses.keep(store_key(tenant, RESPONSE_KIND, str(final["id"])), encoded)
+        else:  # (each output item under its own id: a client's item_reference, as the store's)
+            for item in final.get("output") or ():
+                if isinstance(item, dict) and isinstance(item.get("id"), str):
+                    items[store_key(tenant, ITEM_KIND, item["id"])] = jsonio.dumps(item)
+        self.responses.keep(store_key(tenant, RESPONSE_KIND, str(final["id"])), encoded, items)
         if self.shared:
             await self.responses.shared.save(tenant, final, own, previous, earlier_keys)
 

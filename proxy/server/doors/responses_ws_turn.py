@@ -1,12 +1,20 @@
 """One Responses WebSocket turn's I/O (proxy.server.doors.responses_ws): the HTTP scope a
 `response.create` runs under (`turn_scope`), the socket's state a turn shares (`Connection`), and
-the ASGI `send` that turns the door's SSE answer into the socket's messages (`TurnWriter`: one
+the ASGI `send` that turns the door's answer into the socket's messages (`TurnWriter`: one
 message per event; a turn always ends with a terminal event, an `error` event when its stream was
-cut short; an answer that is not a stream is one `error` event)."""
+cut short; an answer that is not a stream is one `error` event).
+
+A bridged turn's door writes its events in the socket's own form (SocketTurn.answer: each
+event's JSON and a newline, proxy.core.protocols.responses.output.message_frames), which the writer
+sends as they are, a write's messages cut with one decode and one `split`; a native turn's answer
+is the upstream's SSE, split into events by `EventSplitter`. (Encoding the bridged events as SSE
+only to split them again cost a socket turn more than the HTTP door's whole write per event:
+bench/README.md, "The Responses WebSocket mode, counted".)"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,16 +22,16 @@ from typing import Any
 from starlette.types import Message, Send
 from starlette.websockets import WebSocket, WebSocketState
 
+from proxy.core import jsonio
 from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
-from proxy.core.protocols.responses.socket import (
-    EventSplitter,
-    MessagesTooLarge,
-    error_event,
-    error_from_answer,
-)
+from proxy.core.protocols.responses.socket import Create, error_event, error_from_answer
+from proxy.core.protocols.responses.socket_events import EventSplitter, MessagesTooLarge
+from proxy.server.doors.responses import Answer, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
+
+logger = logging.getLogger("thinkproxy.responses")
 
 # Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
 _SOCKET_HEADERS = frozenset(
@@ -80,6 +88,9 @@ class Connection:
         self.raw_send: Send = send if send is not None else websocket.send
         self.responses = responses
         self.gone = asyncio.Event()
+        # Messages may go out: the socket is accepted, not closed by the proxy, its client not
+        # gone (`leave`, `close`). A plain flag, read once per door write.
+        self.sending = True
         self.turn: asyncio.Task[None] | None = None
         # The running turn's answer is whole (its terminal event out): what is left is its
         # bookkeeping (the upstream closed, the access line), and a next turn waits for it.
@@ -87,11 +98,25 @@ class Connection:
         self.last_active = time.monotonic()
         # Its native turns' upstream WebSocket (opened at the first that needs it), when set.
         self.upstream: ResponsesSocketUpstream | None = None
+        # The last turn's `response.create` and the terminal message it ended with (what a
+        # `response.append` continues; read only then).
+        self.last_create: Create | None = None
+        self.last_terminal: str | None = None
 
-    @property
-    def open(self) -> bool:
-        """The socket is accepted and not closed by the proxy (messages may go out)."""
-        return self.websocket.application_state is WebSocketState.CONNECTED
+    def leave(self) -> None:
+        """The client is gone (or the socket ends): its running turn ends, nothing more goes out."""
+        self.sending = False
+        self.gone.set()
+
+    async def close(self, code: int, reason: str) -> None:
+        """The proxy closes the socket (a running turn sends nothing more)."""
+        self.sending = False
+        websocket = self.websocket
+        if websocket.application_state == WebSocketState.CONNECTED:
+            try:
+                await websocket.close(code, reason)
+            except Exception:  # (the client left first)
+                logger.debug("Closing a Responses WebSocket failed: the client had left.")
 
     @property
     def busy(self) -> bool:
@@ -104,14 +129,14 @@ class Connection:
 
     async def send_all(self, texts: Sequence[str]) -> None:
         """Messages to the client, in order; as `send`."""
-        if self.gone.is_set() or not self.open:
+        if not self.sending:
             return
         send = self.raw_send
         try:
             for text in texts:
                 await send({"type": "websocket.send", "text": text})
         except Exception:  # (closed under us: the reader sees the disconnect)
-            self.gone.set()
+            self.leave()
 
 
 # A non-stream answer (an error body, the proxy's or the upstream's) is kept up to this many bytes:
@@ -125,13 +150,41 @@ class TurnWriter:
     ends without a terminal event (the upstream cut it, a read timeout, an event past
     THINKPROXY_MAX_RESPONSE_BYTES) ends with an `error` event: the client never waits for one."""
 
-    __slots__ = ("body", "connection", "kept", "splitter", "status", "stream_id", "streaming", "too_large")
+    __slots__ = (
+        "answer",
+        "body",
+        "connection",
+        "kept",
+        "limit",
+        "pending",
+        "prefix",
+        "splitter",
+        "status",
+        "stream_id",
+        "streaming",
+        "too_large",
+        "turn",
+    )
 
-    def __init__(self, connection: Connection, stream_id: str | None, max_event_bytes: int) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        stream_id: str | None,
+        max_event_bytes: int,
+        turn: SocketTurn | None = None,
+    ) -> None:
         self.connection = connection
         self.stream_id = stream_id
+        self.turn = turn
         # (one event holds at most a whole response: `response.completed` carries its output)
         self.splitter = EventSplitter(stream_id, max_event_bytes)
+        self.limit = self.splitter.limit
+        # The door's transcoder when it writes the socket's form (SocketTurn.answer), read at the
+        # answer's start: its `final` says the terminal event is written.
+        self.answer: Answer | None = None
+        self.pending = b""  # (the socket's form: a write's tail after its last newline)
+        # (the stream id spliced in after each message's opening brace: no message parsed again)
+        self.prefix = "" if stream_id is None else '{"stream_id":' + jsonio.dumps(stream_id).decode() + ","
         self.status = 0
         self.streaming = False
         self.body: list[bytes] = []
@@ -161,21 +214,39 @@ class TurnWriter:
         splitter = self.splitter
         if splitter.terminal or self.too_large is not None:
             return  # (the answer is whole, or already failed: the rest is not the client's)
-        try:
-            texts = splitter.feed(data)
-        except MessagesTooLarge as exc:
-            self.too_large = exc
-            texts = exc.messages
+        answer = self.answer
+        if answer is not None:  # the door's events in the socket's form
+            if self.pending or data[-1] != 10 or len(data) > self.limit:
+                texts = self._messages(data)  # (a cut event, or one that may be past the limit)
+            else:  # (the door's writes: whole events; a paced stream's, one)
+                body = data[:-1]
+                texts = (
+                    [body.decode("utf-8", "replace")]
+                    if body.find(b"\n") < 0  # (not `in`: bytes' `in` raises inside, ~2k instructions)
+                    else body.decode("utf-8", "replace").split("\n")
+                )
+                if self.prefix:
+                    texts = [self.prefix + text[1:] for text in texts]
+            if answer.final is not None and not self.pending and self.too_large is None:
+                splitter.terminal = True  # (the door wrote its terminal event, the last: all out)
+        else:
+            try:
+                texts = splitter.feed(data)
+            except MessagesTooLarge as exc:
+                self.too_large = exc
+                texts = exc.messages
         connection = self.connection
-        if texts and not connection.gone.is_set() and connection.open:
+        if texts and connection.sending:
             send = connection.raw_send
             try:
                 for text in texts:
                     await send({"type": "websocket.send", "text": text})
             except Exception:  # (closed under us: the reader sees the disconnect)
-                connection.gone.set()
+                connection.leave()
         if splitter.terminal:  # (a next create may follow now: the rest is bookkeeping)
             connection.settling = True
+            if texts:
+                connection.last_terminal = texts[-1]
 
     def _start(self, message: Message) -> None:
         self.status = message["status"]
@@ -184,10 +255,47 @@ class TurnWriter:
             if name.lower() == b"content-type":
                 content_type = value
         self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
+        self.answer = self.turn.answer if self.streaming and self.turn is not None else None
+
+    def _messages(self, data: bytes) -> list[str]:
+        """The messages of one write in the socket's form, in general: the events it ends, as
+        they are (the stream id spliced in); a tail cut mid-event waits for its rest. An event
+        past the limit: the messages before it, `too_large` set."""
+        if self.pending:
+            data, self.pending = self.pending + data, b""
+        if not data.endswith(b"\n"):  # (the door writes whole events; a cut one waits for its rest)
+            cut = data.rfind(b"\n") + 1
+            data, self.pending = data[:cut], data[cut:]
+        limit = self.limit
+        if len(data) > limit or len(self.pending) > limit:  # (rare: only then is each measured)
+            data = self._within_limit(data)
+        texts = data.decode("utf-8", "replace").split("\n")
+        texts.pop()  # (what follows the last newline: nothing)
+        prefix = self.prefix
+        return [prefix + text[1:] for text in texts] if prefix else texts
+
+    def _within_limit(self, data: bytes) -> bytes:
+        """The events of `data` before the first past the limit (then `too_large` is set and
+        nothing more goes out)."""
+        lines = data.split(b"\n")[:-1]
+        fitting = 0
+        for line in lines:
+            if len(line) + 1 > self.limit:
+                break
+            fitting += 1
+        if fitting < len(lines) or len(self.pending) > self.limit:
+            self.too_large, self.pending = MessagesTooLarge(self.limit, []), b""
+        return b"".join([line + b"\n" for line in lines[:fitting]])
 
     async def end(self) -> None:
-        if self.streaming:
-            await self.connection.send_all(self.splitter.flush())
+        if self.answer is not None:
+            if not self.splitter.terminal:  # (a tail cut mid-event is dropped, as the splitter's)
+                await self.connection.send(error_event(self._cut_short(), self.stream_id))
+        elif self.streaming:
+            tail = self.splitter.flush()
+            await self.connection.send_all(tail)
+            if tail:
+                self.connection.last_terminal = tail[-1]
             if not self.splitter.terminal:
                 await self.connection.send(error_event(self._cut_short(), self.stream_id))
         elif self.status:

@@ -49,7 +49,8 @@ import yarl
 from proxy.core import jsonio
 from proxy.core.errors import BadRequest, UpstreamUnreachable
 from proxy.core.plan.request import UpstreamRequest
-from proxy.core.protocols.responses.socket import CREATE, TERMINAL_TYPES, message_type
+from proxy.core.protocols.responses.socket import CREATE
+from proxy.core.protocols.responses.socket_events import TERMINAL_TYPES, message_type
 from proxy.server.egress import ConnectGuard, GuardedAiohttpResolver
 from proxy.server.upstream.aiohttp_client import wire_headers
 from proxy.server.upstream.common import (

@@ -127,6 +127,68 @@ def test_the_next_turn_continues_a_store_false_response_from_the_connection_with
     assert refused["error"]["code"] == "previous_response_not_found"
 
 
+def test_an_item_reference_names_an_item_of_a_store_false_response_held_by_the_connection(
+    mock: BackgroundServer,
+) -> None:
+    """`item_reference` reads the connection's own responses first (store: false, the state store
+    off), as `previous_response_id` does; an id the connection does not hold is what it is over
+    HTTP (left out, the trace says so), and another connection does not hold it."""
+    app = app_for(mock, state="off")
+    unknown = [{"type": "item_reference", "id": "msg_nowhere"}, {"role": "user", "content": "And again"}]
+    with TestClient(app) as client:
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
+            ws.send_text(create(input="Hi there", store=False))
+            first = turn(ws)[-1]["response"]
+            (message,) = [item for item in first["output"] if item["type"] == "message"]
+            reference = [
+                {"type": "item_reference", "id": message["id"]},
+                {"role": "user", "content": "And again"},
+            ]
+            ws.send_text(create(input=reference, store=False))
+            referred = turn(ws)[-1]
+            referred_upstream = last_upstream(mock)["body"]["messages"]
+            ws.send_text(create(input=unknown, store=False))
+            unknown_socket = turn(ws)[-1]
+            unknown_upstream = last_upstream(mock)["body"]["messages"]
+        with client.websocket_connect("/v1/responses", headers=dict(KEY)) as other:
+            other.send_text(create(input=reference, store=False))
+            turn(other)
+            other_upstream = last_upstream(mock)["body"]["messages"]
+        posted = client.post(
+            "/v1/responses", json={"model": MODEL, "input": unknown, "store": False}, headers=dict(KEY)
+        )
+        posted_upstream = last_upstream(mock)["body"]["messages"]
+    assert referred["type"] == "response.completed"
+    assert [m["role"] for m in referred_upstream] == ["assistant", "user"]
+    assert referred_upstream[0]["content"] == message["content"][0]["text"]
+    assert posted.status_code == 200 and unknown_socket["type"] == "response.completed"
+    assert unknown_upstream == posted_upstream == other_upstream == [{"role": "user", "content": "And again"}]
+
+
+def test_a_response_append_continues_the_last_response_with_the_added_input(mock: BackgroundServer) -> None:
+    """Codex's first WebSocket protocol: `response.append` after a response ended is the last
+    request with items added (its fields, its input, the response's output, then the new items);
+    with nothing to continue it is an `error` event and the socket goes on."""
+    added = [{"role": "user", "content": "And again"}]
+    with (
+        TestClient(app_for(mock, state="off")) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ws.send_text(json.dumps({"type": "response.append", "input": added}))
+        early = json.loads(ws.receive_text())
+        ws.send_text(create(input="Hi there", store=False, instructions="Be brief."))
+        first = turn(ws)[-1]["response"]
+        ws.send_text(json.dumps({"type": "response.append", "input": added}))
+        second = turn(ws)
+    assert early["type"] == "error" and early["error"]["code"] == "previous_response_not_found"
+    assert second[-1]["type"] == "response.completed"
+    assert second[-1]["response"]["previous_response_id"] == first["id"]
+    assert second[-1]["response"]["instructions"] == "Be brief."  # (the last request's fields)
+    messages = last_upstream(mock)["body"]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"] == "Hi there" and messages[3]["content"] == "And again"
+
+
 def test_a_stored_response_is_also_kept_in_the_state_store(mock: BackgroundServer) -> None:
     with TestClient(app_for(mock, state="on")) as client:
         with client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
@@ -319,7 +381,7 @@ def test_a_malformed_message_is_an_error_event_and_the_socket_goes_on(mock: Back
     ):
         ws.send_text("{not json")
         bad = json.loads(ws.receive_text())
-        ws.send_text(json.dumps({"type": "response.append", "input": []}))
+        ws.send_text(json.dumps({"type": "response.cancel"}))
         unknown = json.loads(ws.receive_text())
         ws.send_text(create(input="Hi", background=True))
         background = json.loads(ws.receive_text())

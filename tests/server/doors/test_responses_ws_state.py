@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from proxy.core.protocols.expansion import UNBOUNDED, Expansion
 from proxy.core.protocols.responses.state import RESPONSE_KIND, StoredResponse
-from proxy.core.replay.keys import store_key
-from proxy.server.doors.responses_store import StoredResponses
+from proxy.core.replay.keys import Tenants, store_key
+from proxy.server.doors.responses_store import ITEM_KIND, StoredResponses
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
 from proxy.state.memory import MemoryStore
+from tests.server.doors.test_responses_store import CTX
 
 TENANT = "t" * 16
 
@@ -24,6 +26,10 @@ def final(response_id: str, text: str = "hi") -> dict[str, Any]:
 
 def key(response_id: str) -> str:
     return store_key(TENANT, RESPONSE_KIND, response_id)
+
+
+def item_key(item_id: str) -> str:
+    return store_key(TENANT, ITEM_KIND, item_id)
 
 
 def test_an_unstored_response_is_kept_on_the_connection_only() -> None:
@@ -52,10 +58,30 @@ def test_the_oldest_records_go_first_past_the_bounds() -> None:
     for name in ("resp_1", "resp_2", "resp_3"):
         asyncio.run(responses.saver(False).save(TENANT, final(name), [], None, []))
     assert list(responses.held) == [key("resp_2"), key("resp_3")]
-    small = SocketResponses(StoredResponses(None), max_bytes=len(responses.held[key("resp_3")]) + 10)
+    # (a dropped response's output items go with it; what is held is counted with its items)
+    assert list(responses.items) == [item_key("msg_resp_2"), item_key("msg_resp_3")]
+    held = len(responses.held[key("resp_3")]) + len(responses.items[item_key("msg_resp_3")])
+    small = SocketResponses(StoredResponses(None), max_bytes=held + 10)
     for name in ("resp_1", "resp_2"):
         asyncio.run(small.saver(False).save(TENANT, final(name), [], None, []))
-    assert list(small.held) == [key("resp_2")] and small.size == len(small.held[key("resp_2")])
+    assert list(small.held) == [key("resp_2")] and list(small.items) == [item_key("msg_resp_2")]
+    assert small.size == len(small.held[key("resp_2")]) + len(small.items[item_key("msg_resp_2")])
+
+
+def test_an_item_reference_reads_the_connection_first_then_the_store() -> None:
+    store = MemoryStore(ttl=60)
+    responses = SocketResponses(StoredResponses(store), max_bytes=1 << 20)
+    tenants = Tenants(TENANT)
+    refs = [{"type": "item_reference", "id": i} for i in ("msg_resp_a", "msg_resp_b", "msg_gone")]
+
+    async def run() -> tuple[list[Any], list[str], list[str]]:
+        await responses.saver(False).save(TENANT, final("resp_a", "own"), [], None, [])
+        await StoredResponses(store).save(TENANT, final("resp_b", "stored"), [], None, [])
+        return await responses.resolve_references(refs, tenants, Expansion(CTX, UNBOUNDED))
+
+    items, unresolved, repeated = asyncio.run(run())
+    assert [item["content"][0]["text"] for item in items] == ["own", "stored"]
+    assert unresolved == ["msg_gone"] and repeated == []
 
 
 def test_the_newest_record_stays_even_when_it_alone_is_past_max_bytes() -> None:

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import cast
+from collections.abc import Callable
+from typing import Any, cast
 
+import pytest
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketState
 
+from proxy.core.protocols.responses.output import frames, message_frames
+from proxy.server.doors.responses import ResponseSaver, SocketTurn
+from proxy.server.doors.responses_store import StoredResponses
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
 
@@ -28,10 +33,27 @@ class FakeSocket:
         self.sent.append(message["text"])
 
 
-def writer_for(stream: bool) -> tuple[TurnWriter, Connection, FakeSocket]:
+class FakeAnswer:
+    """The door's transcoder as the writer reads it: `final` set once the terminal event is
+    written (set here by the test when it writes one)."""
+
+    def __init__(self) -> None:
+        self.final: dict[str, Any] | None = None
+
+
+def answered(writer: TurnWriter) -> FakeAnswer:
+    return cast(FakeAnswer, writer.answer)
+
+
+def writer_for(
+    stream: bool, *, messages: bool = False, stream_id: str | None = None, limit: int = 1 << 20
+) -> tuple[TurnWriter, Connection, FakeSocket]:
+    """A turn's writer after the answer's start; `messages`: the door writes the socket's form."""
     socket = FakeSocket()
     connection = Connection(cast(WebSocket, socket), cast(SocketResponses, None))
-    writer = TurnWriter(connection, None, 1 << 20)
+    turn = SocketTurn(cast(StoredResponses, None), cast(Callable[[bool], ResponseSaver], None))
+    turn.answer = FakeAnswer() if messages else None
+    writer = TurnWriter(connection, stream_id, limit, turn)
     kind = b"text/event-stream" if stream else b"application/json"
     asyncio.run(
         writer(
@@ -63,3 +85,83 @@ def test_the_terminal_event_settles_the_turn_while_the_upstream_holds_the_stream
     assert connection.settling  # (a next create may come: the answer is whole)
     asyncio.run(writer.end())
     assert [json.loads(text)["type"] for text in socket.sent] == ["response.completed"]
+
+
+def socket_turn_events() -> list[dict[str, Any]]:
+    """A turn's events as the door numbers them: text deltas (quotes, newlines, non-ASCII), a
+    terminal event."""
+    deltas = ['He said "hi"', "line\nbreak", "Zürich ✓", "\u2028"]
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "sequence_number": 0, "response": {"id": "r"}}
+    ]
+    events += [
+        {"type": "response.output_text.delta", "sequence_number": n, "item_id": "m", "delta": d}
+        for n, d in enumerate(deltas, 1)
+    ]
+    events.append({"type": "response.completed", "sequence_number": 5, "response": {"id": "r"}})
+    return events
+
+
+def sent_by(writer: TurnWriter, socket: FakeSocket, pieces: list[bytes]) -> list[str]:
+    written = b""
+    for piece in pieces:
+        written += piece
+        if writer.answer is not None and b'"response.completed"' in written:
+            answered(writer).final = {"id": "r"}  # (as the door's transcoder, writing it)
+        asyncio.run(writer({"type": "http.response.body", "body": piece, "more_body": True}))
+    asyncio.run(writer.end())
+    return socket.sent
+
+
+@pytest.mark.parametrize("stream_id", [None, "lane-2"])
+def test_the_socket_form_sends_what_the_sse_form_sends_at_every_split(stream_id: str | None) -> None:
+    """A bridged turn's door writes its events in the socket's form (message_frames); the writer
+    sends exactly the messages it sends for the same events written as SSE, wherever the writes
+    are cut, the stream id spliced in alike."""
+    events = socket_turn_events()
+    sse, lines = frames(events), message_frames(events)
+    writer, _, socket = writer_for(stream=True, stream_id=stream_id)
+    expected = sent_by(writer, socket, [sse])
+    assert [json.loads(text)["type"] for text in expected] == [e["type"] for e in events]
+    assert all(json.loads(text).get("stream_id") == stream_id for text in expected)
+    for cut in range(len(lines) + 1):
+        writer, connection, socket = writer_for(stream=True, messages=True, stream_id=stream_id)
+        assert sent_by(writer, socket, [lines[:cut], lines[cut:]]) == expected, cut
+        assert connection.settling
+
+
+def test_the_socket_form_settles_at_the_terminal_event_and_sends_nothing_after_it() -> None:
+    events = socket_turn_events()
+    writer, connection, socket = writer_for(stream=True, messages=True)
+    asyncio.run(
+        writer({"type": "http.response.body", "body": message_frames(events[:-1]), "more_body": True})
+    )
+    assert not connection.settling
+    answered(writer).final = events[-1]["response"]
+    asyncio.run(
+        writer({"type": "http.response.body", "body": message_frames(events[-1:]), "more_body": True})
+    )
+    assert connection.settling
+    asyncio.run(writer({"type": "http.response.body", "body": message_frames(events[:1]), "more_body": True}))
+    asyncio.run(writer.end())
+    assert [json.loads(text)["type"] for text in socket.sent] == [e["type"] for e in events]
+
+
+def test_the_socket_form_cut_short_ends_with_an_error_event() -> None:
+    events = socket_turn_events()
+    writer, _, socket = writer_for(stream=True, messages=True)
+    lines = message_frames(events)
+    sent = sent_by(writer, socket, [lines[: lines.index(b"response.completed") + 5]])
+    assert len(sent) == len(events)  # (the cut terminal event dropped, an error in its place)
+    error = json.loads(sent[-1])
+    assert error["type"] == "error" and error["error"]["code"] == "stream_interrupted"
+
+
+def test_an_event_past_the_limit_in_the_socket_form_ends_the_turn_after_the_events_before_it() -> None:
+    events = socket_turn_events()
+    events[3]["delta"] = "x" * 500
+    writer, _, socket = writer_for(stream=True, messages=True, limit=400)
+    sent = sent_by(writer, socket, [message_frames(events)])
+    assert [json.loads(text)["type"] for text in sent[:-1]] == [e["type"] for e in events[:3]]
+    error = json.loads(sent[-1])
+    assert error["type"] == "error" and error["error"]["code"] == "response_too_large"

@@ -146,6 +146,25 @@ def test_native_turns_go_over_one_upstream_websocket_with_the_level_in_each_crea
     assert [r.level for r in turns][:2] == ["deep", "deep"]
 
 
+def test_a_response_append_reaches_the_upstream_socket_as_a_create_continuing_the_last_response(
+    mock: BackgroundServer,
+) -> None:
+    added = [{"role": "user", "content": "And again"}]
+    with (
+        TestClient(app_for(mock)) as client,
+        client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws,
+    ):
+        ws.send_text(create(input="Hi there", store=False))
+        first = turn(ws)[-1]["response"]
+        ws.send_text(json.dumps({"type": "response.append", "input": added}))
+        second = turn(ws)[-1]
+    assert second["type"] == "response.completed"
+    sent = creates(mock)[-2:]
+    assert sent[1]["previous_response_id"] == first["id"] and sent[1]["input"] == added
+    assert sent[1]["store"] is False and sent[1]["model"] == sent[0]["model"]
+    assert not [r for r in seen(mock) if r["method"] == "WS" and r["body"]["type"] == "response.append"]
+
+
 def test_in_gateway_mode_a_store_false_response_is_continued_on_its_socket_by_its_client_only(
     mock: BackgroundServer,
 ) -> None:

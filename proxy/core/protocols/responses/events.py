@@ -101,9 +101,13 @@ class ResponsesEncoder(DoorEncoder):
         seal: Seal,
         new_id: IdFactory,
         tool_names: Mapping[str, ToolName] | None = None,
+        socket: bool = False,
     ) -> None:
         super().__init__()
         self._frame = frame
+        # The WebSocket mode's form (output.message_frames) for the deltas written directly,
+        # instead of SSE: each event's JSON and a newline.
+        self._socket = socket
         # Chat function names that stand for a namespaced or a custom (freeform) Responses tool:
         # their calls go back as the client declared them (responses_tools.ToolName).
         self._tool_names = tool_names or {}
@@ -131,8 +135,9 @@ class ResponsesEncoder(DoorEncoder):
     def text_delta_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
         """Text deltas that continue the item streaming (most of a stream: a run's texts, or one
         chunk's), written directly: byte for byte `frames(feed([TextDelta([text])]))` (or
-        ReasoningDelta) for each text in turn, without building the events. None: not that case
-        (no such item streaming, or a text is empty), `feed` them instead."""
+        ReasoningDelta; `message_frames` in the socket form) for each text in turn, without
+        building the events. None: not that case (no such item streaming, or a text is empty),
+        `feed` them instead."""
         item = self._current
         if item is None or not item.begun or self._finished or self._finish is not None or not all(texts):
             return None
@@ -161,11 +166,13 @@ class ResponsesEncoder(DoorEncoder):
                 b',"content_index":0,"delta":',
                 b',"logprobs":[]}',
             )
-        head = b"event: " + kind + b'\ndata: {"type":"' + kind + b'","sequence_number":'
+        sse = not self._socket
+        head = (b"event: " + kind + b"\ndata: " if sse else b"") + b'{"type":"' + kind
+        head += b'","sequence_number":'
         middle = (
             b',"item_id":"' + item.item_id.encode() + b'","output_index":' + b"%d" % item.output_index + index
         )
-        form = head + b"%d" + middle.replace(b"%", b"%%") + b'"%s"' + tail + b"\n\n"
+        form = head + b"%d" + middle.replace(b"%", b"%%") + b'"%s"' + tail + (b"\n\n" if sse else b"\n")
         self._form_item, self._form = item, form
         return form
 

@@ -355,3 +355,10 @@ def frame(event: Mapping[str, Any]) -> bytes:
 
 def frames(events: Iterable[Mapping[str, Any]]) -> bytes:
     return b"".join(frame(event) for event in events)
+
+
+def message_frames(events: Iterable[Mapping[str, Any]]) -> bytes:
+    """Events in the WebSocket mode's form (a socket turn's door output): each event's JSON, the
+    very text of its SSE `data:` line, then a newline. The JSON holds no raw newline (orjson
+    escapes them in strings), so the socket splits a write into its messages with one `split`."""
+    return b"".join([jsonio.dumps(event) + b"\n" for event in events])

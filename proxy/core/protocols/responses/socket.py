@@ -10,13 +10,21 @@ the messages: `openai/types/responses/responses_client_event.py` and `responses_
   without model output; its response id may be continued), `stream_id` (the lane its events are
   tagged with); `stream` is implied, `background` is not supported over the socket.
   `response.steer` — `{input, previous_response_id}`, input queued for a continuation.
+  `response.append` — `{input, client_metadata?}`: Codex's first WebSocket protocol (before
+  `responses_websockets_v2`; codex-rs `codex-api/src/common.rs`, `ResponseAppendWsRequest`), sent
+  after a response ended on the connection when the next request differs from the last only by
+  items added to its input: a new response with the last `response.create`'s fields whose input is
+  the last request's, the last response's output, then `input`. That is the last create continued
+  by `previous_response_id` with `input` (`appended`): the connection holds both. (The pinned
+  Codex 0.171 speaks the v2 protocol, a `response.create` with `previous_response_id`, and never
+  sends it; openai-python 3.63 does not declare it.)
 - server → client, one JSON text message each: the same events the SSE stream carries (each
   with `sequence_number`; `stream_id` added when the `response.create` named one), `error`
   (`{type: "error", status, error: {type, code, message, param}}`: `ResponseWsError`), and for
   steering `response.steer.accepted|pending|failed` (`ResponseSteerFailedEvent`: `error.code`
   `steering_not_supported` when the model or mode cannot steer).
 
-`read_message` turns a client message into a `Create` or a `Steer` (a malformed one is a
+`read_message` turns a client message into a `Create`, a `Steer` or an `Append` (a malformed one is a
 BadRequest, which the edge sends as an `error` event); `EventSplitter` turns the SSE bytes the
 door writes for one turn (any split) into the socket's messages, comment lines (the trace, keep-
 alives) left out: a socket has no comment lines, and the trace never reaches it (the console,
@@ -30,31 +38,29 @@ from typing import Any
 
 from proxy.core import jsonio
 from proxy.core.errors import BadRequest, PayloadTooLarge, ProxyError, quoted
-from proxy.core.stream.sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, SSEDecoder, SSEEvent
 
 __all__ = [
+    "APPEND",
     "CREATE",
     "STEER",
-    "TERMINAL_TYPES",
+    "Append",
     "Create",
-    "EventSplitter",
-    "MessagesTooLarge",
     "Steer",
+    "appended",
     "error_event",
     "error_from_answer",
-    "message_type",
     "read_message",
     "steer_failed",
+    "terminal_response_id",
 ]
 
 CREATE = "response.create"
 STEER = "response.steer"
-# The events that end a turn: after one, the client may send its next `response.create`.
-TERMINAL_TYPES = frozenset({b"response.completed", b"response.incomplete", b"response.failed", b"error"})
-_TYPE_PREFIX = b'{"type":"'
+APPEND = "response.append"
+# The terminal events whose response a `response.append` continues (a failed one: none).
+_APPENDABLE = ("response.completed", "response.incomplete")
 # The envelope's own fields: not part of the POST body the door reads.
 _ENVELOPE = ("type", "generate", "stream_id")
-_NO_KIND = b""  # (an event without an `event:` line: typed by its data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +80,16 @@ class Steer:
     previous_response_id: Any
 
 
-def read_message(message: str | bytes, limit: int) -> Create | Steer:
+@dataclass(frozen=True, slots=True)
+class Append:
+    """A `response.append`: `input`, the items added; `fields`, what else it set (Codex's
+    `client_metadata`), applied over the last `response.create`'s."""
+
+    input: list[Any]
+    fields: dict[str, Any]
+
+
+def read_message(message: str | bytes, limit: int) -> Create | Steer | Append:
     """One client message; BadRequest (or PayloadTooLarge past `limit` bytes, the
     THINKPROXY_MAX_BODY_BYTES of a POST body) for one the protocol does not allow."""
     data = message.encode("utf-8", "surrogatepass") if isinstance(message, str) else message
@@ -93,9 +108,12 @@ def read_message(message: str | bytes, limit: int) -> Create | Steer:
     kind = parsed.get("type")
     if kind == STEER:
         return Steer(parsed.get("input"), parsed.get("previous_response_id"))
+    if kind == APPEND:
+        return _append(parsed)
     if kind != CREATE:
         raise BadRequest(
-            f"Unknown WebSocket event type {quoted(kind)}: the client events are {CREATE!r} and {STEER!r}.",
+            f"Unknown WebSocket event type {quoted(kind)}: the client events are {CREATE!r}, "
+            f"{STEER!r} and {APPEND!r}.",
             code="unknown_event_type",
             param="type",
         )
@@ -121,6 +139,50 @@ def read_message(message: str | bytes, limit: int) -> Create | Steer:
     body = {key: value for key, value in parsed.items() if key not in _ENVELOPE}
     body["stream"] = True
     return Create(body, generate, stream_id)
+
+
+def _append(parsed: dict[str, Any]) -> Append:
+    items = parsed.get("input")
+    if not isinstance(items, list) or not items:
+        raise BadRequest(
+            "response.append needs input: a non-empty array of the items added to the last request's.",
+            param="input",
+        )
+    fields = {key: value for key, value in parsed.items() if key not in ("type", "input")}
+    for name in ("stream", "background", "generate", "stream_id", "previous_response_id"):
+        if name in fields:  # (the continued request's own, or the envelope's: not an append's)
+            raise BadRequest(
+                f"{name} is not a field of response.append (it adds input to the last request); send a "
+                "response.create to change it.",
+                code="unsupported_parameter",
+                param=name,
+            )
+    return Append(items, fields)
+
+
+def appended(last: Create, response_id: str, append: Append) -> Create:
+    """The `response.create` an append stands for: `last`'s body (the last request on the
+    connection) with the append's fields over it, continuing `response_id` (the last response) by
+    `previous_response_id` with the appended `input`; generated, on the default lane."""
+    body = {**last.body, **append.fields, "input": append.input, "previous_response_id": response_id}
+    body["stream"] = True
+    return Create(body, True, None)
+
+
+def terminal_response_id(message: str | None) -> str | None:
+    """The id of the response a turn's terminal message ended, when a `response.append` may
+    continue it (`response.completed` or `response.incomplete`); None otherwise."""
+    if message is None:
+        return None
+    try:
+        event = jsonio.loads(message.encode("utf-8", "surrogatepass"))
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("type") not in _APPENDABLE:
+        return None
+    response = event.get("response")
+    found = response.get("id") if isinstance(response, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _tagged(event: dict[str, Any], stream_id: str | None) -> str:
@@ -170,179 +232,3 @@ def steer_failed(steer: Steer, stream_id: str | None = None) -> str:
         "steer": {"input": steer.input, "previous_response_id": steer.previous_response_id},
     }
     return _tagged(event, stream_id)
-
-
-class EventSplitter:
-    """One turn's SSE bytes (as the door writes them, any split) → the socket's text messages:
-    each event's data, `stream_id` added when the turn named one; events without data (comment
-    lines: the trace, keep-alives) are left out. `terminal` is set once an event of a terminal
-    type (TERMINAL_TYPES: its `event:` line, else the `type` its data opens with) was split
-    out; nothing after it is sent (the turn's answer is whole).
-
-    Two ways to split, the same messages either way. The events the proxy writes (and OpenAI's)
-    have one shape: `event: <type>` then one `data:` line, or a lone `data:` line, or a lone
-    comment line, each ended by a blank line, LF only. Those are split here on the blank lines
-    (`_split_plain`: no event objects, no line-by-line parse; for a burst turn the general
-    decoder's parse was the socket door's largest cost over the HTTP door, bench/README.md).
-    The first event of any other shape (a CR anywhere, several `data:` lines, an `id:`, …) hands
-    it and the rest of the stream to the general SSE decoder (proxy.core.stream.sse), for good."""
-
-    __slots__ = ("_decoder", "_limit", "_pending", "_plain", "_prefix", "terminal")
-
-    def __init__(self, stream_id: str | None = None, max_event_bytes: int = 0) -> None:
-        self._limit = max_event_bytes if max_event_bytes > 0 else DEFAULT_MAX_EVENT_BYTES
-        self._decoder = SSEDecoder(self._limit)
-        # (the stream id spliced in after the opening brace: no event is parsed again for it)
-        self._prefix = b"" if stream_id is None else b'{"stream_id":' + jsonio.dumps(stream_id) + b","
-        self._plain = True  # every event so far had the plain shape
-        self._pending = b""  # (plain: the bytes of an event not ended yet)
-        self.terminal = False
-
-    def feed(self, data: bytes) -> list[str]:
-        """The messages of the events `data` completes; MessagesTooLarge for one past the limit
-        (carrying the messages of the events before it)."""
-        out: list[str] = []
-        if self.terminal:  # (the turn's answer is whole: nothing after it is the client's)
-            return out
-        try:
-            if self._plain:
-                self._split_plain(data, out)
-            else:
-                out += self.messages(self._decoder.feed(data))
-        except EventTooLarge as exc:
-            self._pending = b""
-            raise MessagesTooLarge(exc.limit, out + self.messages(exc.events)) from None
-        return out
-
-    def _split_plain(self, data: bytes, out: list[str]) -> None:
-        """Split on the blank lines with one `split` per read, each event then read with `in`,
-        `startswith` and `partition` only: calls that parse no arguments (a `find(sub, start,
-        end)` per line cost more in argument parsing than in searching; bench/README.md)."""
-        buf = self._pending + data if self._pending else data
-        if b"\r" in data:  # (CR line ends: the general decoder's, from what is pending on)
-            self._to_general(buf, out)
-            return
-        blocks = buf.split(b"\n\n")
-        last = len(blocks) - 1
-        limit = self._limit
-        prefix = self._prefix
-        append = out.append
-        for index in range(last):
-            block = blocks[index]
-            if len(block) + 2 > limit:
-                raise EventTooLarge(limit, [])
-            if block.startswith(b"event: "):
-                kind, _, rest = block[7:].partition(b"\n")
-                if not kind or not rest.startswith(b"data: ") or b"\n" in rest:
-                    self._to_general(b"\n\n".join(blocks[index:]), out)
-                    return
-                payload = rest[6:]
-            elif block.startswith(b"data: ") and b"\n" not in block:
-                kind, payload = _NO_KIND, block[6:]
-            elif block.startswith(b":") and b"\n" not in block:
-                continue  # a comment line (the trace, a keep-alive): left out
-            else:
-                self._to_general(b"\n\n".join(blocks[index:]), out)
-                return
-            if payload == b"[DONE]":
-                continue
-            terminal = (kind if kind else _leading_type(payload)) in TERMINAL_TYPES
-            if prefix and payload[:1] == b"{":
-                payload = prefix + payload[1:] if payload[1:2] != b"}" else prefix[:-1] + b"}"
-            append(payload.decode("utf-8", "replace"))
-            if terminal:
-                self.terminal = True
-                self._pending = b""
-                return
-        rest = blocks[last]
-        if len(rest) > limit:
-            raise EventTooLarge(limit, [])
-        self._pending = rest
-
-    def _to_general(self, rest: bytes, out: list[str]) -> None:
-        """The stream from `rest` on through the general decoder (an event of another shape)."""
-        self._plain, self._pending = False, b""
-        out += self.messages(self._decoder.feed(rest))
-
-    def flush(self) -> list[str]:
-        """The last event when the stream ended without its blank line: sent only when it is a
-        terminal event whose data is whole JSON (a tail cut mid-event is dropped)."""
-        if self.terminal:
-            return []
-        if self._plain and self._pending:
-            self._plain, pending, self._pending = False, self._pending, b""
-            self._decoder.feed(pending)  # (no blank line in it: nothing comes out)
-        tail = [event for event in self._decoder.flush() if event.data is not None]
-        if len(tail) != 1 or _event_type(tail[0]) not in TERMINAL_TYPES:
-            return []
-        try:
-            jsonio.loads(tail[0].data or b"")
-        except ValueError:
-            return []
-        return self.messages(tail)
-
-    def messages(self, events: list[SSEEvent]) -> list[str]:
-        """The messages of decoded `events` (EventTooLarge.events: those before the oversized one)."""
-        out: list[str] = []
-        for event in events:
-            if self.terminal:
-                break
-            data = event.data
-            if data is None or data == b"[DONE]":
-                continue
-            self._message(data, event.event, out)
-        return out
-
-    def _message(self, data: bytes, kind: bytes | None, out: list[str]) -> None:
-        """One event's message appended to `out` (`kind`: its `event:` line, if any)."""
-        if data == b"[DONE]":
-            return
-        terminal = (kind if kind is not None else _leading_type(data)) in TERMINAL_TYPES
-        prefix = self._prefix
-        if prefix and data[:1] == b"{":
-            data = prefix + data[1:] if data[1:2] != b"}" else prefix[:-1] + b"}"
-        out.append(data.decode("utf-8", "replace"))
-        if terminal:
-            self.terminal = True
-
-
-class MessagesTooLarge(Exception):
-    """One event of a turn exceeded `limit` bytes; `messages` are those of the events before it
-    (to send before the turn ends with an error)."""
-
-    def __init__(self, limit: int, messages: list[str]) -> None:
-        super().__init__(f"a server-sent event exceeded {limit} bytes")
-        self.limit = limit
-        self.messages = messages
-
-
-def _event_type(event: SSEEvent) -> bytes | None:
-    """An event's type: its `event:` line, else the `type` its data opens with (as both the
-    proxy and OpenAI write it), else None."""
-    if event.event is not None:
-        return event.event
-    data = event.data
-    return None if data is None else _leading_type(data)
-
-
-def _leading_type(data: bytes) -> bytes | None:
-    """The `type` where the proxy and OpenAI write it, first (`{"type":"…"`), read without a parse."""
-    if not data.startswith(_TYPE_PREFIX):
-        return None
-    end = data.find(b'"', len(_TYPE_PREFIX))
-    return data[len(_TYPE_PREFIX) : end] if end > 0 else None
-
-
-def message_type(data: bytes) -> bytes | None:
-    """A server event's `type` (an upstream WebSocket's message): read where the proxy and OpenAI
-    write it, else parsed from the JSON (another server's order or spacing); None when the
-    message is not a JSON object with a string `type`."""
-    leading = _leading_type(data)
-    if leading is not None:
-        return leading
-    try:
-        parsed = jsonio.loads(data)
-    except ValueError:
-        return None
-    kind = parsed.get("type") if isinstance(parsed, dict) else None
-    return kind.encode() if isinstance(kind, str) else None

@@ -20,17 +20,22 @@ split, and returns the Responses events it completes. The output is read once in
 complete). `completion(body)` is the non-stream form: the chat completion body → the `Response`
 object's JSON. `final` holds the terminal `Response` object once there is one (for the edge to
 store it).
+
+`socket=True` writes the same events in the WebSocket mode's form instead of SSE (a socket turn's
+door: proxy.server.doors.responses_ws): each event's JSON (the text its SSE `data:` line carries,
+byte for byte) then a newline (output.message_frames), comment lines left out (a socket has none),
+so the socket sends a write's events as they are, with no SSE to encode and split again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from proxy.core.protocols.chat_events import completion_events
 from proxy.core.protocols.door_stream import DoorEncoder, DoorTranscoder
 from proxy.core.protocols.responses.events import ResponsesEncoder, frames
-from proxy.core.protocols.responses.output import IdFactory, ResponseFrame, Seal
+from proxy.core.protocols.responses.output import IdFactory, ResponseFrame, Seal, message_frames
 from proxy.core.protocols.responses.tools import ToolName
 
 __all__ = ["ResponsesTranscoder", "response_from_completion"]
@@ -54,10 +59,15 @@ class ResponsesTranscoder(DoorTranscoder):
         new_id: IdFactory,
         tool_names: Mapping[str, ToolName] | None = None,
         templates: bool = True,
+        socket: bool = False,
     ) -> None:
-        encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names)
+        encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names, socket=socket)
         super().__init__(encoder, templates=templates)
         self._frame = frame
+        self._write_events: Callable[[Iterable[Mapping[str, Any]]], bytes] = (
+            message_frames if socket else frames
+        )
+        self.socket = socket
         self.final: dict[str, Any] | None = None
 
     @property
@@ -66,12 +76,18 @@ class ResponsesTranscoder(DoorTranscoder):
 
     def start(self) -> bytes:
         """`response.created` and `response.in_progress`, at once (the first bytes a client sees)."""
-        return frames(self._encoder.start())
+        return self._write_events(self._encoder.start())
 
     def _frames(self, events: list[dict[str, Any]]) -> bytes:
         if events and events[-1]["type"] in _TERMINAL:
             self.final = events[-1]["response"]
-        return frames(events)
+        return self._write_events(events)
+
+    def _comment(self, lines: list[bytes], out: list[bytes]) -> None:
+        """Comment lines pass as they are over HTTP; a socket has none (the trace still reaches
+        the console, metrics and OpenTelemetry, which read it before the door)."""
+        if not self.socket:
+            super()._comment(lines, out)
 
     def _completion(self, completion: Mapping[str, Any]) -> dict[str, Any]:
         """The `Response` object (its encoder, unused by a stream, writes it)."""

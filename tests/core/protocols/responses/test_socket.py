@@ -12,16 +12,16 @@ from openai.types.responses import ResponsesServerEvent
 
 from proxy.core.errors import BadRequest, PayloadTooLarge
 from proxy.core.protocols.responses.socket import (
+    Append,
     Create,
-    EventSplitter,
-    MessagesTooLarge,
     Steer,
+    appended,
     error_event,
     error_from_answer,
     read_message,
     steer_failed,
+    terminal_response_id,
 )
-from proxy.core.stream.sse import SSEDecoder
 
 SERVER_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponsesServerEvent)
 LIMIT = 1 << 20
@@ -41,12 +41,64 @@ def test_a_steer_is_kept_as_sent() -> None:
     assert read == Steer("go", "resp_1")
 
 
+def test_an_append_is_the_last_create_continued_with_the_added_input() -> None:
+    """`response.append` (Codex's first WebSocket protocol: codex-rs `ResponseAppendWsRequest`,
+    `{input, client_metadata?}`) is the last request with the items added: its create continued
+    by `previous_response_id` with them, its other fields (and the append's metadata) kept."""
+    added = [{"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    message = {"type": "response.append", "input": added, "client_metadata": {"turn": "2"}}
+    read = read_message(json.dumps(message), LIMIT)
+    assert read == Append(added, {"client_metadata": {"turn": "2"}})
+    last = Create(
+        {"model": "m", "input": "hi", "tools": [{"type": "function"}], "stream": True}, False, "lane"
+    )
+    assert appended(last, "resp_1", read) == Create(
+        {
+            "model": "m",
+            "input": added,
+            "tools": [{"type": "function"}],
+            "stream": True,
+            "previous_response_id": "resp_1",
+            "client_metadata": {"turn": "2"},
+        },
+        generate=True,
+        stream_id=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "found"),
+    [
+        ('{"type":"response.completed","sequence_number":9,"response":{"id":"resp_1"}}', "resp_1"),
+        ('{"type":"response.incomplete","sequence_number":9,"response":{"id":"resp_2"}}', "resp_2"),
+        ('{"type":"response.failed","sequence_number":9,"response":{"id":"resp_3"}}', None),
+        ('{"type":"error","status":400,"error":{"message":"no"}}', None),
+        ("{cut", None),
+        (None, None),
+    ],
+)
+def test_only_a_response_that_ended_well_can_be_appended_to(message: str | None, found: str | None) -> None:
+    assert terminal_response_id(message) == found
+
+
 @pytest.mark.parametrize(
     ("message", "code", "param"),
     [
         ("[1]", "invalid_json", None),
         ("{oops", "invalid_json", None),
-        ('{"type":"response.append","input":[]}', "unknown_event_type", "type"),
+        ('{"type":"response.cancel"}', "unknown_event_type", "type"),
+        ('{"type":"response.append","input":[]}', "invalid_request", "input"),
+        ('{"type":"response.append","input":"hi"}', "invalid_request", "input"),
+        (
+            '{"type":"response.append","input":[{"role":"user","content":"x"}],"stream":false}',
+            "unsupported_parameter",
+            "stream",
+        ),
+        (
+            '{"type":"response.append","input":[{"role":"user","content":"x"}],"previous_response_id":"r"}',
+            "unsupported_parameter",
+            "previous_response_id",
+        ),
         ('{"model":"m"}', "unknown_event_type", "type"),
         ('{"type":"response.create","generate":"no"}', "invalid_request", "generate"),
         ('{"type":"response.create","stream_id":7}', "invalid_request", "stream_id"),
@@ -100,91 +152,3 @@ def test_steer_failed_returns_the_input() -> None:
         "input": [{"type": "message", "role": "user", "content": "go"}],
         "previous_response_id": "resp_1",
     }
-
-
-STREAM = (
-    b'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n'
-    b': trace {"type":"status"}\n\n'
-    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"a\\nb"}\n\n'
-    b": keep-alive\n\n"
-    b'event: response.completed\ndata: {"type":"response.completed","sequence_number":2}\n\n'
-)
-
-
-@pytest.mark.parametrize("stream_id", [None, "lane-1"])
-def test_the_splitter_gives_each_event_one_message_at_every_split_comments_left_out(
-    stream_id: str | None,
-) -> None:
-    expected: list[dict[str, Any]] = [
-        {"type": "response.created", "sequence_number": 0},
-        {"type": "response.output_text.delta", "delta": "a\nb"},
-        {"type": "response.completed", "sequence_number": 2},
-    ]
-    if stream_id is not None:
-        expected = [{**event, "stream_id": stream_id} for event in expected]
-    for cut in range(len(STREAM) + 1):
-        splitter = EventSplitter(stream_id)
-        texts = splitter.feed(STREAM[:cut]) + splitter.feed(STREAM[cut:]) + splitter.flush()
-        assert [json.loads(text) for text in texts] == expected, cut
-
-
-def test_the_splitter_marks_a_terminal_event_and_sends_nothing_after_it() -> None:
-    splitter = EventSplitter()
-    head = splitter.feed(STREAM[: STREAM.index(b"event: response.completed")])
-    assert len(head) == 2 and not splitter.terminal
-    # (typed by its data when it has no event line, as some upstreams write it)
-    tail = splitter.feed(b'data: {"type":"response.failed","sequence_number":3}\n\ndata: {"type":"late"}\n\n')
-    assert [json.loads(text)["type"] for text in tail] == ["response.failed"] and splitter.terminal
-    assert splitter.feed(b'data: {"type":"response.output_text.delta"}\n\n') == []
-
-
-def test_the_splitter_drops_an_event_cut_mid_way_at_the_end() -> None:
-    cut = EventSplitter()
-    assert len(cut.feed(STREAM[:-30])) == 2
-    assert cut.flush() == [] and not cut.terminal  # (no half event sent as a message)
-    whole = EventSplitter()  # (a last terminal event without its blank line is whole: it goes out)
-    assert len(whole.feed(STREAM.rstrip(b"\n"))) == 2
-    assert [json.loads(text)["type"] for text in whole.flush()] == ["response.completed"]
-    assert whole.terminal
-
-
-# Streams of other shapes than the proxy's own (what a native upstream may send): each splits as
-# the general SSE decoder reads it, at every split, however far into the stream the shape changes.
-OTHER_SHAPES = [
-    STREAM.replace(b"\n", b"\r\n"),
-    STREAM + b'id: 7\ndata: {"type":"x"}\n\n',
-    b'data: {"type":"response.created"}\n\n: a comment\ndata: {"type":"response.in_progress"}\n\n'
-    + b'data: {"type":\ndata: "response.completed"}\n\n',
-    b'event: response.created\ndata:{"type":"response.created"}\n\n' + STREAM,
-    b'data: {"type":"response.created"}\n\nevent:response.completed\ndata: {"type":"response.completed"}\n\n',
-]
-
-
-def reference(stream: bytes) -> list[str]:
-    """The messages of what the general decoder makes of `stream`, read whole (each of these
-    streams ends with a blank line: nothing is left for a flush)."""
-    return EventSplitter().messages(SSEDecoder().feed(stream))
-
-
-@pytest.mark.parametrize("stream", OTHER_SHAPES)
-def test_the_splitter_reads_other_shapes_as_the_general_decoder_does_at_every_split(stream: bytes) -> None:
-    expected = reference(stream)
-    assert expected
-    for cut in range(len(stream) + 1):
-        splitter = EventSplitter()
-        assert splitter.feed(stream[:cut]) + splitter.feed(stream[cut:]) + splitter.flush() == expected, cut
-
-
-def test_an_event_past_the_limit_carries_the_messages_before_it() -> None:
-    small = b'event: response.created\ndata: {"type":"response.created"}\n\n'
-    big = b'event: response.output_text.delta\ndata: {"delta":"' + b"x" * 200 + b'"}\n\n'
-    for shape in (small + big, (small + big).replace(b"\n", b"\r\n")):
-        splitter = EventSplitter(max_event_bytes=100)
-        with pytest.raises(MessagesTooLarge) as too_large:
-            splitter.feed(shape)
-        assert [json.loads(text)["type"] for text in too_large.value.messages] == ["response.created"]
-        assert too_large.value.limit == 100
-    unended = EventSplitter(max_event_bytes=100)  # (pending without its blank line, past the limit)
-    with pytest.raises(MessagesTooLarge) as pending:
-        unended.feed(small + big[:-2])
-    assert len(pending.value.messages) == 1

@@ -57,10 +57,16 @@ def transcoder(
     tool_names: dict[str, ToolName] | None = None,
     seal: Sealer | None = None,
     templates: bool = True,
+    socket: bool = False,
 ) -> ResponsesTranscoder:
     # templates=False: the reference, every chunk decoded and written through the general path
     return ResponsesTranscoder(
-        make_frame(summary), seal=seal or Sealer(), new_id=ids(), tool_names=tool_names, templates=templates
+        make_frame(summary),
+        seal=seal or Sealer(),
+        new_id=ids(),
+        tool_names=tool_names,
+        templates=templates,
+        socket=socket,
     )
 
 
@@ -651,3 +657,59 @@ def test_what_the_pipeline_hands_over_gives_what_its_bytes_give(name: str) -> No
         handed, plain = transcoder(), transcoder()
         out = b"".join(handed.feed_pieces(piece) for piece in pieces) + handed.close()
         assert out == b"".join(plain.feed(joined(piece)) for piece in pieces) + plain.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# The WebSocket mode's form: the same events, each its JSON and a newline
+# --------------------------------------------------------------------------------------------------
+def data_lines(sse: bytes) -> list[bytes]:
+    """The JSON of each event of the SSE form, in order (its `data:` lines)."""
+    return [line.removeprefix(b"data: ") for line in sse.split(b"\n") if line.startswith(b"data: ")]
+
+
+def socket_lines(out: bytes) -> list[bytes]:
+    assert out.endswith(b"\n") and b"\n\n" not in out, out[-200:]
+    return out.split(b"\n")[:-1]
+
+
+@pytest.mark.parametrize("summary", [False, True])
+@pytest.mark.parametrize("name", ["runs", "realistic"])
+def test_the_socket_form_is_the_sse_forms_event_json_at_every_split(name: str, summary: bool) -> None:
+    """`socket=True` writes each event's JSON (byte for byte the SSE form's `data:` line) and a
+    newline, comments left out, wherever the pipeline's output is cut and however it is handed
+    over (bytes, or runs with their texts); its terminal `Response` is the SSE form's."""
+    stream = runs_stream() if name == "runs" else realistic_stream()
+    reference = transcoder(summary, TOOL_NAMES)
+    expected = data_lines(reference.feed(stream) + reference.close())
+    assert len(expected) > 20 and all(line.startswith(b'{"type":"response.') for line in expected)
+    for cut in range(len(stream) + 1):
+        out, coder = in_pieces(
+            [stream[:cut], stream[cut:]], summary=summary, tool_names=TOOL_NAMES, socket=True
+        )
+        assert socket_lines(out) == expected, f"split at byte {cut}"
+        assert coder.final == reference.final
+        handed = transcoder(summary, TOOL_NAMES, socket=True)
+        out = handed.feed_pieces(known_pieces(stream[:cut])) + handed.feed_pieces(known_pieces(stream[cut:]))
+        assert socket_lines(out + handed.close()) == expected, f"handed over, split at byte {cut}"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in STREAMS.glob("*.sse")))
+def test_recorded_streams_give_the_same_event_json_in_the_socket_form(name: str) -> None:
+    raw = (STREAMS / name).read_bytes()
+    events = [i + 2 for i in range(len(raw)) if raw.startswith(b"\n\n", i)][:-1]
+    for cuts in ([], events, list(range(13, len(raw), 97))):
+        pieces = pipeline_pieces(raw, cuts)
+        sse, socket = transcoder(), transcoder(socket=True)
+        expected = data_lines(b"".join(sse.feed_pieces(piece) for piece in pieces) + sse.close())
+        out = b"".join(socket.feed_pieces(piece) for piece in pieces) + socket.close()
+        assert socket_lines(out) == expected
+        assert socket.final == sse.final
+
+
+def test_the_socket_form_of_a_stream_cut_short_ends_failed() -> None:
+    stream = realistic_stream()
+    cut = stream.index(b"Checking")
+    coder = transcoder(socket=True)
+    lines = socket_lines(coder.feed(stream[:cut]) + coder.close())
+    assert orjson.loads(lines[-1])["type"] == "response.failed"
+    assert coder.final is not None and coder.final["status"] == "failed"
