@@ -44,7 +44,7 @@ from proxy.server.doors.messages import MessagesDoor
 from proxy.server.doors.native_owners import refuse_conversations
 from proxy.server.doors.responses import ResponsesDoor
 from proxy.server.doors.responses_input_items import InputItems
-from proxy.server.doors.responses_ws import ResponsesSocket
+from proxy.server.doors.responses_ws import ResponsesSocket, SocketFirst
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
 from proxy.server.replay_service import ReplayService
@@ -170,6 +170,7 @@ def create_app(
                 await replay.aclose()
             telemetry.close()
 
+    socket = ResponsesSocket(responses)
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET", "HEAD"]),
         *telemetry.routes,
@@ -181,7 +182,7 @@ def create_app(
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", InputItems(responses).list, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", responses.cancel, methods=["POST"]),
-        WebSocketRoute("/v1/responses", ResponsesSocket(responses)),
+        WebSocketRoute("/v1/responses", socket),
         Route("/v1/messages", messages.create, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         # Gateway mode: a conversation object would be every tenant's (proxy.server.doors.native_owners).
@@ -208,7 +209,10 @@ def create_app(
         )
         routes += ReviewAPI(review, [*gateway.client_keys, *admin]).routes()
     hosts = HostRule.for_binding(settings.host, settings.allowed_hosts)
-    middleware = [Middleware(BrowserGuard, hosts=hosts, cors_origins=settings.cors_origins)]
+    middleware = [
+        Middleware(BrowserGuard, hosts=hosts, cors_origins=settings.cors_origins),
+        Middleware(SocketFirst, endpoint=socket),  # (the socket's events skip the router's wrapper)
+    ]
     if settings.cors_origins:
         middleware.append(Middleware(CORSMiddleware, origins=settings.cors_origins))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
@@ -216,6 +220,7 @@ def create_app(
     app.state.proxy = proxy
     app.state.console = console
     app.state.sessions = sessions
+    app.state.responses_socket = socket  # (its limits, for tests that shorten them)
     return app
 
 

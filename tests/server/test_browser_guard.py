@@ -189,8 +189,8 @@ def test_a_cross_site_websocket_upgrade_is_refused_and_a_same_origin_one_is_not(
             connect(url, origin=Origin(f"http://127.0.0.1:{server.port}")) as same_site,
             connect(url) as no_origin,
         ):
-            same_site.send(json.dumps({"type": "response.append"}))
-            no_origin.send(json.dumps({"type": "response.append"}))
+            same_site.send(json.dumps({"type": "response.cancel"}))
+            no_origin.send(json.dumps({"type": "response.cancel"}))
             answers = [json.loads(same_site.recv(timeout=10)), json.loads(no_origin.recv(timeout=10))]
     assert refused.value.response.status_code == 403
     assert json.loads(refused.value.response.body)["error"]["code"] == "cross_site_request_refused"
