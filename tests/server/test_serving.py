@@ -74,7 +74,7 @@ def test_a_websocket_message_the_body_limit_allows_reaches_the_door() -> None:
             f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=headers, max_size=None
         ) as ws,
     ):
-        ws.send(json.dumps({"type": "response.append", "pad": "x" * (17 * 1024 * 1024)}))
+        ws.send(json.dumps({"type": "response.cancel", "pad": "x" * (17 * 1024 * 1024)}))
         reply = json.loads(ws.recv(timeout=60))
     assert reply["type"] == "error" and reply["error"]["code"] == "unknown_event_type"
     assert limits_of(create_app(make_settings(max_body_bytes=40 << 20))).drain_bytes == 80 << 20
