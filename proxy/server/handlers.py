@@ -12,6 +12,7 @@ exactly once: its access-log line, then its observers.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ from proxy.server.upstream.policy import UpstreamPolicy
 from proxy.settings import Settings
 
 logger = logging.getLogger("thinkproxy.app")
+# What Starlette's URL writes otherwise than the scope's path holds it (quoted): the record shows
+# such a path as `request.url.path` does, so that `/v1/models%3Fk=x` never reads as a query.
+_URL_QUOTES = re.compile(r"[?#\\]")
 
 # A front door's own error body for the proxy's errors (the Messages door's Anthropic shape);
 # None: the OpenAI shape every other route answers with.
@@ -192,7 +196,8 @@ class Proxy:
         scope = request.scope
         headers = headers_of(scope)
         path: str = scope["path"]
-        if not path.isprintable():  # (as Starlette's URL reads it: tabs and line ends dropped)
+        if not path.isprintable() or _URL_QUOTES.search(path) is not None or path.startswith("//"):
+            # (as Starlette's URL reads it: tabs and line ends dropped, `?`, `#` and `\` quoted)
             path = request.url.path
         record = AccessRecord(method=scope["method"], path=path, route=route)
         bad_request_id = take_request_id(record, headers.get(REQUEST_ID_HEADER))

@@ -37,9 +37,7 @@ class RequestHeaders(Mapping[str, str]):
         return self._first[name.lower()]
 
     def get(self, name: str, default: Any = None) -> Any:
-        found = self._first.get(name)
-        if found is None and not name.islower():
-            found = self._first.get(name.lower())
+        found = self._first.get(name.lower())
         return default if found is None else found
 
     def __contains__(self, name: object) -> bool:

@@ -573,3 +573,36 @@ def test_answers_are_priced_only_where_a_listener_reads_the_cost(
     app = create_app(make_settings(**overrides))
     listeners = app.state.services.listeners
     assert any(isinstance(listener, CostListener) for listener in listeners) is priced
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/models",
+        "/v1/models?key=x",
+        "/v1/a#b",
+        "/v1/a\\b",
+        "//v1/models",
+        "/v1/x\ty",
+        "/v1/caf\u00e9",
+        "/v1/\u2028",
+    ],
+)
+def test_the_record_names_a_path_as_starlettes_url_reads_it(path: str) -> None:
+    """The access record takes the scope's path where Starlette's URL reads it the same, and the
+    URL's reading where it differs (a `?` in a path must never read as a query)."""
+    from starlette.requests import Request
+
+    from proxy.server.app import create_app
+
+    app = create_app(make_settings())
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": b"",
+        "headers": [],
+        "root_path": "",
+    }
+    record, _ = app.state.proxy._record(Request(scope), "passthrough")
+    assert record.path == Request(scope).url.path
