@@ -47,6 +47,7 @@ from proxy.server.doors.responses_input_items import InputItems
 from proxy.server.doors.responses_ws import ResponsesSocket, SocketFirst
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
+from proxy.server.hot_routes import HotRoutes
 from proxy.server.replay_service import ReplayService
 from proxy.server.upstream.factory import build_upstream
 from proxy.server.upstream.policy import UpstreamPolicy
@@ -215,6 +216,13 @@ def create_app(
     ]
     if settings.cors_origins:
         middleware.append(Middleware(CORSMiddleware, origins=settings.cors_origins))
+    # (innermost: the front doors' POSTs skip Starlette's exception middleware and router)
+    doors = {
+        "/v1/chat/completions": proxy.chat_completions,
+        "/v1/responses": responses.create,
+        "/v1/messages": messages.create,
+    }
+    middleware.append(Middleware(HotRoutes, endpoints=doors))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     app.state.proxy = proxy

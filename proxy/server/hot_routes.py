@@ -1,0 +1,58 @@
+"""The front doors' POSTs straight to their endpoints, past Starlette's exception middleware and router.
+
+Every request of the three front doors — `POST /v1/chat/completions`, `POST /v1/responses`,
+`POST /v1/messages` — is almost all of a proxy's traffic, and each went through the same ~35
+Python calls of Starlette before its endpoint ran: the exception middleware, the router matching
+the routes in order, the route's `request_response` wrapper, and two wrappers of `send` (one
+coroutine each per message the response writes, so per write of a stream as well). None of them
+does anything for these endpoints: their paths take no parameters, the proxy's handlers answer
+every error themselves (`Proxy.guarded`: an OpenAI- or Anthropic-shaped body, never an exception
+out), and no exception handler is registered. So this middleware, the innermost of the app's own
+(inside the browser guard and CORS, which keep applying), calls the endpoint with a `Request` and
+sends its `Response`, as the route would. Everything else — another method or path, a root path,
+a WebSocket — goes the ordinary way, and the routes stay registered (`/openapi`-style listings and
+the router's 404/405 answers are unchanged).
+
+What Starlette would still have done, kept: an `HTTPException` raised by an endpoint before its
+response started is answered as the exception middleware answers it (none of the proxy's endpoints
+raises one; a dependency might); anything else propagates to the server error middleware outside,
+exactly as through the router. What it costs and buys: bench/README.md ("Starlette's stack off the
+front doors' path").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class HotRoutes:
+    """ASGI middleware: `POST <path>` for each path of `endpoints` to its endpoint directly."""
+
+    def __init__(self, app: ASGIApp, endpoints: Mapping[str, Endpoint]) -> None:
+        self.app = app
+        self.endpoints = dict(endpoints)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self.endpoints.get(scope["path"]) if scope["type"] == "http" else None
+        if endpoint is None or scope["method"] != "POST" or scope.get("root_path"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            response = await endpoint(Request(scope, receive, send))
+        except HTTPException as exc:
+            response = http_exception_response(exc)
+        await response(scope, receive, send)
+
+
+def http_exception_response(exc: HTTPException) -> Response:
+    """What Starlette's ExceptionMiddleware answers for an `HTTPException` (its `http_exception`)."""
+    if exc.status_code in {204, 304}:
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    return PlainTextResponse(exc.detail, status_code=exc.status_code, headers=exc.headers)

@@ -1,0 +1,111 @@
+"""HotRoutes: the front doors' POSTs reach their endpoints past the router, and answer exactly as
+they would through it — errors included — while everything else still goes through the router."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from proxy.server.hot_routes import HotRoutes
+from tests.helpers import make_settings
+
+
+async def _echo(request: Request) -> Response:
+    body = await request.body()
+    return JSONResponse(
+        {"path": request.url.path, "bytes": len(body), "via": request.scope.get("router") is not None},
+        headers={"x-seen": request.headers.get("x-probe", "")},
+    )
+
+
+async def _teapot(request: Request) -> Response:
+    raise HTTPException(418, "short and stout", headers={"x-why": "tea"})
+
+
+async def _empty(request: Request) -> Response:
+    raise HTTPException(204)
+
+
+async def _broken(request: Request) -> Response:
+    raise RuntimeError("boom")
+
+
+ENDPOINTS: dict[str, Any] = {"/echo": _echo, "/teapot": _teapot, "/empty": _empty, "/broken": _broken}
+
+
+def _app(hot: bool) -> Starlette:
+    routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in ENDPOINTS.items()]
+    middleware = [Middleware(HotRoutes, endpoints=ENDPOINTS)] if hot else []
+    return Starlette(routes=routes, middleware=middleware)
+
+
+def _answer(client: TestClient, method: str, path: str) -> tuple[int, bytes, dict[str, str]]:
+    response = client.request(method, path, content=b"12345", headers={"x-probe": "p"})
+    headers = {k: v for k, v in response.headers.items() if k != "content-length" or response.content}
+    return response.status_code, response.content, headers
+
+
+@pytest.mark.parametrize("path", ["/teapot", "/empty", "/broken"])
+def test_an_endpoints_errors_are_answered_as_through_the_router(path: str) -> None:
+    with (
+        TestClient(_app(hot=True), raise_server_exceptions=False) as hot,
+        TestClient(_app(hot=False), raise_server_exceptions=False) as routed,
+    ):
+        assert _answer(hot, "POST", path) == _answer(routed, "POST", path)
+        assert _answer(hot, "POST", path)[0] in (418, 204, 500)
+
+
+def test_a_post_reaches_its_endpoint_without_the_router() -> None:
+    with TestClient(_app(hot=True)) as client:
+        status, body, headers = _answer(client, "POST", "/echo")
+    assert status == 200
+    assert headers["x-seen"] == "p"
+    # The router sets scope["router"] on the way through: the endpoint ran without it.
+    assert body == b'{"path":"/echo","bytes":5,"via":false}'
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/echo", 405), ("PUT", "/teapot", 405), ("POST", "/elsewhere", 404), ("POST", "/echo/", 307)],
+)
+def test_other_methods_and_paths_get_the_routers_answer(method: str, path: str, status: int) -> None:
+    with (
+        TestClient(_app(hot=True), follow_redirects=False) as hot,
+        TestClient(_app(hot=False), follow_redirects=False) as routed,
+    ):
+        assert _answer(hot, method, path) == _answer(routed, method, path)
+        assert _answer(hot, method, path)[0] == status
+
+
+def test_under_a_root_path_the_router_serves() -> None:
+    with TestClient(_app(hot=True), root_path="/prefix") as client:
+        response = client.post("/prefix/echo", content=b"1")
+    assert response.status_code == 200
+    assert response.json()["via"] is True
+
+
+def test_the_proxys_doors_are_served_past_the_router_behind_the_browser_guard_and_cors() -> None:
+    from proxy.server.app import create_app
+
+    app = create_app(make_settings(cors_origins=["https://app.example"]))
+    kinds = [getattr(m.cls, "__name__", "") for m in app.user_middleware]
+    assert kinds[-1] == "HotRoutes"  # the innermost: the guard and CORS still see every request
+    assert kinds.index("BrowserGuard") < kinds.index("CORSMiddleware") < kinds.index("HotRoutes")
+    hot = next(m for m in app.user_middleware if m.cls is HotRoutes)
+    assert set(hot.kwargs["endpoints"]) == {"/v1/chat/completions", "/v1/responses", "/v1/messages"}
+    with TestClient(app) as client:
+        # A cross-site write is still refused by the guard, CORS still answers for an allowed origin.
+        refused = client.post("/v1/chat/completions", json={}, headers={"Origin": "https://evil.example"})
+        assert refused.status_code == 403
+        allowed = client.post("/v1/chat/completions", content=b"{", headers={"Origin": "https://app.example"})
+        assert allowed.headers.get("access-control-allow-origin") == "https://app.example"
+        assert allowed.status_code == 400  # the door's own answer to a body that is not JSON
+        assert allowed.json()["error"]["type"] == "invalid_request_error"
