@@ -130,12 +130,14 @@ class ResponsesEncoder(DoorEncoder):
         self._form: tuple[bytes, bytes, bytes] = (b"", b"", b"")
 
     def start(self) -> list[Event]:
-        """`response.created` and `response.in_progress` (once)."""
+        """`response.created` and `response.in_progress` (once), with the one `Response` object
+        as it stands: nothing is output yet, and both say so."""
         out: list[Event] = []
         if not self._started:
             self._started = True
-            self._emit(out, "response.created", response=self.response())
-            self._emit(out, "response.in_progress", response=self.response())
+            opening = self.response()
+            self._emit(out, "response.created", response=opening)
+            self._emit(out, "response.in_progress", response=opening)
         return out
 
     def text_delta_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
