@@ -156,8 +156,9 @@ class ResponsesEncoder(DoorEncoder):
         seq = self._seq
         count = len(texts)
         self._seq = seq + count
-        if count == 1:
-            return head + _numbers(seq, 1)[0] + middle + jsonio.dumps(texts[0])[1:-1] + tail
+        if count == 1:  # (a paced stream's every delta)
+            number = _NUMBERS[seq] if seq < _NUMBERED else b"%d" % seq
+            return b"".join((head, number, middle, jsonio.dumps(texts[0])[1:-1], tail))
         # The run's frames joined from their parts, with no step per frame: the texts' JSON from
         # one orjson call, the numbers from a table.
         parts = [head, b"", middle, b"", tail] * count
