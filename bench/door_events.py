@@ -3,6 +3,7 @@
     /work/venv/bin/python bench/door_events.py                  # a burst: best of 60 rounds, ~5 s
     /work/venv/bin/python bench/door_events.py --reads event    # one SSE event per read (paced)
     PYTHONPATH=/path/to/other/checkout /work/venv/bin/python bench/door_events.py   # its proxy/
+    /work/venv/bin/python bench/door_events.py --instructions   # counted instead (callgrind), ~40 s
 
 The fake upstream's burst stream (bench/fake_upstream.sse_events: 200 DeepSeek-style chunks,
 reasoning then the answer, then `[DONE]`) goes through:
@@ -17,13 +18,22 @@ paced stream's reads). Each figure is the best of `--rounds` rounds of `--stream
 paths interleaved within each round, so a busy moment of a shared machine hits them alike), in µs
 per upstream chunk; `ratio` is the door's path over the chat path (issue 42 item 6: the Responses
 door ≤ 1.3×), and `door alone` is the transcoder's part of it.
+
+`--instructions` counts instead of timing: this script again under valgrind's callgrind
+(PYTHONHASHSEED=0), collecting only around `--streams` streams of each path after a warm-up (the
+callgrind.h helper of bisect_instructions.py), in instructions per stream. Exact, so a change of
+a fraction of a percent shows, and unmoved by a busy machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -124,13 +134,57 @@ def best(runs: dict[str, Callable[[], object]], rounds: int, streams: int) -> di
     return {name: min(t) / streams / EVENTS_PER_STREAM * 1e6 for name, t in times.items()}
 
 
+def counted_child(runs: dict[str, Callable[[], object]], streams: int) -> None:
+    """Under callgrind: each path's `streams` streams collected and dumped by its name."""
+    import ctypes
+
+    from bisect_instructions import MARKS_SO
+
+    marks = ctypes.CDLL(str(MARKS_SO))
+    for name, run in runs.items():
+        for _ in range(3):
+            run()
+        gc.collect()
+        marks.marks_toggle()
+        for _ in range(streams):
+            run()
+        marks.marks_dump(name.replace(" ", "_").encode())  # (a dump's name is one word)
+        marks.marks_toggle()
+
+
+def counted(argv: list[str], streams: int) -> dict[str, float]:
+    """Instructions per stream of each path: this script again, as `--count-child`, under callgrind."""
+    from bisect_instructions import SUMMARY, TRIGGER, build_marks
+
+    build_marks()
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    with tempfile.TemporaryDirectory(prefix="door-events-cg-") as out:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            f"--callgrind-out-file={out}/cg.out",
+        ]
+        command += [sys.executable, str(Path(__file__).resolve()), *argv, "--count-child"]
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        found: dict[str, float] = {}
+        for dump in Path(out).glob("cg.out.*"):
+            text = dump.read_bytes()
+            trigger, summary = TRIGGER.search(text), SUMMARY.search(text)
+            if trigger is not None and summary is not None:
+                found[trigger.group(1).decode().replace("_", " ")] = int(summary.group(1)) / streams
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--streams", type=int, default=5, help="streams per round")
+    parser.add_argument("--streams", type=int, help="streams per round (5), or counted (20)")
     parser.add_argument("--reads", choices=("whole", "event"), default="whole")
+    parser.add_argument("--instructions", action="store_true", help="count instead of timing")
+    parser.add_argument("--count-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     events = [*sse_events("burst"), DONE]
     reads = [b"".join(events)] if args.reads == "whole" else events
@@ -142,9 +196,25 @@ def main() -> None:
         "messages": lambda: door_path(reads, messages),
         "messages alone": lambda: door_alone(handed, messages),
     }
-    best(runs, 3, args.streams)  # (warm-up)
-    us = best(runs, args.rounds, args.streams)
-    rounds = f"best of {args.rounds} rounds of {args.streams} streams of {EVENTS_PER_STREAM} chunks"
+    streams = args.streams or (20 if args.instructions or args.count_child else 5)
+    if args.count_child:
+        counted_child(runs, streams)
+        return
+    if args.instructions:
+        figures = counted(["--reads", args.reads, "--streams", str(streams)], streams)
+        print(
+            f"reads: {args.reads}; instructions per stream of {EVENTS_PER_STREAM} chunks ({streams} counted)"
+        )
+        print(f"{'path':<10} {'instructions':>12} {'ratio':>6} {'door alone':>11}")
+        print(f"{'chat':<10} {figures['chat']:>12,.0f} {1.0:>6.3f}")
+        for name in ("responses", "messages"):
+            total = figures[name]
+            ratio = total / figures["chat"]
+            print(f"{name:<10} {total:>12,.0f} {ratio:>6.3f} {figures[name + ' alone']:>11,.0f}")
+        return
+    best(runs, 3, streams)  # (warm-up)
+    us = best(runs, args.rounds, streams)
+    rounds = f"best of {args.rounds} rounds of {streams} streams of {EVENTS_PER_STREAM} chunks"
     print(f"reads: {args.reads}; {rounds}")
     print(f"{'path':<10} {'µs/chunk':>9} {'ratio':>6} {'door alone':>11}")
     print(f"{'chat':<10} {us['chat']:>9.3f} {1.0:>6.2f}")

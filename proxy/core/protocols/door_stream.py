@@ -59,6 +59,11 @@ class DoorEncoder:
         self._usage: Any = None  # the last usage object seen
 
     @property
+    def started(self) -> bool:
+        """True once the opening events were produced."""
+        return self._started
+
+    @property
     def finished(self) -> bool:
         """True once the terminal event (the answer's end, or its failure) was produced."""
         return self._finished
@@ -190,7 +195,7 @@ class DoorTranscoder:
     def _write(self, events: list[ChatEvent]) -> bytes:
         """The bytes of `events`, after the opening ones (once)."""
         encoder = self._encoder
-        out: list[bytes] = [self.start()]
+        out: list[bytes] = [] if encoder.started else [self.start()]
         batch: list[ChatEvent] = []  # (events the encoder takes in one call)
         for event in events:
             if type(event) is TextDelta or type(event) is ReasoningDelta:

@@ -210,7 +210,17 @@ class StreamPipeline:
             end = find(b"\n\n", pos) if steps < MAX_STEPS else -1
             end = size if end < 0 else end + 2
             steps += 1
-            out.append(self._decode(data[pos:end], now_ms))
+            written = self._decode(data[pos:end], now_ms)
+            last = self._last_as_run(written) if runs is not None else None
+            if runs is not None and last is not None:
+                if len(written) > len(last.data):
+                    out.append(written[: len(written) - len(last.data)])
+                if out:
+                    runs.append(b"".join(out))
+                    out = []
+                runs.append(last)
+            else:
+                out.append(written)
             pos = end
             if self.closed:
                 break  # (an event over the size limit ended the stream: the rest is not relayed)
@@ -218,6 +228,22 @@ class StreamPipeline:
                 out.append(self._decode(data[pos:], now_ms))  # (events after [DONE] are dropped)
                 break
         return b"".join(out)
+
+    def _last_as_run(self, written: bytes) -> KnownRun | None:
+        """The last event of what a decoded event wrote, as a run of one, when it is a chunk of
+        this pipeline's template with its text: typically the chunk that has just taught the
+        template (after any trace comment it caused), the first of the run that follows. A front
+        door then takes its text instead of decoding it again (feed_runs). Only of choice 0: the
+        doors read no other choice, so they decode such chunks as any."""
+        template = self._template
+        if template is None or template.event_prefix is None or template.index != 0 or self._done_sent:
+            return None
+        cut = written.rfind(b"\n\n", 0, len(written) - 2)
+        last = written[cut + 2 :] if cut >= 0 else written
+        text = template.text_of_event(last)
+        if not text:
+            return None
+        return KnownRun(last, template.event_prefix, template.event_suffix, [text], template)
 
     def _take_run(self, template: ChunkTemplate, data: bytes, start: int) -> tuple[int, list[str]]:
         """How many bytes from `start` are whole events of `template` handled from their text

@@ -305,6 +305,48 @@ def test_a_front_door_gets_most_of_a_stream_as_runs_with_their_texts() -> None:
     assert same_with_and_without(raw, events[:-1], "show", "brief", True, runs=True) > chunks * 3 // 4
 
 
+def test_the_chunk_that_teaches_the_template_goes_to_a_front_door_as_a_run_of_one() -> None:
+    # The pipeline decodes the first chunk of each shape (it learns the template from it); a front
+    # door gets that chunk too as a run of one, after the trace comment it caused, so that every
+    # text chunk of choice 0 reaches the door with its text and none is decoded twice.
+    words = [chunk({"content": f" word{i}"}) for i in range(50)]
+    first = chunk({"role": "assistant", "content": "Hi"})
+    end = chunk({}, finish="stop") + b"data: [DONE]\n\n"
+
+    def traced() -> StreamPipeline:
+        trace = TraceBuilder(mode=TraceMode.BRIEF, zh=False, level="standard", provider="p")
+        pipeline = StreamPipeline(
+            reasoning=ReasoningOptions(),
+            trace=trace,
+            trace_format=TraceFormat.COMMENT,
+            max_event_bytes=1 << 20,
+        )
+        pipeline.begin({"messages": []}, 0.0)
+        return pipeline
+
+    read = first + b"".join(words) + end
+    given = traced().feed_runs(read, 1.0)
+    runs = [piece for piece in given if isinstance(piece, KnownRun)]
+    assert [len(run.texts) for run in runs] == [1, 1, 49]
+    assert [run.data for run in runs[:2]] == [first, words[0]]
+    assert isinstance(given[0], bytes) and given[0].startswith(b": trace ")
+    for run in runs:
+        assert_run_tells_its_texts(run)
+    assert joined(given) == traced().feed(read, 1.0)
+
+
+def test_a_chunk_of_another_choice_is_not_handed_to_a_front_door() -> None:
+    # The doors read choice 0 only: a chunk of another choice that teaches the template stays
+    # bytes (they decode it), where one of choice 0 goes as a run of one.
+    other = chunk({"content": "x"}).replace(b'"index":0', b'"index":1')
+    pipeline = StreamPipeline(
+        reasoning=ReasoningOptions(), trace=None, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
+    )
+    given = pipeline.feed_runs(chunk({"content": "Hi"}) + other, 1.0)
+    assert [type(piece) for piece in given] == [KnownRun, bytes]
+    assert given[1] == other
+
+
 @watches_from_inside
 def test_a_read_of_many_chunks_of_more_of_the_same_is_taken_in_one_run() -> None:
     # A fast upstream's read holds hundreds of events: once a chunk taught the template, the run

@@ -354,7 +354,7 @@ def frame(event: Mapping[str, Any]) -> bytes:
 
 
 def frames(events: Iterable[Mapping[str, Any]]) -> bytes:
-    return b"".join(frame(event) for event in events)
+    return b"".join([frame(event) for event in events])
 
 
 def message_frames(events: Iterable[Mapping[str, Any]]) -> bytes:

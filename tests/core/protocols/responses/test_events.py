@@ -11,9 +11,11 @@ from typing import Any
 import orjson
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 
-from proxy.core.protocols.chat_events import chunk_events
+from proxy.core.protocols.chat_events import ReasoningDelta, TextDelta, chunk_events
 from proxy.core.protocols.responses.events import (
     ReasoningItemFacts,
     ResponseFrame,
@@ -21,7 +23,7 @@ from proxy.core.protocols.responses.events import (
     frame,
     frames,
 )
-from proxy.core.protocols.responses.output import responses_usage
+from proxy.core.protocols.responses.output import message_frames, responses_usage
 from proxy.core.protocols.responses.stream import response_from_completion
 from proxy.core.usage import ReasoningTokens, account
 
@@ -658,3 +660,55 @@ def test_an_estimated_reasoning_count_keeps_its_marker() -> None:
     assert account(mapped).reasoning == ReasoningTokens(31, "estimated")
     reported = responses_usage({**estimated, "completion_tokens_details": {"reasoning_tokens": 31}})
     assert reported is not None and reported["output_tokens_details"] == {"reasoning_tokens": 31}
+
+
+# Texts a run of deltas may carry: what JSON escapes, what % formatting or a split at `","` would
+# misread, and any text.
+DELTA_TEXTS = st.lists(
+    st.sampled_from(["%", "%d", "%s", "%%", '","', '"', "\\", ",", 'a",', "é 😀", "\n", "\u2028"])
+    | st.text(min_size=1, max_size=8),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    texts=DELTA_TEXTS,
+    before=st.integers(min_value=0, max_value=5),
+    reasoning=st.booleans(),
+    summary=st.booleans(),
+    socket=st.booleans(),
+)
+def test_a_run_written_directly_is_each_delta_written_alone(
+    texts: list[str], before: int, reasoning: bool, summary: bool, socket: bool
+) -> None:
+    """A run of text deltas written in one go (text_delta_frames) is byte for byte the general
+    path's frames of each delta in turn, numbered on from what came before, in both forms."""
+    write = message_frames if socket else frames
+
+    def opened() -> ResponsesEncoder:
+        coder = ResponsesEncoder(make_frame(summary), seal=Sealer(), new_id=ids(), socket=socket)
+        coder.feed([ReasoningDelta(["open"]) if reasoning else TextDelta(["open"])] * (before + 1))
+        return coder
+
+    direct, general = opened(), opened()
+    written = direct.text_delta_frames(reasoning, texts)
+    one_by_one = [ReasoningDelta([t]) if reasoning else TextDelta([t]) for t in texts]
+    assert written == write(general.feed(one_by_one))
+    assert write(direct.end()) == write(general.end())
+
+
+def test_sequence_numbers_past_the_writers_table_are_written_alike() -> None:
+    """A run whose numbers go past the ones the direct writer keeps made (4096) is numbered as the
+    general path numbers it."""
+    texts = [f"w{i} " for i in range(4200)]
+    direct, general = encoder(), encoder()
+    opening = [TextDelta(["open"])]
+    assert frames(direct.feed(opening)) == frames(general.feed(opening))
+    written = direct.text_delta_frames(False, texts[:4000])
+    assert written is not None
+    written += direct.text_delta_frames(False, texts[4000:4100]) or b""
+    written += b"".join(direct.text_delta_frames(False, [t]) or b"" for t in texts[4100:])
+    assert written == frames(general.feed([TextDelta([t]) for t in texts]))
+    assert b'"sequence_number":4199,' in written and b'"sequence_number":4204,' in written
