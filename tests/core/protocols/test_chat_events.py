@@ -237,8 +237,9 @@ def test_every_split_gives_the_same_events(name: str) -> None:
     """The same events however the stream is cut in two, or read 97 bytes at a time. The streams
     built for the hard cases inside an event (escapes, holes, comments in a run) are cut at every
     byte; the recorded ones, raw and piped, at every line end, the bytes around it and every 7th
-    byte (tests.helpers.split_points): their runs are the built streams' shapes, so each offset
-    in an event is still cut somewhere, and the SSE decoder's own tests keep every byte."""
+    byte (tests.helpers.split_points): what they add to the built streams is real providers'
+    shapes and event sequences, which a cut at every boundary and several inside each event still
+    try; the SSE decoder's own tests keep every byte."""
     stream = STREAMS_UNDER_TEST[name]()
     expected = reference(stream)
     whole, _ = read([stream])

@@ -139,8 +139,9 @@ def cuts_of(name: str, stream: bytes, show: bool) -> list[int] | range:
     """Where the split tests cut `stream`: the built streams at every byte when thinking is shown
     (every byte of an escape or a hole, wherever it falls in a run); the recorded ones, and the
     built ones with thinking hidden (the same reading of the bytes, only not written), at every
-    line end, the bytes around it and every 7th byte (tests.helpers.split_points): their runs are
-    the same shapes as the built streams', so each offset in an event is still cut somewhere."""
+    line end, the bytes around it and every 7th byte (tests.helpers.split_points). The hard cases
+    inside an event are the built streams', tried at every byte; what the recorded streams add is
+    real event sequences, which a cut at every boundary and several inside each event still try."""
     return range(len(stream) + 1) if name in BUILT and show else split_points(stream, 7)
 
 
