@@ -183,6 +183,20 @@ def known_pieces(read: bytes) -> list[bytes | KnownRun]:
     return pieces
 
 
+def split_points(stream: bytes, every: int) -> list[int]:
+    """Where a split test cuts a long `stream` in two when cutting at every byte costs too much: at
+    each line end (so at each event boundary, LF or CRLF), the two bytes before it and the one
+    after it, at both ends, and every `every`th byte between. A stream's hard cases are at its
+    boundaries (an event, a line, a `\r\n` or `\n\n` cut in half); inside an event, the cuts of
+    a run of same-shaped events fall at offsets that move along the run as the events' lengths
+    vary, so a shape is cut at many of its offsets. The decoders' own tests, and the streams built
+    for the hard cases inside an event (escapes, holes), keep every byte."""
+    ends = [i + 1 for i, byte in enumerate(stream) if byte in b"\r\n"]
+    near = {end + d for end in ends for d in (-2, -1, 0, 1)}
+    cuts = {*range(0, len(stream) + 1, every), len(stream), *near}
+    return sorted(cut for cut in cuts if 0 <= cut <= len(stream))
+
+
 def pipeline_pieces(raw: bytes, cuts: list[int]) -> list[list[bytes | KnownRun]]:
     """What the response pipeline hands a front door (`piped`'s pipeline, without keep-alives)
     for an upstream stream read in pieces cut at `cuts`."""

@@ -50,16 +50,6 @@ def proxy(mock: BackgroundServer) -> Iterator[BackgroundServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield browser
-        browser.close()
-
-
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 900})

@@ -15,7 +15,7 @@ import pytest
 from proxy.demo import simulated_table
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
-from tests.console.test_ui import WAIT_MS, browser, mock, page, pytestmark  # noqa: F401
+from tests.console.test_ui import WAIT_MS, mock, page, pytestmark  # noqa: F401
 from tests.helpers import make_settings
 
 POLICY = """\

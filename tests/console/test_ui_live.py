@@ -15,7 +15,7 @@ import pytest
 from websockets.sync.client import connect
 
 from proxy.server.serving import BackgroundServer
-from tests.console.test_ui import WAIT_MS, browser, mock, open_live, page, proxy_for, pytestmark  # noqa: F401
+from tests.console.test_ui import WAIT_MS, mock, open_live, page, proxy_for, pytestmark  # noqa: F401
 
 QUESTION = "Why is the sky blue?"
 MODEL = "deepseek-v4-pro"
@@ -135,7 +135,7 @@ def test_every_door_shows_its_model_level_tokens_and_thinking_time(
     page.goto("about:blank")  # its live connection ends before the server stops
 
 
-def test_filters_and_columns_speak_chinese(proxy: BackgroundServer, browser: Any) -> None:  # noqa: F811
+def test_filters_and_columns_speak_chinese(proxy: BackgroundServer, browser: Any) -> None:
     context = browser.new_context(locale="zh-CN")
     tab = context.new_page()
     try:
@@ -151,7 +151,7 @@ def test_filters_and_columns_speak_chinese(proxy: BackgroundServer, browser: Any
         context.close()
 
 
-def test_dark_mode_follows_the_system_setting(proxy: BackgroundServer, browser: Any) -> None:  # noqa: F811
+def test_dark_mode_follows_the_system_setting(proxy: BackgroundServer, browser: Any) -> None:
     backgrounds = {}
     for scheme in ("light", "dark"):
         context = browser.new_context(color_scheme=scheme)

@@ -18,7 +18,6 @@ from proxy.server.serving import BackgroundServer
 from tests.console.test_ui import (  # noqa: F401
     PROMPT,
     WAIT_MS,
-    browser,
     mock,
     open_live,
     page,

@@ -12,7 +12,7 @@ import pytest
 from proxy.demo import simulated_table
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
-from tests.console.test_ui import WAIT_MS, browser, mock, open_live, page, pytestmark  # noqa: F401
+from tests.console.test_ui import WAIT_MS, mock, open_live, page, pytestmark  # noqa: F401
 from tests.helpers import make_settings
 
 

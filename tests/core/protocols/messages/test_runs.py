@@ -17,7 +17,7 @@ from proxy.core.stream.chunk_template import KnownRun, joined
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
-from tests.helpers import known_pieces, pipeline_pieces
+from tests.helpers import known_pieces, pipeline_pieces, split_points
 
 STREAMS = Path(__file__).resolve().parents[3] / "fixtures" / "streams"
 FIXTURES = sorted(p.name for p in STREAMS.glob("*.sse"))
@@ -130,17 +130,33 @@ STREAMS_UNDER_TEST = {
     "escaped": lambda: synthetic(escaped=True),
     "hostile": hostile,
 }
+# The streams built for the hard cases inside an event (texts with escapes, holes, a run broken by
+# comments): the split tests cut these at every byte.
+BUILT = ("synthetic", "escaped", "hostile")
+
+
+def cuts_of(name: str, stream: bytes, show: bool) -> list[int] | range:
+    """Where the split tests cut `stream`: the built streams at every byte when thinking is shown
+    (every byte of an escape or a hole, wherever it falls in a run); the recorded ones, and the
+    built ones with thinking hidden (the same reading of the bytes, only not written), at every
+    line end, the bytes around it and every 7th byte (tests.helpers.split_points). The hard cases
+    inside an event are the built streams', tried at every byte; what the recorded streams add is
+    real event sequences, which a cut at every boundary and several inside each event still try."""
+    return range(len(stream) + 1) if name in BUILT and show else split_points(stream, 7)
 
 
 @pytest.mark.parametrize("name", list(STREAMS_UNDER_TEST))
 @pytest.mark.parametrize("show", [True, False])
 def test_runs_give_the_decoded_bytes_at_every_split(name: str, show: bool) -> None:
+    """Runs read by their shape give the bytes of decoding every event, however the stream is cut
+    in two (at every byte for the built streams with thinking shown, see `cuts_of`) or in 97-byte
+    reads."""
     stream = STREAMS_UNDER_TEST[name]()
     reference, decoded = feed([stream], runs=False, show_thinking=show)
     whole, fast = feed([stream], show_thinking=show)
     assert whole == reference
     assert fast.final == decoded.final
-    for cut in range(len(stream) + 1):
+    for cut in cuts_of(name, stream, show):
         out, _ = feed([stream[:cut], stream[cut:]], show_thinking=show)
         assert out == reference, f"split at {cut}: {stream[max(0, cut - 30) : cut + 30]!r}"
     step = 97
@@ -187,14 +203,17 @@ def handed(pieces: list[list[bytes | KnownRun]], **kwargs: Any) -> tuple[bytes, 
 @pytest.mark.parametrize("name", list(STREAMS_UNDER_TEST))
 @pytest.mark.parametrize("show", [True, False])
 def test_runs_handed_over_give_the_decoded_bytes_at_every_split(name: str, show: bool) -> None:
-    # Each run of whole events claimed with its texts (as a decoder hands them over): the same
-    # bytes as decoding every event, wherever the claims fall against the transcoder's own state.
+    """Each run of whole events claimed with its texts (as a decoder hands them over): the same
+    bytes as decoding every event, wherever the claims fall against the transcoder's own state.
+    Cut at every line end, the bytes around it and every 13th byte (tests.helpers.split_points): a
+    run is handed over as whole events, so a cut matters by the event it falls in and whether at
+    its boundary, and each event is still cut inside."""
     stream = STREAMS_UNDER_TEST[name]()
     reference, decoded = feed([stream], runs=False, show_thinking=show)
     whole, t = handed([known_pieces(stream)], show_thinking=show)
     assert whole == reference
     assert t.final == decoded.final
-    for cut in range(0, len(stream) + 1, 5):
+    for cut in split_points(stream, 13):
         out, _ = handed([known_pieces(stream[:cut]), known_pieces(stream[cut:])], show_thinking=show)
         assert out == reference, f"split at {cut}: {stream[max(0, cut - 30) : cut + 30]!r}"
 

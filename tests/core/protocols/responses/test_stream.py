@@ -637,10 +637,17 @@ def test_runs_of_more_of_the_same_read_by_template_match_the_decoded_path() -> N
 def test_runs_handed_over_with_their_texts_match_the_decoded_path(name: str, summary: bool) -> None:
     """The pipeline's runs handed over with their texts (feed_pieces, as StreamPipeline.feed_runs
     gives them) are written from the texts: the same bytes as decoding every event, wherever the
-    runs fall against the transcoder's own state."""
+    runs fall against the transcoder's own state. The realistic stream is cut at every 3rd byte;
+    the long runs stream (27 kB, 144 events) at every line end, the bytes around it and every 29th
+    byte (tests.helpers.split_points): a run is handed over as whole events, so where a cut falls
+    is a matter of which event it falls in and whether at its boundary, and each of the runs'
+    events is still cut ~6 times, at an offset that moves along the run."""
+    from tests.helpers import split_points
+
     stream = runs_stream() if name == "runs" else realistic_stream()
     fast = whole(stream, summary=summary)
-    for cut in range(0, len(stream) + 1, 3):
+    cuts = split_points(stream, 29) if name == "runs" else range(0, len(stream) + 1, 3)
+    for cut in cuts:
         coder = transcoder(summary)
         out = coder.feed_pieces(known_pieces(stream[:cut])) + coder.feed_pieces(known_pieces(stream[cut:]))
         assert out + coder.close() == fast, cut
@@ -677,20 +684,18 @@ def socket_lines(out: bytes) -> list[bytes]:
 def test_the_socket_form_is_the_sse_forms_event_json_at_every_split(name: str, summary: bool) -> None:
     """`socket=True` writes each event's JSON (byte for byte the SSE form's `data:` line) and a
     newline, comments left out, wherever the pipeline's output is cut and however it is handed
-    over (bytes, or runs with their texts); its terminal `Response` is the SSE form's."""
+    over (bytes, or runs with their texts); its terminal `Response` is the SSE form's. The realistic
+    stream is cut at every byte; the long runs stream (27 kB, 144 events, and every cut transcodes
+    it twice: ~100 s of the suite at every byte) at every line end, the bytes around it and every
+    29th byte (tests.helpers.split_points), so each of its events is still cut ~6 times, at an
+    offset that moves along the run; the decoder's own tests keep every byte."""
+    from tests.helpers import split_points
+
     stream = runs_stream() if name == "runs" else realistic_stream()
     reference = transcoder(summary, TOOL_NAMES)
     expected = data_lines(reference.feed(stream) + reference.close())
     assert len(expected) > 20 and all(line.startswith(b'{"type":"response.') for line in expected)
-    cuts: Iterable[int] = range(len(stream) + 1)
-    if name == "runs":
-        # (The runs stream is long and every cut transcodes it twice: ~100 s of the suite at every byte.
-        # Its cuts are every event boundary and the bytes around it, and every 7th byte between; the
-        # realistic stream, and the decoder's own tests, keep every byte.)
-        ends = [i + 2 for i in range(len(stream)) if stream.startswith(b"\n\n", i)]
-        cuts = sorted(
-            {*range(0, len(stream) + 1, 7), *(e + d for e in ends for d in (-2, -1, 0, 1) if e + d >= 0)}
-        )
+    cuts: Iterable[int] = split_points(stream, 29) if name == "runs" else range(len(stream) + 1)
     for cut in cuts:
         out, coder = in_pieces(
             [stream[:cut], stream[cut:]], summary=summary, tool_names=TOOL_NAMES, socket=True
