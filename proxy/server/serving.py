@@ -7,6 +7,8 @@ dies, however it died."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -96,6 +98,47 @@ def limits_of(app: ASGIApp) -> EdgeLimits:
     return EdgeLimits.from_settings(settings) if settings is not None else EdgeLimits()
 
 
+class _PromptServer(uvicorn.Server):
+    """uvicorn's server, whose main loop also wakes when told to exit (`exit_soon`, from any
+    thread) instead of only at its next 0.1 s tick: a server on a thread stops ~50 ms sooner on
+    average, which the demo's and the tests' hundreds of short-lived servers each paid."""
+
+    TICK_S = 0.1  # uvicorn's own tick (the Date header, the exit check)
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Future[None] | None = None
+
+    async def main_loop(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            wake = self._wake = loop.create_future()
+            tick = loop.call_later(self.TICK_S, _settle, wake)
+            if self.should_exit:  # (told between the tick and the future: no wait)
+                _settle(wake)
+            await wake
+            tick.cancel()
+            should_exit = await self.on_tick(counter)
+
+    def exit_soon(self) -> None:
+        """`should_exit`, and the main loop woken to see it (thread-safe)."""
+        self.should_exit = True
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            # (RuntimeError: the loop closed in between; the server is stopping anyway)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, wake)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class BackgroundServer:
     """A uvicorn server on its own thread and event loop, on a free loopback port.
 
@@ -128,7 +171,7 @@ class BackgroundServer:
             # would be a second one.
             server_header=False,
         )
-        self.server = uvicorn.Server(config)
+        self.server = _PromptServer(config)
         self.thread = threading.Thread(target=self._run, name=f"uvicorn-{self.port}", daemon=True)
 
     @property
@@ -148,7 +191,7 @@ class BackgroundServer:
         return self
 
     def stop(self) -> None:
-        self.server.should_exit = True
+        self.server.exit_soon()
         self.thread.join(timeout=15.0)
         self.sock.close()
 

@@ -23,7 +23,7 @@ from websockets.sync.client import connect
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.app import create_app
 from proxy.server.limits import MIN_DRAIN_BYTES, WS_MESSAGE_MARGIN, EdgeLimits
-from proxy.server.serving import BackgroundServer, limits_of, raise_fd_limit
+from proxy.server.serving import BackgroundServer, _PromptServer, limits_of, raise_fd_limit
 from tests.helpers import make_settings, start_serve, worker_pids
 
 
@@ -113,6 +113,18 @@ def server_headers(base: str) -> dict[str, list[str]]:
         "own": own.headers.get_list("server"),
         "edge": edge.headers.get_list("server"),
     }
+
+
+def test_a_background_server_stops_when_told_not_at_its_next_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop() wakes the server's main loop: with a tick of an hour, a server that only looked at
+    its exit flag on the tick would still be running when stop() gives up waiting for it (15 s)."""
+    monkeypatch.setattr(_PromptServer, "TICK_S", 3600.0)
+    server = BackgroundServer(create_mock_app(MockOptions())).start()
+    assert httpx.get(f"{server.url}/").status_code == 200
+    server.stop()
+    assert not server.thread.is_alive()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{server.url}/")
 
 
 def test_a_background_server_sends_one_server_header() -> None:
