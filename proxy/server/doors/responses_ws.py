@@ -302,7 +302,7 @@ class ResponsesSocket:
         writer = TurnWriter(connection, create.stream_id, self.door.proxy.s.settings.max_response_bytes, turn)
         try:
             response: Response = await self.door.turn(Request(scope, receive))
-            await response(scope, receive, writer)
+            await response(scope, receive, writer.send)
             await writer.end()
         except Exception:  # (the door answers every error itself: this is a bug, said once)
             logger.exception(

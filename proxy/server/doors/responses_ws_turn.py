@@ -154,6 +154,7 @@ class TurnWriter:
         "answer",
         "body",
         "connection",
+        "direct",
         "kept",
         "limit",
         "pending",
@@ -183,6 +184,9 @@ class TurnWriter:
         # answer's start: its `final` says the terminal event is written.
         self.answer: Answer | None = None
         self.pending = b""  # (the socket's form: a write's tail after its last newline)
+        # `send`'s hot path applies: the door writes the socket's form, nothing is pending, no
+        # event was past the limit, the terminal event is not out yet.
+        self.direct = False
         # (the stream id spliced in after each message's opening brace: no message parsed again)
         self.prefix = "" if stream_id is None else '{"stream_id":' + jsonio.dumps(stream_id).decode() + ","
         self.status = 0
@@ -191,11 +195,49 @@ class TurnWriter:
         self.kept = 0
         self.too_large: MessagesTooLarge | None = None
 
-    async def __call__(self, message: Message) -> None:
-        # The hot path, once per door write (a paced stream: once per event): the split and the
-        # sends inline, with no coroutine of their own (each layer of `await` cost ~3k
-        # instructions a write; bench/README.md, "The Responses WebSocket mode, counted").
+    async def send(self, message: Message) -> None:
+        """The turn's ASGI `send` (a bound method: called as a function, where an instance's
+        `__call__` goes through the type's call slot and an argument tuple each time)."""
+        # The hot path, once per door write (a paced stream: once per event): a whole write of
+        # the door's events in the socket's form, none pending, no terminal yet, more to come.
+        # Inline, with no coroutine of its own (each layer of `await` cost ~3k instructions a
+        # write; bench/README.md, "The Responses WebSocket mode, counted").
         data = message.get("body")
+        if (
+            self.direct
+            and data
+            and message.get("more_body")
+            and data[-1] == 10  # (the door writes whole events: each ends with a newline)
+            and len(data) <= self.limit
+        ):
+            texts = data.decode("utf-8", "replace").split("\n")
+            texts.pop()  # (what follows the last newline: nothing)
+            if self.prefix:
+                prefix = self.prefix
+                texts = [prefix + text[1:] for text in texts]
+            terminal = self.answer is not None and self.answer.final is not None
+            if terminal:  # (the door wrote its terminal event, the last: all out)
+                self.splitter.terminal, self.direct = True, False
+            connection = self.connection
+            if connection.sending:
+                send = connection.raw_send
+                try:
+                    for text in texts:
+                        await send({"type": "websocket.send", "text": text})
+                except Exception:  # (closed under us: the reader sees the disconnect)
+                    connection.leave()
+            if terminal:  # (a next create may follow now: the rest is bookkeeping)
+                connection.settling = True
+                if texts:
+                    connection.last_terminal = texts[-1]
+            return
+        await self._write(message, data)
+
+    __call__ = send
+
+    async def _write(self, message: Message, data: bytes | None) -> None:
+        """Every other message: the answer's start, its last write, a write cut mid-event or past
+        the limit, anything after the terminal event, an answer that is not a stream or is SSE."""
         if data is None:
             if message["type"] == "http.response.start":
                 self._start(message)
@@ -216,19 +258,10 @@ class TurnWriter:
             return  # (the answer is whole, or already failed: the rest is not the client's)
         answer = self.answer
         if answer is not None:  # the door's events in the socket's form
-            if self.pending or data[-1] != 10 or len(data) > self.limit:
-                texts = self._messages(data)  # (a cut event, or one that may be past the limit)
-            else:  # (the door's writes: whole events; a paced stream's, one)
-                body = data[:-1]
-                texts = (
-                    [body.decode("utf-8", "replace")]
-                    if body.find(b"\n") < 0  # (not `in`: bytes' `in` raises inside, ~2k instructions)
-                    else body.decode("utf-8", "replace").split("\n")
-                )
-                if self.prefix:
-                    texts = [self.prefix + text[1:] for text in texts]
+            texts = self._messages(data)
             if answer.final is not None and not self.pending and self.too_large is None:
                 splitter.terminal = True  # (the door wrote its terminal event, the last: all out)
+            self.direct = not self.pending and self.too_large is None and not splitter.terminal
         else:
             try:
                 texts = splitter.feed(data)
@@ -256,6 +289,7 @@ class TurnWriter:
                 content_type = value
         self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
         self.answer = self.turn.answer if self.streaming and self.turn is not None else None
+        self.direct = self.answer is not None  # (the door's socket form: `send`'s hot path)
 
     def _messages(self, data: bytes) -> list[str]:
         """The messages of one write in the socket's form, in general: the events it ends, as
