@@ -77,7 +77,11 @@ from proxy.server.doors.responses_native import NATIVE
 from proxy.server.doors.responses_store import StoredResponses, input_items, stored_keys
 from proxy.server.handlers import Proxy
 from proxy.server.relay import Relay
-from proxy.server.upstream.responses_socket import UPSTREAM_TRANSPORT_HEADER, ResponsesSocketUpstream
+from proxy.server.upstream.responses_socket import (
+    UPSTREAM_TRANSPORT_HEADER,
+    ResponsesSocketUpstream,
+    SocketTurnUpstream,
+)
 
 logger = logging.getLogger("thinkproxy.responses")
 
@@ -114,13 +118,16 @@ class SocketTurn:
     sets `answer`, its transcoder, when it writes the turn's events in the socket's own form
     (proxy.core.protocols.responses.output.message_frames: each event's JSON and a newline)
     instead of SSE (a bridged turn; a native one relays the upstream's SSE): its `final` is set
-    once the terminal event is written, so the socket needs no look at the events for it."""
+    once the terminal event is written, so the socket needs no look at the events for it. A
+    native turn relayed over `upstream` sets `relayed`, that turn's upstream: its answer's
+    messages come one a write (SocketAnswer: each framed as SSE for the relay's usage reader)."""
 
     responses: StoredResponses
     saver: Callable[[bool], ResponseSaver]
     generate: bool = True
     upstream: ResponsesSocketUpstream | None = None
     answer: Answer | None = None
+    relayed: SocketTurnUpstream | None = None
 
 
 class Answer(Protocol):
@@ -246,7 +253,7 @@ class ResponsesDoor(Door):
         def note(transport: str) -> None:
             record.response_headers.append((UPSTREAM_TRANSPORT_HEADER, transport))
 
-        upstream = turn.upstream.turn(generate=turn.generate, note=note)
+        upstream = turn.relayed = turn.upstream.turn(generate=turn.generate, note=note)
         s = self.proxy.s
         return Relay(s.settings, upstream, self.proxy.finish, s.review)
 

@@ -29,7 +29,7 @@ from proxy.core.protocols.responses.socket import Create, error_event, error_fro
 from proxy.core.protocols.responses.socket_events import EventSplitter, MessagesTooLarge
 from proxy.server.doors.responses import Answer, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
-from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
+from proxy.server.upstream.responses_socket import ResponsesSocketUpstream, SocketAnswer
 
 logger = logging.getLogger("thinkproxy.responses")
 
@@ -159,6 +159,7 @@ class TurnWriter:
         "limit",
         "pending",
         "prefix",
+        "relayed",
         "splitter",
         "status",
         "stream_id",
@@ -184,8 +185,12 @@ class TurnWriter:
         # answer's start: its `final` says the terminal event is written.
         self.answer: Answer | None = None
         self.pending = b""  # (the socket's form: a write's tail after its last newline)
-        # `send`'s hot path applies: the door writes the socket's form, nothing is pending, no
-        # event was past the limit, the terminal event is not out yet.
+        # A native turn's answer read from the upstream socket (SocketTurn.relayed), read at the
+        # answer's start: its messages come one a write; its `done` says the terminal was read.
+        self.relayed: SocketAnswer | None = None
+        # `send`'s hot path applies: the door writes the socket's form (or a relayed answer's
+        # messages come one a write), nothing is pending, no event was past the limit, the
+        # terminal event is not out yet.
         self.direct = False
         # (the stream id spliced in after each message's opening brace: no message parsed again)
         self.prefix = "" if stream_id is None else '{"stream_id":' + jsonio.dumps(stream_id).decode() + ","
@@ -198,39 +203,46 @@ class TurnWriter:
     async def send(self, message: Message) -> None:
         """The turn's ASGI `send` (a bound method: called as a function, where an instance's
         `__call__` goes through the type's call slot and an argument tuple each time)."""
-        # The hot path, once per door write (a paced stream: once per event): a whole write of
-        # the door's events in the socket's form, none pending, no terminal yet, more to come.
-        # Inline, with no coroutine of its own (each layer of `await` cost ~3k instructions a
-        # write; bench/README.md, "The Responses WebSocket mode, counted").
+        # The hot path, once per door write (a paced stream: once per event): a whole write, none
+        # pending, no terminal yet, more to come: of the door's events in the socket's form (any
+        # number), or one native upstream message as SocketAnswer frames it (`data: {json}`, a
+        # blank line). Inline, with no coroutine of its own (each layer of `await` cost ~3k
+        # instructions a write; bench/README.md, "The Responses WebSocket mode, counted").
         data = message.get("body")
-        if (
-            self.direct
-            and data
-            and message.get("more_body")
-            and data[-1] == 10  # (the door writes whole events: each ends with a newline)
-            and len(data) <= self.limit
-        ):
-            texts = data.decode("utf-8", "replace").split("\n")
-            texts.pop()  # (what follows the last newline: nothing)
-            if self.prefix:
-                prefix = self.prefix
-                texts = [prefix + text[1:] for text in texts]
-            terminal = self.answer is not None and self.answer.final is not None
-            if terminal:  # (the door wrote its terminal event, the last: all out)
-                self.splitter.terminal, self.direct = True, False
-            connection = self.connection
-            if connection.sending:
-                send = connection.raw_send
-                try:
-                    for text in texts:
-                        await send({"type": "websocket.send", "text": text})
-                except Exception:  # (closed under us: the reader sees the disconnect)
-                    connection.leave()
-            if terminal:  # (a next create may follow now: the rest is bookkeeping)
-                connection.settling = True
-                if texts:
-                    connection.last_terminal = texts[-1]
-            return
+        if self.direct and data and message.get("more_body") and len(data) <= self.limit:
+            relayed = self.relayed
+            texts: list[str] | None = None
+            terminal = False
+            if relayed is None:
+                if data[-1] == 10:  # (the door writes whole events: each ends with a newline)
+                    texts = data.decode("utf-8", "replace").split("\n")
+                    texts.pop()  # (what follows the last newline: nothing)
+                    if self.prefix:
+                        prefix = self.prefix
+                        texts = [prefix + text[1:] for text in texts]
+                    answer = self.answer
+                    terminal = answer is not None and answer.final is not None
+            elif data.startswith(b"data: {") and data.find(b"\n") == len(data) - 2 and data[-1] == 10:
+                # (one frame, one message: its data line's JSON; whether it ends the turn, as the
+                # answer read it: the relay writes each message before it reads the next)
+                texts = [data[6:-2].decode("utf-8", "replace")]
+                terminal = relayed.done
+            if texts is not None:
+                if terminal:  # (the terminal event, the last: all out)
+                    self.splitter.terminal, self.direct = True, False
+                connection = self.connection
+                if connection.sending:
+                    send = connection.raw_send
+                    try:
+                        for text in texts:
+                            await send({"type": "websocket.send", "text": text})
+                    except Exception:  # (closed under us: the reader sees the disconnect)
+                        connection.leave()
+                if terminal:  # (a next create may follow now: the rest is bookkeeping)
+                    connection.settling = True
+                    if texts:
+                        connection.last_terminal = texts[-1]
+                return
         await self._write(message, data)
 
     __call__ = send
@@ -268,6 +280,13 @@ class TurnWriter:
             except MessagesTooLarge as exc:
                 self.too_large = exc
                 texts = exc.messages
+            self.direct = (
+                self.relayed is not None
+                and not self.prefix
+                and splitter.idle
+                and self.too_large is None
+                and not splitter.terminal
+            )
         connection = self.connection
         if texts and connection.sending:
             send = connection.raw_send
@@ -288,8 +307,14 @@ class TurnWriter:
             if name.lower() == b"content-type":
                 content_type = value
         self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
-        self.answer = self.turn.answer if self.streaming and self.turn is not None else None
-        self.direct = self.answer is not None  # (the door's socket form: `send`'s hot path)
+        turn = self.turn if self.streaming else None
+        self.answer = turn.answer if turn is not None else None
+        relayed = turn.relayed if turn is not None and self.answer is None else None
+        # (a native turn's answer from the upstream socket; None when it went over HTTP: SSE)
+        self.relayed = relayed.answer if relayed is not None else None
+        # `send`'s hot path: the door's socket form; a relayed answer's messages, one a write
+        # (with a stream id to splice in, the splitter's: it handles an empty object, a non-object)
+        self.direct = self.answer is not None or (self.relayed is not None and not self.prefix)
 
     def _messages(self, data: bytes) -> list[str]:
         """The messages of one write in the socket's form, in general: the events it ends, as
