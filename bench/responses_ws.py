@@ -156,8 +156,8 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
             return await inbox.get()
 
         async def send(sent: dict[str, Any]) -> None:
-            text: str = sent["text"]
-            if text[18] in "ro":  # (type: str in the proxy's messages; a delta)
+            text: str | None = sent.get("text")  # (None: the accept, a close)
+            if text is None or text[18] in "ro":  # (a delta)
                 return
             if text.startswith(endings):
                 if not text.startswith('{"type":"response.completed"'):
