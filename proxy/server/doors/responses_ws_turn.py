@@ -27,7 +27,7 @@ from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
 from proxy.core.protocols.responses.socket import Create, error_event, error_from_answer
 from proxy.core.protocols.responses.socket_events import EventSplitter, MessagesTooLarge
-from proxy.server.doors.responses import Answer, SocketTurn
+from proxy.server.doors.responses_turn import Answer, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream, SocketAnswer
 
