@@ -15,8 +15,8 @@ from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core.protocols.responses.output import frames, message_frames
 from proxy.core.protocols.responses.socket_events import TERMINAL_TYPES, message_type
-from proxy.server.doors.responses_turn import ResponseSaver, SocketTurn
 from proxy.server.doors.responses_store import StoredResponses
+from proxy.server.doors.responses_turn import ResponseSaver, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
 from proxy.server.upstream.responses_socket import SocketTurnUpstream, framed
