@@ -139,6 +139,30 @@ class Connection:
             self.leave()
 
 
+# Past this many events in one write (a burst's: short ones), the rest is split at once.
+_FOUND_LINES = 8
+
+
+def lines_of(text: str, end: int) -> list[str]:
+    """The lines of `text` that a newline ends, without it (`end`: where the first newline is,
+    -1 for none). The first _FOUND_LINES found with `find` (a `memchr`, where `split` walks every
+    character: the events that end a turn each carry the whole output, ~48 KB a turn in all, and
+    splitting them cost ~300k instructions a turn; bench/README.md, "The Responses WebSocket
+    mode, counted"), the rest, when a write holds more (a burst of short events), with one
+    `split`, cheaper than a `find` each for short events."""
+    lines: list[str] = []
+    start = 0
+    while end >= 0:
+        lines.append(text[start:end])
+        start = end + 1
+        if len(lines) == _FOUND_LINES:  # (short events so far: all of them split at once)
+            lines = text.split("\n")
+            lines.pop()  # (what follows the last newline)
+            break
+        end = text.find("\n", start)
+    return lines
+
+
 # A non-stream answer (an error body, the proxy's or the upstream's) is kept up to this many bytes:
 # its `error` event quotes at most 2000 characters of a body that is not an OpenAI error object.
 _ANSWER_KEPT_BYTES = 64 * 1024
@@ -215,8 +239,9 @@ class TurnWriter:
             terminal = False
             if relayed is None:
                 if data[-1] == 10:  # (the door writes whole events: each ends with a newline)
-                    texts = data.decode("utf-8", "replace").split("\n")
-                    texts.pop()  # (what follows the last newline: nothing)
+                    text = data.decode("utf-8", "replace")
+                    end = text.find("\n")  # (one event: the newline that ends it, the only one)
+                    texts = [text[:-1]] if end == len(text) - 1 else lines_of(text, end)
                     if self.prefix:
                         prefix = self.prefix
                         texts = [prefix + text[1:] for text in texts]
@@ -328,8 +353,8 @@ class TurnWriter:
         limit = self.limit
         if len(data) > limit or len(self.pending) > limit:  # (rare: only then is each measured)
             data = self._within_limit(data)
-        texts = data.decode("utf-8", "replace").split("\n")
-        texts.pop()  # (what follows the last newline: nothing)
+        text = data.decode("utf-8", "replace")
+        texts = lines_of(text, text.find("\n"))
         prefix = self.prefix
         return [prefix + text[1:] for text in texts] if prefix else texts
 
