@@ -231,44 +231,62 @@ class TurnWriter:
         # pending, no terminal yet, more to come: of the door's events in the socket's form (any
         # number), or one native upstream message as SocketAnswer frames it (`data: {json}`, a
         # blank line). Inline, with no coroutine of its own (each layer of `await` cost ~3k
-        # instructions a write; bench/README.md, "The Responses WebSocket mode, counted").
+        # instructions a write), and as few steps as the checks allow (bench/README.md, "The
+        # Responses WebSocket mode, counted").
         data = message.get("body")
         if self.direct and data and message.get("more_body") and len(data) <= self.limit:
-            relayed = self.relayed
-            texts: list[str] | None = None
-            terminal = False
-            if relayed is None:
+            answer = self.answer
+            if answer is not None:
                 if data[-1] == 10:  # (the door writes whole events: each ends with a newline)
                     text = data.decode("utf-8", "replace")
                     end = text.find("\n")  # (one event: the newline that ends it, the only one)
+                    if end == len(text) - 1 and not self.prefix and answer.final is None:
+                        connection = self.connection  # (one event, not the last: most writes)
+                        if connection.sending:
+                            try:
+                                await connection.raw_send({"type": "websocket.send", "text": text[:-1]})
+                            except Exception:  # (closed under us: the reader sees the disconnect)
+                                connection.leave()
+                        return
                     texts = [text[:-1]] if end == len(text) - 1 else lines_of(text, end)
                     if self.prefix:
                         prefix = self.prefix
                         texts = [prefix + text[1:] for text in texts]
-                    answer = self.answer
-                    terminal = answer is not None and answer.final is not None
+                    await self._send_all(texts, answer.final is not None)
+                    return
             elif data.startswith(b"data: {") and data.find(b"\n") == len(data) - 2 and data[-1] == 10:
                 # (one frame, one message: its data line's JSON; whether it ends the turn, as the
                 # answer read it: the relay writes each message before it reads the next)
-                texts = [data[6:-2].decode("utf-8", "replace")]
-                terminal = relayed.done
-            if texts is not None:
-                if terminal:  # (the terminal event, the last: all out)
-                    self.splitter.terminal, self.direct = True, False
+                relayed = self.relayed
+                text = data[6:-2].decode("utf-8", "replace")
+                if relayed is not None and relayed.done:
+                    await self._send_all([text], True)
+                    return
                 connection = self.connection
                 if connection.sending:
-                    send = connection.raw_send
                     try:
-                        for text in texts:
-                            await send({"type": "websocket.send", "text": text})
+                        await connection.raw_send({"type": "websocket.send", "text": text})
                     except Exception:  # (closed under us: the reader sees the disconnect)
                         connection.leave()
-                if terminal:  # (a next create may follow now: the rest is bookkeeping)
-                    connection.settling = True
-                    if texts:
-                        connection.last_terminal = texts[-1]
                 return
         await self._write(message, data)
+
+    async def _send_all(self, texts: list[str], terminal: bool) -> None:
+        """A hot-path write's messages to the client (`terminal`: its last is the terminal event)."""
+        if terminal:  # (the terminal event, the last: all out)
+            self.splitter.terminal, self.direct = True, False
+        connection = self.connection
+        if connection.sending:
+            send = connection.raw_send
+            try:
+                for text in texts:
+                    await send({"type": "websocket.send", "text": text})
+            except Exception:  # (closed under us: the reader sees the disconnect)
+                connection.leave()
+        if terminal:  # (a next create may follow now: the rest is bookkeeping)
+            connection.settling = True
+            if texts:
+                connection.last_terminal = texts[-1]
 
     __call__ = send
 
