@@ -6,10 +6,12 @@ cut short; an answer that is not a stream is one `error` event).
 
 A bridged turn's door writes its events in the socket's own form (SocketTurn.answer: each
 event's JSON and a newline, proxy.core.protocols.responses.output.message_frames), which the writer
-sends as they are, a write's messages cut with one decode and one `split`; a native turn's answer
-is the upstream's SSE, split into events by `EventSplitter`. (Encoding the bridged events as SSE
-only to split them again cost a socket turn more than the HTTP door's whole write per event:
-bench/README.md, "The Responses WebSocket mode, counted".)"""
+sends as they are, a write's messages cut with one decode and a `find` per newline (`lines_of`); a
+native turn relayed over the upstream's WebSocket writes each upstream message alone, framed as SSE
+for the relay's usage reader, and the writer sends the frame's JSON as it is (SocketTurn.relayed);
+any other SSE (a native upstream over HTTP) is split into events by `EventSplitter`. (Encoding the
+bridged events as SSE only to split them again cost a socket turn more than the HTTP door's whole
+write per event: bench/README.md, "The Responses WebSocket mode, counted".)"""
 
 from __future__ import annotations
 
@@ -169,7 +171,7 @@ _ANSWER_KEPT_BYTES = 64 * 1024
 
 
 class TurnWriter:
-    """The ASGI `send` of one turn: the door's SSE answer → one message per event; an answer that
+    """The ASGI `send` of one turn (`send`): the door's answer → one message per event; an answer that
     is not a stream (an error: the proxy's or the upstream's) → one `error` event. A stream that
     ends without a terminal event (the upstream cut it, a read timeout, an event past
     THINKPROXY_MAX_RESPONSE_BYTES) ends with an `error` event: the client never waits for one."""
