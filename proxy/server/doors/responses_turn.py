@@ -8,18 +8,20 @@ the connection's own responses first and keeps each turn's response there (`Resp
 a bridged turn's events in the socket's own form (`Answer`: the transcoder, whose `final` says the
 terminal event is written), relays a native turn over the connection's upstream WebSocket when its
 upstream serves the mode (`socket_relay`), and makes a `generate: false` response without asking
-the upstream (`prepared`).
+the upstream (`prepared`). The turn's request has the upgrade's headers, less the socket's own
+(`turn_scope`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from starlette.responses import Response
 
 from proxy.core.config.providers import Dialect
+from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadRequest
 from proxy.core.events import AccessRecord
 from proxy.server.doors.common import BridgedOutput
@@ -120,3 +122,48 @@ async def prepared(proxy: Proxy, door: BridgedOutput, record: AccessRecord, star
     record.status, record.bytes_out = 200, len(out)
     proxy.finish(record, started)
     return Response(out, media_type="text/event-stream", headers=dict(record.response_headers))
+
+
+# Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
+_SOCKET_HEADERS = frozenset(
+    {
+        b"connection",
+        b"upgrade",
+        b"content-length",
+        b"content-type",
+        b"transfer-encoding",
+        b"x-request-id",  # (each turn gets its own id)
+        b"openai-beta",  # (`responses_websockets=…`: the transport's, not the request's)
+    }
+)
+_HANDSHAKE = b"sec-websocket-"  # (the handshake's own headers: never a turn's, never forwarded)
+
+
+def turn_scope(socket_scope: Mapping[str, Any], body: bytes, effort_set: bool) -> dict[str, Any]:
+    """The HTTP scope of one turn: the upgrade's headers (less the socket's own; less
+    X-Thinking-Level when the turn sets `reasoning.effort`), the body's type and length."""
+    dropped = _SOCKET_HEADERS | {LEVEL_HEADER.lower().encode()} if effort_set else _SOCKET_HEADERS
+    headers = [
+        (name, value)
+        for name, value in socket_scope.get("headers", [])
+        if name.lower() not in dropped and not name.lower().startswith(_HANDSHAKE)
+    ]
+    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    path = socket_scope.get("path", "/v1/responses")
+    return {
+        "type": "http",
+        "asgi": socket_scope.get("asgi", {"version": "3.0"}),
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "https" if socket_scope.get("scheme") == "wss" else "http",
+        "path": path,
+        "raw_path": socket_scope.get("raw_path") or path.encode(),
+        "query_string": socket_scope.get("query_string", b""),
+        "root_path": socket_scope.get("root_path", ""),
+        "headers": headers,
+        "client": socket_scope.get("client"),
+        "server": socket_scope.get("server"),
+        "state": socket_scope.get("state", {}),
+        "app": socket_scope.get("app"),
+        "extensions": {},
+    }

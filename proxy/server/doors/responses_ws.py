@@ -71,9 +71,9 @@ from proxy.core.protocols.responses.socket import (
 from proxy.core.replay.keys import tenant_of
 from proxy.server.access_log import log_access
 from proxy.server.doors.responses import ResponsesDoor
-from proxy.server.doors.responses_turn import SOCKET_TURN, SocketTurn
+from proxy.server.doors.responses_turn import SOCKET_TURN, SocketTurn, turn_scope
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
-from proxy.server.doors.responses_ws_turn import Connection, TurnWriter, turn_scope
+from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 
 logger = logging.getLogger("thinkproxy.responses")

@@ -1,8 +1,8 @@
-"""One Responses WebSocket turn's I/O (proxy.server.doors.responses_ws): the HTTP scope a
-`response.create` runs under (`turn_scope`), the socket's state a turn shares (`Connection`), and
-the ASGI `send` that turns the door's answer into the socket's messages (`TurnWriter`: one
-message per event; a turn always ends with a terminal event, an `error` event when its stream was
-cut short; an answer that is not a stream is one `error` event).
+"""One Responses WebSocket turn's I/O (proxy.server.doors.responses_ws): the socket's state a
+turn shares (`Connection`), and the ASGI `send` that turns the door's answer into the socket's
+messages (`TurnWriter`: one message per event; a turn always ends with a terminal event, an
+`error` event when its stream was cut short; an answer that is not a stream is one `error`
+event). (The HTTP scope a `response.create` runs under: proxy.server.doors.responses_turn.)
 
 A bridged turn's door writes its events in the socket's own form (SocketTurn.answer: each
 event's JSON and a newline, proxy.core.protocols.responses.output.message_frames), which the writer
@@ -18,14 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from starlette.types import Message, Send
 from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core import jsonio
-from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
 from proxy.core.protocols.responses.socket import Create, error_event, error_from_answer
 from proxy.core.protocols.responses.socket_events import EventSplitter, MessagesTooLarge
@@ -34,50 +32,6 @@ from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream, SocketAnswer
 
 logger = logging.getLogger("thinkproxy.responses")
-
-# Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
-_SOCKET_HEADERS = frozenset(
-    {
-        b"connection",
-        b"upgrade",
-        b"content-length",
-        b"content-type",
-        b"transfer-encoding",
-        b"x-request-id",  # (each turn gets its own id)
-        b"openai-beta",  # (`responses_websockets=…`: the transport's, not the request's)
-    }
-)
-_HANDSHAKE = b"sec-websocket-"  # (the handshake's own headers: never a turn's, never forwarded)
-
-
-def turn_scope(socket_scope: Mapping[str, Any], body: bytes, effort_set: bool) -> dict[str, Any]:
-    """The HTTP scope of one turn: the upgrade's headers (less the socket's own; less
-    X-Thinking-Level when the turn sets `reasoning.effort`), the body's type and length."""
-    dropped = _SOCKET_HEADERS | {LEVEL_HEADER.lower().encode()} if effort_set else _SOCKET_HEADERS
-    headers = [
-        (name, value)
-        for name, value in socket_scope.get("headers", [])
-        if name.lower() not in dropped and not name.lower().startswith(_HANDSHAKE)
-    ]
-    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    path = socket_scope.get("path", "/v1/responses")
-    return {
-        "type": "http",
-        "asgi": socket_scope.get("asgi", {"version": "3.0"}),
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "https" if socket_scope.get("scheme") == "wss" else "http",
-        "path": path,
-        "raw_path": socket_scope.get("raw_path") or path.encode(),
-        "query_string": socket_scope.get("query_string", b""),
-        "root_path": socket_scope.get("root_path", ""),
-        "headers": headers,
-        "client": socket_scope.get("client"),
-        "server": socket_scope.get("server"),
-        "state": socket_scope.get("state", {}),
-        "app": socket_scope.get("app"),
-        "extensions": {},
-    }
 
 
 class Connection:

@@ -23,6 +23,7 @@ from proxy.server.doors.responses_turn import (
     SocketTurn,
     prepared,
     socket_relay,
+    turn_scope,
     warm_up_over_http,
 )
 from proxy.server.handlers import Proxy
@@ -97,3 +98,30 @@ def test_a_warm_up_to_a_native_upstream_over_http_is_refused_naming_the_field() 
     error = warm_up_over_http()
     assert error.status == 400 and error.code == "unsupported_parameter" and error.param == "generate"
     assert "responses_websocket" in error.message
+
+
+def test_a_turn_has_the_upgrades_headers_less_the_sockets_own_and_the_level_its_effort_overrides() -> None:
+    upgrade = {
+        "type": "websocket",
+        "path": "/v1/responses",
+        "scheme": "wss",
+        "headers": [
+            (b"authorization", b"Bearer sk-x"),
+            (b"x-thinking-level", b"deep"),
+            (b"openai-beta", b"responses_websockets=2026-02-06"),
+            (b"sec-websocket-key", b"abc"),
+            (b"x-request-id", b"socket-id"),
+            (b"upgrade", b"websocket"),
+        ],
+    }
+    body = b'{"model":"m"}'
+    scope = turn_scope(upgrade, body, effort_set=False)
+    assert scope["type"] == "http" and scope["method"] == "POST" and scope["scheme"] == "https"
+    assert scope["headers"] == [
+        (b"authorization", b"Bearer sk-x"),
+        (b"x-thinking-level", b"deep"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    overridden = turn_scope(upgrade, body, effort_set=True)  # (the create's reasoning.effort wins)
+    assert (b"x-thinking-level", b"deep") not in overridden["headers"]
