@@ -14,7 +14,8 @@ Per providers.yaml entry (`responses: native | bridge`):
 
 The WebSocket mode (proxy.server.doors.responses_ws) runs each `response.create` as one of these
 requests (`turn`): the same planning, bridge and ResponseStream; what a socket adds comes in a
-`SocketTurn` (the connection's own responses, `generate: false`).
+`SocketTurn` (the connection's own responses, `generate: false`, the upstream WebSocket), and what
+the door does differently for one is in proxy.server.doors.responses_turn.
 
 The I/O lives here: reading and writing stored responses in the state store, the clock, ids.
 """
@@ -23,10 +24,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -75,59 +75,17 @@ from proxy.server.doors.native import forward_native
 from proxy.server.doors.native_owners import NativeOwners
 from proxy.server.doors.responses_native import NATIVE
 from proxy.server.doors.responses_store import StoredResponses, input_items, stored_keys
+from proxy.server.doors.responses_turn import (
+    SOCKET_TURN,
+    ResponseSaver,
+    SocketTurn,
+    prepared,
+    socket_relay,
+    warm_up_over_http,
+)
 from proxy.server.handlers import Proxy
-from proxy.server.relay import Relay
-from proxy.server.upstream.responses_socket import UPSTREAM_TRANSPORT_HEADER, ResponsesSocketUpstream
 
 logger = logging.getLogger("thinkproxy.responses")
-
-# The scope key under which a WebSocket turn's request carries its SocketTurn (an HTTP request
-# never has one, so nothing the HTTP door does changes).
-SOCKET_TURN = "thinkproxy.socket_turn"
-# What a turn with `generate: false` hands the transcoder: an answer that ends at once, with no
-# output (the response is made, its state kept; no upstream is asked).
-NOTHING_GENERATED = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
-
-
-class ResponseSaver(Protocol):
-    """What keeps a finished response: the state store's StoredResponses, or a socket's own."""
-
-    async def save(
-        self,
-        tenant: str,
-        final: dict[str, Any],
-        own: list[Any],
-        previous: str | None,
-        earlier_keys: list[str],
-    ) -> None: ...
-
-
-@dataclass(slots=True)
-class SocketTurn:
-    """What a WebSocket turn brings the door besides its body (proxy.server.doors.responses_ws):
-    `responses`, the connection's own last responses in front of the state store (what
-    `previous_response_id` and `item_reference`s read first); `saver(shared)`, what keeps this turn's
-    response on the connection (and in the state store too when `shared`: `store` true);
-    `generate` false: the response is made without asking the upstream (bridged), or a warm-up
-    sent to a native upstream's WebSocket; `upstream`, the connection's upstream WebSocket, for
-    native turns to an upstream that serves the WebSocket mode (None: HTTP per turn). The door
-    sets `answer`, its transcoder, when it writes the turn's events in the socket's own form
-    (proxy.core.protocols.responses.output.message_frames: each event's JSON and a newline)
-    instead of SSE (a bridged turn; a native one relays the upstream's SSE): its `final` is set
-    once the terminal event is written, so the socket needs no look at the events for it."""
-
-    responses: StoredResponses
-    saver: Callable[[bool], ResponseSaver]
-    generate: bool = True
-    upstream: ResponsesSocketUpstream | None = None
-    answer: Answer | None = None
-
-
-class Answer(Protocol):
-    """A turn's answer as the socket reads it: its terminal `Response` once written."""
-
-    @property
-    def final(self) -> dict[str, Any] | None: ...
 
 
 @dataclass(slots=True)
@@ -196,15 +154,9 @@ class ResponsesDoor(Door):
             record.notes[CHAIN_NOTE] = (chain_links(parsed), None)
         turn: SocketTurn | None = request.scope.get(SOCKET_TURN)
         if dialect.responses.mode == "native":
-            relay = self._socket_relay(turn, dialect, record)
+            relay = socket_relay(proxy, turn, dialect, record)
             if turn is not None and not turn.generate and relay is None:
-                raise BadRequest(
-                    "generate: false is served for bridged upstreams, and for a native one that serves "
-                    "the WebSocket mode (providers.yaml responses_websocket); this one is reached over "
-                    "HTTP per turn, where a warm-up has no state to prepare.",
-                    code="unsupported_parameter",
-                    param="generate",
-                )
+                raise warm_up_over_http()
             if compact:  # the upstream compacts itself: its own endpoint, as it came
                 if self.owners.active:  # (it may continue a stored response: only its creator's)
                     await self.owners.check_continuation(self.owners.tenants(request.headers.items()), parsed)
@@ -235,20 +187,6 @@ class ResponsesDoor(Door):
         return await self._bridge(
             request, arrival, intent, tgt, dialect, record, started, compact=compact, turn=turn
         )
-
-    def _socket_relay(self, turn: SocketTurn | None, dialect: Dialect, record: AccessRecord) -> Relay | None:
-        """A WebSocket turn's relay over the connection's upstream WebSocket, when its native
-        upstream serves the WebSocket mode (None: the app's HTTP relay, a POST per turn). The same
-        request goes either way (forward_native plans it); the transport is said on the record."""
-        if turn is None or turn.upstream is None or not dialect.relays_responses_socket:
-            return None
-
-        def note(transport: str) -> None:
-            record.response_headers.append((UPSTREAM_TRANSPORT_HEADER, transport))
-
-        upstream = turn.upstream.turn(generate=turn.generate, note=note)
-        s = self.proxy.s
-        return Relay(s.settings, upstream, self.proxy.finish, s.review)
 
     async def _bridge(
         self,
@@ -322,7 +260,7 @@ class ResponsesDoor(Door):
             door.saver, door.stored_input = self.stored, own
             door.previous, door.earlier_keys = parsed.get("previous_response_id"), earlier_keys
         if turn is not None and not turn.generate:
-            return await self._prepared(door, record, started)
+            return await prepared(self.proxy, door, record, started)
         chat_arrival, chat_tgt = chat_request(
             arrival, tgt, chat, record, bridged.omitted_tools, query=arrival.query, headers=tgt.headers
         )
@@ -339,15 +277,6 @@ class ResponsesDoor(Door):
             client_names=client_names(bridged.tool_names),
             client_level=bridged.level,
         )
-
-    async def _prepared(self, door: BridgeOutput, record: AccessRecord, started: float) -> Response:
-        """`generate: false` (WebSocket mode): the response made and kept without model output,
-        its events as a stream of its own; the upstream is not asked."""
-        out = door.feed(NOTHING_GENERATED) + door.close()
-        await door.settle()
-        record.status, record.bytes_out = 200, len(out)
-        self.proxy.finish(record, started)
-        return Response(out, media_type="text/event-stream", headers=dict(record.response_headers))
 
     async def _restore(
         self, messages: list[dict[str, Any]], bridged: BridgedRequest, ctx: SealContext, expansion: Expansion

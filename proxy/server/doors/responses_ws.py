@@ -70,9 +70,10 @@ from proxy.core.protocols.responses.socket import (
 )
 from proxy.core.replay.keys import tenant_of
 from proxy.server.access_log import log_access
-from proxy.server.doors.responses import SOCKET_TURN, ResponsesDoor, SocketTurn
+from proxy.server.doors.responses import ResponsesDoor
+from proxy.server.doors.responses_turn import SOCKET_TURN, SocketTurn, turn_scope
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
-from proxy.server.doors.responses_ws_turn import Connection, TurnWriter, turn_scope
+from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 
 logger = logging.getLogger("thinkproxy.responses")
@@ -302,7 +303,7 @@ class ResponsesSocket:
         writer = TurnWriter(connection, create.stream_id, self.door.proxy.s.settings.max_response_bytes, turn)
         try:
             response: Response = await self.door.turn(Request(scope, receive))
-            await response(scope, receive, writer)
+            await response(scope, receive, writer.send)
             await writer.end()
         except Exception:  # (the door answers every error itself: this is a bug, said once)
             logger.exception(

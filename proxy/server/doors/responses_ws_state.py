@@ -16,8 +16,8 @@ from proxy.core import jsonio
 from proxy.core.protocols.expansion import Expansion
 from proxy.core.protocols.responses.state import RESPONSE_KIND, STORED_RESPONSE_CAP, StoredResponse
 from proxy.core.replay.keys import Tenants, store_key
-from proxy.server.doors.responses import ResponseSaver
 from proxy.server.doors.responses_store import ITEM_KIND, MAX_CHAIN_TURNS, StoredResponses
+from proxy.server.doors.responses_turn import ResponseSaver
 
 
 class SocketResponses(StoredResponses):

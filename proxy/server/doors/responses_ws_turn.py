@@ -1,81 +1,37 @@
-"""One Responses WebSocket turn's I/O (proxy.server.doors.responses_ws): the HTTP scope a
-`response.create` runs under (`turn_scope`), the socket's state a turn shares (`Connection`), and
-the ASGI `send` that turns the door's answer into the socket's messages (`TurnWriter`: one
-message per event; a turn always ends with a terminal event, an `error` event when its stream was
-cut short; an answer that is not a stream is one `error` event).
+"""One Responses WebSocket turn's I/O (proxy.server.doors.responses_ws): the socket's state a
+turn shares (`Connection`), and the ASGI `send` that turns the door's answer into the socket's
+messages (`TurnWriter`: one message per event; a turn always ends with a terminal event, an
+`error` event when its stream was cut short; an answer that is not a stream is one `error`
+event). (The HTTP scope a `response.create` runs under: proxy.server.doors.responses_turn.)
 
 A bridged turn's door writes its events in the socket's own form (SocketTurn.answer: each
 event's JSON and a newline, proxy.core.protocols.responses.output.message_frames), which the writer
-sends as they are, a write's messages cut with one decode and one `split`; a native turn's answer
-is the upstream's SSE, split into events by `EventSplitter`. (Encoding the bridged events as SSE
-only to split them again cost a socket turn more than the HTTP door's whole write per event:
-bench/README.md, "The Responses WebSocket mode, counted".)"""
+sends as they are, a write's messages cut with one decode and a `find` per newline (`lines_of`); a
+native turn relayed over the upstream's WebSocket writes each upstream message alone, framed as SSE
+for the relay's usage reader, and the writer sends the frame's JSON as it is (SocketTurn.relayed);
+any other SSE (a native upstream over HTTP) is split into events by `EventSplitter`. (Encoding the
+bridged events as SSE only to split them again cost a socket turn more than the HTTP door's whole
+write per event: bench/README.md, "The Responses WebSocket mode, counted".)"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from starlette.types import Message, Send
 from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core import jsonio
-from proxy.core.controls import LEVEL_HEADER
 from proxy.core.errors import BadUpstreamResponse
 from proxy.core.protocols.responses.socket import Create, error_event, error_from_answer
 from proxy.core.protocols.responses.socket_events import EventSplitter, MessagesTooLarge
-from proxy.server.doors.responses import Answer, SocketTurn
+from proxy.server.doors.responses_turn import Answer, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
-from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
+from proxy.server.upstream.responses_socket import ResponsesSocketUpstream, SocketAnswer
 
 logger = logging.getLogger("thinkproxy.responses")
-
-# Headers of the upgrade that are the socket's, not a turn's (the rest apply to every turn).
-_SOCKET_HEADERS = frozenset(
-    {
-        b"connection",
-        b"upgrade",
-        b"content-length",
-        b"content-type",
-        b"transfer-encoding",
-        b"x-request-id",  # (each turn gets its own id)
-        b"openai-beta",  # (`responses_websockets=…`: the transport's, not the request's)
-    }
-)
-_HANDSHAKE = b"sec-websocket-"  # (the handshake's own headers: never a turn's, never forwarded)
-
-
-def turn_scope(socket_scope: Mapping[str, Any], body: bytes, effort_set: bool) -> dict[str, Any]:
-    """The HTTP scope of one turn: the upgrade's headers (less the socket's own; less
-    X-Thinking-Level when the turn sets `reasoning.effort`), the body's type and length."""
-    dropped = _SOCKET_HEADERS | {LEVEL_HEADER.lower().encode()} if effort_set else _SOCKET_HEADERS
-    headers = [
-        (name, value)
-        for name, value in socket_scope.get("headers", [])
-        if name.lower() not in dropped and not name.lower().startswith(_HANDSHAKE)
-    ]
-    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    path = socket_scope.get("path", "/v1/responses")
-    return {
-        "type": "http",
-        "asgi": socket_scope.get("asgi", {"version": "3.0"}),
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "https" if socket_scope.get("scheme") == "wss" else "http",
-        "path": path,
-        "raw_path": socket_scope.get("raw_path") or path.encode(),
-        "query_string": socket_scope.get("query_string", b""),
-        "root_path": socket_scope.get("root_path", ""),
-        "headers": headers,
-        "client": socket_scope.get("client"),
-        "server": socket_scope.get("server"),
-        "state": socket_scope.get("state", {}),
-        "app": socket_scope.get("app"),
-        "extensions": {},
-    }
 
 
 class Connection:
@@ -139,13 +95,37 @@ class Connection:
             self.leave()
 
 
+# Past this many events in one write (a burst's: short ones), the rest is split at once.
+_FOUND_LINES = 8
+
+
+def lines_of(text: str, end: int) -> list[str]:
+    """The lines of `text` that a newline ends, without it (`end`: where the first newline is,
+    -1 for none). The first _FOUND_LINES found with `find` (a `memchr`, where `split` walks every
+    character: the events that end a turn each carry the whole output, ~48 KB a turn in all, and
+    splitting them cost ~300k instructions a turn; bench/README.md, "The Responses WebSocket
+    mode, counted"), the rest, when a write holds more (a burst of short events), with one
+    `split`, cheaper than a `find` each for short events."""
+    lines: list[str] = []
+    start = 0
+    while end >= 0:
+        lines.append(text[start:end])
+        start = end + 1
+        if len(lines) == _FOUND_LINES:  # (short events so far: all of them split at once)
+            lines = text.split("\n")
+            lines.pop()  # (what follows the last newline)
+            break
+        end = text.find("\n", start)
+    return lines
+
+
 # A non-stream answer (an error body, the proxy's or the upstream's) is kept up to this many bytes:
 # its `error` event quotes at most 2000 characters of a body that is not an OpenAI error object.
 _ANSWER_KEPT_BYTES = 64 * 1024
 
 
 class TurnWriter:
-    """The ASGI `send` of one turn: the door's SSE answer → one message per event; an answer that
+    """The ASGI `send` of one turn (`send`): the door's answer → one message per event; an answer that
     is not a stream (an error: the proxy's or the upstream's) → one `error` event. A stream that
     ends without a terminal event (the upstream cut it, a read timeout, an event past
     THINKPROXY_MAX_RESPONSE_BYTES) ends with an `error` event: the client never waits for one."""
@@ -154,10 +134,12 @@ class TurnWriter:
         "answer",
         "body",
         "connection",
+        "direct",
         "kept",
         "limit",
         "pending",
         "prefix",
+        "relayed",
         "splitter",
         "status",
         "stream_id",
@@ -183,6 +165,13 @@ class TurnWriter:
         # answer's start: its `final` says the terminal event is written.
         self.answer: Answer | None = None
         self.pending = b""  # (the socket's form: a write's tail after its last newline)
+        # A native turn's answer read from the upstream socket (SocketTurn.relayed), read at the
+        # answer's start: its messages come one a write; its `done` says the terminal was read.
+        self.relayed: SocketAnswer | None = None
+        # `send`'s hot path applies: the door writes the socket's form (or a relayed answer's
+        # messages come one a write), nothing is pending, no event was past the limit, the
+        # terminal event is not out yet.
+        self.direct = False
         # (the stream id spliced in after each message's opening brace: no message parsed again)
         self.prefix = "" if stream_id is None else '{"stream_id":' + jsonio.dumps(stream_id).decode() + ","
         self.status = 0
@@ -191,11 +180,75 @@ class TurnWriter:
         self.kept = 0
         self.too_large: MessagesTooLarge | None = None
 
-    async def __call__(self, message: Message) -> None:
-        # The hot path, once per door write (a paced stream: once per event): the split and the
-        # sends inline, with no coroutine of their own (each layer of `await` cost ~3k
-        # instructions a write; bench/README.md, "The Responses WebSocket mode, counted").
+    async def send(self, message: Message) -> None:
+        """The turn's ASGI `send` (a bound method: called as a function, where an instance's
+        `__call__` goes through the type's call slot and an argument tuple each time)."""
+        # The hot path, once per door write (a paced stream: once per event): a whole write, none
+        # pending, no terminal yet, more to come: of the door's events in the socket's form (any
+        # number), or one native upstream message as SocketAnswer frames it (`data: {json}`, a
+        # blank line). Inline, with no coroutine of its own (each layer of `await` cost ~3k
+        # instructions a write), and as few steps as the checks allow (bench/README.md, "The
+        # Responses WebSocket mode, counted").
         data = message.get("body")
+        if self.direct and data and message.get("more_body") and len(data) <= self.limit:
+            answer = self.answer
+            if answer is not None:
+                if data[-1] == 10:  # (the door writes whole events: each ends with a newline)
+                    text = data.decode("utf-8", "replace")
+                    end = text.find("\n")  # (one event: the newline that ends it, the only one)
+                    if end == len(text) - 1 and not self.prefix and answer.final is None:
+                        connection = self.connection  # (one event, not the last: most writes)
+                        if connection.sending:
+                            try:
+                                await connection.raw_send({"type": "websocket.send", "text": text[:-1]})
+                            except Exception:  # (closed under us: the reader sees the disconnect)
+                                connection.leave()
+                        return
+                    texts = [text[:-1]] if end == len(text) - 1 else lines_of(text, end)
+                    if self.prefix:
+                        prefix = self.prefix
+                        texts = [prefix + text[1:] for text in texts]
+                    await self._send_all(texts, answer.final is not None)
+                    return
+            elif data.startswith(b"data: {") and data.find(b"\n") == len(data) - 2 and data[-1] == 10:
+                # (one frame, one message: its data line's JSON; whether it ends the turn, as the
+                # answer read it: the relay writes each message before it reads the next)
+                relayed = self.relayed
+                text = data[6:-2].decode("utf-8", "replace")
+                if relayed is not None and relayed.done:
+                    await self._send_all([text], True)
+                    return
+                connection = self.connection
+                if connection.sending:
+                    try:
+                        await connection.raw_send({"type": "websocket.send", "text": text})
+                    except Exception:  # (closed under us: the reader sees the disconnect)
+                        connection.leave()
+                return
+        await self._write(message, data)
+
+    async def _send_all(self, texts: list[str], terminal: bool) -> None:
+        """A hot-path write's messages to the client (`terminal`: its last is the terminal event)."""
+        if terminal:  # (the terminal event, the last: all out)
+            self.splitter.terminal, self.direct = True, False
+        connection = self.connection
+        if connection.sending:
+            send = connection.raw_send
+            try:
+                for text in texts:
+                    await send({"type": "websocket.send", "text": text})
+            except Exception:  # (closed under us: the reader sees the disconnect)
+                connection.leave()
+        if terminal:  # (a next create may follow now: the rest is bookkeeping)
+            connection.settling = True
+            if texts:
+                connection.last_terminal = texts[-1]
+
+    __call__ = send
+
+    async def _write(self, message: Message, data: bytes | None) -> None:
+        """Every other message: the answer's start, its last write, a write cut mid-event or past
+        the limit, anything after the terminal event, an answer that is not a stream or is SSE."""
         if data is None:
             if message["type"] == "http.response.start":
                 self._start(message)
@@ -216,25 +269,23 @@ class TurnWriter:
             return  # (the answer is whole, or already failed: the rest is not the client's)
         answer = self.answer
         if answer is not None:  # the door's events in the socket's form
-            if self.pending or data[-1] != 10 or len(data) > self.limit:
-                texts = self._messages(data)  # (a cut event, or one that may be past the limit)
-            else:  # (the door's writes: whole events; a paced stream's, one)
-                body = data[:-1]
-                texts = (
-                    [body.decode("utf-8", "replace")]
-                    if body.find(b"\n") < 0  # (not `in`: bytes' `in` raises inside, ~2k instructions)
-                    else body.decode("utf-8", "replace").split("\n")
-                )
-                if self.prefix:
-                    texts = [self.prefix + text[1:] for text in texts]
+            texts = self._messages(data)
             if answer.final is not None and not self.pending and self.too_large is None:
                 splitter.terminal = True  # (the door wrote its terminal event, the last: all out)
+            self.direct = not self.pending and self.too_large is None and not splitter.terminal
         else:
             try:
                 texts = splitter.feed(data)
             except MessagesTooLarge as exc:
                 self.too_large = exc
                 texts = exc.messages
+            self.direct = (
+                self.relayed is not None
+                and not self.prefix
+                and splitter.idle
+                and self.too_large is None
+                and not splitter.terminal
+            )
         connection = self.connection
         if texts and connection.sending:
             send = connection.raw_send
@@ -255,7 +306,14 @@ class TurnWriter:
             if name.lower() == b"content-type":
                 content_type = value
         self.streaming = 200 <= self.status < 300 and content_type.startswith(b"text/event-stream")
-        self.answer = self.turn.answer if self.streaming and self.turn is not None else None
+        turn = self.turn if self.streaming else None
+        self.answer = turn.answer if turn is not None else None
+        relayed = turn.relayed if turn is not None and self.answer is None else None
+        # (a native turn's answer from the upstream socket; None when it went over HTTP: SSE)
+        self.relayed = relayed.answer if relayed is not None else None
+        # `send`'s hot path: the door's socket form; a relayed answer's messages, one a write
+        # (with a stream id to splice in, the splitter's: it handles an empty object, a non-object)
+        self.direct = self.answer is not None or (self.relayed is not None and not self.prefix)
 
     def _messages(self, data: bytes) -> list[str]:
         """The messages of one write in the socket's form, in general: the events it ends, as
@@ -269,8 +327,8 @@ class TurnWriter:
         limit = self.limit
         if len(data) > limit or len(self.pending) > limit:  # (rare: only then is each measured)
             data = self._within_limit(data)
-        texts = data.decode("utf-8", "replace").split("\n")
-        texts.pop()  # (what follows the last newline: nothing)
+        text = data.decode("utf-8", "replace")
+        texts = lines_of(text, text.find("\n"))
         prefix = self.prefix
         return [prefix + text[1:] for text in texts] if prefix else texts
 

@@ -229,7 +229,7 @@ class ResponsesSocketUpstream:
         self.socket = _Socket(ws, request.url, key)
         return self.socket, True
 
-    async def create(self, request: UpstreamRequest, generate: bool) -> UpstreamResponse:
+    async def create(self, request: UpstreamRequest, generate: bool) -> SocketAnswer:
         """One turn over the socket: its `response.create` sent, its first message awaited (as an
         HTTP client awaits the head); UpgradeRefused when the upstream does not serve the mode.
 
@@ -296,6 +296,10 @@ class SocketTurnUpstream(Upstream):
         self.owner = owner
         self.generate = generate
         self.note = note
+        # The answer read from the upstream socket, once opened (None: none yet, or HTTP): its
+        # messages come one a write, each framed as `framed` writes it (the client socket's
+        # writer takes them without splitting: proxy.server.doors.responses_ws_turn).
+        self.answer: SocketAnswer | None = None
 
     async def open(self, request: UpstreamRequest) -> UpstreamResponse:
         owner = self.owner
@@ -313,6 +317,7 @@ class SocketTurnUpstream(Upstream):
                 )
             else:
                 self.note("websocket")
+                self.answer = answer
                 return answer
         self.note(f"http; the upstream refused the WebSocket upgrade ({owner.refused})")
         if not self.generate:

@@ -14,10 +14,12 @@ from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketState
 
 from proxy.core.protocols.responses.output import frames, message_frames
-from proxy.server.doors.responses import ResponseSaver, SocketTurn
+from proxy.core.protocols.responses.socket_events import TERMINAL_TYPES, message_type
 from proxy.server.doors.responses_store import StoredResponses
+from proxy.server.doors.responses_turn import ResponseSaver, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
+from proxy.server.upstream.responses_socket import SocketTurnUpstream, framed
 
 
 class FakeSocket:
@@ -45,14 +47,31 @@ def answered(writer: TurnWriter) -> FakeAnswer:
     return cast(FakeAnswer, writer.answer)
 
 
+class FakeRelayed:
+    """A native turn's upstream over the connection's upstream socket, as the writer reads it:
+    its answer, whose `done` says the terminal message was read (set by the test as it writes
+    each message, as SocketAnswer sets it before the relay writes the message)."""
+
+    def __init__(self) -> None:
+        self.answer = FakeAnswer()
+        self.answer.done = False  # type: ignore[attr-defined]
+
+
 def writer_for(
-    stream: bool, *, messages: bool = False, stream_id: str | None = None, limit: int = 1 << 20
+    stream: bool,
+    *,
+    messages: bool = False,
+    stream_id: str | None = None,
+    limit: int = 1 << 20,
+    relayed: FakeRelayed | None = None,
 ) -> tuple[TurnWriter, Connection, FakeSocket]:
-    """A turn's writer after the answer's start; `messages`: the door writes the socket's form."""
+    """A turn's writer after the answer's start; `messages`: the door writes the socket's form;
+    `relayed`: a native turn relayed over the upstream socket (its messages one a write)."""
     socket = FakeSocket()
     connection = Connection(cast(WebSocket, socket), cast(SocketResponses, None))
     turn = SocketTurn(cast(StoredResponses, None), cast(Callable[[bool], ResponseSaver], None))
     turn.answer = FakeAnswer() if messages else None
+    turn.relayed = cast(SocketTurnUpstream, relayed)
     writer = TurnWriter(connection, stream_id, limit, turn)
     kind = b"text/event-stream" if stream else b"application/json"
     asyncio.run(
@@ -165,3 +184,36 @@ def test_an_event_past_the_limit_in_the_socket_form_ends_the_turn_after_the_even
     assert [json.loads(text)["type"] for text in sent[:-1]] == [e["type"] for e in events[:3]]
     error = json.loads(sent[-1])
     assert error["type"] == "error" and error["error"]["code"] == "response_too_large"
+
+
+@pytest.mark.parametrize("stream_id", [None, "lane-2"])
+def test_a_native_answer_relayed_from_the_upstream_socket_sends_what_its_sse_split_sends(
+    stream_id: str | None,
+) -> None:
+    """A native turn over the upstream socket: the relay writes each upstream message framed as
+    SSE (`framed`), one a write; the writer takes each frame's JSON as it is (no split), and
+    sends what the general splitter sends for the same bytes: an `event:`-framed message (type
+    not first), a non-object, an empty object and a stream id alike; nothing after the terminal."""
+    upstream = [
+        b'{"type":"response.created","sequence_number":0,"response":{"id":"r"}}',
+        b'{"sequence_number":1,"type":"response.output_text.delta","delta":"Z\\u00fcrich"}',
+        b"[DONE]",
+        b"{}",
+        b'{"type":"response.output_text.delta","sequence_number":2,"delta":"line\\nbreak \xe2\x9c\x93"}',
+        b'{\n  "type": "response.output_text.delta",\n  "sequence_number": 3, "delta": "pretty"\n}',
+        b'{"type":"response.completed","sequence_number":4,"response":{"id":"r"}}',
+        b'{"type":"response.created","sequence_number":5}',
+    ]
+    frames_out = [framed(data, message_type(data)) for data in upstream]
+    writer, _, socket = writer_for(stream=True, stream_id=stream_id)
+    expected = sent_by(writer, socket, [b"".join(frames_out)])
+    assert json.loads(expected[-1])["type"] == "response.completed"
+    relayed = FakeRelayed()
+    writer, connection, socket = writer_for(stream=True, stream_id=stream_id, relayed=relayed)
+    for data, frame in zip(upstream, frames_out, strict=True):
+        relayed.answer.done = message_type(data) in TERMINAL_TYPES  # type: ignore[attr-defined]
+        asyncio.run(writer({"type": "http.response.body", "body": frame, "more_body": True}))
+    asyncio.run(writer({"type": "http.response.body", "body": b"", "more_body": False}))
+    asyncio.run(writer.end())
+    assert socket.sent == expected
+    assert connection.settling and connection.last_terminal == expected[-1]

@@ -52,6 +52,12 @@ class EventSplitter:
         """The most bytes one event may take."""
         return self._limit
 
+    @property
+    def idle(self) -> bool:
+        """Nothing held: every event fed so far was whole and of the plain shape (so the next
+        whole event may be taken without the splitter, in order)."""
+        return self._plain and not self._pending
+
     def feed(self, data: bytes) -> list[str]:
         """The messages of the events `data` completes; MessagesTooLarge for one past the limit
         (carrying the messages of the events before it)."""
