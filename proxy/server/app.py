@@ -216,7 +216,8 @@ def create_app(
     ]
     if settings.cors_origins:
         middleware.append(Middleware(CORSMiddleware, origins=settings.cors_origins))
-    # (innermost: the front doors' POSTs skip Starlette's exception middleware and router)
+    # (innermost: the front doors' POSTs skip Starlette's exception middleware and router; so an
+    # exception handler added to the app would not see them: answer errors in the doors' `guarded`)
     doors = {
         "/v1/chat/completions": proxy.chat_completions,
         "/v1/responses": responses.create,

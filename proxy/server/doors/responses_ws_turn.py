@@ -26,7 +26,12 @@ from starlette.websockets import WebSocket, WebSocketState
 from proxy.core import jsonio
 from proxy.core.errors import BadUpstreamResponse
 from proxy.core.protocols.responses.socket import Create, error_event, error_from_answer
-from proxy.core.protocols.responses.socket_events import EventSplitter, MessagesTooLarge
+from proxy.core.protocols.responses.socket_events import (
+    TERMINAL_TYPES,
+    EventSplitter,
+    MessagesTooLarge,
+    leading_type,
+)
 from proxy.server.doors.responses_turn import Answer, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream, SocketAnswer
@@ -166,7 +171,7 @@ class TurnWriter:
         self.answer: Answer | None = None
         self.pending = b""  # (the socket's form: a write's tail after its last newline)
         # A native turn's answer read from the upstream socket (SocketTurn.relayed), read at the
-        # answer's start: its messages come one a write; its `done` says the terminal was read.
+        # answer's start: its messages come one a write (which one ends the turn, each frame says).
         self.relayed: SocketAnswer | None = None
         # `send`'s hot path applies: the door writes the socket's form (or a relayed answer's
         # messages come one a write), nothing is pending, no event was past the limit, the
@@ -211,11 +216,12 @@ class TurnWriter:
                     await self._send_all(texts, answer.final is not None)
                     return
             elif data.startswith(b"data: {") and data.find(b"\n") == len(data) - 2 and data[-1] == 10:
-                # (one frame, one message: its data line's JSON; whether it ends the turn, as the
-                # answer read it: the relay writes each message before it reads the next)
-                relayed = self.relayed
-                text = data[6:-2].decode("utf-8", "replace")
-                if relayed is not None and relayed.done:
+                # (one frame, one message: its data line's JSON; whether it ends the turn, read from
+                # the frame itself: `framed` writes a bare `data: {` only for a message that opens
+                # with its type or has none, so this is the splitter's own reading)
+                payload = data[6:-2]
+                text = payload.decode("utf-8", "replace")
+                if leading_type(payload) in TERMINAL_TYPES:
                     await self._send_all([text], True)
                     return
                 connection = self.connection

@@ -217,3 +217,29 @@ def test_a_native_answer_relayed_from_the_upstream_socket_sends_what_its_sse_spl
     asyncio.run(writer.end())
     assert socket.sent == expected
     assert connection.settling and connection.last_terminal == expected[-1]
+
+
+@pytest.mark.parametrize("done_early", [True, False])
+def test_a_relayed_frame_ends_the_turn_by_its_own_type_not_by_how_far_the_upstream_was_read(
+    done_early: bool,
+) -> None:
+    """The relayed hot path reads whether a frame is the terminal from the frame itself: were the
+    upstream answer read ahead of the writes (`done` already set on an earlier frame) or its flag
+    late, the messages sent are still every message up to the terminal, and the terminal ends the
+    turn."""
+    upstream = [
+        b'{"type":"response.created","sequence_number":0,"response":{"id":"r"}}',
+        b'{"type":"response.output_text.delta","sequence_number":1,"delta":"hi"}',
+        b'{"type":"response.completed","sequence_number":2,"response":{"id":"r"}}',
+        b'{"type":"response.created","sequence_number":3}',
+    ]
+    frames_out = [framed(data, message_type(data)) for data in upstream]
+    relayed = FakeRelayed()
+    relayed.answer.done = done_early  # type: ignore[attr-defined]
+    writer, connection, socket = writer_for(stream=True, relayed=relayed)
+    for frame in frames_out:
+        asyncio.run(writer({"type": "http.response.body", "body": frame, "more_body": True}))
+    asyncio.run(writer({"type": "http.response.body", "body": b"", "more_body": False}))
+    asyncio.run(writer.end())
+    assert [json.loads(text)["sequence_number"] for text in socket.sent] == [0, 1, 2]
+    assert connection.settling and connection.last_terminal == socket.sent[-1]

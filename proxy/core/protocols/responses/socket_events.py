@@ -13,7 +13,7 @@ from __future__ import annotations
 from proxy.core import jsonio
 from proxy.core.stream.sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, SSEDecoder, SSEEvent
 
-__all__ = ["TERMINAL_TYPES", "EventSplitter", "MessagesTooLarge", "message_type"]
+__all__ = ["TERMINAL_TYPES", "EventSplitter", "MessagesTooLarge", "leading_type", "message_type"]
 
 # The events that end a turn: after one, the client may send its next `response.create`.
 TERMINAL_TYPES = frozenset({b"response.completed", b"response.incomplete", b"response.failed", b"error"})
@@ -108,7 +108,7 @@ class EventSplitter:
                 return
             if payload == b"[DONE]":
                 continue
-            terminal = (kind if kind else _leading_type(payload)) in TERMINAL_TYPES
+            terminal = (kind if kind else leading_type(payload)) in TERMINAL_TYPES
             if prefix and payload[:1] == b"{":
                 payload = prefix + payload[1:] if payload[1:2] != b"}" else prefix[:-1] + b"}"
             append(payload.decode("utf-8", "replace"))
@@ -159,7 +159,7 @@ class EventSplitter:
         """One event's message appended to `out` (`kind`: its `event:` line, if any)."""
         if data == b"[DONE]":
             return
-        terminal = (kind if kind is not None else _leading_type(data)) in TERMINAL_TYPES
+        terminal = (kind if kind is not None else leading_type(data)) in TERMINAL_TYPES
         prefix = self._prefix
         if prefix and data[:1] == b"{":
             data = prefix + data[1:] if data[1:2] != b"}" else prefix[:-1] + b"}"
@@ -184,10 +184,10 @@ def _event_type(event: SSEEvent) -> bytes | None:
     if event.event is not None:
         return event.event
     data = event.data
-    return None if data is None else _leading_type(data)
+    return None if data is None else leading_type(data)
 
 
-def _leading_type(data: bytes) -> bytes | None:
+def leading_type(data: bytes) -> bytes | None:
     """The `type` where the proxy and OpenAI write it, first (`{"type":"…"`), read without a parse."""
     if not data.startswith(_TYPE_PREFIX):
         return None
@@ -199,7 +199,7 @@ def message_type(data: bytes) -> bytes | None:
     """A server event's `type` (an upstream WebSocket's message): read where the proxy and OpenAI
     write it, else parsed from the JSON (another server's order or spacing); None when the
     message is not a JSON object with a string `type`."""
-    leading = _leading_type(data)
+    leading = leading_type(data)
     if leading is not None:
         return leading
     try:
