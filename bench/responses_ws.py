@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import re
@@ -321,6 +322,57 @@ async def ws_probe(port: int, n: int, scenario: str = "ttft") -> list[float]:
     return samples
 
 
+async def ws_lean_probe(port: int, n: int, scenario: str = "ttft") -> list[float]:
+    """`ws_probe` with a client as lean as ttft.probe's HTTP one: the upgrade written by hand and
+    each frame read off an asyncio stream, so no WebSocket library's per-message work is in the
+    figure (the library client above adds its parsing to every message before the first delta)."""
+    body = json.loads(payload(stream=True, door="responses"))
+    body.pop("stream", None)
+    message = json.dumps({"type": "response.create", **body}).encode()
+    headers = {k: v for k, v in request_headers(scenario).items() if k != "Content-Type"}
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = f"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    head += "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+    head += f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    writer.write(head.encode())
+    if b" 101 " not in await reader.readuntil(b"\r\n\r\n"):
+        raise ConnectionError("the WebSocket upgrade was refused")
+    # One masked text frame (a zero mask: the payload as it is), sent as it is every turn.
+    length = len(message)
+    sized = (
+        bytes([0x80 | 126]) + length.to_bytes(2, "big")
+        if length < 65536
+        else bytes([0x80 | 127]) + length.to_bytes(8, "big")
+    )
+    frame = b"\x81" + sized + b"\0\0\0\0" + message
+    samples = []
+    try:
+        for _ in range(n):
+            start = time.perf_counter()
+            writer.write(frame)
+            first = None
+            while True:
+                opcode, size = await reader.readexactly(2)
+                size &= 0x7F
+                if size >= 126:
+                    size = int.from_bytes(await reader.readexactly(2 if size == 126 else 8), "big")
+                got = await reader.readexactly(size)
+                if opcode & 0x0F == 0x9:  # a ping: its pong (masked, as a client's frames are)
+                    writer.write(bytes([0x8A, 0x80 | size]) + b"\0\0\0\0" + got)
+                    continue
+                if first is None and b'.delta"' in got[:60]:
+                    first = time.perf_counter() - start
+                if any(end in got[:40] for end in TERMINAL):
+                    break
+            if first is None:
+                raise ConnectionError(f"a turn ended without a delta: {got[:200]!r}")
+            samples.append(first * 1000)
+    finally:
+        writer.close()
+    return samples
+
+
 async def http_fresh_probe(port: int, n: int, scenario: str) -> list[float]:
     """n sequential POSTs, each on a new connection."""
     samples: list[float] = []
@@ -373,6 +425,7 @@ def main() -> None:
             "HTTP, keep-alive": lambda: ttft.probe(port, args.n, scenario=args.scenario, door="responses"),
             "HTTP, new connection per turn": lambda: http_fresh_probe(port, args.n, args.scenario),
             "WebSocket, one socket": lambda: ws_probe(port, args.n, args.scenario),
+            "WebSocket, one socket, lean client": lambda: ws_lean_probe(port, args.n, args.scenario),
         }
         for make in probes.values():  # warm-up
             asyncio.run(make())
