@@ -238,13 +238,7 @@ class TurnWriter:
         if terminal:  # (the terminal event, the last: all out)
             self.splitter.terminal, self.direct = True, False
         connection = self.connection
-        if connection.sending:
-            send = connection.raw_send
-            try:
-                for text in texts:
-                    await send({"type": "websocket.send", "text": text})
-            except Exception:  # (closed under us: the reader sees the disconnect)
-                connection.leave()
+        await connection.send_all(texts)
         if terminal:  # (a next create may follow now: the rest is bookkeeping)
             connection.settling = True
             if texts:
@@ -293,13 +287,8 @@ class TurnWriter:
                 and not splitter.terminal
             )
         connection = self.connection
-        if texts and connection.sending:
-            send = connection.raw_send
-            try:
-                for text in texts:
-                    await send({"type": "websocket.send", "text": text})
-            except Exception:  # (closed under us: the reader sees the disconnect)
-                connection.leave()
+        if texts:
+            await connection.send_all(texts)
         if splitter.terminal:  # (a next create may follow now: the rest is bookkeeping)
             connection.settling = True
             if texts:
