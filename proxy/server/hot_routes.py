@@ -10,13 +10,14 @@ every error themselves (`Proxy.guarded`: an OpenAI- or Anthropic-shaped body, ne
 out), and no exception handler is registered. So this middleware, the innermost of the app's own
 (inside the browser guard and CORS, which keep applying), calls the endpoint with a `Request` and
 sends its `Response`, as the route would. Everything else — another method or path, a root path,
-a WebSocket — goes the ordinary way, and the routes stay registered (`/openapi`-style listings and
-the router's 404/405 answers are unchanged).
+a WebSocket — goes the ordinary way, and the routes stay registered (`app.routes` lists them, and
+the router's 404, 405 and trailing-slash answers are unchanged).
 
-What Starlette would still have done, kept: an `HTTPException` raised by an endpoint before its
-response started is answered as the exception middleware answers it (none of the proxy's endpoints
-raises one; a dependency might); anything else propagates to the server error middleware outside,
-exactly as through the router. What it costs and buys: bench/README.md ("Starlette's stack off the
+What Starlette would still have done, kept: an `HTTPException` an endpoint raises instead of
+returning its response is answered as the exception middleware answers it (none of the proxy's
+endpoints raises one; a dependency might); one raised while a response is being sent is not (none
+of the proxy's responses raises one); anything else propagates to the server error middleware
+outside, exactly as through the router. What it costs and buys: bench/README.md ("Starlette's stack off the
 front doors' path").
 """
 
