@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -309,17 +309,22 @@ async def ws_probe(port: int, n: int, scenario: str = "ttft") -> list[float]:
         for _ in range(n):
             start = time.perf_counter()
             await ws.send(message)
-            first = None
-            while True:
-                got = await ws.recv(decode=False)
-                if first is None and b'.delta"' in got[:60]:
-                    first = time.perf_counter() - start
-                if any(end in got[:40] for end in TERMINAL):
-                    break
-            if first is None:
-                raise ConnectionError(f"a turn ended without a delta: {got[:200]!r}")
-            samples.append(first * 1000)
+            samples.append(await first_delta_ms(start, lambda: ws.recv(decode=False)))
     return samples
+
+
+async def first_delta_ms(start: float, next_message: Callable[[], Awaitable[bytes]]) -> float:
+    """One turn's messages read to its terminal event; ms from `start` to its first delta."""
+    first = None
+    while True:
+        got = await next_message()
+        if first is None and b'.delta"' in got[:60]:
+            first = time.perf_counter() - start
+        if any(end in got[:40] for end in TERMINAL):
+            break
+    if first is None:
+        raise ConnectionError(f"a turn ended without a delta: {got[:200]!r}")
+    return first * 1000
 
 
 async def ws_lean_probe(port: int, n: int, scenario: str = "ttft") -> list[float]:
@@ -347,27 +352,23 @@ async def ws_lean_probe(port: int, n: int, scenario: str = "ttft") -> list[float
     )
     frame = b"\x81" + sized + b"\0\0\0\0" + message
     samples = []
+
+    async def next_message() -> bytes:
+        while True:
+            opcode, size = await reader.readexactly(2)
+            size &= 0x7F
+            if size >= 126:
+                size = int.from_bytes(await reader.readexactly(2 if size == 126 else 8), "big")
+            got = await reader.readexactly(size)
+            if opcode & 0x0F != 0x9:
+                return got
+            writer.write(bytes([0x8A, 0x80 | size]) + b"\0\0\0\0" + got)  # a ping: its pong, masked
+
     try:
         for _ in range(n):
             start = time.perf_counter()
             writer.write(frame)
-            first = None
-            while True:
-                opcode, size = await reader.readexactly(2)
-                size &= 0x7F
-                if size >= 126:
-                    size = int.from_bytes(await reader.readexactly(2 if size == 126 else 8), "big")
-                got = await reader.readexactly(size)
-                if opcode & 0x0F == 0x9:  # a ping: its pong (masked, as a client's frames are)
-                    writer.write(bytes([0x8A, 0x80 | size]) + b"\0\0\0\0" + got)
-                    continue
-                if first is None and b'.delta"' in got[:60]:
-                    first = time.perf_counter() - start
-                if any(end in got[:40] for end in TERMINAL):
-                    break
-            if first is None:
-                raise ConnectionError(f"a turn ended without a delta: {got[:200]!r}")
-            samples.append(first * 1000)
+            samples.append(await first_delta_ms(start, next_message))
     finally:
         writer.close()
     return samples
