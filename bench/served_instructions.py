@@ -39,6 +39,12 @@ created, the callbacks scheduled (call_soon), the timers (call_at/call_later, an
 cancelled) and the loop's turns (select calls). Instructions do not show these for what they
 cost: a task and a loop turn cost wall time out of proportion to their instructions.
 
+Scenarios: `json` and `burst` (bench/fake_upstream.py's 200-chunk stream in one read), and `paced`
+(the same 200 events one every 5 ms: one door write per event). `--door responses-ws` counts the
+Responses door's WebSocket mode: one socket (no permessage-deflate, as openai-python connects), a
+`response.create` per turn read to its terminal event; `burst` or `paced`, against `--door responses`
+for the same answer over HTTP (`--syscalls` for the writes each makes).
+
 Settings: every default plus level `standard` and the access log at info (written to the
 server's stderr, a file), PYTHONHASHSEED=0, plus `--env K=V`. The upstream is on 127.0.0.1, so the
 provider is `self-hosted`, as in run.py (bisect_instructions.py's upstream URL says DeepSeek: its
@@ -71,9 +77,9 @@ from common import BENCH_DIR, REPO_DIR, Processes, free_port, payload, python, w
 from instructions import STEADY_PCT
 
 RESULTS_DIR = BENCH_DIR / "results"
-SCENARIOS = ("json", "burst")
+SCENARIOS = ("json", "burst", "paced")
 WARM = 220  # past the console's ring (200), as the other counts
-COUNTED = {"json": 400, "burst": 100}
+COUNTED = {"json": 400, "burst": 100, "paced": 20}
 BASE_ENV = {
     "THINKPROXY_DEFAULT_THINKING_LEVEL": "standard",
     "THINKPROXY_LOG_LEVEL": "info",
@@ -204,6 +210,46 @@ def call_counts(path: Path, requests: int) -> dict[str, float]:
 # -- the client -----------------------------------------------------------------------------------------
 
 
+# The Responses door's WebSocket mode (`--door responses-ws`): a turn is a `response.create` on one
+# socket, read to its terminal event; its answer is always a stream, so `burst` or `paced`.
+SOCKET_DOOR = "responses-ws"
+SOCKET_TERMINAL = (b'"type":"response.completed"', b'"type":"response.failed"', b'"type":"error"')
+
+
+def client_for(port: int, door: str) -> Client | SocketClient:
+    return SocketClient(port) if door == SOCKET_DOOR else Client(port, door)
+
+
+class SocketClient:
+    """One WebSocket to the proxy's Responses door (no permessage-deflate, as openai-python
+    connects), opened at the first turn; each turn checked (its deltas, a `response.completed`)."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"ws://127.0.0.1:{port}/v1/responses"
+        self.socket: Any = None
+        body = json.loads(payload(True, "responses"))
+        body.pop("stream", None)
+        self.create = json.dumps({"type": "response.create", **body})
+
+    def one(self, scenario: str) -> None:
+        if scenario == "json":
+            raise RuntimeError("a socket turn is always streamed: --door responses-ws counts burst or paced")
+        if self.socket is None:
+            from websockets.sync.client import connect
+
+            headers = {"Authorization": "Bearer sk-bench-not-a-key", "X-Bench-Scenario": scenario}
+            self.socket = connect(self.url, additional_headers=headers, compression=None, max_size=None)
+        self.socket.send(self.create)
+        deltas = 0
+        while True:
+            got = self.socket.recv(timeout=600, decode=False)
+            deltas += b'.delta"' in got[:60]
+            if any(end in got[:40] for end in SOCKET_TERMINAL):
+                break
+        if b'"type":"response.completed"' not in got[:40] or not deltas:
+            raise RuntimeError(f"the turn did not complete ({deltas} deltas): {got[:300]!r}")
+
+
 class Client:
     """One keep-alive connection to the proxy; each request checked (200, a stream's [DONE])."""
 
@@ -213,7 +259,7 @@ class Client:
         self.door = door
 
     def one(self, scenario: str) -> None:
-        stream = scenario == "burst"
+        stream = scenario != "json"
         headers = {
             "Content-Type": "application/json",
             "Authorization": "Bearer sk-bench-not-a-key",
@@ -297,7 +343,7 @@ def run_tree(
                 argv = child
             server = procs.start("serve", argv, env=env, cwd=control)
             wait_listening(port, server, timeout=600.0)
-            client = Client(port, args.door)
+            client = client_for(port, args.door)
             found: dict[str, Any] = {}
             for scenario in args.scenarios:
                 for _ in range(args.warm):
@@ -382,11 +428,13 @@ def differences(first: dict[str, float], other: dict[str, float], top: int, unit
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trees", nargs="*", metavar="[LABEL=]DIR", help="checkouts, in history's order")
-    p.add_argument("--scenarios", default=",".join(SCENARIOS))
-    p.add_argument("--door", choices=tuple(DOORS), default="chat")
+    p.add_argument("--scenarios", default="json,burst", help="among json, burst, paced (json,burst)")
+    p.add_argument("--door", choices=(*DOORS, SOCKET_DOOR), default="chat")
     p.add_argument("--env", action="append", default=[], metavar="THINKPROXY_K=V", help="on every tree")
     p.add_argument("--warm", type=int, default=WARM, help=f"requests before counting ({WARM})")
-    p.add_argument("--requests", type=int, default=None, help="counted per tree (400 json, 100 burst)")
+    p.add_argument(
+        "--requests", type=int, default=None, help="counted per tree (400 json, 100 burst, 20 paced)"
+    )
     p.add_argument("--loop-stats", dest="mode", action="store_const", const="loop", default="count",
                    help="tasks, callbacks, timers and loop turns per request (no valgrind)")  # fmt: skip
     p.add_argument("--syscalls", dest="mode", action="store_const", const="syscalls",

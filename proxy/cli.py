@@ -173,6 +173,7 @@ def _run_uvicorn(settings: Settings) -> None:
 
     from proxy.server.edge import EdgeProtocol
     from proxy.server.limits import EdgeLimits
+    from proxy.server.websocket_protocol import WS_PROTOCOL
 
     limits = EdgeLimits.from_settings(settings)
     uvicorn.run(
@@ -184,6 +185,7 @@ def _run_uvicorn(settings: Settings) -> None:
         loop=settings.loop,
         http=EdgeProtocol.factory(limits),
         ws_max_size=limits.ws_message_bytes,
+        ws=WS_PROTOCOL,
         access_log=False,
         log_level=settings.log_level,
         timeout_graceful_shutdown=int(settings.shutdown_timeout),

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 
 from proxy.server.edge import EdgeProtocol
 from proxy.server.limits import EdgeLimits
+from proxy.server.websocket_protocol import WS_PROTOCOL
 
 
 def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -165,6 +166,7 @@ class BackgroundServer:
             loop="uvloop",
             http=EdgeProtocol.factory(limits),
             ws_max_size=limits.ws_message_bytes,
+            ws=WS_PROTOCOL,
             lifespan="on",
             timeout_graceful_shutdown=max(1, round(graceful_s)),
             # As `serve`: a relayed answer carries the upstream's own Server header, and uvicorn's

@@ -75,6 +75,7 @@ from proxy.server.doors.responses_turn import SOCKET_TURN, SocketTurn, turn_scop
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
 from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
+from proxy.server.websocket_protocol import SEND_TEXTS
 
 logger = logging.getLogger("thinkproxy.responses")
 
@@ -161,7 +162,10 @@ class ResponsesSocket:
         await websocket.accept()
         record.status = 101
         limit = proxy.s.settings.max_body_bytes
-        connection = Connection(websocket, SocketResponses(self.door.stored, limit), send)
+        sends_texts = SEND_TEXTS in (websocket.scope.get("extensions") or {})
+        connection = Connection(
+            websocket, SocketResponses(self.door.stored, limit), send, sends_texts=sends_texts
+        )
         s = proxy.s
         connection.upstream = ResponsesSocketUpstream(s.settings, s.guard, s.upstream)
         try:

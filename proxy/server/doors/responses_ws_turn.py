@@ -35,6 +35,7 @@ from proxy.core.protocols.responses.socket_events import (
 from proxy.server.doors.responses_turn import Answer, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream, SocketAnswer
+from proxy.server.websocket_protocol import SEND_TEXTS
 
 logger = logging.getLogger("thinkproxy.responses")
 
@@ -42,11 +43,22 @@ logger = logging.getLogger("thinkproxy.responses")
 class Connection:
     """One socket's state: its responses, its running turn, whether the client is gone."""
 
-    def __init__(self, websocket: WebSocket, responses: SocketResponses, send: Send | None = None) -> None:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        responses: SocketResponses,
+        send: Send | None = None,
+        *,
+        sends_texts: bool = False,
+    ) -> None:
         self.websocket = websocket
         # The server's own send for text messages (the socket is accepted and stays so while
         # messages go out: Starlette's state checks have nothing to add per message).
         self.raw_send: Send = send if send is not None else websocket.send
+        # `send` takes several messages in one write (the server's SEND_TEXTS extension, which
+        # the scope advertises: a burst's events, one write instead of one each;
+        # proxy.server.websocket_protocol).
+        self.sends_texts = sends_texts and send is not None
         self.responses = responses
         self.gone = asyncio.Event()
         # Messages may go out: the socket is accepted, not closed by the proxy, its client not
@@ -94,6 +106,9 @@ class Connection:
             return
         send = self.raw_send
         try:
+            if self.sends_texts and len(texts) > 1:
+                await send({"type": SEND_TEXTS, "texts": texts})
+                return
             for text in texts:
                 await send({"type": "websocket.send", "text": text})
         except Exception:  # (closed under us: the reader sees the disconnect)

@@ -20,17 +20,25 @@ from proxy.server.doors.responses_turn import ResponseSaver, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
 from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
 from proxy.server.upstream.responses_socket import SocketTurnUpstream, framed
+from proxy.server.websocket_protocol import SEND_TEXTS
 
 
 class FakeSocket:
-    """What a turn's writer sends to (the messages kept): an accepted socket's ASGI `send`."""
+    """What a turn's writer sends to (the messages kept, and each `send` call: a write): an
+    accepted socket's ASGI `send`, which takes the server's SEND_TEXTS too."""
 
     application_state = WebSocketState.CONNECTED
 
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.writes = 0
 
     async def send(self, message: Message) -> None:
+        self.writes += 1
+        if message["type"] == SEND_TEXTS:
+            assert len(message["texts"]) > 1  # (one message goes as websocket.send)
+            self.sent += message["texts"]
+            return
         assert message["type"] == "websocket.send"
         self.sent.append(message["text"])
 
@@ -64,11 +72,16 @@ def writer_for(
     stream_id: str | None = None,
     limit: int = 1 << 20,
     relayed: FakeRelayed | None = None,
+    sends_texts: bool = False,
 ) -> tuple[TurnWriter, Connection, FakeSocket]:
     """A turn's writer after the answer's start; `messages`: the door writes the socket's form;
-    `relayed`: a native turn relayed over the upstream socket (its messages one a write)."""
+    `relayed`: a native turn relayed over the upstream socket (its messages one a write);
+    `sends_texts`: the server takes several messages in one write (its SEND_TEXTS)."""
     socket = FakeSocket()
-    connection = Connection(cast(WebSocket, socket), cast(SocketResponses, None))
+    send = socket.send if sends_texts else None
+    connection = Connection(
+        cast(WebSocket, socket), cast(SocketResponses, None), send, sends_texts=sends_texts
+    )
     turn = SocketTurn(cast(StoredResponses, None), cast(Callable[[bool], ResponseSaver], None))
     turn.answer = FakeAnswer() if messages else None
     turn.relayed = cast(SocketTurnUpstream, relayed)
@@ -132,11 +145,14 @@ def sent_by(writer: TurnWriter, socket: FakeSocket, pieces: list[bytes]) -> list
     return socket.sent
 
 
+@pytest.mark.parametrize("sends_texts", [False, True])
 @pytest.mark.parametrize("stream_id", [None, "lane-2"])
-def test_the_socket_form_sends_what_the_sse_form_sends_at_every_split(stream_id: str | None) -> None:
+def test_the_socket_form_sends_what_the_sse_form_sends_at_every_split(
+    stream_id: str | None, sends_texts: bool
+) -> None:
     """A bridged turn's door writes its events in the socket's form (message_frames); the writer
     sends exactly the messages it sends for the same events written as SSE, wherever the writes
-    are cut, the stream id spliced in alike."""
+    are cut, the stream id spliced in alike (`sends_texts`: a write's messages in one send)."""
     events = socket_turn_events()
     sse, lines = frames(events), message_frames(events)
     writer, _, socket = writer_for(stream=True, stream_id=stream_id)
@@ -144,9 +160,13 @@ def test_the_socket_form_sends_what_the_sse_form_sends_at_every_split(stream_id:
     assert [json.loads(text)["type"] for text in expected] == [e["type"] for e in events]
     assert all(json.loads(text).get("stream_id") == stream_id for text in expected)
     for cut in range(len(lines) + 1):
-        writer, connection, socket = writer_for(stream=True, messages=True, stream_id=stream_id)
+        writer, connection, socket = writer_for(
+            stream=True, messages=True, stream_id=stream_id, sends_texts=sends_texts
+        )
         assert sent_by(writer, socket, [lines[:cut], lines[cut:]]) == expected, cut
         assert connection.settling
+        if sends_texts:  # (each of the two writes' whole events in one send, however many)
+            assert socket.writes == (b"\n" in lines[:cut]) + (b"\n" in lines[cut:]), cut
 
 
 def test_the_socket_form_settles_at_the_terminal_event_and_sends_nothing_after_it() -> None:

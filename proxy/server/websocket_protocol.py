@@ -1,0 +1,114 @@
+"""uvicorn's WebSocket protocol with one ASGI extension: several text messages in one write.
+
+The Responses door's WebSocket mode sends each event as a message of its own (the protocol has no
+other framing), so a burst of events the upstream sent in one read (a run of 199 deltas) became
+199 `websocket.send` messages, each its own ASGI call, frame and `write` system call: served and
+counted, a socket turn made ~213 writes where the HTTP door's same answer made ~7, and cost ~57%
+more CPU per chunk (bench/README.md, "The Responses WebSocket mode, counted"). ASGI has no message
+for several frames, and the transport is the server's, so the server has to offer it:
+
+    scope["extensions"]["thinkproxy.websocket.send_texts"] == {}
+    await send({"type": "thinkproxy.websocket.send_texts", "texts": ["{...}", "{...}"]})
+
+sends each text as one WebSocket text message, in order, in one write to the transport — on the
+wire exactly what as many `websocket.send` messages would have sent. Its rules are
+`websocket.send`'s: only after the accept and before the close; a client gone raises uvicorn's
+`ClientDisconnected`, as `websocket.send` does. A server that does not advertise the extension (an
+in-process test client, another ASGI server) gets the plain messages one by one
+(`SEND_TEXTS` callers check the scope: proxy.server.doors.responses_ws_turn.Connection).
+
+`thinkproxy serve` and the test servers (proxy.server.serving.BackgroundServer) run it as
+uvicorn's `ws` protocol; it subclasses uvicorn's sans-I/O websockets protocol (uvicorn's default
+since 0.35, when the `websockets` package is installed, as `uvicorn[standard]` installs it),
+written against uvicorn 0.55. Where that class is missing, `WS_PROTOCOL` is uvicorn's "auto" and
+nothing is advertised."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+# The extension's name in the scope and its message's type.
+SEND_TEXTS = "thinkproxy.websocket.send_texts"
+
+try:
+    from uvicorn.protocols.utils import ClientDisconnected
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+    from websockets.exceptions import InvalidState
+    from websockets.protocol import OPEN
+except ImportError:  # (an older uvicorn, or no `websockets`: uvicorn picks its own, no extension)
+    WS_PROTOCOL = "auto"
+else:
+    # A server's text frame's head (final, text; unmasked), by the payload's length: RFC 6455 5.2.
+    _HEAD_16 = struct.Struct("!BBH")
+    _HEAD_64 = struct.Struct("!BBQ")
+    _SHORT_HEADS = [bytes((0x81, n)) for n in range(126)]
+
+    class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
+        """uvicorn's sans-I/O WebSocket protocol, plus `SEND_TEXTS`; a text message (one or a
+        batch's) framed here, where no extension is in use."""
+
+        def handle_connect(self, event: Any) -> None:
+            super().handle_connect(event)
+            if not self.close_sent:  # (the upgrade is accepted: the scope is built, its app not run yet)
+                self.scope["extensions"][SEND_TEXTS] = {}
+
+        async def send(self, message: Any) -> None:
+            kind = message["type"]
+            if kind == SEND_TEXTS:
+                await self._send_texts(message["texts"])
+            elif kind == "websocket.send" and message.get("bytes") is None and self._open:
+                text = message.get("text")
+                if text is None:
+                    await super().send(message)
+                else:
+                    await self._send_texts((text,))
+            else:
+                await super().send(message)
+
+        @property
+        def _open(self) -> bool:
+            """Accepted, not closed by the app: where `websocket.send` sends (one more check,
+            the client gone, is `_send_texts`'s after it waits)."""
+            return self.handshake_complete and not self.close_sent and self.initial_response is None
+
+        async def _send_texts(self, texts: Sequence[str]) -> None:
+            """Each text a message, all of them in one write (`websocket.send`'s checks, in its order)."""
+            if not self.writable.is_set():  # (the transport's buffer is full: wait, as `websocket.send` does)
+                await self.writable.wait()
+            if self.disconnected:
+                raise ClientDisconnected()
+            if not self._open:
+                raise RuntimeError(
+                    f"'{SEND_TEXTS}' is for an accepted WebSocket that is not closed, as 'websocket.send' is."
+                )
+            conn = self.conn
+            if conn.extensions or conn.state is not OPEN or conn.expect_continuation_frame:
+                # (a compression extension negotiated, or the socket closing: the library frames
+                # each message, or refuses it as it should)
+                try:
+                    for text in texts:
+                        conn.send_text(text.encode())
+                except InvalidState:
+                    raise ClientDisconnected() from None
+                self.transport.write(b"".join(conn.data_to_send()))
+                return
+            # Framed here: the library's framing (a Frame, its checks, a BytesIO, ~10 calls a
+            # message) was most of what a socket turn cost over the HTTP door's same answer
+            # (bench/README.md, "The Responses WebSocket mode, counted"); tests hold these frames
+            # to the library's.
+            parts = conn.data_to_send()  # (whatever the library had queued goes first: none, as a rule)
+            for text in texts:
+                data = text.encode()
+                size = len(data)
+                if size < 126:
+                    parts.append(_SHORT_HEADS[size])
+                elif size < 65536:
+                    parts.append(_HEAD_16.pack(0x81, 126, size))
+                else:
+                    parts.append(_HEAD_64.pack(0x81, 127, size))
+                parts.append(data)
+            self.transport.write(b"".join(parts))
+
+    WS_PROTOCOL = "proxy.server.websocket_protocol:BatchingWebSocketProtocol"

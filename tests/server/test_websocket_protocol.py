@@ -1,0 +1,186 @@
+"""proxy.server.websocket_protocol: several text messages in one write, on the wire as many
+`websocket.send`s would have sent them; its rules as `websocket.send`'s."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.protocols.utils import ClientDisconnected
+from uvicorn.server import ServerState
+from websockets.frames import Frame, Opcode
+from websockets.sync.client import connect
+
+from proxy.server.serving import BackgroundServer
+from proxy.server.websocket_protocol import SEND_TEXTS, WS_PROTOCOL, BatchingWebSocketProtocol
+
+# A short text, one past 125 bytes (a 16-bit length), one past 65,535 (a 64-bit length),
+# non-ASCII, an empty one.
+TEXTS = ['{"type":"response.output_text.delta"}', "x" * 126, "y" * 70_000, "é✓ü", ""]
+
+
+class RecordingTransport(asyncio.Transport):
+    """A transport that keeps each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+
+def upgrade_request() -> bytes:
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (
+        "GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+
+
+def frame(text: str) -> bytes:
+    """`text` as one unmasked text frame, as a server sends it."""
+    return Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
+
+
+async def served(app: Any) -> tuple[BatchingWebSocketProtocol, RecordingTransport]:
+    """`app` behind the protocol on a recording transport, the upgrade received and answered."""
+    config = uvicorn.Config(app, ws=WS_PROTOCOL, lifespan="off", log_level="warning")
+    config.load()
+    protocol = BatchingWebSocketProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(upgrade_request())
+    for _ in range(20):  # the app's task runs to its end (or to its first wait)
+        await asyncio.sleep(0)
+    return protocol, transport
+
+
+def test_the_protocol_is_the_one_serve_and_the_test_servers_run() -> None:
+    assert WS_PROTOCOL == "proxy.server.websocket_protocol:BatchingWebSocketProtocol"
+
+
+def test_a_batch_goes_out_in_one_write_as_the_frames_one_send_each_would_have_written() -> None:
+    seen: dict[str, Any] = {}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen["extensions"] = dict(scope["extensions"])
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept"})
+        await send({"type": SEND_TEXTS, "texts": TEXTS})
+        await send({"type": "websocket.send", "text": "after"})
+
+    async def run() -> list[bytes]:
+        _, transport = await served(app)
+        return transport.writes
+
+    handshake, batch, after = asyncio.run(run())
+    assert handshake.startswith(b"HTTP/1.1 101 ")
+    assert batch == b"".join(frame(text) for text in TEXTS)
+    assert after == frame("after")
+    assert seen["extensions"] == {"websocket.http.response": {}, SEND_TEXTS: {}}
+
+
+def test_a_refused_upgrade_advertises_nothing_and_runs_no_app() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("the app runs only for an accepted upgrade")
+
+    async def run() -> tuple[BatchingWebSocketProtocol, RecordingTransport]:
+        config = uvicorn.Config(app, ws=WS_PROTOCOL, lifespan="off", log_level="warning")
+        config.load()
+        protocol = BatchingWebSocketProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        transport = RecordingTransport()
+        protocol.connection_made(transport)
+        protocol.data_received(b"GET /v1/responses HTTP/1.1\r\nHost: x\r\n\r\n")  # (no upgrade headers)
+        await asyncio.sleep(0)
+        return protocol, transport
+
+    protocol, transport = asyncio.run(run())
+    assert transport.writes[0].startswith(b"HTTP/1.1 4") and transport.closed
+    assert not hasattr(protocol, "scope")
+
+
+@pytest.mark.parametrize("when", ["before the accept", "after the close"])
+def test_a_batch_outside_an_open_socket_is_refused_as_websocket_send_would_be(when: str) -> None:
+    failed: list[BaseException] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        if when == "after the close":
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": 1000})
+        try:
+            await send({"type": SEND_TEXTS, "texts": ["late"]})
+        except RuntimeError as exc:
+            failed.append(exc)
+
+    async def run() -> list[bytes]:
+        _, transport = await served(app)
+        return transport.writes
+
+    writes = asyncio.run(run())
+    assert len(failed) == 1 and "accepted WebSocket" in str(failed[0])
+    assert not any(frame("late") in write for write in writes)
+
+
+def test_a_batch_to_a_client_gone_raises_client_disconnected() -> None:
+    failed: list[BaseException] = []
+    gone = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        await gone.wait()
+        try:
+            await send({"type": SEND_TEXTS, "texts": ["late"]})
+        except ClientDisconnected as exc:
+            failed.append(exc)
+
+    async def run() -> None:
+        protocol, _ = await served(app)
+        protocol.connection_lost(None)
+        gone.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert len(failed) == 1
+
+
+@pytest.mark.parametrize("compression", [None, "deflate"])
+def test_a_served_socket_reads_the_batch_as_its_messages_in_order(compression: str | None) -> None:
+    """Over a real server and a real client (the websockets library's, as openai-python uses;
+    with permessage-deflate negotiated the library frames and compresses each message)."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # (the server's start and stop)
+            while (await receive())["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": SEND_TEXTS, "texts": TEXTS})
+        await send({"type": "websocket.send", "text": "after"})
+        await send({"type": "websocket.close", "code": 1000})
+
+    url = "ws://127.0.0.1:{}/v1/responses"
+    with BackgroundServer(app) as server, connect(url.format(server.port), compression=compression) as socket:
+        got = [socket.recv(timeout=10) for _ in [*TEXTS, "after"]]
+        negotiated = socket.response.headers.get("Sec-WebSocket-Extensions")
+    assert got == [*TEXTS, "after"]
+    assert (negotiated is not None) == (compression is not None)
