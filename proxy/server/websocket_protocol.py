@@ -11,7 +11,9 @@ for several frames, and the transport is the server's, so the server has to offe
     await send({"type": "thinkproxy.websocket.send_texts", "texts": ["{...}", "{...}"]})
 
 sends each text as one WebSocket text message, in order, in one write to the transport — on the
-wire exactly what as many `websocket.send` messages would have sent. Its rules are
+wire exactly what as many `websocket.send` messages would have sent. A text may also be given as
+bytes, its UTF-8 (the door's own events, as orjson writes them: sent without a decode and an
+encode again; the sender vouches for the encoding, as a text frame requires). Its rules are
 `websocket.send`'s: only after the accept and before the close; a client gone raises uvicorn's
 `ClientDisconnected`, as `websocket.send` does. A server that does not advertise the extension (an
 in-process test client, another ASGI server) gets the plain messages one by one
@@ -73,7 +75,7 @@ else:
             the client gone, is `_send_texts`'s after it waits)."""
             return self.handshake_complete and not self.close_sent and self.initial_response is None
 
-        async def _send_texts(self, texts: Sequence[str]) -> None:
+        async def _send_texts(self, texts: Sequence[str | bytes]) -> None:
             """Each text a message, all of them in one write (`websocket.send`'s checks, in its order)."""
             if not self.writable.is_set():  # (the transport's buffer is full: wait, as `websocket.send` does)
                 await self.writable.wait()
@@ -89,7 +91,7 @@ else:
                 # each message, or refuses it as it should)
                 try:
                     for text in texts:
-                        conn.send_text(text.encode())
+                        conn.send_text(text.encode() if isinstance(text, str) else text)
                 except InvalidState:
                     raise ClientDisconnected() from None
                 self.transport.write(b"".join(conn.data_to_send()))
@@ -100,7 +102,7 @@ else:
             # to the library's.
             parts = conn.data_to_send()  # (whatever the library had queued goes first: none, as a rule)
             for text in texts:
-                data = text.encode()
+                data = text.encode() if isinstance(text, str) else text
                 size = len(data)
                 if size < 126:
                     parts.append(_SHORT_HEADS[size])

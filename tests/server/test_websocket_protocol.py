@@ -83,14 +83,15 @@ def test_a_batch_goes_out_in_one_write_as_the_frames_one_send_each_would_have_wr
         await send({"type": "websocket.accept"})
         await send({"type": SEND_TEXTS, "texts": TEXTS})
         await send({"type": "websocket.send", "text": "after"})
+        await send({"type": SEND_TEXTS, "texts": [text.encode() for text in TEXTS]})  # (their UTF-8)
 
     async def run() -> list[bytes]:
         _, transport = await served(app)
         return transport.writes
 
-    handshake, batch, after = asyncio.run(run())
+    handshake, batch, after, encoded = asyncio.run(run())
     assert handshake.startswith(b"HTTP/1.1 101 ")
-    assert batch == b"".join(frame(text) for text in TEXTS)
+    assert batch == encoded == b"".join(frame(text) for text in TEXTS)
     assert after == frame("after")
     assert seen["extensions"] == {"websocket.http.response": {}, SEND_TEXTS: {}}
 
@@ -176,11 +177,12 @@ def test_a_served_socket_reads_the_batch_as_its_messages_in_order(compression: s
         await send({"type": "websocket.accept"})
         await send({"type": SEND_TEXTS, "texts": TEXTS})
         await send({"type": "websocket.send", "text": "after"})
+        await send({"type": SEND_TEXTS, "texts": [text.encode() for text in TEXTS]})
         await send({"type": "websocket.close", "code": 1000})
 
     url = "ws://127.0.0.1:{}/v1/responses"
     with BackgroundServer(app) as server, connect(url.format(server.port), compression=compression) as socket:
-        got = [socket.recv(timeout=10) for _ in [*TEXTS, "after"]]
+        got = [socket.recv(timeout=10) for _ in [*TEXTS, "after", *TEXTS]]
         negotiated = socket.response.headers.get("Sec-WebSocket-Extensions")
-    assert got == [*TEXTS, "after"]
+    assert got == [*TEXTS, "after", *TEXTS]
     assert (negotiated is not None) == (compression is not None)

@@ -72,9 +72,9 @@ class Connection:
         # Its native turns' upstream WebSocket (opened at the first that needs it), when set.
         self.upstream: ResponsesSocketUpstream | None = None
         # The last turn's `response.create` and the terminal message it ended with (what a
-        # `response.append` continues; read only then).
+        # `response.append` continues; read only then; the door's own events are UTF-8 bytes).
         self.last_create: Create | None = None
-        self.last_terminal: str | None = None
+        self.last_terminal: str | bytes | None = None
 
     def leave(self) -> None:
         """The client is gone (or the socket ends): its running turn ends, nothing more goes out."""
@@ -100,16 +100,20 @@ class Connection:
         the disconnect watch)."""
         await self.send_all((text,))
 
-    async def send_all(self, texts: Sequence[str]) -> None:
-        """Messages to the client, in order; as `send`."""
-        if not self.sending:
+    async def send_all(self, texts: Sequence[str | bytes]) -> None:
+        """Messages to the client, in order, each a text (bytes: the door's own events, valid
+        UTF-8 as orjson writes them, sent without a decode where the server takes them:
+        SEND_TEXTS); as `send`."""
+        if not self.sending or not texts:
             return
         send = self.raw_send
         try:
-            if self.sends_texts and len(texts) > 1:
+            if self.sends_texts:  # (all of them in one write)
                 await send({"type": SEND_TEXTS, "texts": texts})
                 return
             for text in texts:
+                if not isinstance(text, str):
+                    text = text.decode("utf-8", "replace")
                 await send({"type": "websocket.send", "text": text})
         except Exception:  # (closed under us: the reader sees the disconnect)
             self.leave()
@@ -119,23 +123,24 @@ class Connection:
 _FOUND_LINES = 8
 
 
-def lines_of(text: str, end: int) -> list[str]:
-    """The lines of `text` that a newline ends, without it (`end`: where the first newline is,
+def lines_of(data: bytes, end: int) -> list[bytes]:
+    """The lines of `data` that a newline ends, without it (`end`: where the first newline is,
     -1 for none). The first _FOUND_LINES found with `find` (a `memchr`, where `split` walks every
-    character: the events that end a turn each carry the whole output, ~48 KB a turn in all, and
+    byte: the events that end a turn each carry the whole output, ~48 KB a turn in all, and
     splitting them cost ~300k instructions a turn; bench/README.md, "The Responses WebSocket
     mode, counted"), the rest, when a write holds more (a burst of short events), with one
-    `split`, cheaper than a `find` each for short events."""
-    lines: list[str] = []
+    `split`, cheaper than a `find` each for short events. (Bytes, not text: decoding a burst's
+    write and encoding each message again cost more than framing them; the same README.)"""
+    lines: list[bytes] = []
     start = 0
     while end >= 0:
-        lines.append(text[start:end])
+        lines.append(data[start:end])
         start = end + 1
         if len(lines) == _FOUND_LINES:  # (short events so far: all of them split at once)
-            lines = text.split("\n")
+            lines = data.split(b"\n")
             lines.pop()  # (what follows the last newline)
             break
-        end = text.find("\n", start)
+        end = data.find(b"\n", start)
     return lines
 
 
@@ -193,7 +198,7 @@ class TurnWriter:
         # terminal event is not out yet.
         self.direct = False
         # (the stream id spliced in after each message's opening brace: no message parsed again)
-        self.prefix = "" if stream_id is None else '{"stream_id":' + jsonio.dumps(stream_id).decode() + ","
+        self.prefix = b"" if stream_id is None else b'{"stream_id":' + jsonio.dumps(stream_id) + b","
         self.status = 0
         self.streaming = False
         self.body: list[bytes] = []
@@ -214,21 +219,25 @@ class TurnWriter:
             answer = self.answer
             if answer is not None:
                 if data[-1] == 10:  # (the door writes whole events: each ends with a newline)
-                    text = data.decode("utf-8", "replace")
-                    end = text.find("\n")  # (one event: the newline that ends it, the only one)
-                    if end == len(text) - 1 and not self.prefix and answer.final is None:
+                    end = data.find(b"\n")  # (one event: the newline that ends it, the only one)
+                    if end == len(data) - 1 and not self.prefix and answer.final is None:
                         connection = self.connection  # (one event, not the last: most writes)
                         if connection.sending:
+                            event = data[:-1]
                             try:
-                                await connection.raw_send({"type": "websocket.send", "text": text[:-1]})
+                                if connection.sends_texts:
+                                    await connection.raw_send({"type": SEND_TEXTS, "texts": (event,)})
+                                else:
+                                    text = event.decode("utf-8", "replace")
+                                    await connection.raw_send({"type": "websocket.send", "text": text})
                             except Exception:  # (closed under us: the reader sees the disconnect)
                                 connection.leave()
                         return
-                    texts = [text[:-1]] if end == len(text) - 1 else lines_of(text, end)
+                    events = [data[:-1]] if end == len(data) - 1 else lines_of(data, end)
                     if self.prefix:
                         prefix = self.prefix
-                        texts = [prefix + text[1:] for text in texts]
-                    await self._send_all(texts, answer.final is not None)
+                        events = [prefix + event[1:] for event in events]
+                    await self._send_all(events, answer.final is not None)
                     return
             elif data.startswith(b"data: {") and data.find(b"\n") == len(data) - 2 and data[-1] == 10:
                 # (one frame, one message: its data line's JSON; whether it ends the turn, read from
@@ -248,7 +257,7 @@ class TurnWriter:
                 return
         await self._write(message, data)
 
-    async def _send_all(self, texts: list[str], terminal: bool) -> None:
+    async def _send_all(self, texts: list[str] | list[bytes], terminal: bool) -> None:
         """A hot-path write's messages to the client (`terminal`: its last is the terminal event)."""
         if terminal:  # (the terminal event, the last: all out)
             self.splitter.terminal, self.direct = True, False
@@ -283,6 +292,7 @@ class TurnWriter:
         if splitter.terminal or self.too_large is not None:
             return  # (the answer is whole, or already failed: the rest is not the client's)
         answer = self.answer
+        texts: list[str] | list[bytes]
         if answer is not None:  # the door's events in the socket's form
             texts = self._messages(data)
             if answer.final is not None and not self.pending and self.too_large is None:
@@ -325,7 +335,7 @@ class TurnWriter:
         # (with a stream id to splice in, the splitter's: it handles an empty object, a non-object)
         self.direct = self.answer is not None or (self.relayed is not None and not self.prefix)
 
-    def _messages(self, data: bytes) -> list[str]:
+    def _messages(self, data: bytes) -> list[bytes]:
         """The messages of one write in the socket's form, in general: the events it ends, as
         they are (the stream id spliced in); a tail cut mid-event waits for its rest. An event
         past the limit: the messages before it, `too_large` set."""
@@ -337,10 +347,9 @@ class TurnWriter:
         limit = self.limit
         if len(data) > limit or len(self.pending) > limit:  # (rare: only then is each measured)
             data = self._within_limit(data)
-        text = data.decode("utf-8", "replace")
-        texts = lines_of(text, text.find("\n"))
+        events = lines_of(data, data.find(b"\n"))
         prefix = self.prefix
-        return [prefix + text[1:] for text in texts] if prefix else texts
+        return [prefix + event[1:] for event in events] if prefix else events
 
     def _within_limit(self, data: bytes) -> bytes:
         """The events of `data` before the first past the limit (then `too_large` is set and

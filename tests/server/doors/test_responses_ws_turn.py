@@ -35,9 +35,8 @@ class FakeSocket:
 
     async def send(self, message: Message) -> None:
         self.writes += 1
-        if message["type"] == SEND_TEXTS:
-            assert len(message["texts"]) > 1  # (one message goes as websocket.send)
-            self.sent += message["texts"]
+        if message["type"] == SEND_TEXTS:  # (texts, or their UTF-8)
+            self.sent += [text if isinstance(text, str) else text.decode() for text in message["texts"]]
             return
         assert message["type"] == "websocket.send"
         self.sent.append(message["text"])

@@ -169,13 +169,15 @@ def appended(last: Create, response_id: str, append: Append) -> Create:
     return Create(body, True, None)
 
 
-def terminal_response_id(message: str | None) -> str | None:
+def terminal_response_id(message: str | bytes | None) -> str | None:
     """The id of the response a turn's terminal message ended, when a `response.append` may
-    continue it (`response.completed` or `response.incomplete`); None otherwise."""
+    continue it (`response.completed` or `response.incomplete`); None otherwise (`message`: as
+    sent, text or its UTF-8)."""
     if message is None:
         return None
     try:
-        event = jsonio.loads(message.encode("utf-8", "surrogatepass"))
+        raw = message if isinstance(message, bytes) else message.encode("utf-8", "surrogatepass")
+        event = jsonio.loads(raw)
     except ValueError:
         return None
     if not isinstance(event, dict) or event.get("type") not in _APPENDABLE:
