@@ -222,11 +222,12 @@ def client_for(port: int, door: str) -> Client | SocketClient:
 
 class SocketClient:
     """One WebSocket to the proxy's Responses door (no permessage-deflate, as openai-python
-    connects), opened at the first turn; each turn checked (its deltas, a `response.completed`)."""
+    connects), opened at a scenario's first turn; each turn checked (its deltas, a `response.completed`)."""
 
     def __init__(self, port: int) -> None:
         self.url = f"ws://127.0.0.1:{port}/v1/responses"
         self.socket: Any = None
+        self.scenario = ""
         body = json.loads(payload(True, "responses"))
         body.pop("stream", None)
         self.create = json.dumps({"type": "response.create", **body})
@@ -234,11 +235,14 @@ class SocketClient:
     def one(self, scenario: str) -> None:
         if scenario == "json":
             raise RuntimeError("a socket turn is always streamed: --door responses-ws counts burst or paced")
-        if self.socket is None:
+        if self.scenario != scenario:  # (the upstream's scenario is a header: set at the upgrade)
             from websockets.sync.client import connect
 
+            if self.socket is not None:
+                self.socket.close()
             headers = {"Authorization": "Bearer sk-bench-not-a-key", "X-Bench-Scenario": scenario}
             self.socket = connect(self.url, additional_headers=headers, compression=None, max_size=None)
+            self.scenario = scenario
         self.socket.send(self.create)
         deltas = 0
         while True:

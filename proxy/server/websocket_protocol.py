@@ -9,11 +9,12 @@ for several frames, and the transport is the server's, so the server has to offe
 
     scope["extensions"]["thinkproxy.websocket.send_texts"] == {}
     await send({"type": "thinkproxy.websocket.send_texts", "texts": ["{...}", "{...}"]})
+    await send({"type": "thinkproxy.websocket.send_texts", "encoded": [b"{...}", b"{...}"]})
 
 sends each text as one WebSocket text message, in order, in one write to the transport — on the
-wire exactly what as many `websocket.send` messages would have sent. A text may also be given as
-bytes, its UTF-8 (the door's own events, as orjson writes them: sent without a decode and an
-encode again; the sender vouches for the encoding, as a text frame requires). Its rules are
+wire exactly what as many `websocket.send` messages would have sent. `encoded` gives the texts as
+their UTF-8 (the door's own events, as orjson writes them: sent without a decode and an encode
+again; the sender vouches for the encoding, as a text frame requires). Its rules are
 `websocket.send`'s: only after the accept and before the close; a client gone raises uvicorn's
 `ClientDisconnected`, as `websocket.send` does. A server that does not advertise the extension (an
 in-process test client, another ASGI server) gets the plain messages one by one
@@ -42,10 +43,15 @@ try:
 except ImportError:  # (an older uvicorn, or no `websockets`: uvicorn picks its own, no extension)
     WS_PROTOCOL = "auto"
 else:
-    # A server's text frame's head (final, text; unmasked), by the payload's length: RFC 6455 5.2.
+    # A server's text frame's head (final, text; unmasked) by the payload's length (RFC 6455 5.2):
+    # made once for the lengths most events have (a table read is no call; `pack` is one).
     _HEAD_16 = struct.Struct("!BBH")
     _HEAD_64 = struct.Struct("!BBQ")
-    _SHORT_HEADS = [bytes((0x81, n)) for n in range(126)]
+    _TABLED = 2048
+    _HEADS = [bytes((0x81, n)) if n < 126 else _HEAD_16.pack(0x81, 126, n) for n in range(_TABLED)]
+
+    def _head(size: int) -> bytes:
+        return _HEAD_16.pack(0x81, 126, size) if size < 65536 else _HEAD_64.pack(0x81, 127, size)
 
     class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
         """uvicorn's sans-I/O WebSocket protocol, plus `SEND_TEXTS`; a text message (one or a
@@ -59,24 +65,26 @@ else:
         async def send(self, message: Any) -> None:
             kind = message["type"]
             if kind == SEND_TEXTS:
-                await self._send_texts(message["texts"])
+                texts = message.get("texts")
+                await self._send_encoded(message["encoded"] if texts is None else [t.encode() for t in texts])
             elif kind == "websocket.send" and message.get("bytes") is None and self._open:
                 text = message.get("text")
                 if text is None:
                     await super().send(message)
                 else:
-                    await self._send_texts((text,))
+                    await self._send_encoded((text.encode(),))
             else:
                 await super().send(message)
 
         @property
         def _open(self) -> bool:
             """Accepted, not closed by the app: where `websocket.send` sends (one more check,
-            the client gone, is `_send_texts`'s after it waits)."""
+            the client gone, is `_send_encoded`'s after it waits)."""
             return self.handshake_complete and not self.close_sent and self.initial_response is None
 
-        async def _send_texts(self, texts: Sequence[str | bytes]) -> None:
-            """Each text a message, all of them in one write (`websocket.send`'s checks, in its order)."""
+        async def _send_encoded(self, encoded: Sequence[bytes]) -> None:
+            """Each a text message (its UTF-8), all of them in one write (`websocket.send`'s
+            checks, in its order)."""
             if not self.writable.is_set():  # (the transport's buffer is full: wait, as `websocket.send` does)
                 await self.writable.wait()
             if self.disconnected:
@@ -90,8 +98,8 @@ else:
                 # (a compression extension negotiated, or the socket closing: the library frames
                 # each message, or refuses it as it should)
                 try:
-                    for text in texts:
-                        conn.send_text(text.encode() if isinstance(text, str) else text)
+                    for data in encoded:
+                        conn.send_text(data)
                 except InvalidState:
                     raise ClientDisconnected() from None
                 self.transport.write(b"".join(conn.data_to_send()))
@@ -101,16 +109,10 @@ else:
             # (bench/README.md, "The Responses WebSocket mode, counted"); tests hold these frames
             # to the library's.
             parts = conn.data_to_send()  # (whatever the library had queued goes first: none, as a rule)
-            for text in texts:
-                data = text.encode() if isinstance(text, str) else text
+            heads = _HEADS
+            for data in encoded:
                 size = len(data)
-                if size < 126:
-                    parts.append(_SHORT_HEADS[size])
-                elif size < 65536:
-                    parts.append(_HEAD_16.pack(0x81, 126, size))
-                else:
-                    parts.append(_HEAD_64.pack(0x81, 127, size))
-                parts.append(data)
+                parts += (heads[size] if size < _TABLED else _head(size), data)
             self.transport.write(b"".join(parts))
 
     WS_PROTOCOL = "proxy.server.websocket_protocol:BatchingWebSocketProtocol"

@@ -18,9 +18,14 @@ from websockets.sync.client import connect
 from proxy.server.serving import BackgroundServer
 from proxy.server.websocket_protocol import SEND_TEXTS, WS_PROTOCOL, BatchingWebSocketProtocol
 
-# A short text, one past 125 bytes (a 16-bit length), one past 65,535 (a 64-bit length),
-# non-ASCII, an empty one.
-TEXTS = ['{"type":"response.output_text.delta"}', "x" * 126, "y" * 70_000, "é✓ü", ""]
+# A short text; one past 125 bytes (a 16-bit length); the last of the heads made once and the
+# first after it; the last 16-bit length and the first 64-bit ones; non-ASCII; an empty one.
+TEXTS = [
+    '{"type":"response.output_text.delta"}',
+    *("x" * n for n in (126, 2047, 2048, 65535, 65536, 70_000)),
+    "é✓ü",
+    "",
+]
 
 
 class RecordingTransport(asyncio.Transport):
@@ -83,7 +88,7 @@ def test_a_batch_goes_out_in_one_write_as_the_frames_one_send_each_would_have_wr
         await send({"type": "websocket.accept"})
         await send({"type": SEND_TEXTS, "texts": TEXTS})
         await send({"type": "websocket.send", "text": "after"})
-        await send({"type": SEND_TEXTS, "texts": [text.encode() for text in TEXTS]})  # (their UTF-8)
+        await send({"type": SEND_TEXTS, "encoded": [text.encode() for text in TEXTS]})  # (their UTF-8)
 
     async def run() -> list[bytes]:
         _, transport = await served(app)
@@ -177,7 +182,7 @@ def test_a_served_socket_reads_the_batch_as_its_messages_in_order(compression: s
         await send({"type": "websocket.accept"})
         await send({"type": SEND_TEXTS, "texts": TEXTS})
         await send({"type": "websocket.send", "text": "after"})
-        await send({"type": SEND_TEXTS, "texts": [text.encode() for text in TEXTS]})
+        await send({"type": SEND_TEXTS, "encoded": [text.encode() for text in TEXTS]})
         await send({"type": "websocket.close", "code": 1000})
 
     url = "ws://127.0.0.1:{}/v1/responses"

@@ -100,16 +100,17 @@ class Connection:
         the disconnect watch)."""
         await self.send_all((text,))
 
-    async def send_all(self, texts: Sequence[str | bytes]) -> None:
-        """Messages to the client, in order, each a text (bytes: the door's own events, valid
-        UTF-8 as orjson writes them, sent without a decode where the server takes them:
+    async def send_all(self, texts: Sequence[str] | Sequence[bytes]) -> None:
+        """Messages to the client, in order, each a text (or its UTF-8: the door's own events,
+        valid UTF-8 as orjson writes them, sent without a decode where the server takes them:
         SEND_TEXTS); as `send`."""
         if not self.sending or not texts:
             return
         send = self.raw_send
         try:
             if self.sends_texts:  # (all of them in one write)
-                await send({"type": SEND_TEXTS, "texts": texts})
+                key = "texts" if isinstance(texts[0], str) else "encoded"
+                await send({"type": SEND_TEXTS, key: texts})
                 return
             for text in texts:
                 if not isinstance(text, str):
@@ -226,7 +227,7 @@ class TurnWriter:
                             event = data[:-1]
                             try:
                                 if connection.sends_texts:
-                                    await connection.raw_send({"type": SEND_TEXTS, "texts": (event,)})
+                                    await connection.raw_send({"type": SEND_TEXTS, "encoded": (event,)})
                                 else:
                                     text = event.decode("utf-8", "replace")
                                     await connection.raw_send({"type": "websocket.send", "text": text})

@@ -36,7 +36,8 @@ class FakeSocket:
     async def send(self, message: Message) -> None:
         self.writes += 1
         if message["type"] == SEND_TEXTS:  # (texts, or their UTF-8)
-            self.sent += [text if isinstance(text, str) else text.decode() for text in message["texts"]]
+            texts = message.get("texts")
+            self.sent += texts if texts is not None else [data.decode() for data in message["encoded"]]
             return
         assert message["type"] == "websocket.send"
         self.sent.append(message["text"])
