@@ -1,4 +1,5 @@
-"""The front doors' POSTs straight to their endpoints, past Starlette's exception middleware and router.
+"""The front doors' POSTs (and the Responses door's socket) straight to their endpoints, past
+Starlette's exception middleware and router.
 
 Every request of the three front doors — `POST /v1/chat/completions`, `POST /v1/responses`,
 `POST /v1/messages` — is almost all of a proxy's traffic, and each went through the same ~35
@@ -19,6 +20,13 @@ endpoints raises one; a dependency might); one raised while a response is being 
 of the proxy's responses raises one); anything else propagates to the server error middleware
 outside, exactly as through the router. What it costs and buys: bench/README.md ("Starlette's stack off the
 front doors' path").
+
+The same for a WebSocket upgrade on a path of `sockets` (the Responses door's `/v1/responses`):
+its endpoint gets the server's own `send`, with no wrapper of it per event message (bench/README.md,
+"The Responses WebSocket mode, counted"); it handles its own errors, and anything it raises reaches
+the server as it did through the router (no handler there converts a WebSocket's exception). One
+middleware for both, so that an HTTP request passes one layer of them, not two ("Layers off the
+chat path, second cut").
 """
 
 from __future__ import annotations
@@ -34,22 +42,33 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class HotRoutes:
-    """ASGI middleware: `POST <path>` for each path of `endpoints` to its endpoint directly."""
+    """ASGI middleware: `POST <path>` for each path of `endpoints` to its endpoint directly, and a
+    WebSocket upgrade on a path of `sockets` to its ASGI endpoint."""
 
-    def __init__(self, app: ASGIApp, endpoints: Mapping[str, Endpoint]) -> None:
+    def __init__(
+        self, app: ASGIApp, endpoints: Mapping[str, Endpoint], sockets: Mapping[str, ASGIApp] | None = None
+    ) -> None:
         self.app = app
         self.endpoints = dict(endpoints)
+        self.sockets = dict(sockets or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = self.endpoints.get(scope["path"]) if scope["type"] == "http" else None
-        if endpoint is None or scope["method"] != "POST" or scope.get("root_path"):
-            await self.app(scope, receive, send)
-            return
-        try:
-            response = await endpoint(Request(scope, receive, send))
-        except HTTPException as exc:
-            response = http_exception_response(exc)
-        await response(scope, receive, send)
+        kind = scope["type"]
+        if kind == "http":
+            endpoint = self.endpoints.get(scope["path"])
+            if endpoint is not None and scope["method"] == "POST" and not scope.get("root_path"):
+                try:
+                    response = await endpoint(Request(scope, receive, send))
+                except HTTPException as exc:
+                    response = http_exception_response(exc)
+                await response(scope, receive, send)
+                return
+        elif kind == "websocket":
+            socket = self.sockets.get(scope["path"])
+            if socket is not None and not scope.get("root_path"):
+                await socket(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def http_exception_response(exc: HTTPException) -> Response:

@@ -101,6 +101,7 @@ def test_the_proxys_doors_are_served_past_the_router_behind_the_browser_guard_an
     assert kinds.index("BrowserGuard") < kinds.index("CORSMiddleware") < kinds.index("HotRoutes")
     hot = next(m for m in app.user_middleware if m.cls is HotRoutes)
     assert set(hot.kwargs["endpoints"]) == {"/v1/chat/completions", "/v1/responses", "/v1/messages"}
+    assert set(hot.kwargs["sockets"]) == {"/v1/responses"}  # (the Responses door's WebSocket mode)
     with TestClient(app) as client:
         # A cross-site write is still refused by the guard, CORS still answers for an allowed origin.
         refused = client.post("/v1/chat/completions", json={}, headers={"Origin": "https://evil.example"})
@@ -109,3 +110,37 @@ def test_the_proxys_doors_are_served_past_the_router_behind_the_browser_guard_an
         assert allowed.headers.get("access-control-allow-origin") == "https://app.example"
         assert allowed.status_code == 400  # the door's own answer to a body that is not JSON
         assert allowed.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_socket_upgrade_on_its_path_goes_straight_to_its_endpoint() -> None:
+    """A WebSocket path of `sockets` (the Responses door's `/v1/responses`): its upgrade reaches the
+    endpoint with the server's own `send` (no wrapper of it per message); any other scope, an HTTP
+    request on that path, and the upgrade under a root path, go on to the app (the router, where the
+    route is registered too)."""
+    reached: list[tuple[str, str, object]] = []
+
+    async def endpoint(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        reached.append(("endpoint", scope["path"], send))
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        reached.append(("app", scope.get("path", ""), send))
+
+    async def receive() -> dict[str, Any]:
+        return {}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    hot = HotRoutes(app, {}, sockets={"/v1/responses": endpoint})
+    await hot({"type": "websocket", "path": "/v1/responses"}, receive, send)
+    await hot({"type": "http", "method": "POST", "path": "/v1/responses"}, receive, send)
+    await hot({"type": "websocket", "path": "/v1/other"}, receive, send)
+    await hot({"type": "websocket", "path": "/api/v1/responses", "root_path": "/api"}, receive, send)
+    await hot({"type": "lifespan"}, receive, send)
+    assert reached == [
+        ("endpoint", "/v1/responses", send),
+        ("app", "/v1/responses", send),
+        ("app", "/v1/other", send),
+        ("app", "/api/v1/responses", send),
+        ("app", "", send),
+    ]
