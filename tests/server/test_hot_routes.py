@@ -15,7 +15,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from proxy.server.hot_routes import HotRoutes
-from tests.helpers import make_settings
+from tests.helpers import chat_scope, make_settings, passes_straight_through
 
 
 async def _echo(request: Request) -> Response:
@@ -144,3 +144,16 @@ async def test_a_socket_upgrade_on_its_path_goes_straight_to_its_endpoint() -> N
         ("app", "/api/v1/responses", send),
         ("app", "", send),
     ]
+
+
+def test_what_it_does_not_serve_is_the_apps_own_coroutine_and_a_socket_the_endpoints() -> None:
+    """Nothing of HotRoutes' stays on the way of what goes on to the router, nor of the socket's
+    upgrade (its endpoint's coroutine is the connection's, for its whole life)."""
+    post = chat_scope([(b"host", b"proxy.test")])
+    routes = lambda app: HotRoutes(app, {"/other": _echo})  # noqa: E731
+    assert passes_straight_through(routes, post)
+    assert passes_straight_through(routes, {**post, "method": "GET", "path": "/other"})
+    assert passes_straight_through(routes, {"type": "lifespan"})
+    assert not passes_straight_through(routes, {**post, "path": "/other"})  # (served: its own frame)
+    sockets = lambda app: HotRoutes(Starlette(), {}, sockets={"/v1/responses": app})  # noqa: E731
+    assert passes_straight_through(sockets, {"type": "websocket", "path": "/v1/responses"})
