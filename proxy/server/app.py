@@ -47,7 +47,7 @@ from proxy.server.doors.responses_input_items import InputItems
 from proxy.server.doors.responses_ws import ResponsesSocket
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
-from proxy.server.hot_routes import HotRoutes
+from proxy.server.hot_routes import DoorsFirst, HotRoutes
 from proxy.server.replay_service import ReplayService
 from proxy.server.upstream.factory import build_upstream
 from proxy.server.upstream.policy import UpstreamPolicy
@@ -222,7 +222,7 @@ def create_app(
         "/v1/messages": messages.create,
     }
     middleware.append(Middleware(HotRoutes, endpoints=doors, sockets={"/v1/responses": socket}))
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    app = DoorsFirst(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     app.state.proxy = proxy
     app.state.console = console
