@@ -1,5 +1,5 @@
 """The front doors' POSTs (and the Responses door's socket) straight to their endpoints, past
-Starlette's exception middleware and router.
+Starlette's server error middleware, exception middleware and router.
 
 Every request of the three front doors — `POST /v1/chat/completions`, `POST /v1/responses`,
 `POST /v1/messages` — is almost all of a proxy's traffic, and each went through the same ~35
@@ -17,9 +17,10 @@ the router's 404, 405 and trailing-slash answers are unchanged).
 What Starlette would still have done, kept: an `HTTPException` an endpoint raises instead of
 returning its response is answered as the exception middleware answers it (none of the proxy's
 endpoints raises one; a dependency might); one raised while a response is being sent is not (none
-of the proxy's responses raises one); anything else propagates to the server error middleware
-outside, exactly as through the router. What it costs and buys: bench/README.md ("Starlette's stack off the
-front doors' path").
+of the proxy's responses raises one); anything else is answered as the server error middleware
+answers it (a plain-text 500 when the response has not started) and propagates to the server,
+exactly as through the router. What it costs and buys: bench/README.md ("Starlette's stack off the
+front doors' path", "Layers off the chat path, second cut").
 
 `DoorsFirst`, the proxy's Starlette application, takes the doors' POSTs past that server error
 middleware as well (Starlette puts it outside the app's own middleware; it wraps `send` for every
