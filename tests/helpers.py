@@ -139,6 +139,33 @@ def chat_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     }
 
 
+def passes_straight_through(middleware: Callable[[Any], Any], scope: dict[str, Any]) -> bool:
+    """Whether the ASGI middleware `middleware(app)` hands `scope` to `app` as `app`'s own coroutine:
+    no frame of its own left in the request's await chain (each time a request's task suspends and
+    resumes, every frame of that chain is passed through)."""
+    made: list[Any] = []
+
+    async def nothing() -> None:
+        return None
+
+    def app(scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        made.append(nothing())
+        return made[-1]
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    returned = middleware(app)(scope, receive, send)
+    try:
+        return bool(made) and returned is made[0]
+    finally:
+        for coroutine in {id(c): c for c in [*made, returned]}.values():
+            coroutine.close()
+
+
 def assert_run_tells_its_texts(run: KnownRun) -> None:
     """A KnownRun is what it says: whole events, each its prefix + one JSON string + its suffix,
     those strings' texts in order."""

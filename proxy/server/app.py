@@ -44,10 +44,10 @@ from proxy.server.doors.messages import MessagesDoor
 from proxy.server.doors.native_owners import refuse_conversations
 from proxy.server.doors.responses import ResponsesDoor
 from proxy.server.doors.responses_input_items import InputItems
-from proxy.server.doors.responses_ws import ResponsesSocket, SocketFirst
+from proxy.server.doors.responses_ws import ResponsesSocket
 from proxy.server.egress import ConnectGuard, EgressProxy, Resolve, system_resolve
 from proxy.server.handlers import Proxy, Services
-from proxy.server.hot_routes import HotRoutes
+from proxy.server.hot_routes import DoorsFirst, HotRoutes
 from proxy.server.replay_service import ReplayService
 from proxy.server.upstream.factory import build_upstream
 from proxy.server.upstream.policy import UpstreamPolicy
@@ -210,21 +210,19 @@ def create_app(
         )
         routes += ReviewAPI(review, [*gateway.client_keys, *admin]).routes()
     hosts = HostRule.for_binding(settings.host, settings.allowed_hosts)
-    middleware = [
-        Middleware(BrowserGuard, hosts=hosts, cors_origins=settings.cors_origins),
-        Middleware(SocketFirst, endpoint=socket),  # (the socket's events skip the router's wrapper)
-    ]
+    middleware = [Middleware(BrowserGuard, hosts=hosts, cors_origins=settings.cors_origins)]
     if settings.cors_origins:
         middleware.append(Middleware(CORSMiddleware, origins=settings.cors_origins))
     # (innermost: the front doors' POSTs skip Starlette's exception middleware and router; so an
-    # exception handler added to the app would not see them: answer errors in the doors' `guarded`)
+    # exception handler added to the app would not see them: answer errors in the doors' `guarded`.
+    # The Responses socket's upgrade too: its events skip the router's wrapper of `send`.)
     doors = {
         "/v1/chat/completions": proxy.chat_completions,
         "/v1/responses": responses.create,
         "/v1/messages": messages.create,
     }
-    middleware.append(Middleware(HotRoutes, endpoints=doors))
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    middleware.append(Middleware(HotRoutes, endpoints=doors, sockets={"/v1/responses": socket}))
+    app = DoorsFirst(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     app.state.proxy = proxy
     app.state.console = console

@@ -14,11 +14,12 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import PayloadTooLarge
+from proxy.server.header_view import headers_of
 from proxy.server.limits import RequestTimeout
 
 T = TypeVar("T")
@@ -31,24 +32,39 @@ BODY_LEFT_UNREAD = frozenset({408, 413})
 
 
 async def read_body(request: Request, limit: int, timeout: float) -> bytes:
-    """The whole request body: at most `limit` bytes (else 413), within `timeout` s (else 408)."""
-    declared = request.headers.get("content-length")
+    """The whole request body: at most `limit` bytes (else 413), within `timeout` s (else 408); a
+    client gone before its end is ClientDisconnect. Read from `receive` as Starlette's
+    `Request.stream()` reads it, without its async generator between each piece and the reader,
+    and the length from the request's shared header view (no second `Headers` of the request):
+    the body's one reader (bench/README.md, "Layers off the chat path, second cut")."""
+    declared = headers_of(request.scope).get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(
             f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes "
             "(THINKPROXY_MAX_BODY_BYTES)."
         )
+    receive = request.receive
     parts: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(timeout):
-            async for part in request.stream():
-                size += len(part)
-                if size > limit:
-                    raise PayloadTooLarge(
-                        f"Request body exceeds the limit of {limit} bytes (THINKPROXY_MAX_BODY_BYTES)."
-                    )
-                parts.append(part)
+            while True:
+                message = await receive()
+                kind = message["type"]
+                if kind == "http.request":
+                    part = message.get("body", b"")
+                    if part:
+                        size += len(part)
+                        if size > limit:
+                            raise PayloadTooLarge(
+                                f"Request body exceeds the limit of {limit} bytes "
+                                "(THINKPROXY_MAX_BODY_BYTES)."
+                            )
+                        parts.append(part)
+                    if not message.get("more_body", False):
+                        break
+                elif kind == "http.disconnect":
+                    raise ClientDisconnect()
     except TimeoutError:
         raise RequestTimeout(
             f"Request body was not complete within {timeout:g} s (THINKPROXY_CLIENT_BODY_TIMEOUT): "

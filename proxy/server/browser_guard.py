@@ -23,7 +23,7 @@ A plain ASGI middleware: the request's headers are read once and nothing else is
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -114,17 +114,21 @@ def same_origin(origin: str, host_header: str | None) -> bool:
 
 
 class BrowserGuard:
+    """The ASGI middleware. `__call__` is a plain function that decides before anything is awaited:
+    a request it lets through is the inner app's own coroutine, with no frame of the guard's left
+    in its await chain (each suspension and resumption of a request passes every frame of that
+    chain; bench/README.md, "Layers off the chat path, second cut"); a refusal is its own."""
+
     def __init__(self, app: ASGIApp, hosts: HostRule, cors_origins: Sequence[str]) -> None:
         self.app = app
         self.hosts = hosts
         self.any_origin = "*" in cors_origins
         self.origins = frozenset(o.rstrip("/").lower() for o in cors_origins if o != "*")
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         guarded = self.hosts.active and scope["path"].startswith(GUARDED_PREFIXES)
         # A WebSocket carries writes (the Responses door's `response.create`), and browsers open
         # one from any page without asking first and without CORS: a write, on every path.
@@ -132,8 +136,7 @@ class BrowserGuard:
         # Where the guard's refusals go: a WebSocket upgrade is refused in its own messages.
         answer = _WebSocketRefusal(scope, receive, send).send if kind == "websocket" else send
         if not guarded and not writes:
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         host = origin = None
         hosts = origins = 0
         for name, value in scope["headers"]:
@@ -144,19 +147,18 @@ class BrowserGuard:
         if hosts > 1 or origins > 1:
             # No browser sends two; the parts of a server that read the first and the parts that
             # read the last would disagree on where the request came from.
-            await _refuse(
+            return _refuse(
                 answer,
                 400,
                 f"The request has {hosts} Host and {origins} Origin headers: send at most one of each.",
                 "invalid_request_error",
                 "duplicate_header",
             )
-            return
         if guarded:
             target = split_host(host) if host is not None else None
             if target is None or not self.hosts.allows(target[0]):
                 shown = "none" if host is None else repr(host[:100])
-                await _refuse(
+                return _refuse(
                     answer,
                     421,
                     f"This proxy's console does not answer to Host {shown}: it answers to "
@@ -170,9 +172,8 @@ class BrowserGuard:
                     "misdirected_request",
                     "host_not_allowed",
                 )
-                return
         if writes and origin is not None and not self._origin_allowed(origin, host):
-            await _refuse(
+            return _refuse(
                 answer,
                 403,
                 f"A cross-site request from origin {origin[:200]!r} was refused: browsers send this "
@@ -181,8 +182,7 @@ class BrowserGuard:
                 "permission_error",
                 "cross_site_request_refused",
             )
-            return
-        await self.app(scope, receive, send)
+        return self.app(scope, receive, send)
 
     def _origin_allowed(self, origin: str, host: str | None) -> bool:
         if self.any_origin or origin.rstrip("/").lower() in self.origins:

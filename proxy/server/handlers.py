@@ -151,11 +151,13 @@ class Proxy:
             return Response(b'{"status":"degraded","state":"unreachable"}', media_type="application/json")
         return Response(b'{"status":"ok"}', media_type="application/json")
 
+    # (Each route hands `guarded` its own step as a partial: no closure and no dispatching level
+    # of its own between the route and its work; bench/README.md, "Layers off the chat path".)
     async def chat_completions(self, request: Request) -> Response:
-        return await self._handle(request, chat=True)
+        return await self.guarded(request, "chat", partial(self.forward_chat, request))
 
     async def passthrough(self, request: Request) -> Response:
-        return await self._handle(request, chat=False)
+        return await self.guarded(request, "passthrough", partial(self.forward_passthrough, request))
 
     async def models(self, request: Request) -> Response:
         """With a routes file, the models of every route merged; else the upstream's list as is."""
@@ -163,7 +165,7 @@ class Proxy:
         if self.listing is None or UPSTREAM_HEADER in request.headers:
             if s.settings.models_with_levels:  # (the answer read, each model's `(level)` forms added)
                 return await self.guarded(request, "passthrough", partial(self._models_with_levels, request))
-            return await self._handle(request, chat=False)
+            return await self.guarded(request, "passthrough", partial(self.forward_passthrough, request))
         started = time.perf_counter()
         record, bad_request_id = self._record(request, "passthrough")
         try:
@@ -205,12 +207,6 @@ class Proxy:
             record.observers = start_observers(self.s.listeners, record, headers.items())
         return record, bad_request_id
 
-    async def _handle(self, request: Request, *, chat: bool) -> Response:
-        async def run(record: AccessRecord, started: float) -> Response:
-            return await self.forward(request, chat, started, record)
-
-        return await self.guarded(request, "chat" if chat else "passthrough", run)
-
     async def guarded(
         self,
         request: Request,
@@ -245,23 +241,32 @@ class Proxy:
         return json_error(exc, record.response_headers, render)
 
     async def forward(self, request: Request, chat: bool, started: float, record: AccessRecord) -> Response:
-        arrival, intent, tgt = await self.arrive(request, record, parse=chat)
-        if not chat:
-            # (with a policy, a generation route is budgeted and its answer read: /v1/completions, …)
-            asked = model_asked(arrival.method, arrival.path, tgt.body) if self.s.thinking else None
-            req = plan.passthrough(arrival, tgt, gateway_mode=self.s.gateway.enabled, read=bool(asked))
-            if asked is None:
-                return await self.relay_as_it_came(request, req, record, started, reaches_model=False)
-            record.model = asked.model
-            dialect = self.s.table.match(tgt.destination.base_url, asked.model)
-            level, off = policy_gate.relayed_asks(asked.body, arrival.path, dialect)
-            return await self.relay_as_it_came(
-                request, req, record, started, True, asks=asked.output_cap, level=level, can_turn_off=off
-            )
+        """A request forwarded as the chat route (`chat`) or the pass-through route forwards it,
+        inside a caller's `guarded` (the doors' routes that end as a pass-through)."""
+        if chat:
+            return await self.forward_chat(request, record, started)
+        return await self.forward_passthrough(request, record, started)
+
+    async def forward_chat(self, request: Request, record: AccessRecord, started: float) -> Response:
+        arrival, intent, tgt = await self.arrive(request, record, parse=True)
         assert tgt.parsed is not None
         dialect = plan_chat.chat_dialect(self.s.table, tgt)
         return await self.run_chat(
             request, arrival, intent, tgt, tgt.parsed, record, started, dialect=dialect
+        )
+
+    async def forward_passthrough(self, request: Request, record: AccessRecord, started: float) -> Response:
+        arrival, _, tgt = await self.arrive(request, record, parse=False)
+        # (with a policy, a generation route is budgeted and its answer read: /v1/completions, …)
+        asked = model_asked(arrival.method, arrival.path, tgt.body) if self.s.thinking else None
+        req = plan.passthrough(arrival, tgt, gateway_mode=self.s.gateway.enabled, read=bool(asked))
+        if asked is None:
+            return await self.relay_as_it_came(request, req, record, started, reaches_model=False)
+        record.model = asked.model
+        dialect = self.s.table.match(tgt.destination.base_url, asked.model)
+        level, off = policy_gate.relayed_asks(asked.body, arrival.path, dialect)
+        return await self.relay_as_it_came(
+            request, req, record, started, True, asks=asked.output_cap, level=level, can_turn_off=off
         )
 
     async def relay_as_it_came(

@@ -8,8 +8,9 @@ from typing import Any
 import httpx
 
 from proxy.server.app import create_app
-from tests.helpers import make_settings
+from tests.helpers import chat_scope, make_settings, passes_straight_through
 
+PREFLIGHT = [(b"origin", b"https://app.example"), (b"access-control-request-method", b"POST")]
 CONTROL = (
     "x-thinking-level, x-trace, x-trace-format, x-reasoning, x-upstream-base-url, authorization, content-type"
 )
@@ -103,3 +104,16 @@ async def test_preflight_allows_the_documented_request_id_and_trace_context() ->
     assert r.status_code == 204, r.text
     allowed = {h.strip() for h in r.headers["access-control-allow-headers"].split(",")}
     assert {"x-request-id", "traceparent", "tracestate"} <= allowed
+
+
+def test_a_request_without_origin_is_the_inner_apps_own_coroutine() -> None:
+    """A request with no Origin (every SDK) passes with nothing of CORS's on its way: the inner
+    app's coroutine is the request's (one from an allowed origin too, with CORS's `send`: above)."""
+    from proxy.console.cors import CORSMiddleware
+
+    cors = lambda app: CORSMiddleware(app, ["https://app.example"])  # noqa: E731
+    post = chat_scope([(b"host", b"proxy.test"), (b"content-type", b"application/json")])
+    assert passes_straight_through(cors, post)
+    assert passes_straight_through(cors, {**post, "headers": [(b"origin", b"https://evil.example")]})
+    assert passes_straight_through(cors, {"type": "websocket", "path": "/v1/responses", "headers": []})
+    assert not passes_straight_through(cors, {**post, "method": "OPTIONS", "headers": PREFLIGHT})

@@ -1,18 +1,61 @@
-"""ClientWatch: the per-request disconnect watch and its lazy limits (read, total, write)."""
+"""read_body (a request body within its limits) and ClientWatch: the per-request disconnect watch and its
+lazy limits (read, total, write)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 import pytest
+from starlette.requests import ClientDisconnect, Request
 
-from proxy.server.asgi import ClientTooSlow, ClientWatch, DeadlineExceeded, UpstreamStalled
+from proxy.core.errors import PayloadTooLarge
+from proxy.server.asgi import ClientTooSlow, ClientWatch, DeadlineExceeded, UpstreamStalled, read_body
+from proxy.server.limits import RequestTimeout
+from tests.helpers import chat_scope
 
 
 async def quiet_receive() -> dict[str, object]:
     await asyncio.Event().wait()  # the client never leaves
     return {"type": "http.disconnect"}
+
+
+def request_of(messages: list[dict[str, object]], headers: Sequence[tuple[bytes, bytes]] = ()) -> Request:
+    """A request whose client sends `messages`, then nothing more (waits forever)."""
+    pending = list(messages)
+
+    async def receive() -> dict[str, object]:
+        if pending:
+            return pending.pop(0)
+        return await quiet_receive()
+
+    return Request(chat_scope(list(headers)), receive)
+
+
+def piece(body: bytes, more: bool = True) -> dict[str, object]:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+async def test_a_body_is_read_whole_from_its_pieces() -> None:
+    assert await read_body(request_of([piece(b"ab"), piece(b""), piece(b"cd", False)]), 4, 5.0) == b"abcd"
+    assert await read_body(request_of([piece(b"", False)]), 4, 5.0) == b""
+    assert await read_body(request_of([{"type": "http.request"}]), 4, 5.0) == b""
+
+
+async def test_a_body_past_its_limit_is_refused_declared_or_not() -> None:
+    declared = [(b"content-length", b"5")]
+    with pytest.raises(PayloadTooLarge, match="5 bytes exceeds the limit of 4 bytes"):
+        await read_body(request_of([piece(b"abcde", False)], declared), 4, 5.0)
+    with pytest.raises(PayloadTooLarge, match="exceeds the limit of 4 bytes"):
+        await read_body(request_of([piece(b"abc"), piece(b"de", False)]), 4, 5.0)
+
+
+async def test_a_client_gone_mid_body_or_too_slow_is_told() -> None:
+    with pytest.raises(ClientDisconnect):
+        await read_body(request_of([piece(b"ab"), {"type": "http.disconnect"}]), 4, 5.0)
+    with pytest.raises(RequestTimeout, match="2 bytes arrived"):
+        await read_body(request_of([piece(b"ab")]), 4, 0.05)
 
 
 async def test_steady_reads_longer_than_the_read_timeout_do_not_stall() -> None:

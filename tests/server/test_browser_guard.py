@@ -15,7 +15,7 @@ from websockets.typing import Origin
 from proxy.server.app import create_app
 from proxy.server.browser_guard import HostRule, is_loopback_name, same_origin, split_host
 from proxy.server.serving import BackgroundServer
-from tests.helpers import Recorder, make_settings
+from tests.helpers import Recorder, chat_scope, make_settings, passes_straight_through
 
 COMPLETION = {
     "id": "c",
@@ -195,3 +195,19 @@ def test_a_cross_site_websocket_upgrade_is_refused_and_a_same_origin_one_is_not(
     assert refused.value.response.status_code == 403
     assert json.loads(refused.value.response.body)["error"]["code"] == "cross_site_request_refused"
     assert [a["error"]["code"] for a in answers] == ["unknown_event_type"] * 2  # (the door answered)
+
+
+def test_a_request_it_lets_through_is_the_inner_apps_own_coroutine() -> None:
+    """Nothing of the guard's stays on the way of a request it lets through (an SDK's POST, a GET):
+    the inner app's coroutine is the request's, not one of the guard's awaiting it."""
+    from proxy.server.browser_guard import BrowserGuard
+
+    rule = HostRule.for_binding("127.0.0.1", [])
+    guard = lambda app: BrowserGuard(app, rule, ["https://app.example"])  # noqa: E731
+    post = chat_scope([(b"host", b"localhost:8080"), (b"content-type", b"application/json")])
+    assert passes_straight_through(guard, post)
+    assert passes_straight_through(guard, {**post, "headers": [(b"origin", b"https://app.example")]})
+    assert passes_straight_through(guard, {**post, "method": "GET", "path": "/v1/models"})
+    assert passes_straight_through(guard, {"type": "lifespan"})
+    # (a refusal is the guard's own answer)
+    assert not passes_straight_through(guard, {**post, "headers": [(b"origin", b"https://evil.example")]})

@@ -50,7 +50,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from proxy.core import jsonio
@@ -84,27 +84,6 @@ MAX_LIFETIME_S = 3600.0  # a socket's longest life (OpenAI's WebSocket mode clos
 CLOSE_NORMAL = 1000
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
-
-
-class SocketFirst:
-    """ASGI middleware: the `/v1/responses` upgrade straight to its endpoint, inside the browser
-    guard (which runs first, as for every request) but ahead of Starlette's exception middleware
-    and router, whose wrapper of `send` cost one coroutine per event message (bench/README.md, "The
-    Responses WebSocket mode, counted"). Everything else, and the upgrade under a root path, goes
-    the ordinary way (the route is registered too). The endpoint handles its own errors; anything
-    it raises reaches the server as it did through the router (no handler there converts a
-    WebSocket's exception)."""
-
-    def __init__(self, app: ASGIApp, endpoint: ResponsesSocket, path: str = "/v1/responses") -> None:
-        self.app = app
-        self.endpoint = endpoint
-        self.path = path
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" and scope["path"] == self.path and not scope.get("root_path"):
-            await self.endpoint(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
 
 
 class ResponsesSocket:

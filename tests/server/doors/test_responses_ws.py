@@ -659,36 +659,3 @@ def test_an_event_past_max_response_bytes_ends_the_turn_with_an_error_event(mock
     events, after = served_turns(app, dict(KEY), story, {"model": MODEL, "input": "Hi"})
     assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "response_too_large"
     assert after[-1]["type"] == "error"  # (the socket goes on: the next turn runs, and ends too)
-
-
-async def test_the_socket_first_middleware_hands_only_the_responses_upgrade_to_its_endpoint() -> None:
-    """SocketFirst: a `/v1/responses` upgrade goes straight to the endpoint with the server's own
-    `send` (no wrapper of it per message); any other scope, and the upgrade under a root path, goes
-    on to the app (the router, where the route is registered too)."""
-    from proxy.server.doors.responses_ws import SocketFirst
-
-    reached: list[tuple[str, str, object]] = []
-
-    async def endpoint(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        reached.append(("endpoint", scope["path"], send))
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        reached.append(("app", scope["path"], send))
-
-    async def receive() -> dict[str, Any]:
-        return {}
-
-    async def send(message: dict[str, Any]) -> None:
-        return None
-
-    first = SocketFirst(app, endpoint)  # type: ignore[arg-type]
-    await first({"type": "websocket", "path": "/v1/responses"}, receive, send)
-    await first({"type": "http", "path": "/v1/responses"}, receive, send)
-    await first({"type": "websocket", "path": "/v1/other"}, receive, send)
-    await first({"type": "websocket", "path": "/api/v1/responses", "root_path": "/api"}, receive, send)
-    assert reached == [
-        ("endpoint", "/v1/responses", send),
-        ("app", "/v1/responses", send),
-        ("app", "/v1/other", send),
-        ("app", "/api/v1/responses", send),
-    ]
