@@ -29,7 +29,6 @@ nothing is advertised."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from typing import Any
 
 # The extension's name in the scope and its message's type.
@@ -50,6 +49,9 @@ else:
     _TABLED = 2048
     _HEADS = [bytes((0x81, n)) if n < 126 else _HEAD_16.pack(0x81, 126, n) for n in range(_TABLED)]
 
+    def _text(message: Any) -> str | None:
+        return message.get("text")  # type: ignore[no-any-return]
+
     def _head(size: int) -> bytes:
         return _HEAD_16.pack(0x81, 126, size) if size < 65536 else _HEAD_64.pack(0x81, 127, size)
 
@@ -66,33 +68,29 @@ else:
             kind = message["type"]
             if kind == SEND_TEXTS:
                 texts = message.get("texts")
-                await self._send_encoded(message["encoded"] if texts is None else [t.encode() for t in texts])
-            elif kind == "websocket.send" and message.get("bytes") is None and self._open:
-                text = message.get("text")
-                if text is None:
-                    await super().send(message)
-                else:
-                    await self._send_encoded((text.encode(),))
+                encoded = message["encoded"] if texts is None else [text.encode() for text in texts]
+            elif (
+                kind == "websocket.send" and message.get("bytes") is None and message.get("text") is not None
+            ):
+                encoded = (message["text"].encode(),)
             else:
                 await super().send(message)
-
-        @property
-        def _open(self) -> bool:
-            """Accepted, not closed by the app: where `websocket.send` sends (one more check,
-            the client gone, is `_send_encoded`'s after it waits)."""
-            return self.handshake_complete and not self.close_sent and self.initial_response is None
-
-        async def _send_encoded(self, encoded: Sequence[bytes]) -> None:
-            """Each a text message (its UTF-8), all of them in one write (`websocket.send`'s
-            checks, in its order)."""
+                return
+            # (inline, one coroutine a message: a paced stream sends each event alone)
+            if not (self.handshake_complete and not self.close_sent and self.initial_response is None):
+                if kind == SEND_TEXTS:
+                    raise RuntimeError(
+                        f"'{SEND_TEXTS}' is for an accepted WebSocket that is not closed, "
+                        "as 'websocket.send' is."
+                    )
+                await super().send(message)  # (uvicorn's own answer to a send out of turn)
+                return
             if not self.writable.is_set():  # (the transport's buffer is full: wait, as `websocket.send` does)
                 await self.writable.wait()
             if self.disconnected:
                 raise ClientDisconnected()
-            if not self._open:
-                raise RuntimeError(
-                    f"'{SEND_TEXTS}' is for an accepted WebSocket that is not closed, as 'websocket.send' is."
-                )
+            if self.close_sent:  # (closed while it waited)
+                raise RuntimeError(f"'{kind}' after the WebSocket was closed.")
             conn = self.conn
             if conn.extensions or conn.state is not OPEN or conn.expect_continuation_frame:
                 # (a compression extension negotiated, or the socket closing: the library frames
