@@ -40,7 +40,7 @@ from typing import Any, Final, NamedTuple, TypeAlias
 from proxy.core import jsonio
 from proxy.core.protocols.responses.output import error_facts, first_choice
 from proxy.core.stream import chunk_template
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, template_of_run
+from proxy.core.stream.chunk_template import ChunkTemplate, DoorPiece, KnownEvent, template_of_run
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = [
@@ -297,13 +297,17 @@ class ChatEventReader:
             pos = end
         return out
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> list[ChatEvent]:
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> list[ChatEvent]:
         """`feed` of the pieces joined: a run whose chunks are of this reader's shape (or of the
-        shape the run brings) is taken from its texts, its bytes not scanned again."""
+        shape the run brings) is taken from its texts, its bytes not scanned again; an event
+        handed over with its value (KnownEvent) is read from the value, not decoded."""
         out: list[ChatEvent] = []
         for piece in pieces:
             if isinstance(piece, bytes):
                 self.feed(piece, out)
+                continue
+            if isinstance(piece, KnownEvent):
+                self._known(piece, out)
                 continue
             template = None
             if self._templates:
@@ -317,6 +321,19 @@ class ChatEventReader:
             else:
                 self.feed(piece.data, out)
         return out
+
+    def _known(self, event: KnownEvent, out: list[ChatEvent]) -> None:
+        """The events of one whole event from its value: what decoding its bytes gives (the
+        reference, and a reader still to learn its template from decoded chunks, decode them)."""
+        chunk = event.chunk
+        if not self._decoder.idle or not self._templates or (chunk is not None and not self._adopted):
+            self.feed(event.data, out)
+        elif chunk is not None:
+            chunk_events(chunk, out)
+        elif event.comments is not None:
+            out.append(Comment(event.comments))
+        else:
+            out.append(DONE)
 
     def close(self) -> list[ChatEvent]:
         """The events of what is left: an event the stream did not end with its blank line."""

@@ -38,7 +38,7 @@ from proxy.core.protocols.chat_events import (
     Usage,
 )
 from proxy.core.protocols.responses.output import frames
-from proxy.core.stream.chunk_template import KnownRun
+from proxy.core.stream.chunk_template import DoorPiece
 
 __all__ = ["CUT_SHORT", "NOT_AN_OBJECT", "DoorEncoder", "DoorTranscoder", "Event"]
 
@@ -168,9 +168,10 @@ class DoorTranscoder:
         one event each, written in one go."""
         return self._write(self.reader.feed(data))
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> bytes:
         """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks the reader
-        reads by their shape is written from its texts, its bytes not scanned again."""
+        reads by their shape is written from its texts, its bytes not scanned again, and an event
+        handed over with its value is read from it."""
         return self._write(self.reader.feed_pieces(pieces))
 
     def close(self) -> bytes:
