@@ -38,7 +38,7 @@ from proxy.core.protocols.chat_events import (
     Usage,
 )
 from proxy.core.protocols.responses.output import frames
-from proxy.core.stream.chunk_template import DoorPiece
+from proxy.core.stream.chunk_template import DoorPiece, KnownRun
 
 __all__ = ["CUT_SHORT", "NOT_AN_OBJECT", "DoorEncoder", "DoorTranscoder", "Event"]
 
@@ -184,6 +184,15 @@ class DoorTranscoder:
         """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks the reader
         reads by their shape is written from its texts, its bytes not scanned again, and an event
         handed over with its value is read from it."""
+        if len(pieces) == 1 and self._encoder.started:
+            run = pieces[0]
+            if type(run) is KnownRun:  # (a paced stream's every read: its delta, no layer between)
+                template = self.reader.take_run(run)
+                if template is None:
+                    return self._write(self.reader.feed(run.data))
+                out: list[bytes] = []
+                self._texts(template.reasoning, run.texts, out)
+                return out[0] if len(out) == 1 else b"".join(out)
         return self._write(self.reader.feed_pieces(pieces))
 
     def close(self) -> bytes:
