@@ -96,7 +96,7 @@ def chat_path(reads: list[bytes]) -> int:
 
 def door_path(reads: list[bytes], door: Callable[[], ResponsesTranscoder | MessagesTranscoder]) -> int:
     p, t = pipeline(), door()
-    size = len(t.feed(p.begin({"messages": []}, 0.0)))
+    size = len(t.feed_pieces(p.begin_runs({"messages": []}, 0.0)))
     for read in reads:
         size += len(t.feed_pieces(p.feed_runs(read, 1.0)))
     return size + len(t.feed(p.finish(2.0))) + len(t.close())
@@ -105,7 +105,7 @@ def door_path(reads: list[bytes], door: Callable[[], ResponsesTranscoder | Messa
 def pipeline_runs(reads: list[bytes]) -> list[list[object]]:
     """What the pipeline hands a door for each read (to time the transcoder alone)."""
     p = pipeline()
-    out: list[list[object]] = [[p.begin({"messages": []}, 0.0)]]
+    out: list[list[object]] = [list(p.begin_runs({"messages": []}, 0.0))]
     out += [list(p.feed_runs(read, 1.0)) for read in reads]
     return [*out, [p.finish(2.0)]]
 

@@ -24,7 +24,7 @@ from proxy.core.config.yamlfile import load_config
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.events import AccessRecord, RequestObserver
 from proxy.core.sessions.facts import RequestFacts
-from proxy.core.stream.chunk_template import KnownRun, learn
+from proxy.core.stream.chunk_template import DoorPiece, KnownRun, learn
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
@@ -224,7 +224,7 @@ def split_points(stream: bytes, every: int) -> list[int]:
     return sorted(cut for cut in cuts if 0 <= cut <= len(stream))
 
 
-def pipeline_pieces(raw: bytes, cuts: list[int]) -> list[list[bytes | KnownRun]]:
+def pipeline_pieces(raw: bytes, cuts: list[int]) -> list[list[DoorPiece]]:
     """What the response pipeline hands a front door (`piped`'s pipeline, without keep-alives)
     for an upstream stream read in pieces cut at `cuts`."""
     options = ReasoningOptions(tags=("think",), output_field=ReasoningField.REASONING_CONTENT)
@@ -232,7 +232,7 @@ def pipeline_pieces(raw: bytes, cuts: list[int]) -> list[list[bytes | KnownRun]]
     pipeline = StreamPipeline(
         reasoning=options, trace=trace, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
     )
-    out: list[list[bytes | KnownRun]] = [[pipeline.begin({"messages": []}, 0.0)]]
+    out: list[list[DoorPiece]] = [pipeline.begin_runs({"messages": []}, 0.0)]
     bounds = [0, *cuts, len(raw)]
     out += [pipeline.feed_runs(raw[a:b], 1.0) for a, b in pairwise(bounds)]
     return [*out, [pipeline.finish(2.0)]]

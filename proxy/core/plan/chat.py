@@ -36,7 +36,7 @@ from proxy.core.protocols.responses.upstream_request import responses_request
 from proxy.core.review.rules import ClientNames
 from proxy.core.sessions.changes import body_changes
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.chunk_template import KnownRun
+from proxy.core.stream.chunk_template import DoorPiece, KnownRun
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.harmony import speaks_harmony
 from proxy.core.stream.reasoning import ReasoningOptions
@@ -263,7 +263,7 @@ class FrontDoor(Protocol):
     def feed(self, data: bytes) -> bytes:
         """The pipeline's next output (any split) → the client's bytes."""
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> bytes:
         """`feed` for the pipeline's output with its runs of more of the same apart, their texts
         known (StreamPipeline.feed_runs): the same bytes as `feed` of the pieces joined."""
 

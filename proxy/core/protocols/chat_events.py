@@ -40,7 +40,7 @@ from typing import Any, Final, NamedTuple, TypeAlias
 from proxy.core import jsonio
 from proxy.core.protocols.responses.output import error_facts, first_choice
 from proxy.core.stream import chunk_template
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, template_of_run
+from proxy.core.stream.chunk_template import ChunkTemplate, DoorPiece, KnownEvent, KnownRun, template_of_run
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = [
@@ -297,26 +297,51 @@ class ChatEventReader:
             pos = end
         return out
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> list[ChatEvent]:
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> list[ChatEvent]:
         """`feed` of the pieces joined: a run whose chunks are of this reader's shape (or of the
-        shape the run brings) is taken from its texts, its bytes not scanned again."""
+        shape the run brings) is taken from its texts, its bytes not scanned again; an event
+        handed over with its value (KnownEvent) is read from the value, not decoded."""
         out: list[ChatEvent] = []
         for piece in pieces:
             if isinstance(piece, bytes):
                 self.feed(piece, out)
                 continue
-            template = None
-            if self._templates:
-                self._adopted |= piece.template is not None  # (from now on the runs bring theirs)
-                template = template_of_run(self._template, piece)
-            if template is not None and self._decoder.idle:
-                self._template = template
+            if isinstance(piece, KnownEvent):
+                self._known(piece, out)
+                continue
+            template = self.take_run(piece)
+            if template is None:
+                self.feed(piece.data, out)
+            else:
                 texts = piece.texts
                 out.append(ReasoningDelta(texts) if template.reasoning else TextDelta(texts))
-                self.handed += len(texts)
-            else:
-                self.feed(piece.data, out)
         return out
+
+    def take_run(self, run: KnownRun) -> ChunkTemplate | None:
+        """The shape a run handed over is read by, its texts then taken (`handed` counts them): this
+        reader's, or the one the run brings. None: its bytes are to be read (`feed`) instead."""
+        template = None
+        if self._templates:
+            self._adopted |= run.template is not None  # (from now on the runs bring theirs)
+            template = template_of_run(self._template, run)
+        if template is None or not self._decoder.idle:
+            return None
+        self._template = template
+        self.handed += len(run.texts)
+        return template
+
+    def _known(self, event: KnownEvent, out: list[ChatEvent]) -> None:
+        """The events of one whole event from its value: what decoding its bytes gives (the
+        reference, and a reader still to learn its template from decoded chunks, decode them)."""
+        chunk = event.chunk
+        if not self._decoder.idle or not self._templates or (chunk is not None and not self._adopted):
+            self.feed(event.data, out)
+        elif chunk is not None:
+            chunk_events(chunk, out)
+        elif event.comments is not None:
+            out.append(Comment(event.comments))
+        else:
+            out.append(DONE)
 
     def close(self) -> list[ChatEvent]:
         """The events of what is left: an event the stream did not end with its blank line."""

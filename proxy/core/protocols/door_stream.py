@@ -38,7 +38,7 @@ from proxy.core.protocols.chat_events import (
     Usage,
 )
 from proxy.core.protocols.responses.output import frames
-from proxy.core.stream.chunk_template import KnownRun
+from proxy.core.stream.chunk_template import DoorPiece, KnownRun
 
 __all__ = ["CUT_SHORT", "NOT_AN_OBJECT", "DoorEncoder", "DoorTranscoder", "Event"]
 
@@ -56,6 +56,8 @@ class DoorEncoder:
         self._started = False
         self._finished = False  # the terminal event was produced: nothing more
         self._finish: str | None = None  # choice 0's finish reason, once it came
+        # True when `finish_frames` may write the finish directly (the transcoder then asks it).
+        self.writes_finish = False
         self._usage: Any = None  # the last usage object seen
 
     @property
@@ -108,6 +110,16 @@ class DoorEncoder:
         """Text deltas that continue the open item or block, written directly: byte for byte what
         `feed` writes for each text in turn (b"" when it writes nothing), their texts kept. None:
         not that case (nothing of that kind open), `feed` them instead."""
+        return None
+
+    def opening_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
+        """Text deltas that open a new item or block (`text_delta_frames` is None for them), written
+        directly: byte for byte what `feed` writes for each text in turn. None: not that case."""
+        return None
+
+    def finish_frames(self, finish: Finish) -> bytes | None:
+        """`feed([finish])` written directly, byte for byte: what ends with the finish reason.
+        None: not that case, `feed` it instead."""
         return None
 
     # -- the door's part ---------------------------------------------------------------------------
@@ -168,9 +180,19 @@ class DoorTranscoder:
         one event each, written in one go."""
         return self._write(self.reader.feed(data))
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> bytes:
         """`feed` of the pieces joined (StreamPipeline.feed_runs): a run of the chunks the reader
-        reads by their shape is written from its texts, its bytes not scanned again."""
+        reads by their shape is written from its texts, its bytes not scanned again, and an event
+        handed over with its value is read from it."""
+        if len(pieces) == 1 and self._encoder.started:
+            run = pieces[0]
+            if type(run) is KnownRun:  # (a paced stream's every read: its delta, no layer between)
+                template = self.reader.take_run(run)
+                if template is None:
+                    return self._write(self.reader.feed(run.data))
+                out: list[bytes] = []
+                self._texts(template.reasoning, run.texts, out)
+                return out[0] if len(out) == 1 else b"".join(out)
         return self._write(self.reader.feed_pieces(pieces))
 
     def close(self) -> bytes:
@@ -208,6 +230,15 @@ class DoorTranscoder:
                     out.append(self._frames(encoder.feed(batch)))
                     batch = []
                 self._comment(event.lines, out)
+            elif type(event) is Finish and self._direct and encoder.writes_finish:
+                if batch:
+                    out.append(self._frames(encoder.feed(batch)))
+                    batch = []
+                written = encoder.finish_frames(event)
+                if written is None:
+                    batch.append(event)
+                else:
+                    out.append(written)
             else:
                 batch.append(event)
         if batch:
@@ -215,13 +246,17 @@ class DoorTranscoder:
         return b"".join(out)
 
     def _texts(self, reasoning: bool, texts: list[str], out: list[bytes]) -> None:
-        """Text deltas: those that continue the open item or block written directly, in one go; the
-        one that opens it (or every one, in the reference) through the encoder."""
+        """Text deltas: those that continue the open item or block written directly, in one go, and
+        so those that open one when the encoder writes that directly too; else the one that opens
+        it (and every one, in the reference) through the encoder."""
         encoder = self._encoder
         done = 0
         while done < len(texts):
             if self._direct:
-                written = encoder.text_delta_frames(reasoning, texts[done:] if done else texts)
+                rest = texts[done:] if done else texts
+                written = encoder.text_delta_frames(reasoning, rest)
+                if written is None:
+                    written = encoder.opening_frames(reasoning, rest)
                 if written is not None:
                     out.append(written)
                     return

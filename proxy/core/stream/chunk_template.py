@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import orjson
 
@@ -45,6 +45,22 @@ class KnownRun(NamedTuple):
     template: ChunkTemplate | None = None
 
 
+class KnownEvent(NamedTuple):
+    """One whole SSE event the pipeline wrote (`data`, its bytes as the client would get them) with
+    what a front door would otherwise decode them again for (StreamPipeline.feed_runs): a chunk as
+    parsed (`chunk`: equal to what reading the JSON of its data gives), or a comment-only event's
+    lines without their line ends (`comments`: the trace's `: trace {…}`), or neither: `data: [DONE]`.
+    The chunk is the pipeline's own: readers must not change it."""
+
+    data: bytes
+    chunk: dict[str, Any] | None = None
+    comments: list[bytes] | None = None
+
+
+# What the pipeline hands a front door: bytes, runs of more of the same, and events with their values.
+DoorPiece: TypeAlias = bytes | KnownRun | KnownEvent
+
+
 def pieces_of(out: list[bytes | KnownRun]) -> list[bytes | KnownRun]:
     """A decoder's output as few pieces: the bytes between runs joined, each KnownRun apart."""
     pieces: list[bytes | KnownRun] = []
@@ -62,9 +78,9 @@ def pieces_of(out: list[bytes | KnownRun]) -> list[bytes | KnownRun]:
     return pieces
 
 
-def joined(out: Sequence[bytes | KnownRun]) -> bytes:
-    """A decoder's output as one piece of bytes."""
-    return b"".join([piece.data if isinstance(piece, KnownRun) else piece for piece in out])
+def joined(out: Sequence[DoorPiece]) -> bytes:
+    """A decoder's (or the pipeline's, StreamPipeline.feed_runs) output as one piece of bytes."""
+    return b"".join([piece if isinstance(piece, bytes) else piece.data for piece in out])
 
 
 @dataclass(frozen=True, slots=True)

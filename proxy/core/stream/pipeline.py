@@ -18,7 +18,7 @@ from proxy.core.controls import TraceFormat
 from proxy.core.errors import UNREADABLE_ANSWER_CODE, error_payload
 from proxy.core.stream import chunk_template, harmony
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun
+from proxy.core.stream.chunk_template import ChunkTemplate, DoorPiece, KnownEvent, KnownRun
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
 from proxy.core.stream.template_rule import FULL_PATH, TemplateRule, tell_joined, template_rule
@@ -98,6 +98,19 @@ class StreamPipeline:
             return b""
         return self._frames.frames(self._trace.begin(request_body, now_ms))
 
+    def begin_runs(self, request_body: dict[str, Any] | None, now_ms: float) -> list[DoorPiece]:
+        """`begin` for a front door (as `feed_runs`): the trace's comments as KnownEvents."""
+        if self._trace is None:
+            return []
+        known: list[bytes | KnownEvent] = []
+        out: list[bytes] = []
+        self._trace_frames(self._trace.begin(request_body, now_ms), out, known)
+        pieces: list[DoorPiece] = [*known]
+        rest = b"".join(out)  # (the event format's frames, held until a chunk names the stream)
+        if rest:
+            pieces.append(rest)
+        return pieces
+
     # -- stream -------------------------------------------------------------------------
     def feed(self, data: bytes, now_ms: float) -> bytes:
         return self._feed(data, now_ms, None)
@@ -116,12 +129,14 @@ class StreamPipeline:
         ]
         return out[0] if len(out) == 1 else b"".join(out)
 
-    def feed_runs(self, piece: bytes | Sequence[bytes | KnownRun], now_ms: float) -> list[bytes | KnownRun]:
+    def feed_runs(self, piece: bytes | Sequence[bytes | KnownRun], now_ms: float) -> list[DoorPiece]:
         """`feed` (bytes) or `feed_pieces` (a decoder's pieces), for a front door that translates the
         output (proxy.core.plan.chat.FrontDoor.feed_pieces): the same bytes, with each run of chunks of
         more of the same that went out as it came apart as a KnownRun with its texts, so that the
-        door takes the texts instead of scanning the bytes a second time."""
-        runs: list[bytes | KnownRun] = []
+        door takes the texts instead of scanning the bytes a second time, and the events decoded
+        here apart as KnownEvents with their values (each chunk as parsed, each trace comment's
+        line, [DONE]), so that the door does not decode them again."""
+        runs: list[DoorPiece] = []
         for p in (piece,) if isinstance(piece, bytes) else piece:
             rest = (
                 self._feed_known(p, now_ms, runs) if isinstance(p, KnownRun) else self._feed(p, now_ms, runs)
@@ -130,7 +145,7 @@ class StreamPipeline:
                 runs.append(rest)
         return runs
 
-    def _feed(self, data: bytes, now_ms: float, runs: list[bytes | KnownRun] | None) -> bytes:
+    def _feed(self, data: bytes, now_ms: float, runs: list[DoorPiece] | None) -> bytes:
         """The output for `data`; with `runs`, what precedes the output's last run goes there
         (bytes, and the runs apart), and the rest is returned."""
         if self.closed:
@@ -148,7 +163,7 @@ class StreamPipeline:
             return self._decode(data, now_ms)  # (nothing more of the same to expect)
         return self._feed_by_runs(data, now_ms, runs)
 
-    def _feed_known(self, run: KnownRun, now_ms: float, runs: list[bytes | KnownRun] | None) -> bytes:
+    def _feed_known(self, run: KnownRun, now_ms: float, runs: list[DoorPiece] | None) -> bytes:
         template = self._template
         if (
             template is not None
@@ -166,7 +181,7 @@ class StreamPipeline:
             return b""
         return self._feed(run.data, now_ms, runs)
 
-    def _feed_by_runs(self, data: bytes, now_ms: float, runs: list[bytes | KnownRun] | None) -> bytes:
+    def _feed_by_runs(self, data: bytes, now_ms: float, runs: list[DoorPiece] | None) -> bytes:
         """A read of several events: each run of chunks of more of the same (a fast upstream's
         read holds hundreds) is taken without decoding and goes out as one slice of the read
         (with `runs`: a KnownRun there, after the bytes before it); the events between runs are
@@ -210,17 +225,10 @@ class StreamPipeline:
             end = find(b"\n\n", pos) if steps < MAX_STEPS else -1
             end = size if end < 0 else end + 2
             steps += 1
-            written = self._decode(data[pos:end], now_ms)
-            last = self._last_as_run(written) if runs is not None else None
-            if runs is not None and last is not None:
-                if len(written) > len(last.data):
-                    out.append(written[: len(written) - len(last.data)])
-                if out:
-                    runs.append(b"".join(out))
-                    out = []
-                runs.append(last)
+            if runs is None:
+                out.append(self._decode(data[pos:end], now_ms))
             else:
-                out.append(written)
+                self._decode_for_door(data[pos:end], now_ms, out, runs)
             pos = end
             if self.closed:
                 break  # (an event over the size limit ended the stream: the rest is not relayed)
@@ -229,6 +237,38 @@ class StreamPipeline:
                 break
         return b"".join(out)
 
+    def _decode_for_door(self, data: bytes, now_ms: float, out: list[bytes], runs: list[DoorPiece]) -> None:
+        """`_decode` for a front door (feed_runs): the bytes it writes go to `out`, the values a door
+        would decode again (KnownEvent) to `runs` after them, and the last chunk when it is of the
+        template as a run of one (`_last_as_run`)."""
+        known: list[bytes | KnownEvent] = []
+        tail = self._decode(data, now_ms, known)
+        if tail:
+            known.append(tail)
+        last = known[-1] if known else b""
+        if isinstance(last, bytes):
+            run = self._last_as_run(last)
+        else:
+            run = self._last_as_run(last.data) if last.chunk is not None else None
+        if run is not None:
+            if isinstance(last, bytes) and len(last) > len(run.data):
+                known[-1] = last[: len(last) - len(run.data)]
+            else:
+                known.pop()
+        for part in known:
+            if isinstance(part, bytes):
+                out.append(part)
+                continue
+            if out:
+                runs.append(b"".join(out))
+                out.clear()
+            runs.append(part)
+        if run is not None:
+            if out:
+                runs.append(b"".join(out))
+                out.clear()
+            runs.append(run)
+
     def _last_as_run(self, written: bytes) -> KnownRun | None:
         """The last event of what a decoded event wrote, as a run of one, when it is a chunk of
         this pipeline's template with its text: typically the chunk that has just taught the
@@ -236,7 +276,13 @@ class StreamPipeline:
         door then takes its text instead of decoding it again (feed_runs). Only of choice 0: the
         doors read no other choice, so they decode such chunks as any."""
         template = self._template
-        if template is None or template.event_prefix is None or template.index != 0 or self._done_sent:
+        if (
+            not written
+            or template is None
+            or template.event_prefix is None
+            or template.index != 0
+            or self._done_sent
+        ):
             return None
         cut = written.rfind(b"\n\n", 0, len(written) - 2)
         last = written[cut + 2 :] if cut >= 0 else written
@@ -260,12 +306,15 @@ class StreamPipeline:
             tell_joined(rule.tell, texts)
         return end - start, texts
 
-    def _decode(self, data: bytes, now_ms: float) -> bytes:
+    def _decode(self, data: bytes, now_ms: float, known: list[bytes | KnownEvent] | None = None) -> bytes:
+        """The bytes `data` completes; with `known` (a front door's), they go there instead, with
+        the values a door would decode again apart (see `_process`), and the bytes return empty
+        (the end of an oversized event's stream excepted)."""
         try:
             events = self._decoder.feed(data)
         except EventTooLarge as exc:
-            return self._process(exc.events, now_ms) + self._too_large(exc, now_ms)
-        return self._process(events, now_ms)
+            return self._process(exc.events, now_ms, known) + self._too_large(exc, now_ms)
+        return self._process(events, now_ms, known)
 
     def _too_large(self, exc: EventTooLarge, now_ms: float) -> bytes:
         message = (
@@ -274,7 +323,13 @@ class StreamPipeline:
         )
         return self.fail(StreamFailure(message, code="upstream_event_too_large"), now_ms)
 
-    def _process(self, events: list[SSEEvent], now_ms: float) -> bytes:
+    def _process(
+        self, events: list[SSEEvent], now_ms: float, known: list[bytes | KnownEvent] | None = None
+    ) -> bytes:
+        """The bytes `events` write. With `known` (a front door reads them: feed_runs), what a door
+        would decode again goes there as values after the bytes before it, each parsed chunk that
+        reading its bytes gives exactly (orjson's strict reading, no integer it would round), each
+        trace comment and [DONE] (KnownEvent); the rest as bytes; and the bytes return empty."""
         # The per-event hot path: kept flat (no per-event helper calls) on purpose.
         out: list[bytes] = []
         append = out.append
@@ -298,15 +353,21 @@ class StreamPipeline:
                     continue
             self._rule = None  # whatever happens next may change what the consumers decide
             if data == DONE:
-                append(self._closing_bytes(now_ms))
-                append(event.raw)
+                if known is None:
+                    append(self._closing_bytes(now_ms))
+                    append(event.raw)
+                else:
+                    self._closing_bytes(now_ms, out, known)
+                    _hand(out, known, KnownEvent(event.raw))
                 self._done_sent = True
                 continue
+            exact = True  # (orjson's strict reading)
             try:
                 chunk = orjson.loads(data)
             except orjson.JSONDecodeError:
                 # Not ours to understand: forwarded unchanged, unless reasoning must be hidden.
                 chunk = jsonio.loads_lenient(data) if self._hide else None
+                exact = False
                 if chunk is None:
                     append(self._withheld(now_ms) if self._hide else event.raw)
                     continue
@@ -328,16 +389,35 @@ class StreamPipeline:
                 # A trace event describes the chunk that caused it; it precedes it in the same write.
                 caused = trace.on_chunk(chunk, outcome.reasoning, now_ms)
                 if caused:
-                    append(frames.frames(caused))
+                    if known is None:
+                        append(frames.frames(caused))
+                    else:
+                        self._trace_frames(caused, out, known)
+            # A front door's list, when it takes this chunk as parsed (see the docstring).
+            door = known if exact and known is not None and not jsonio.may_hold_big_integer(data) else None
             if outcome.changed or filled:
-                append(self._reencoded(event, chunk, now_ms))
+                encoded = self._encoded(event, chunk)
+                if encoded is None:
+                    append(self._unencodable(event, now_ms))
+                elif door is not None:
+                    _hand(out, door, KnownEvent(encoded, chunk))
+                else:
+                    append(encoded)
             else:
-                append(event.raw)
+                if door is not None:
+                    _hand(out, door, KnownEvent(event.raw, chunk))
+                else:
+                    append(event.raw)
                 if self._template_misses < MAX_TEMPLATE_MISSES:
                     # Learn (again) from a chunk that went out as it came. A stream whose every
                     # chunk differs elsewhere too (a random field per chunk) stops trying.
                     self._template_misses += 1
                     template = self._template = chunk_template.learn(data, chunk) or template
+        if known is not None:
+            rest = b"".join(out)
+            if rest:
+                known.append(rest)
+            return b""
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _take_text(self, template: ChunkTemplate, text: str) -> bool:
@@ -370,10 +450,20 @@ class StreamPipeline:
         return template_rule(template, self._trace, self._extractor, self._capture)
 
     def _reencoded(self, event: SSEEvent, chunk: dict[str, Any], now_ms: float) -> bytes:
+        encoded = self._encoded(event, chunk)
+        return self._unencodable(event, now_ms) if encoded is None else encoded
+
+    def _encoded(self, event: SSEEvent, chunk: dict[str, Any]) -> bytes | None:
+        """The event again with `chunk` as its data; None when it is nested deeper than anything
+        writes (`_unencodable`)."""
         try:
             return encode_event(event, jsonio.dumps(chunk))
-        except ValueError:  # nested deeper than anything writes: only the original bytes remain
-            return self._withheld(now_ms) if self._hide else event.raw
+        except ValueError:
+            return None
+
+    def _unencodable(self, event: SSEEvent, now_ms: float) -> bytes:
+        """A changed chunk that cannot be written: only the original bytes remain (hiding: withheld)."""
+        return self._withheld(now_ms) if self._hide else event.raw
 
     def _hidden_odd(self, event: SSEEvent, chunk: Any, now_ms: float) -> bytes:
         """A hiding stream's error-keyed chunk (passed on, minus reasoning) or non-object data."""
@@ -393,19 +483,35 @@ class StreamPipeline:
         events = self._trace.on_error(message, now_ms, UNREADABLE_ANSWER_CODE)
         return self._frames.frames(events) + WITHHELD_COMMENT
 
-    def _closing_bytes(self, now_ms: float) -> bytes:
-        out: list[bytes] = []
+    def _closing_bytes(
+        self, now_ms: float, out: list[bytes] | None = None, known: list[bytes | KnownEvent] | None = None
+    ) -> bytes:
+        """What precedes [DONE]: the extractor's last chunks and the trace's closing events; with
+        `out` and `known` (a front door's, see `_process`) written there instead (b"" returned)."""
+        into: list[bytes] = [] if out is None else out
         trace, frames = self._trace, self._frames
         for chunk in self._extractor.flush():
             if self._capture is not None:
                 self._capture.chunk(chunk)
-            out.append(data_frame(jsonio.dumps(chunk)))
+            into.append(data_frame(jsonio.dumps(chunk)))
             if trace is not None:
-                out.append(frames.frames(trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms)))
+                self._trace_frames(trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms), into, known)
         if trace is not None:
-            out.append(frames.frames(trace.finish(now_ms)))
-            out.append(frames.rest())  # (no chunk ever came: what was held goes out now)
-        return b"".join(out)
+            self._trace_frames(trace.finish(now_ms), into, known)
+            into.append(frames.rest())  # (no chunk ever came: what was held goes out now)
+        return b"" if out is not None else b"".join(into)
+
+    def _trace_frames(
+        self, events: list[dict[str, Any]], out: list[bytes], known: list[bytes | KnownEvent] | None
+    ) -> None:
+        """Trace events' frames into `out`; with `known` (a front door's), comment lines go there as
+        KnownEvents after the bytes before them."""
+        lines = self._frames.comment_lines(events) if known is not None and events else None
+        if known is None or lines is None:
+            out.append(self._frames.frames(events))
+            return
+        for line in lines:
+            _hand(out, known, KnownEvent(line + b"\n\n", None, [line]))
 
     def finish(self, now_ms: float) -> bytes:
         """The upstream body ended without a transport error.
@@ -450,6 +556,15 @@ class StreamPipeline:
         out.append(data_frame(DONE))
         self._done_sent = True
         return b"".join(out)
+
+
+def _hand(out: list[bytes], known: list[bytes | KnownEvent], event: KnownEvent) -> None:
+    """`event` into a front door's `known`, after the bytes written before it (`out`, emptied)."""
+    written = b"".join(out)
+    if written:
+        known.append(written)
+    out.clear()
+    known.append(event)
 
 
 def _ends_event(raw: bytes) -> bool:

@@ -36,7 +36,7 @@ import orjson
 
 from proxy.core.errors import error_payload
 from proxy.core.plan.chat import FrontDoor, UpstreamDecoder
-from proxy.core.stream.chunk_template import KnownRun
+from proxy.core.stream.chunk_template import DoorPiece, KnownRun
 from proxy.core.stream.gate import StreamGate
 from proxy.core.stream.pipeline import DONE, StreamFailure, StreamPipeline
 from proxy.core.stream.sse import data_frame
@@ -81,7 +81,7 @@ class ChatDoor:
     def feed(self, data: bytes) -> bytes:
         return data
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> bytes:
         return b"".join([p if isinstance(p, bytes) else p.data for p in pieces])
 
     def close(self) -> bytes:
@@ -160,6 +160,9 @@ class ResponseStream:
     # -- the steps ---------------------------------------------------------------------------
     def begin(self, now_ms: float) -> bytes:
         """The stream's first bytes (the trace's opening events), before any upstream read."""
+        if self._runs:  # (the trace's comments as values: see _through)
+            pieces = self._pipeline.begin_runs(self._request_body, now_ms)
+            return self.door.feed_pieces(pieces) if pieces else b""
         return self._out(self._pipeline.begin(self._request_body, now_ms))
 
     def feed(self, read: bytes, now_ms: float) -> bytes:

@@ -80,6 +80,13 @@ class TraceFrames:
             return b""
         return event_frames(events, self.meta)
 
+    def comment_lines(self, events: list[dict[str, Any]]) -> list[bytes] | None:
+        """The comment line of each event (what `frames` writes, each then ending an SSE event
+        with its blank line), for a reader that takes them as values; None in the event format."""
+        if self._event_format:
+            return None
+        return [b": trace " + dumps(event) for event in events]
+
     def start(self, chunk: dict[str, Any]) -> bytes:
         """The stream's first chunk: its identity is known, and the frames held until now go out."""
         self.meta = chunk_meta(chunk)

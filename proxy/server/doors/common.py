@@ -35,7 +35,7 @@ from proxy.core.plan import request as plan
 from proxy.core.protocols.expansion import SPILL_CAP, Expansion
 from proxy.core.protocols.sealing import RestoreReport, SealContext
 from proxy.core.replay.keys import Tenants
-from proxy.core.stream.chunk_template import KnownRun
+from proxy.core.stream.chunk_template import DoorPiece
 from proxy.core.stream.trace import TraceBuilder
 from proxy.server.handlers import Proxy
 from proxy.server.tenancy import DoorSecrets
@@ -184,7 +184,7 @@ class Transcoder(Protocol):
 
     def feed(self, data: bytes) -> bytes: ...
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes: ...
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> bytes: ...
 
     def close(self) -> bytes: ...
 
@@ -211,7 +211,7 @@ class BridgedOutput:
     def feed(self, data: bytes) -> bytes:
         return self.transcoder.feed(data)
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> bytes:
         return self.transcoder.feed_pieces(pieces)
 
     def close(self) -> bytes:

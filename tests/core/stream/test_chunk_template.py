@@ -19,7 +19,7 @@ from proxy.build_info import is_compiled
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.stream import chunk_template
 from proxy.core.stream.capture import TurnCollector
-from proxy.core.stream.chunk_template import ChunkTemplate, KnownRun, joined, learn
+from proxy.core.stream.chunk_template import ChunkTemplate, KnownEvent, KnownRun, joined, learn
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import SSEDecoder, SSEEvent
@@ -329,22 +329,24 @@ def test_the_chunk_that_teaches_the_template_goes_to_a_front_door_as_a_run_of_on
     runs = [piece for piece in given if isinstance(piece, KnownRun)]
     assert [len(run.texts) for run in runs] == [1, 1, 49]
     assert [run.data for run in runs[:2]] == [first, words[0]]
-    assert isinstance(given[0], bytes) and given[0].startswith(b": trace ")
+    comment = given[0]  # (handed with its line: the door does not decode it)
+    assert isinstance(comment, KnownEvent) and comment.data.startswith(b": trace ")
+    assert comment.comments == [comment.data.removesuffix(b"\n\n")]
     for run in runs:
         assert_run_tells_its_texts(run)
     assert joined(given) == traced().feed(read, 1.0)
 
 
 def test_a_chunk_of_another_choice_is_not_handed_to_a_front_door() -> None:
-    # The doors read choice 0 only: a chunk of another choice that teaches the template stays
-    # bytes (they decode it), where one of choice 0 goes as a run of one.
+    # The doors read choice 0 only: a chunk of another choice that teaches the template is no run
+    # (it goes with its value, as parsed), where one of choice 0 goes as a run of one.
     other = chunk({"content": "x"}).replace(b'"index":0', b'"index":1')
     pipeline = StreamPipeline(
         reasoning=ReasoningOptions(), trace=None, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
     )
     given = pipeline.feed_runs(chunk({"content": "Hi"}) + other, 1.0)
-    assert [type(piece) for piece in given] == [KnownRun, bytes]
-    assert given[1] == other
+    assert [type(piece) for piece in given] == [KnownRun, KnownEvent]
+    assert given[1] == KnownEvent(other, orjson.loads(other[6:-2]))
 
 
 @watches_from_inside

@@ -29,7 +29,7 @@ from proxy.core.protocols.responses.output import (
     response_object,
     responses_usage,
 )
-from proxy.core.stream.chunk_template import KnownRun, joined
+from proxy.core.stream.chunk_template import DoorPiece, joined
 from proxy.core.stream.sse import SSEDecoder
 
 __all__ = ["COMPACTION_PROMPT", "CompactionTranscoder", "compaction_request", "is_trigger", "user_messages"]
@@ -109,7 +109,7 @@ class CompactionTranscoder:
             out += self._event(event.data)
         return out
 
-    def feed_pieces(self, pieces: Sequence[bytes | KnownRun]) -> bytes:
+    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> bytes:
         """`feed` of the pieces joined: a compaction reads every chunk (its summary is one item)."""
         return self.feed(joined(pieces))
 

@@ -44,12 +44,13 @@ What each item holds and looks like: proxy.core.protocols.responses.items.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 
 from proxy.core import jsonio
 from proxy.core.protocols.chat_events import Finish, ToolCallDelta, call_index
 from proxy.core.protocols.door_stream import DoorEncoder, Event
+from proxy.core.protocols.responses.item_frames import NUMBERED, NUMBERS, ItemFrames, numbers
 from proxy.core.protocols.responses.items import StreamItem, is_custom, item_dict
 from proxy.core.protocols.responses.output import (
     IdFactory,
@@ -87,11 +88,6 @@ INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_
 # Finish reasons that say the upstream gave up (DeepSeek's, a generic one): a failed response.
 FAILED_FINISHES = frozenset(("insufficient_system_resource", "error"))
 NO_FINISH_MESSAGE = "the upstream stream ended without a finish reason"
-# The decimal bytes of the sequence numbers most responses stay under, made once per process: a
-# run of text deltas is joined from its frames' parts, and formatting each frame's number would
-# be half of what that costs (past the table, they are formatted).
-_NUMBERED: Final = 4096
-_NUMBERS: Final = tuple([b"%d" % number for number in range(_NUMBERED)])
 
 
 class ResponsesEncoder(DoorEncoder):
@@ -116,7 +112,7 @@ class ResponsesEncoder(DoorEncoder):
         # Chat function names that stand for a namespaced or a custom (freeform) Responses tool:
         # their calls go back as the client declared them (responses_tools.ToolName).
         self._tool_names = tool_names or {}
-        self._seal = seal
+        self._sealer = seal
         self._new_id = new_id
         self._seq = 0
         self._items: list[StreamItem] = []  # announced items, in output order
@@ -128,6 +124,9 @@ class ResponsesEncoder(DoorEncoder):
         # number, between it and its text's JSON string's insides, and after them; and that item.
         self._form_item: StreamItem | None = None
         self._form: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+        # The frames that open and close a reasoning or message item, for the direct path.
+        self._item_frames = ItemFrames(sse=not socket, summary=frame.summary)
+        self.writes_finish = True
 
     def start(self) -> list[Event]:
         """`response.created` and `response.in_progress` (once), with the one `Response` object
@@ -145,7 +144,7 @@ class ResponsesEncoder(DoorEncoder):
         chunk's), written directly: byte for byte `frames(feed([TextDelta([text])]))` (or
         ReasoningDelta; `message_frames` in the socket form) for each text in turn, without
         building the events. None: not that case (no such item streaming, or a text is empty),
-        `feed` them instead."""
+        `feed` them instead (or `opening_frames`)."""
         item = self._current
         if item is None or not item.begun or self._finished or self._finish is not None or not all(texts):
             return None
@@ -157,34 +156,85 @@ class ResponsesEncoder(DoorEncoder):
         count = len(texts)
         self._seq = seq + count
         if count == 1:  # (a paced stream's every delta)
-            number = _NUMBERS[seq] if seq < _NUMBERED else b"%d" % seq
+            number = NUMBERS[seq] if seq < NUMBERED else b"%d" % seq
             return b"".join((head, number, middle, jsonio.dumps(texts[0])[1:-1], tail))
         # The run's frames joined from their parts, with no step per frame: the texts' JSON from
         # one orjson call, the numbers from a table.
         parts = [head, b"", middle, b"", tail] * count
-        parts[1::5] = _numbers(seq, count)
+        parts[1::5] = numbers(seq, count)
         parts[3::5] = jsonio.string_insides(texts)
         return b"".join(parts)
 
+    def opening_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
+        """Texts that open a new reasoning or message item (none of that kind streaming), written
+        directly: what `_open` and `_reasoning` / `_text` write for the first (the item before done,
+        "completed"; the new one announced with its part), then the deltas. None when a tool call
+        is open or waits, or a text is empty (the general path's)."""
+        before = self._current
+        kind = "reasoning" if reasoning else "message"
+        if (
+            not self._started
+            or self._finished
+            or self._finish is not None
+            or not texts
+            or not all(texts)
+            or (before is not None and (before.kind == kind or not before.begun))
+            or self._calls
+            or self._pending is not None
+        ):
+            return None
+        out: list[bytes] = []
+        if before is not None:
+            self._current = None
+            out.append(self._closing_frames(before, "completed"))
+        self._last_call = None
+        item = self._current = StreamItem(kind, self._new_id("rs" if reasoning else "msg"))
+        item.output_index = len(self._items)
+        self._items.append(item)
+        out.append(self._item_frames.opened(self._seq, reasoning, item.item_id, item.output_index))
+        self._seq += 2
+        item.begun = True
+        deltas = self.text_delta_frames(reasoning, texts)
+        if deltas is None:  # (cannot be: the item is open, of this kind, and begun)
+            raise AssertionError("an item opened for its deltas takes them")
+        out.append(deltas)
+        return b"".join(out)
+
+    def finish_frames(self, finish: Finish) -> bytes | None:
+        """`feed([finish])` written directly when only a reasoning or message item (or nothing)
+        is open: the finish reason recorded, the item done with its frames (`_closing_frames`).
+        None otherwise (a tool call open or waiting: the general path's)."""
+        if not self._started or self._finished:
+            return None
+        if self._finish is not None:
+            return b""  # (a second finish reason: nothing, as `feed` gives)
+        current = self._current
+        if self._calls or self._pending is not None or (current is not None and not current.begun):
+            return None
+        self._finish = finish.reason
+        self._current, self._last_call = None, None
+        if current is None:
+            return b""
+        return self._closing_frames(
+            current, "incomplete" if finish.reason in INCOMPLETE_REASONS else "completed"
+        )
+
+    def _closing_frames(self, item: StreamItem, status: ItemStatus) -> bytes:
+        """A begun reasoning or message item done with `status` (no call open): the frames `_close`
+        writes for it (a reasoning item sealed as `_seal_done` seals it)."""
+        item.status = status
+        reasoning = item.kind == "reasoning"
+        if reasoning:
+            self._seal(item, [])
+        seq, self._seq = self._seq, self._seq + 3
+        text = "".join(item.text)
+        return self._item_frames.closed(
+            seq, reasoning, item.item_id, item.output_index, text, status, item.encrypted
+        )
+
     def _delta_form(self, item: StreamItem) -> tuple[bytes, bytes, bytes]:
-        """The bytes of a text delta frame of `item` before its number, between it and its text's
-        JSON string's insides, and after them, kept while the item streams."""
-        if item.kind == "reasoning":
-            summary = self._frame.summary
-            kind = b"response.reasoning_summary_text.delta" if summary else b"response.reasoning_text.delta"
-            index = b',"summary_index":0,"delta":"' if summary else b',"content_index":0,"delta":"'
-            tail = b'"}'
-        else:
-            kind, index, tail = (
-                b"response.output_text.delta",
-                b',"content_index":0,"delta":"',
-                b'","logprobs":[]}',
-            )
-        sse = not self._socket
-        head = (b"event: " + kind + b"\ndata: " if sse else b"") + b'{"type":"' + kind
-        head += b'","sequence_number":'
-        middle = b',"item_id":"' + item.item_id.encode() + b'","output_index":' + b"%d" % item.output_index
-        form = (head, middle + index, tail + (b"\n\n" if sse else b"\n"))
+        """The parts of `item`'s text delta frames (ItemFrames.delta_form), kept while it streams."""
+        form = self._item_frames.delta_form(item.kind == "reasoning", item.item_id, item.output_index)
         self._form_item, self._form = item, form
         return form
 
@@ -367,6 +417,12 @@ class ResponsesEncoder(DoorEncoder):
             )
 
     def _seal_done(self, item: StreamItem, calls: list[StreamItem], out: list[Event]) -> None:
+        self._seal(item, calls)
+        self._done(item, out)
+
+    def _seal(self, item: StreamItem, calls: list[StreamItem]) -> None:
+        """The reasoning item's `encrypted_content`: its text and details sealed, with the calls it
+        precedes."""
         facts = ReasoningItemFacts(
             item.item_id,
             self._frame.id,
@@ -377,8 +433,7 @@ class ResponsesEncoder(DoorEncoder):
             signatures={call.call_id: call.extra for call in calls if call.extra is not None},
             status=item.status,
         )
-        item.encrypted = self._seal(facts)
-        self._done(item, out)
+        item.encrypted = self._sealer(facts)
 
     def _done(self, item: StreamItem, out: list[Event]) -> None:
         self._emit(
@@ -429,11 +484,3 @@ class ResponsesEncoder(DoorEncoder):
         out: list[Event] = []
         self._emit(out, f"response.{status}", response=response)
         return out
-
-
-def _numbers(start: int, count: int) -> Sequence[bytes]:
-    """The decimal bytes of the `count` sequence numbers from `start`."""
-    end = start + count
-    if end <= _NUMBERED:
-        return _NUMBERS[start:end]
-    return [b"%d" % number for number in range(start, end)]
