@@ -97,6 +97,7 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
     from fake_upstream import sse_events
 
     from proxy.server.app import create_served_app
+    from proxy.server.websocket_protocol import SEND_TEXTS
 
     native = scenario == "native"
     events = [*sse_events("burst"), b"data: [DONE]\n\n"]
@@ -142,7 +143,12 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
     async def socket_turns() -> None:
         message = json.dumps({"type": "response.create", **{k: v for k, v in json.loads(body).items()
                                                               if k != "stream"}})  # fmt: skip
-        scope = {**base, "type": "websocket", "scheme": "ws", "subprotocols": [], "headers": headers}
+        # (as `thinkproxy serve`'s WebSocket protocol: a door write's messages in one send)
+        extensions = {SEND_TEXTS: {}}
+        scope = {
+            **base, "type": "websocket", "scheme": "ws", "subprotocols": [], "headers": headers,
+            "extensions": extensions,
+        }  # fmt: skip
         inbox: asyncio.Queue[dict[str, object]] = asyncio.Queue()
         ended = asyncio.Event()
         # The client's own work per message is counted with the proxy's, so it is kept to what
@@ -157,9 +163,16 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
             return await inbox.get()
 
         async def send(sent: dict[str, Any]) -> None:
-            text: str | None = sent.get("text")  # (None: the accept, a close)
-            if text is None or text[18] in "ro":  # (a delta)
-                return
+            if sent["type"] == SEND_TEXTS:  # (a write's messages: a turn's terminal one is its last)
+                encoded = sent.get("encoded")  # (the door's events: their UTF-8)
+                last = encoded[-1] if encoded is not None else sent["texts"][-1].encode()
+                if last[18] in b"ro":  # (a delta)
+                    return
+                text = last.decode()
+            else:
+                text = sent.get("text")  # (None: the accept, a close)
+                if text is None or text[18] in "ro":  # (a delta)
+                    return
             if text.startswith(endings):
                 if not text.startswith('{"type":"response.completed"'):
                     raise SystemExit(f"a turn ended with {text[:300]}: the count would not be a turn's")
