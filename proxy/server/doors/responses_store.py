@@ -282,33 +282,66 @@ class StoredResponses:
         the earlier turns by reference (`previous`), which live on as long as it does."""
         if self.store is None:
             return
-        # The response under its id (previous_response_id, GET): this turn only, the earlier ones
-        # by reference (StoredResponse.previous); a record past the cap as a stub that says so.
-        # Each output item under its own id (a client's `item_reference`: the AI SDK sends
-        # reasoning back only that way), while the response is kept whole.
-        record = StoredResponse(own, final, previous)
-        encoded = record.encode()
-        size = len(encoded)
-        whole = size <= STORED_RESPONSE_CAP
-        if not whole:
-            encoded = record.stub(size).encode()
+        await self.put(tenant, response_entries(tenant, final, own, previous), earlier_keys)
+
+    async def put(self, tenant: str, entries: ResponseEntries, earlier_keys: list[str]) -> None:
+        """Keep a finished response's `entries` (response_entries: made once for a socket's turn,
+        which keeps them on its connection too); the earlier turns' keys touched."""
+        if self.store is None:
+            return
+        if entries.stubbed:
             logger.warning(
                 "Response %s holds %d bytes, over the %d a stored response may hold: kept as a stub "
                 "(it cannot be continued).",
-                final.get("id"),
-                size,
+                entries.response_id,
+                entries.stubbed,
                 STORED_RESPONSE_CAP,
             )
-        entries = [(store_key(tenant, RESPONSE_KIND, str(final["id"])), encoded)]
-        for item in final.get("output") or () if whole else ():
-            if isinstance(item, dict) and isinstance(item.get("id"), str):
-                entries.append((store_key(tenant, ITEM_KIND, item["id"]), jsonio.dumps(item)))
         try:
-            await self.store.put_many(entries, tenant=tenant)
+            await self.store.put_many([(entries.key, entries.record), *entries.items.items()], tenant=tenant)
         except Exception:  # the state store never fails a request: the response is just not kept
-            logger.warning("Storing response %s failed: it cannot be continued or read.", final.get("id"))
+            logger.warning("Storing response %s failed: it cannot be continued or read.", entries.response_id)
         if earlier_keys:  # (the earlier turns live as long as the latest: one chain)
             try:
                 await self.store.touch_many(earlier_keys)
             except Exception:  # (the earlier turns then expire on their own time)
-                logger.warning("Keeping the earlier turns of response %s failed.", final.get("id"))
+                logger.warning("Keeping the earlier turns of response %s failed.", entries.response_id)
+
+
+class ResponseEntries:
+    """A finished response as it is kept: its record under its key, and each output item under
+    its own item key (by its id: a client's `item_reference`; none for a stub)."""
+
+    __slots__ = ("items", "key", "record", "response_id", "stubbed")
+
+    def __init__(
+        self, response_id: str, key: str, record: bytes, items: dict[str, bytes], stubbed: int
+    ) -> None:
+        self.response_id = response_id
+        self.key = key
+        self.record = record
+        self.items = items
+        # The whole record's size when it was past STORED_RESPONSE_CAP and `record` is its stub
+        # (it cannot be continued); 0 when whole.
+        self.stubbed = stubbed
+
+
+def response_entries(
+    tenant: str, final: dict[str, Any], own: list[Any], previous: str | None
+) -> ResponseEntries:
+    """A finished response's entries: the response under its id (previous_response_id, GET):
+    this turn only, the earlier ones by reference (StoredResponse.previous); a record past the cap
+    as a stub that says so. Each output item under its own id (a client's `item_reference`: the AI
+    SDK sends reasoning back only that way), while the response is kept whole."""
+    response_id = str(final["id"])
+    key = store_key(tenant, RESPONSE_KIND, response_id)
+    stored = StoredResponse(own, final, previous)
+    record = stored.encode()
+    size = len(record)
+    if size > STORED_RESPONSE_CAP:
+        return ResponseEntries(response_id, key, stored.stub(size).encode(), {}, size)
+    items: dict[str, bytes] = {}
+    for item in final.get("output") or ():
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            items[store_key(tenant, ITEM_KIND, item["id"])] = jsonio.dumps(item)
+    return ResponseEntries(response_id, key, record, items, 0)

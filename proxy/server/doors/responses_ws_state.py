@@ -14,9 +14,8 @@ from typing import Any
 
 from proxy.core import jsonio
 from proxy.core.protocols.expansion import Expansion
-from proxy.core.protocols.responses.state import RESPONSE_KIND, STORED_RESPONSE_CAP, StoredResponse
 from proxy.core.replay.keys import Tenants, store_key
-from proxy.server.doors.responses_store import ITEM_KIND, MAX_CHAIN_TURNS, StoredResponses
+from proxy.server.doors.responses_store import ITEM_KIND, MAX_CHAIN_TURNS, StoredResponses, response_entries
 from proxy.server.doors.responses_turn import ResponseSaver
 
 
@@ -108,18 +107,12 @@ class _TurnSaver:
         previous: str | None,
         earlier_keys: list[str],
     ) -> None:
-        record = StoredResponse(own, final, previous)
-        encoded = record.encode()
-        items: dict[str, bytes] = {}
-        if len(encoded) > STORED_RESPONSE_CAP:  # (a stub, as the store keeps it: no items either)
-            encoded = record.stub(len(encoded)).encode()
-        else:  # (each output item under its own id: a client's item_reference, as the store's)
-            for item in final.get("output") or ():
-                if isinstance(item, dict) and isinstance(item.get("id"), str):
-                    items[store_key(tenant, ITEM_KIND, item["id"])] = jsonio.dumps(item)
-        self.responses.keep(store_key(tenant, RESPONSE_KIND, str(final["id"])), encoded, items)
+        # (made once for both: the connection's copy and the store's; a stub past the cap, as the
+        # store keeps it, with no items either)
+        entries = response_entries(tenant, final, own, previous)
+        self.responses.keep(entries.key, entries.record, entries.items)
         if self.shared:
-            await self.responses.shared.save(tenant, final, own, previous, earlier_keys)
+            await self.responses.shared.put(tenant, entries, earlier_keys)
 
 
 class KeySockets:
