@@ -263,8 +263,8 @@ class ResponsesSocket:
     ) -> None:
         """One `response.create`, run as the HTTP door runs a POST; its events to the socket. It
         starts once `previous` (the turn before, settling: its answer whole) has ended."""
-        if previous is not None:
-            await asyncio.gather(previous, return_exceptions=True)
+        if previous is not None and not previous.done():  # (done: no wait, not even a loop turn)
+            await asyncio.wait((previous,))
         connection.last_create, connection.last_terminal = create, None
         body = jsonio.dumps(create.body)
         reasoning = create.body.get("reasoning")
