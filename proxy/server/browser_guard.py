@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.errors import error_body
+from proxy.server.hot_routes import SERVER_SEND
 
 GUARDED_PREFIXES = ("/ui", "/thinkproxy/")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -147,7 +148,8 @@ class BrowserGuard:
         if hosts > 1 or origins > 1:
             # No browser sends two; the parts of a server that read the first and the parts that
             # read the last would disagree on where the request came from.
-            return _refuse(
+            return _refused(
+                scope,
                 answer,
                 400,
                 f"The request has {hosts} Host and {origins} Origin headers: send at most one of each.",
@@ -158,7 +160,8 @@ class BrowserGuard:
             target = split_host(host) if host is not None else None
             if target is None or not self.hosts.allows(target[0]):
                 shown = "none" if host is None else repr(host[:100])
-                return _refuse(
+                return _refused(
+                    scope,
                     answer,
                     421,
                     f"This proxy's console does not answer to Host {shown}: it answers to "
@@ -173,7 +176,8 @@ class BrowserGuard:
                     "host_not_allowed",
                 )
         if writes and origin is not None and not self._origin_allowed(origin, host):
-            return _refuse(
+            return _refused(
+                scope,
                 answer,
                 403,
                 f"A cross-site request from origin {origin[:200]!r} was refused: browsers send this "
@@ -218,6 +222,14 @@ class _WebSocketRefusal:
             await self.inner({**message, "type": "websocket." + kind})
         elif kind == "http.response.start":
             await self.inner({"type": "websocket.close", "code": 1008})
+
+
+def _refused(scope: Scope, send: Send, status: int, message: str, type_: str, code: str) -> Awaitable[None]:
+    """A refusal (`_refuse`), with the server's own `send` a front door's POST carries in its scope
+    for HotRoutes taken out (hot_routes.SERVER_SEND): a refused POST never reaches HotRoutes, which
+    takes it out otherwise, and left there it makes a reference cycle of the request."""
+    scope.pop(SERVER_SEND, None)
+    return _refuse(send, status, message, type_, code)
 
 
 async def _refuse(send: Send, status: int, message: str, type_: str, code: str) -> None:

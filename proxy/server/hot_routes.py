@@ -78,7 +78,7 @@ class HotRoutes:
         if kind == "http":
             endpoint = self.endpoints.get(scope["path"])
             if endpoint is not None and scope["method"] == "POST" and not scope.get("root_path"):
-                return self._serve(endpoint, scope, receive, send, scope.pop(SERVER_SEND, send))
+                return self._serve(endpoint, scope, receive, send, scope.pop(SERVER_SEND, None))
         elif kind == "websocket":
             socket = self.sockets.get(scope["path"])
             if socket is not None and not scope.get("root_path"):
@@ -86,16 +86,18 @@ class HotRoutes:
         return self.app(scope, receive, send)
 
     async def _serve(
-        self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send, server_send: Send
+        self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send, server_send: Send | None
     ) -> None:
         try:
             response = await endpoint(Request(scope, receive, send))
         except HTTPException as exc:
             response = http_exception_response(exc)
         except Exception:
-            # What Starlette's server error middleware answers (no debug page, no 500 handler: else
-            # DoorsFirst leaves it in charge); inside it, it then only passes the exception on.
-            await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, server_send)
+            # What Starlette's server error middleware answers, where DoorsFirst took the POST past
+            # it (`server_send`: no debug page, no 500 handler); where it is in charge (no
+            # `server_send`), it answers, as for any route.
+            if server_send is not None:
+                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, server_send)
             raise
         await response(scope, receive, send)
 

@@ -66,31 +66,31 @@ else:
 
         async def send(self, message: Any) -> None:
             kind = message["type"]
-            if kind == SEND_TEXTS:
-                texts = message.get("texts")
-                encoded = message["encoded"] if texts is None else [text.encode() for text in texts]
-            elif (
-                kind == "websocket.send" and message.get("bytes") is None and message.get("text") is not None
+            batch = kind == SEND_TEXTS
+            if not batch and (
+                kind != "websocket.send" or message.get("bytes") is not None or message.get("text") is None
             ):
-                encoded = (message["text"].encode(),)
-            else:
                 await super().send(message)
                 return
-            # (inline, one coroutine a message: a paced stream sends each event alone)
+            # (inline, one coroutine a message, a paced stream sends each event alone; its checks
+            # in `websocket.send`'s order: the transport's room, the client gone, the socket's state)
+            if not self.writable.is_set():  # (the transport's buffer is full: wait, as `websocket.send` does)
+                await self.writable.wait()
+            if self.disconnected:
+                raise ClientDisconnected()
             if not (self.handshake_complete and not self.close_sent and self.initial_response is None):
-                if kind == SEND_TEXTS:
+                if batch:
                     raise RuntimeError(
                         f"'{SEND_TEXTS}' is for an accepted WebSocket that is not closed, "
                         "as 'websocket.send' is."
                     )
                 await super().send(message)  # (uvicorn's own answer to a send out of turn)
                 return
-            if not self.writable.is_set():  # (the transport's buffer is full: wait, as `websocket.send` does)
-                await self.writable.wait()
-            if self.disconnected:
-                raise ClientDisconnected()
-            if self.close_sent:  # (closed while it waited)
-                raise RuntimeError(f"'{kind}' after the WebSocket was closed.")
+            if batch:
+                texts = message.get("texts")
+                encoded = message["encoded"] if texts is None else [text.encode() for text in texts]
+            else:
+                encoded = (message["text"].encode(),)
             conn = self.conn
             if conn.extensions or conn.state is not OPEN or conn.expect_continuation_frame:
                 # (a compression extension negotiated, or the socket closing: the library frames

@@ -111,6 +111,63 @@ def test_under_a_root_path_the_router_serves() -> None:
     assert response.json()["via"] is True
 
 
+@pytest.mark.parametrize("answering", ["debug page", "500 handler"])
+def test_where_the_server_error_middleware_answers_an_endpoints_crash_it_still_does(answering: str) -> None:
+    """A DoorsFirst app with a debug page or a 500 handler keeps the server error middleware for
+    every request: its answer to a door's crash, not HotRoutes' plain 500, side by side with the
+    router's."""
+
+    async def on_500(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"handled": type(exc).__name__}, status_code=500)
+
+    def app(hot: bool) -> Starlette:
+        routes = [Route("/broken", _broken, methods=["POST"])]
+        middleware = [Middleware(HotRoutes, endpoints=ENDPOINTS)] if hot else []
+        if answering == "debug page":
+            return (DoorsFirst if hot else Starlette)(debug=True, routes=routes, middleware=middleware)
+        handlers = {500: on_500}
+        return (DoorsFirst if hot else Starlette)(
+            routes=routes, middleware=middleware, exception_handlers=handlers
+        )
+
+    with (
+        TestClient(app(True), raise_server_exceptions=False) as hot,
+        TestClient(app(False), raise_server_exceptions=False) as routed,
+    ):
+        got, expected = hot.post("/broken"), routed.post("/broken")
+    assert (got.status_code, got.headers["content-type"]) == (
+        expected.status_code,
+        expected.headers["content-type"],
+    )
+    if answering == "debug page":
+        assert "RuntimeError" in got.text and "RuntimeError" in expected.text  # (the traceback page)
+    else:
+        assert got.json() == expected.json() == {"handled": "RuntimeError"}
+
+
+def test_a_refused_doors_post_leaves_no_server_send_in_its_scope() -> None:
+    """The browser guard refuses a cross-site POST before HotRoutes (which takes the server's own
+    `send` out of a door POST's scope) sees it: the guard takes it out too (else scope and send make
+    a reference cycle of every refused request)."""
+    import asyncio
+
+    from proxy.server.app import create_app
+
+    stack = create_app(make_settings()).build_middleware_stack()
+    scope = chat_scope([(b"host", b"127.0.0.1:8000"), (b"origin", b"https://evil.example")])
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(stack(scope, receive, send))
+    assert sent[0]["status"] == 403
+    assert SERVER_SEND not in scope
+
+
 def test_the_proxys_doors_are_served_past_the_router_behind_the_browser_guard_and_cors() -> None:
     from proxy.server.app import create_app
 

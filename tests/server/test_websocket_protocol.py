@@ -143,6 +143,33 @@ def test_a_batch_outside_an_open_socket_is_refused_as_websocket_send_would_be(wh
     assert not any(frame("late") in write for write in writes)
 
 
+def test_a_batch_after_the_server_closed_and_the_client_left_raises_client_disconnected() -> None:
+    """As `websocket.send` does then: the client gone is what the app is told, not a state error."""
+    failed: list[BaseException] = []
+    closed = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        await closed.wait()
+        for message in ({"type": SEND_TEXTS, "texts": ["late"]}, {"type": "websocket.send", "text": "late"}):
+            try:
+                await send(message)
+            except ClientDisconnected as exc:
+                failed.append(exc)
+
+    async def run() -> None:
+        protocol, _ = await served(app)
+        protocol.keepalive_timeout()  # (the server closes the socket: no pong in time)
+        protocol.connection_lost(None)
+        closed.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert len(failed) == 2
+
+
 def test_a_batch_to_a_client_gone_raises_client_disconnected() -> None:
     failed: list[BaseException] = []
     gone = asyncio.Event()

@@ -264,7 +264,8 @@ class ResponsesSocket:
         """One `response.create`, run as the HTTP door runs a POST; its events to the socket. It
         starts once `previous` (the turn before, settling: its answer whole) has ended."""
         if previous is not None and not previous.done():  # (done: no wait, not even a loop turn)
-            await asyncio.wait((previous,))
+            # (gather: this turn cancelled, the one it waits for is too, as at a server's stop)
+            await asyncio.gather(previous, return_exceptions=True)
         connection.last_create, connection.last_terminal = create, None
         body = jsonio.dumps(create.body)
         reasoning = create.body.get("reasoning")

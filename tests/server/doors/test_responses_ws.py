@@ -43,6 +43,8 @@ WEATHER = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+# What differs between two responses to the same request: ids, times, sealed reasoning.
+VARYING = frozenset({"id", "item_id", "created_at", "completed_at", "encrypted_content"})
 # (copied at each use: the test client adds the upgrade's own headers to the dict it is given)
 KEY = {"authorization": "Bearer sk-test"}
 
@@ -278,6 +280,41 @@ def test_stream_id_tags_every_event_of_its_turn(mock: BackgroundServer) -> None:
         ws.send_text(create(input="Hi", stream_id="lane-1"))
         events = turn(ws)
     assert {e.get("stream_id") for e in events} == {"lane-1"}
+
+
+@pytest.mark.parametrize("stream_id", [None, "lane-ü"])
+def test_a_served_socket_sends_what_the_in_process_socket_sends(
+    mock: BackgroundServer, stream_id: str | None
+) -> None:
+    """Over a real server (serve's WebSocket protocol: each door write's events in one transport
+    write, framed by the proxy) and a real client, a turn's events are those the in-process socket
+    sends one `websocket.send` each (its server offers no such extension), non-ASCII text and a
+    stream id alike; the ids and timestamps aside."""
+    ask = {"input": "Grüße, wie geht's? ✓ \u2028", **({"stream_id": stream_id} if stream_id else {})}
+
+    def scrubbed(value: Any) -> Any:  # (what differs from one response to the next)
+        if isinstance(value, dict):
+            return {k: "*" if k in VARYING else scrubbed(v) for k, v in value.items()}
+        return [scrubbed(v) for v in value] if isinstance(value, list) else value
+
+    app = app_for(mock, state="off")
+    with TestClient(app) as client, client.websocket_connect("/v1/responses", headers=dict(KEY)) as ws:
+        ws.send_text(create(**ask))
+        in_process = turn(ws)
+    with (
+        BackgroundServer(app_for(mock, state="off")) as server,
+        connect(f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=dict(KEY)) as socket,
+    ):
+        socket.send(create(**ask))
+        served = []
+        while not served or served[-1]["type"] not in TERMINAL:
+            served.append(json.loads(socket.recv(timeout=30)))
+            SERVER_EVENT.validate_python(served[-1])
+    assert served[-1]["type"] == "response.completed"
+    assert {e.get("stream_id") for e in served} == {stream_id}
+    deltas = "".join(e["delta"] for e in served if e["type"] == "response.output_text.delta")
+    assert "Grüße" in deltas and "✓" in deltas
+    assert scrubbed(served) == scrubbed(in_process)
 
 
 def test_a_native_upstream_without_the_websocket_mode_is_reached_over_http_per_turn(
