@@ -14,7 +14,8 @@ from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.errors import ProxyError
 from proxy.core.stream.chunk_template import DoorPiece, KnownEvent, joined
 from proxy.core.stream.completion import process_completion
-from proxy.core.stream.pipeline import StreamFailure, StreamPipeline
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.pipeline_end import StreamFailure
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import SSEDecoder
 from proxy.core.stream.trace import TraceBuilder
