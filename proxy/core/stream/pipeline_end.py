@@ -49,7 +49,7 @@ def finish(pipeline: StreamPipeline, now_ms: float) -> bytes:
                 "the unfinished event was discarded.",
                 code="upstream_truncated",
             )
-            return tail + fail(pipeline, failure, now_ms)
+            return tail + pipeline.fail(failure, now_ms)
     pipeline.closed = True
     if pipeline._done_sent:
         return tail
@@ -82,7 +82,7 @@ def too_large(pipeline: StreamPipeline, exc: EventTooLarge, now_ms: float) -> by
         f"The upstream sent an event larger than {exc.limit} bytes (THINKPROXY_MAX_SSE_EVENT_BYTES); "
         "the stream was ended."
     )
-    return fail(pipeline, StreamFailure(message, code="upstream_event_too_large"), now_ms)
+    return pipeline.fail(StreamFailure(message, code="upstream_event_too_large"), now_ms)
 
 
 def closing_bytes(
