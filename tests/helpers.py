@@ -224,6 +224,11 @@ def split_points(stream: bytes, every: int) -> list[int]:
     return sorted(cut for cut in cuts if 0 <= cut <= len(stream))
 
 
+def sse_frames(raw: bytes) -> list[bytes]:
+    """The SSE frames of a stream's bytes (CRLF read as LF), without their blank lines."""
+    return [f for f in raw.replace(b"\r\n", b"\n").split(b"\n\n") if f]
+
+
 def pipeline_pieces(raw: bytes, cuts: list[int]) -> list[list[DoorPiece]]:
     """What the response pipeline hands a front door (`piped`'s pipeline, without keep-alives)
     for an upstream stream read in pieces cut at `cuts`."""

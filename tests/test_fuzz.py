@@ -64,7 +64,8 @@ from proxy.core.replay.rules import Remembered, apply_restore, capture_records, 
 from proxy.core.replay.signatures import with_skipped_signatures
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.completion import process_completion
-from proxy.core.stream.pipeline import WITHHELD_COMMENT, StreamPipeline
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.pipeline_end import WITHHELD_COMMENT
 from proxy.core.stream.reasoning import (
     ReasoningOptions,
     StreamReasoningExtractor,

@@ -19,7 +19,7 @@ from proxy.core.errors import BadUpstreamResponse, ProxyError
 from proxy.core.events import AccessRecord, notify_stream
 from proxy.core.plan.chat import FrontDoor
 from proxy.core.stream.gate import StreamGate
-from proxy.core.stream.pipeline import StreamFailure
+from proxy.core.stream.pipeline_end import StreamFailure
 from proxy.core.stream.response_stream import CHAT_DOOR, ResponseStream
 from proxy.review.service import ReviewService, audit_undecided
 from proxy.server.asgi import (

@@ -2,47 +2,37 @@
 
 Pure and incremental: `feed(bytes, now_ms) -> bytes` per upstream read, so everything one read
 produced goes to the client in one write. Events that need no change are forwarded as the
-upstream's original bytes; only changed chunks are re-serialized.
+upstream's original bytes; only changed chunks are re-serialized. What it hands a front door
+instead of bytes alone: proxy.core.stream.pipeline_door; how it ends a stream (the closing events,
+a failure, an event withheld): proxy.core.stream.pipeline_end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from proxy.core import jsonio
 from proxy.core.controls import TraceFormat
-from proxy.core.errors import UNREADABLE_ANSWER_CODE, error_payload
-from proxy.core.stream import chunk_template, harmony
+from proxy.core.stream import chunk_template, harmony, pipeline_door, pipeline_end
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.chunk_template import ChunkTemplate, DoorPiece, KnownEvent, KnownRun
+from proxy.core.stream.pipeline_door import decode_for_door, hand, trace_frames
+from proxy.core.stream.pipeline_end import DONE, StreamFailure
 from proxy.core.stream.reasoning import ReasoningOptions
-from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, data_frame, encode_event
+from proxy.core.stream.sse import EventTooLarge, SSEDecoder, SSEEvent, encode_event
 from proxy.core.stream.template_rule import FULL_PATH, TemplateRule, tell_joined, template_rule
 from proxy.core.stream.trace import TraceBuilder
 from proxy.core.stream.trace_format import TraceFrames
 from proxy.core.usage import ReasoningTally, fill_final_usage
 
-DONE = b"[DONE]"
 # Chunks a stream may (re)learn its template from without a single match before it stops trying.
 MAX_TEMPLATE_MISSES = 8
 # Events of one read decoded one at a time, in a row, without a run of template chunks starting
 # after one of them: beyond this the rest of the read is decoded at once (see _feed_by_runs).
 MAX_STEPS = 8
-# What a hiding stream sends in place of an event it could not clean (SDKs skip comments).
-WITHHELD_COMMENT = (
-    b": withheld an upstream event that could not be parsed to remove its reasoning (X-Reasoning: hide)\n\n"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamFailure:
-    message: str
-    type: str = "upstream_error"
-    code: str = "upstream_stream_error"
 
 
 class StreamPipeline:
@@ -100,16 +90,7 @@ class StreamPipeline:
 
     def begin_runs(self, request_body: dict[str, Any] | None, now_ms: float) -> list[DoorPiece]:
         """`begin` for a front door (as `feed_runs`): the trace's comments as KnownEvents."""
-        if self._trace is None:
-            return []
-        known: list[bytes | KnownEvent] = []
-        out: list[bytes] = []
-        self._trace_frames(self._trace.begin(request_body, now_ms), out, known)
-        pieces: list[DoorPiece] = [*known]
-        rest = b"".join(out)  # (the event format's frames, held until a chunk names the stream)
-        if rest:
-            pieces.append(rest)
-        return pieces
+        return pipeline_door.begin_runs(self, request_body, now_ms)
 
     # -- stream -------------------------------------------------------------------------
     def feed(self, data: bytes, now_ms: float) -> bytes:
@@ -228,7 +209,7 @@ class StreamPipeline:
             if runs is None:
                 out.append(self._decode(data[pos:end], now_ms))
             else:
-                self._decode_for_door(data[pos:end], now_ms, out, runs)
+                decode_for_door(self, data[pos:end], now_ms, out, runs)
             pos = end
             if self.closed:
                 break  # (an event over the size limit ended the stream: the rest is not relayed)
@@ -236,60 +217,6 @@ class StreamPipeline:
                 out.append(self._decode(data[pos:], now_ms))  # (events after [DONE] are dropped)
                 break
         return b"".join(out)
-
-    def _decode_for_door(self, data: bytes, now_ms: float, out: list[bytes], runs: list[DoorPiece]) -> None:
-        """`_decode` for a front door (feed_runs): the bytes it writes go to `out`, the values a door
-        would decode again (KnownEvent) to `runs` after them, and the last chunk when it is of the
-        template as a run of one (`_last_as_run`)."""
-        known: list[bytes | KnownEvent] = []
-        tail = self._decode(data, now_ms, known)
-        if tail:
-            known.append(tail)
-        last = known[-1] if known else b""
-        if isinstance(last, bytes):
-            run = self._last_as_run(last)
-        else:
-            run = self._last_as_run(last.data) if last.chunk is not None else None
-        if run is not None:
-            if isinstance(last, bytes) and len(last) > len(run.data):
-                known[-1] = last[: len(last) - len(run.data)]
-            else:
-                known.pop()
-        for part in known:
-            if isinstance(part, bytes):
-                out.append(part)
-                continue
-            if out:
-                runs.append(b"".join(out))
-                out.clear()
-            runs.append(part)
-        if run is not None:
-            if out:
-                runs.append(b"".join(out))
-                out.clear()
-            runs.append(run)
-
-    def _last_as_run(self, written: bytes) -> KnownRun | None:
-        """The last event of what a decoded event wrote, as a run of one, when it is a chunk of
-        this pipeline's template with its text: typically the chunk that has just taught the
-        template (after any trace comment it caused), the first of the run that follows. A front
-        door then takes its text instead of decoding it again (feed_runs). Only of choice 0: the
-        doors read no other choice, so they decode such chunks as any."""
-        template = self._template
-        if (
-            not written
-            or template is None
-            or template.event_prefix is None
-            or template.index != 0
-            or self._done_sent
-        ):
-            return None
-        cut = written.rfind(b"\n\n", 0, len(written) - 2)
-        last = written[cut + 2 :] if cut >= 0 else written
-        text = template.text_of_event(last)
-        if not text:
-            return None
-        return KnownRun(last, template.event_prefix, template.event_suffix, [text], template)
 
     def _take_run(self, template: ChunkTemplate, data: bytes, start: int) -> tuple[int, list[str]]:
         """How many bytes from `start` are whole events of `template` handled from their text
@@ -313,15 +240,8 @@ class StreamPipeline:
         try:
             events = self._decoder.feed(data)
         except EventTooLarge as exc:
-            return self._process(exc.events, now_ms, known) + self._too_large(exc, now_ms)
+            return self._process(exc.events, now_ms, known) + pipeline_end.too_large(self, exc, now_ms)
         return self._process(events, now_ms, known)
-
-    def _too_large(self, exc: EventTooLarge, now_ms: float) -> bytes:
-        message = (
-            f"The upstream sent an event larger than {exc.limit} bytes (THINKPROXY_MAX_SSE_EVENT_BYTES); "
-            "the stream was ended."
-        )
-        return self.fail(StreamFailure(message, code="upstream_event_too_large"), now_ms)
 
     def _process(
         self, events: list[SSEEvent], now_ms: float, known: list[bytes | KnownEvent] | None = None
@@ -354,11 +274,11 @@ class StreamPipeline:
             self._rule = None  # whatever happens next may change what the consumers decide
             if data == DONE:
                 if known is None:
-                    append(self._closing_bytes(now_ms))
+                    append(pipeline_end.closing_bytes(self, now_ms))
                     append(event.raw)
                 else:
-                    self._closing_bytes(now_ms, out, known)
-                    _hand(out, known, KnownEvent(event.raw))
+                    pipeline_end.closing_bytes(self, now_ms, out, known)
+                    hand(out, known, KnownEvent(event.raw))
                 self._done_sent = True
                 continue
             exact = True  # (orjson's strict reading)
@@ -369,7 +289,7 @@ class StreamPipeline:
                 chunk = jsonio.loads_lenient(data) if self._hide else None
                 exact = False
                 if chunk is None:
-                    append(self._withheld(now_ms) if self._hide else event.raw)
+                    append(pipeline_end.withheld(self, now_ms) if self._hide else event.raw)
                     continue
             if type(chunk) is not dict or "error" in chunk:
                 append(self._hidden_odd(event, chunk, now_ms) if self._hide else event.raw)
@@ -392,7 +312,7 @@ class StreamPipeline:
                     if known is None:
                         append(frames.frames(caused))
                     else:
-                        self._trace_frames(caused, out, known)
+                        trace_frames(self, caused, out, known)
             # A front door's list, when it takes this chunk as parsed (see the docstring).
             door = known if exact and known is not None and not jsonio.may_hold_big_integer(data) else None
             if outcome.changed or filled:
@@ -400,12 +320,12 @@ class StreamPipeline:
                 if encoded is None:
                     append(self._unencodable(event, now_ms))
                 elif door is not None:
-                    _hand(out, door, KnownEvent(encoded, chunk))
+                    hand(out, door, KnownEvent(encoded, chunk))
                 else:
                     append(encoded)
             else:
                 if door is not None:
-                    _hand(out, door, KnownEvent(event.raw, chunk))
+                    hand(out, door, KnownEvent(event.raw, chunk))
                 else:
                     append(event.raw)
                 if self._template_misses < MAX_TEMPLATE_MISSES:
@@ -463,55 +383,17 @@ class StreamPipeline:
 
     def _unencodable(self, event: SSEEvent, now_ms: float) -> bytes:
         """A changed chunk that cannot be written: only the original bytes remain (hiding: withheld)."""
-        return self._withheld(now_ms) if self._hide else event.raw
+        return pipeline_end.withheld(self, now_ms) if self._hide else event.raw
 
     def _hidden_odd(self, event: SSEEvent, chunk: Any, now_ms: float) -> bytes:
         """A hiding stream's error-keyed chunk (passed on, minus reasoning) or non-object data."""
         if type(chunk) is not dict:
-            return self._withheld(now_ms)
+            return pipeline_end.withheld(self, now_ms)
         return (
             self._reencoded(event, chunk, now_ms)
             if self._extractor.process_chunk(chunk).changed
             else event.raw
         )
-
-    def _withheld(self, now_ms: float) -> bytes:
-        """Hiding fails closed: an event that cannot be cleaned is replaced by a comment saying so."""
-        if self._trace is None:
-            return WITHHELD_COMMENT
-        message = "An upstream event could not be parsed to remove its reasoning; it was withheld."
-        events = self._trace.on_error(message, now_ms, UNREADABLE_ANSWER_CODE)
-        return self._frames.frames(events) + WITHHELD_COMMENT
-
-    def _closing_bytes(
-        self, now_ms: float, out: list[bytes] | None = None, known: list[bytes | KnownEvent] | None = None
-    ) -> bytes:
-        """What precedes [DONE]: the extractor's last chunks and the trace's closing events; with
-        `out` and `known` (a front door's, see `_process`) written there instead (b"" returned)."""
-        into: list[bytes] = [] if out is None else out
-        trace, frames = self._trace, self._frames
-        for chunk in self._extractor.flush():
-            if self._capture is not None:
-                self._capture.chunk(chunk)
-            into.append(data_frame(jsonio.dumps(chunk)))
-            if trace is not None:
-                self._trace_frames(trace.on_chunk(chunk, _carries_reasoning(chunk), now_ms), into, known)
-        if trace is not None:
-            self._trace_frames(trace.finish(now_ms), into, known)
-            into.append(frames.rest())  # (no chunk ever came: what was held goes out now)
-        return b"" if out is not None else b"".join(into)
-
-    def _trace_frames(
-        self, events: list[dict[str, Any]], out: list[bytes], known: list[bytes | KnownEvent] | None
-    ) -> None:
-        """Trace events' frames into `out`; with `known` (a front door's), comment lines go there as
-        KnownEvents after the bytes before them."""
-        lines = self._frames.comment_lines(events) if known is not None and events else None
-        if known is None or lines is None:
-            out.append(self._frames.frames(events))
-            return
-        for line in lines:
-            _hand(out, known, KnownEvent(line + b"\n\n", None, [line]))
 
     def finish(self, now_ms: float) -> bytes:
         """The upstream body ended without a transport error.
@@ -520,61 +402,8 @@ class StreamPipeline:
         such a tail, so it is not forwarded, and the stream ends with an `upstream_truncated`
         error event, then [DONE]. Ending at an event boundary without [DONE] is the upstream's own
         end of stream (several OpenAI-compatible servers end so): the client gets its [DONE]."""
-        if self.closed:
-            return b""
-        tail = b""
-        for event in self._decoder.flush():  # (at most one)
-            if _ends_event(event.raw):  # complete after all: its last line end was a held CR
-                tail = self._process([event], now_ms)
-            elif not self._done_sent and event.raw.strip(b"\r\n"):
-                failure = StreamFailure(
-                    "The upstream stream ended in the middle of an event (no blank line after it); "
-                    "the unfinished event was discarded.",
-                    code="upstream_truncated",
-                )
-                return tail + self.fail(failure, now_ms)
-        self.closed = True
-        if self._done_sent:
-            return tail
-        self._done_sent = True
-        return tail + self._closing_bytes(now_ms) + data_frame(DONE)
+        return pipeline_end.finish(self, now_ms)
 
     def fail(self, failure: StreamFailure, now_ms: float) -> bytes:
         """The exchange broke after the stream started: an error event, then [DONE]."""
-        if self.closed:
-            return b""
-        self.closed = True
-        if self._done_sent:
-            return b""
-        self.failure = failure
-        out: list[bytes] = []
-        if self._trace is not None:
-            out.append(self._frames.frames(self._trace.on_error(failure.message, now_ms, failure.code)))
-            out.append(self._frames.frames(self._trace.finish(now_ms)))
-            out.append(self._frames.rest())
-        out.append(data_frame(orjson.dumps(error_payload(failure.message, failure.type, failure.code))))
-        out.append(data_frame(DONE))
-        self._done_sent = True
-        return b"".join(out)
-
-
-def _hand(out: list[bytes], known: list[bytes | KnownEvent], event: KnownEvent) -> None:
-    """`event` into a front door's `known`, after the bytes written before it (`out`, emptied)."""
-    written = b"".join(out)
-    if written:
-        known.append(written)
-    out.clear()
-    known.append(event)
-
-
-def _ends_event(raw: bytes) -> bool:
-    """Whether `raw` ends with two line ends (CRLF, CR or LF each), i.e. a blank line."""
-    return raw.endswith((b"\n\n", b"\r\r", b"\n\r", b"\r\r\n", b"\n\r\n"))
-
-
-def _carries_reasoning(chunk: dict[str, Any]) -> bool:
-    for choice in chunk.get("choices") or ():
-        delta = choice.get("delta") if isinstance(choice, dict) else None
-        if isinstance(delta, dict) and (delta.get("reasoning_content") or delta.get("reasoning")):
-            return True
-    return False
+        return pipeline_end.fail(self, failure, now_ms)

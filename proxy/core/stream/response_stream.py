@@ -38,7 +38,8 @@ from proxy.core.errors import error_payload
 from proxy.core.plan.chat import FrontDoor, UpstreamDecoder
 from proxy.core.stream.chunk_template import DoorPiece, KnownRun
 from proxy.core.stream.gate import StreamGate
-from proxy.core.stream.pipeline import DONE, StreamFailure, StreamPipeline
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.pipeline_end import DONE, StreamFailure
 from proxy.core.stream.sse import data_frame
 from proxy.core.stream.trace import TraceBuilder
 

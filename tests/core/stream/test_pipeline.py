@@ -9,15 +9,13 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core import jsonio
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
 from proxy.core.errors import ProxyError
-from proxy.core.stream.chunk_template import DoorPiece, KnownEvent, joined
 from proxy.core.stream.completion import process_completion
-from proxy.core.stream.pipeline import StreamFailure, StreamPipeline
+from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
-from proxy.core.stream.sse import SSEDecoder
 from proxy.core.stream.trace import TraceBuilder
+from tests.helpers import sse_frames
 
 STREAMS = Path(__file__).parents[2] / "fixtures" / "streams"
 THINK = ReasoningOptions(tags=("think",))
@@ -40,13 +38,9 @@ def run(p: StreamPipeline, pieces: list[bytes]) -> bytes:
     return out + p.finish(2.0)
 
 
-def frames(raw: bytes) -> list[bytes]:
-    return [f for f in raw.replace(b"\r\n", b"\n").split(b"\n\n") if f]
-
-
 def data_of(raw: bytes) -> list[Any]:
     out = []
-    for frame in frames(raw):
+    for frame in sse_frames(raw):
         for line in frame.split(b"\n"):
             if line.startswith(b"data: ") and line != b"data: [DONE]":
                 out.append(orjson.loads(line[6:]))
@@ -66,12 +60,12 @@ def test_same_output_at_every_split(name: str) -> None:
 def test_unchanged_chunks_keep_their_bytes_and_trace_rides_in_comments() -> None:
     raw = (STREAMS / "deepseek-reasoner.sse").read_bytes()
     out = run(pipeline(TraceMode.BRIEF), [raw])
-    without_trace = b"".join(f + b"\n\n" for f in frames(out) if not f.startswith(b": trace "))
-    assert without_trace == b"".join(f + b"\n\n" for f in frames(raw))
-    traces = [orjson.loads(f[len(b": trace ") :]) for f in frames(out) if f.startswith(b": trace ")]
+    without_trace = b"".join(f + b"\n\n" for f in sse_frames(out) if not f.startswith(b": trace "))
+    assert without_trace == b"".join(f + b"\n\n" for f in sse_frames(raw))
+    traces = [orjson.loads(f[len(b": trace ") :]) for f in sse_frames(out) if f.startswith(b": trace ")]
     assert [t["type"] for t in traces][-1] == "done"
-    assert frames(out)[-1] == b"data: [DONE]"
-    assert frames(out)[-2].startswith(b": trace ") and b'"done"' in frames(out)[-2]
+    assert sse_frames(out)[-1] == b"data: [DONE]"
+    assert sse_frames(out)[-2].startswith(b": trace ") and b'"done"' in sse_frames(out)[-2]
 
 
 def test_event_format_frames_are_chunk_shaped_with_the_stream_identity() -> None:
@@ -96,42 +90,6 @@ def test_minimax_tags_never_reach_content() -> None:
     )
     assert "<think>" not in content and "</think>" not in content and "think>" not in content
     assert reasoning
-
-
-def test_stream_without_done_gets_one() -> None:
-    chunk = b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[]}\n\n'
-    out = run(pipeline(None), [chunk])
-    assert out == chunk + b"data: [DONE]\n\n"
-
-
-def test_oversized_event_ends_stream_with_error_and_done() -> None:
-    ok = b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[]}\n\n'
-    p = pipeline(None, max_event_bytes=200)
-    out = p.feed(ok + b"data: " + b"x" * 500, 1.0)
-    assert p.closed
-    fs = frames(out)
-    assert fs[0] + b"\n\n" == ok
-    assert orjson.loads(fs[1][6:])["error"]["code"] == "upstream_event_too_large"
-    assert fs[2] == b"data: [DONE]"
-    assert p.feed(b"more", 2.0) == b"" and p.finish(3.0) == b""
-
-
-def test_failure_after_start_is_error_event_then_done_once() -> None:
-    p = pipeline(TraceMode.BRIEF)
-    p.begin(None, 0.0)
-    out = p.fail(StreamFailure("Upstream reset", code="upstream_protocol_error"), 5.0)
-    fs = frames(out)
-    assert fs[-1] == b"data: [DONE]"
-    assert orjson.loads(fs[-2][6:]) == {
-        "error": {
-            "message": "Upstream reset",
-            "type": "upstream_error",
-            "code": "upstream_protocol_error",
-            "param": None,
-        }
-    }
-    assert any(f.startswith(b": trace ") and b'"error"' in f for f in fs)
-    assert p.fail(StreamFailure("again"), 6.0) == b"" and p.finish(7.0) == b""
 
 
 def completion(content: str, **message: Any) -> bytes:
@@ -236,13 +194,13 @@ def test_hide_never_forwards_reasoning_at_any_split(index: int, mode: TraceMode 
 def test_hide_keeps_what_it_can_clean_and_says_what_it_withheld() -> None:
     chunks = hostile_chunks()
     out = run(pipeline(TraceMode.DETAILED, options=HIDE), [chunks[0], chunks[1], chunks[2], chunks[4]])
-    kept = data_of(b"".join(f + b"\n\n" for f in frames(out) if not f.startswith(b":")))
+    kept = data_of(b"".join(f + b"\n\n" for f in sse_frames(out) if not f.startswith(b":")))
     # the error-keyed chunk keeps its null error, the surrogate and deep chunks their other fields
     assert [c.get("error", "absent") for c in kept[:3]] == [None, "absent", "absent"]
     assert kept[2]["deep"] == orjson.loads(nested(300))
     assert all("reasoning_content" not in c["choices"][0]["delta"] for c in kept[:3])
     assert b": withheld an upstream event" in out
-    errors = [orjson.loads(f[8:]) for f in frames(out) if f.startswith(b": trace ") and b'"error"' in f]
+    errors = [orjson.loads(f[8:]) for f in sse_frames(out) if f.startswith(b": trace ") and b'"error"' in f]
     assert [e["code"] for e in errors if e["type"] == "error"] == ["reasoning_not_removable"]
 
 
@@ -324,57 +282,8 @@ def test_detailed_trace_of_deeply_nested_arguments_ends_the_stream_cleanly(depth
     }
     raw = b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
     out = run(pipeline(TraceMode.DETAILED), [raw])
-    ends = [orjson.loads(f[8:]) for f in frames(out) if f.startswith(b": trace ") and b"tool_call.end" in f]
+    ends = [
+        orjson.loads(f[8:]) for f in sse_frames(out) if f.startswith(b": trace ") and b"tool_call.end" in f
+    ]
     assert len(ends) == 1 and ends[0]["input_summary"]
     assert out.endswith(b"data: [DONE]\n\n") and b'"type":"done"' in out
-
-
-# -- what a front door gets (feed_runs): the decoded events with their values -------------------
-def door_pieces(p: StreamPipeline, pieces: list[bytes]) -> list[DoorPiece]:
-    out = list(p.begin_runs({"messages": []}, 0.0))
-    for piece in pieces:
-        out += p.feed_runs(piece, 1.0)
-    return out
-
-
-def decoded_value(event: bytes) -> Any:
-    """What a reader decoding `event` again gets: the chunk, the comment lines, or [DONE]."""
-    (sse,) = SSEDecoder(1 << 20).feed(event)
-    if sse.data is None:
-        return [line for line in sse.raw.splitlines() if line.startswith(b":")]
-    return None if sse.data == b"[DONE]" else jsonio.loads(sse.data)
-
-
-@pytest.mark.parametrize("name", sorted(p.name for p in STREAMS.glob("*.sse")))
-@pytest.mark.parametrize("fmt", [TraceFormat.COMMENT, TraceFormat.EVENT])
-def test_a_front_door_gets_the_decoded_events_as_their_values(name: str, fmt: TraceFormat) -> None:
-    # Each event the pipeline decodes goes to a door with what decoding it again gives (the chunk
-    # as parsed, the trace comment's line, [DONE]), whole, and the bytes are the chat path's.
-    raw = (STREAMS / name).read_bytes()
-    events_at = [i + 2 for i in range(len(raw)) if raw.startswith(b"\n\n", i)]
-    for cuts in ([], events_at):
-        reads = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True) if a < b]
-        handed = door_pieces(pipeline(TraceMode.DETAILED, fmt), reads)
-        chat = pipeline(TraceMode.DETAILED, fmt)
-        assert joined(handed) == chat.begin({"messages": []}, 0.0) + b"".join(
-            [chat.feed(r, 1.0) for r in reads]
-        )
-        known = [piece for piece in handed if isinstance(piece, KnownEvent)]
-        assert any(event.chunk is not None for event in known)
-        assert any(event.chunk is None and event.comments is None for event in known)  # [DONE]
-        if fmt is TraceFormat.COMMENT:
-            assert any(event.comments is not None for event in known)
-        for event in known:
-            value = event.chunk if event.chunk is not None else event.comments
-            assert value == decoded_value(event.data), event.data
-
-
-def test_a_chunk_that_may_hold_a_big_integer_goes_to_a_door_as_bytes() -> None:
-    # orjson rounds integers past 64 bits, which the door's reading keeps exact: such a chunk's
-    # value is not handed over (the door decodes it).
-    big = (
-        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"Hi"},"n":123456789012345678901234}]}\n\n'
-    )
-    handed = door_pieces(pipeline(None, options=ReasoningOptions()), [big + b"data: [DONE]\n\n"])
-    assert not any(isinstance(piece, KnownEvent) and piece.chunk is not None for piece in handed)
-    assert joined(handed) == big + b"data: [DONE]\n\n"

@@ -1,4 +1,5 @@
-"""How the stream pipeline ends a stream (`finish`): a cut inside an event is never hidden."""
+"""How the stream pipeline ends a stream (`finish`, `fail`): a cut inside an event is never hidden, a
+failure is an error event, and [DONE] comes once."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import pytest
 
 from proxy.core.controls import TraceFormat, TraceMode
 from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.pipeline_end import StreamFailure
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
+from tests.helpers import sse_frames
 
 CHUNK = (
     b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
@@ -16,10 +19,13 @@ CHUNK = (
 )
 
 
-def pipeline(mode: TraceMode | None = None) -> StreamPipeline:
+def pipeline(mode: TraceMode | None = None, max_event_bytes: int = 1 << 20) -> StreamPipeline:
     trace = None if mode is None else TraceBuilder(mode=mode, zh=False, level="none", provider="p")
     return StreamPipeline(
-        reasoning=ReasoningOptions(), trace=trace, trace_format=TraceFormat.COMMENT, max_event_bytes=1 << 20
+        reasoning=ReasoningOptions(),
+        trace=trace,
+        trace_format=TraceFormat.COMMENT,
+        max_event_bytes=max_event_bytes,
     )
 
 
@@ -66,3 +72,39 @@ def test_bytes_after_done_are_not_a_truncation() -> None:
     out, p = run([CHUNK + b'\n\ndata: [DONE]\n\ndata: {"x'])
     assert out.endswith(b"data: [DONE]\n\n") and out.count(b"[DONE]") == 1
     assert p.failure is None
+
+
+def test_stream_without_done_gets_one() -> None:
+    chunk = b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[]}\n\n'
+    out, _ = run([chunk])
+    assert out == chunk + b"data: [DONE]\n\n"
+
+
+def test_oversized_event_ends_stream_with_error_and_done() -> None:
+    ok = b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[]}\n\n'
+    p = pipeline(None, max_event_bytes=200)
+    out = p.feed(ok + b"data: " + b"x" * 500, 1.0)
+    assert p.closed
+    fs = sse_frames(out)
+    assert fs[0] + b"\n\n" == ok
+    assert orjson.loads(fs[1][6:])["error"]["code"] == "upstream_event_too_large"
+    assert fs[2] == b"data: [DONE]"
+    assert p.feed(b"more", 2.0) == b"" and p.finish(3.0) == b""
+
+
+def test_failure_after_start_is_error_event_then_done_once() -> None:
+    p = pipeline(TraceMode.BRIEF)
+    p.begin(None, 0.0)
+    out = p.fail(StreamFailure("Upstream reset", code="upstream_protocol_error"), 5.0)
+    fs = sse_frames(out)
+    assert fs[-1] == b"data: [DONE]"
+    assert orjson.loads(fs[-2][6:]) == {
+        "error": {
+            "message": "Upstream reset",
+            "type": "upstream_error",
+            "code": "upstream_protocol_error",
+            "param": None,
+        }
+    }
+    assert any(f.startswith(b": trace ") and b'"error"' in f for f in fs)
+    assert p.fail(StreamFailure("again"), 6.0) == b"" and p.finish(7.0) == b""

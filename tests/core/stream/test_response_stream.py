@@ -21,7 +21,8 @@ from proxy.core.protocols.responses.upstream_request import ResponsesAnswer
 from proxy.core.review.rules import Decision, ReviewPolicy, Verdict
 from proxy.core.stream.chunk_template import KnownRun
 from proxy.core.stream.gate import StreamGate
-from proxy.core.stream.pipeline import StreamFailure, StreamPipeline
+from proxy.core.stream.pipeline import StreamPipeline
+from proxy.core.stream.pipeline_end import StreamFailure
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.response_stream import (
     CHAT_DOOR,
