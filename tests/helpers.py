@@ -366,3 +366,20 @@ def session_facts(at: int, **over: Any) -> RequestFacts:
     }  # fmt: skip
     base.update(over)
     return RequestFacts(**base)
+
+
+# The recorded provider streams (tests/fixtures/streams), and the reasoning options most stream
+# tests read them with.
+STREAM_FIXTURES = Path(__file__).parent / "fixtures" / "streams"
+THINK = ReasoningOptions(tags=("think",))
+
+
+def stream_pipeline(
+    mode: TraceMode | None = TraceMode.BRIEF,
+    fmt: TraceFormat = TraceFormat.COMMENT,
+    options: ReasoningOptions = THINK,
+    max_event_bytes: int = 1 << 20,
+) -> StreamPipeline:
+    """A stream pipeline as the tests build it: a trace of `mode` (None: none) in `fmt`."""
+    trace = None if mode is None else TraceBuilder(mode=mode, zh=False, level="standard", provider="p")
+    return StreamPipeline(reasoning=options, trace=trace, trace_format=fmt, max_event_bytes=max_event_bytes)

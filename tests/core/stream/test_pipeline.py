@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,20 +14,10 @@ from proxy.core.stream.completion import process_completion
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.trace import TraceBuilder
-from tests.helpers import sse_frames
+from tests.helpers import STREAM_FIXTURES, THINK, sse_frames, stream_pipeline
 
-STREAMS = Path(__file__).parents[2] / "fixtures" / "streams"
-THINK = ReasoningOptions(tags=("think",))
-
-
-def pipeline(
-    mode: TraceMode | None = TraceMode.BRIEF,
-    fmt: TraceFormat = TraceFormat.COMMENT,
-    options: ReasoningOptions = THINK,
-    max_event_bytes: int = 1 << 20,
-) -> StreamPipeline:
-    trace = None if mode is None else TraceBuilder(mode=mode, zh=False, level="standard", provider="p")
-    return StreamPipeline(reasoning=options, trace=trace, trace_format=fmt, max_event_bytes=max_event_bytes)
+STREAMS = STREAM_FIXTURES
+pipeline = stream_pipeline
 
 
 def run(p: StreamPipeline, pieces: list[bytes]) -> bytes:

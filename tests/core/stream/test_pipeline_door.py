@@ -3,7 +3,6 @@ with the events it decoded as their values."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,19 +13,10 @@ from proxy.core.stream.chunk_template import DoorPiece, KnownEvent, joined
 from proxy.core.stream.pipeline import StreamPipeline
 from proxy.core.stream.reasoning import ReasoningOptions
 from proxy.core.stream.sse import SSEDecoder
-from proxy.core.stream.trace import TraceBuilder
+from tests.helpers import STREAM_FIXTURES, stream_pipeline
 
-STREAMS = Path(__file__).parents[2] / "fixtures" / "streams"
-THINK = ReasoningOptions(tags=("think",))
-
-
-def pipeline(
-    mode: TraceMode | None = TraceMode.BRIEF,
-    fmt: TraceFormat = TraceFormat.COMMENT,
-    options: ReasoningOptions = THINK,
-) -> StreamPipeline:
-    trace = None if mode is None else TraceBuilder(mode=mode, zh=False, level="standard", provider="p")
-    return StreamPipeline(reasoning=options, trace=trace, trace_format=fmt, max_event_bytes=1 << 20)
+STREAMS = STREAM_FIXTURES
+pipeline = stream_pipeline
 
 
 def door_pieces(p: StreamPipeline, pieces: list[bytes]) -> list[DoorPiece]:
