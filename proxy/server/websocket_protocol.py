@@ -49,9 +49,6 @@ else:
     _TABLED = 2048
     _HEADS = [bytes((0x81, n)) if n < 126 else _HEAD_16.pack(0x81, 126, n) for n in range(_TABLED)]
 
-    def _text(message: Any) -> str | None:
-        return message.get("text")  # type: ignore[no-any-return]
-
     def _head(size: int) -> bytes:
         return _HEAD_16.pack(0x81, 126, size) if size < 65536 else _HEAD_64.pack(0x81, 127, size)
 
