@@ -223,14 +223,11 @@ class TurnWriter:
                     end = data.find(b"\n")  # (one event: the newline that ends it, the only one)
                     if end == len(data) - 1 and not self.prefix and answer.final is None:
                         connection = self.connection  # (one event, not the last: most writes)
-                        if connection.sending:
-                            event = data[:-1]
+                        if not connection.sends_texts:  # (a server without SEND_TEXTS: as any write)
+                            await connection.send_all((data[:-1],))
+                        elif connection.sending:
                             try:
-                                if connection.sends_texts:
-                                    await connection.raw_send({"type": SEND_TEXTS, "encoded": (event,)})
-                                else:
-                                    text = event.decode("utf-8", "replace")
-                                    await connection.raw_send({"type": "websocket.send", "text": text})
+                                await connection.raw_send({"type": SEND_TEXTS, "encoded": (data[:-1],)})
                             except Exception:  # (closed under us: the reader sees the disconnect)
                                 connection.leave()
                         return
