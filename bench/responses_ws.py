@@ -143,12 +143,6 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
     async def socket_turns() -> None:
         message = json.dumps({"type": "response.create", **{k: v for k, v in json.loads(body).items()
                                                               if k != "stream"}})  # fmt: skip
-        # (as `thinkproxy serve`'s WebSocket protocol: a door write's messages in one send)
-        extensions = {SEND_TEXTS: {}}
-        scope = {
-            **base, "type": "websocket", "scheme": "ws", "subprotocols": [], "headers": headers,
-            "extensions": extensions,
-        }  # fmt: skip
         inbox: asyncio.Queue[dict[str, object]] = asyncio.Queue()
         ended = asyncio.Event()
         # The client's own work per message is counted with the proxy's, so it is kept to what
@@ -157,26 +151,38 @@ def run_child(transport: str, scenario: str, warm: int, counted: int) -> None:
         # (output_*) for every delta, the bulk of a turn; only the other events are read further
         # (a `str.startswith` with a tuple parses its arguments, ~1k instructions a message in
         # CPython 3.11: as much as the rest of the proxy's socket residue per event).
-        endings = ('{"type":"response.completed"', '{"type":"response.failed"', '{"type":"error"')
+        endings = (b'{"type":"response.completed"', b'{"type":"response.failed"', b'{"type":"error"')
+
+        def seen(last: bytes) -> None:
+            """A write's last message (a turn's terminal one is its last)."""
+            if last[18] in b"ro":  # (a delta)
+                return
+            if last.startswith(endings):
+                if not last.startswith(b'{"type":"response.completed"'):
+                    raise SystemExit(f"a turn ended with {last[:300]!r}: the count would not be a turn's")
+                ended.set()
+
+        def write(encoded: list[bytes]) -> bool:  # (the protocol's synchronous form, which takes all)
+            seen(encoded[-1])
+            return True
+
+        # (as `thinkproxy serve`'s WebSocket protocol: a door write's messages in one send, or
+        # at once through its synchronous `write`)
+        extensions = {SEND_TEXTS: {"write": write}}
+        scope = {
+            **base, "type": "websocket", "scheme": "ws", "subprotocols": [], "headers": headers,
+            "extensions": extensions,
+        }  # fmt: skip
 
         async def receive() -> dict[str, object]:
             return await inbox.get()
 
         async def send(sent: dict[str, Any]) -> None:
-            if sent["type"] == SEND_TEXTS:  # (a write's messages: a turn's terminal one is its last)
-                encoded = sent.get("encoded")  # (the door's events: their UTF-8)
-                last = encoded[-1] if encoded is not None else sent["texts"][-1].encode()
-                if last[18] in b"ro":  # (a delta)
-                    return
-                text = last.decode()
-            else:
-                text = sent.get("text")  # (None: the accept, a close)
-                if text is None or text[18] in "ro":  # (a delta)
-                    return
-            if text.startswith(endings):
-                if not text.startswith('{"type":"response.completed"'):
-                    raise SystemExit(f"a turn ended with {text[:300]}: the count would not be a turn's")
-                ended.set()
+            if sent["type"] == SEND_TEXTS:  # (a write's messages: their UTF-8, or the texts)
+                encoded = sent.get("encoded")
+                seen(encoded[-1] if encoded is not None else sent["texts"][-1].encode())
+            elif sent.get("text") is not None:  # (None: the accept, a close)
+                seen(sent["text"].encode())
 
         async def one() -> None:
             ended.clear()

@@ -20,6 +20,20 @@ again; the sender vouches for the encoding, as a text frame requires). Its rules
 in-process test client, another ASGI server) gets the plain messages one by one
 (`SEND_TEXTS` callers check the scope: proxy.server.doors.responses_ws_turn.Connection).
 
+The extension's dict also holds a synchronous form of the same send, for a writer that sends once
+per event (a paced stream: ~200 a turn, each a coroutine and a message dict through ASGI's `send`
+otherwise, most of what such a turn cost over the HTTP door's same answer; bench/README.md, "The
+socket's writes: …"):
+
+    write = scope["extensions"]["thinkproxy.websocket.send_texts"]["write"]
+    if not write([b"{...}", b"{...}"]):          # the texts' UTF-8, as `encoded`
+        await send({"type": "thinkproxy.websocket.send_texts", "encoded": [...]})
+
+`write` sends the texts exactly as the message would, when it can at once: the socket open, its
+client there, the transport's buffer not full, no extension (compression) negotiated, nothing
+else of the library's queued. Otherwise it writes nothing and says False, and the message (with
+`send`'s waiting for room and its errors) is the way.
+
 `thinkproxy serve` and the test servers (proxy.server.serving.BackgroundServer) run it as
 uvicorn's `ws` protocol; it subclasses uvicorn's sans-I/O websockets protocol (uvicorn's default
 since 0.35, when the `websockets` package is installed, as `uvicorn[standard]` installs it),
@@ -29,6 +43,7 @@ nothing is advertised."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 # The extension's name in the scope and its message's type.
@@ -52,6 +67,22 @@ else:
     def _head(size: int) -> bytes:
         return _HEAD_16.pack(0x81, 126, size) if size < 65536 else _HEAD_64.pack(0x81, 127, size)
 
+    def _framed(encoded: Sequence[bytes]) -> bytes:
+        """Texts' UTF-8 as unmasked text frames, one each, in one piece. Framed here: the
+        library's framing (a Frame, its checks, a BytesIO, ~10 calls a message) was most of what a
+        socket turn cost over the HTTP door's same answer (bench/README.md, "The Responses
+        WebSocket mode, counted"); tests hold these frames to the library's."""
+        if len(encoded) == 1:  # (a paced stream's every write)
+            data = encoded[0]
+            size = len(data)
+            return (_HEADS[size] if size < _TABLED else _head(size)) + data
+        parts: list[bytes] = []
+        heads = _HEADS
+        for data in encoded:
+            size = len(data)
+            parts += (heads[size] if size < _TABLED else _head(size), data)
+        return b"".join(parts)
+
     class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
         """uvicorn's sans-I/O WebSocket protocol, plus `SEND_TEXTS`; a text message (one or a
         batch's) framed here, where no extension is in use."""
@@ -59,7 +90,24 @@ else:
         def handle_connect(self, event: Any) -> None:
             super().handle_connect(event)
             if not self.close_sent:  # (the upgrade is accepted: the scope is built, its app not run yet)
-                self.scope["extensions"][SEND_TEXTS] = {}
+                self.scope["extensions"][SEND_TEXTS] = {"write": self.write_texts}
+
+        def write_texts(self, encoded: Sequence[bytes]) -> bool:
+            """`encoded` (texts' UTF-8) sent as a `SEND_TEXTS` message would send them, when that
+            needs no wait and no library framing (True); otherwise nothing written (False)."""
+            if (
+                self.disconnected
+                or not self.writable.is_set()
+                or not self.handshake_complete
+                or self.close_sent
+                or self.initial_response is not None
+            ):
+                return False
+            conn = self.conn
+            if conn.extensions or conn.writes or conn.state is not OPEN or conn.expect_continuation_frame:
+                return False
+            self.transport.write(_framed(encoded))
+            return True
 
         async def send(self, message: Any) -> None:
             kind = message["type"]
@@ -99,15 +147,7 @@ else:
                     raise ClientDisconnected() from None
                 self.transport.write(b"".join(conn.data_to_send()))
                 return
-            # Framed here: the library's framing (a Frame, its checks, a BytesIO, ~10 calls a
-            # message) was most of what a socket turn cost over the HTTP door's same answer
-            # (bench/README.md, "The Responses WebSocket mode, counted"); tests hold these frames
-            # to the library's.
-            parts = conn.data_to_send()  # (whatever the library had queued goes first: none, as a rule)
-            heads = _HEADS
-            for data in encoded:
-                size = len(data)
-                parts += (heads[size] if size < _TABLED else _head(size), data)
-            self.transport.write(b"".join(parts))
+            queued = conn.data_to_send()  # (whatever the library had queued goes first: none, as a rule)
+            self.transport.write(b"".join(queued) + _framed(encoded) if queued else _framed(encoded))
 
     WS_PROTOCOL = "proxy.server.websocket_protocol:BatchingWebSocketProtocol"

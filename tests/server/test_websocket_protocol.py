@@ -98,7 +98,69 @@ def test_a_batch_goes_out_in_one_write_as_the_frames_one_send_each_would_have_wr
     assert handshake.startswith(b"HTTP/1.1 101 ")
     assert batch == encoded == b"".join(frame(text) for text in TEXTS)
     assert after == frame("after")
-    assert seen["extensions"] == {"websocket.http.response": {}, SEND_TEXTS: {}}
+    assert seen["extensions"].keys() == {"websocket.http.response", SEND_TEXTS}
+    assert seen["extensions"][SEND_TEXTS].keys() == {"write"}
+
+
+def test_the_synchronous_write_sends_what_the_message_sends() -> None:
+    """The extension's `write`: the same frames as a SEND_TEXTS message, in one write, with no
+    coroutine; the messages after it go out after it."""
+    wrote: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        write = scope["extensions"][SEND_TEXTS]["write"]
+        await receive()
+        await send({"type": "websocket.accept"})
+        wrote.append(write([text.encode() for text in TEXTS]))
+        wrote.append(write([TEXTS[0].encode()]))  # (one: a paced stream's every event)
+        await send({"type": SEND_TEXTS, "encoded": [TEXTS[0].encode()]})
+
+    async def run() -> list[bytes]:
+        _, transport = await served(app)
+        return transport.writes
+
+    handshake, batch, one, message = asyncio.run(run())
+    assert wrote == [True, True]
+    assert batch == b"".join(frame(text) for text in TEXTS)
+    assert one == message == frame(TEXTS[0])
+
+
+@pytest.mark.parametrize(
+    "when",
+    ["before the accept", "after the close", "the client gone", "the buffer full", "library data queued"],
+)
+def test_the_synchronous_write_writes_nothing_where_the_message_would_wait_or_fail(when: str) -> None:
+    """False, and nothing written: the caller sends the message instead, which waits for room,
+    refuses or raises as `websocket.send` does."""
+    wrote: list[bool] = []
+    ready = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        write = scope["extensions"][SEND_TEXTS]["write"]
+        await receive()
+        if when != "before the accept":
+            await send({"type": "websocket.accept"})
+        if when == "after the close":
+            await send({"type": "websocket.close", "code": 1000})
+        await ready.wait()
+        wrote.append(write([b"late"]))
+
+    async def run() -> list[bytes]:
+        protocol, transport = await served(app)
+        if when == "the client gone":
+            protocol.connection_lost(None)
+        elif when == "the buffer full":
+            protocol.pause_writing()
+        elif when == "library data queued":  # (a pong the library owes, say: it goes first)
+            protocol.conn.writes.append(b"queued")
+        ready.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return transport.writes
+
+    writes = asyncio.run(run())
+    assert wrote == [False]
+    assert not any(frame("late") in write for write in writes)
 
 
 def test_a_refused_upgrade_advertises_nothing_and_runs_no_app() -> None:

@@ -141,9 +141,13 @@ class ResponsesSocket:
         await websocket.accept()
         record.status = 101
         limit = proxy.s.settings.max_body_bytes
-        sends_texts = SEND_TEXTS in (websocket.scope.get("extensions") or {})
+        extension = (websocket.scope.get("extensions") or {}).get(SEND_TEXTS)
         connection = Connection(
-            websocket, SocketResponses(self.door.stored, limit), send, sends_texts=sends_texts
+            websocket,
+            SocketResponses(self.door.stored, limit),
+            send,
+            sends_texts=extension is not None,
+            write_texts=extension.get("write") if isinstance(extension, dict) else None,
         )
         s = proxy.s
         connection.upstream = ResponsesSocketUpstream(s.settings, s.guard, s.upstream)

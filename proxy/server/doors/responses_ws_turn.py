@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from starlette.types import Message, Send
 from starlette.websockets import WebSocket, WebSocketState
@@ -50,6 +51,7 @@ class Connection:
         send: Send | None = None,
         *,
         sends_texts: bool = False,
+        write_texts: Callable[[Sequence[bytes]], bool] | None = None,
     ) -> None:
         self.websocket = websocket
         # The server's own send for text messages (the socket is accepted and stays so while
@@ -59,6 +61,9 @@ class Connection:
         # the scope advertises: a burst's events, one write instead of one each;
         # proxy.server.websocket_protocol).
         self.sends_texts = sends_texts and send is not None
+        # Its synchronous form (the extension's `write`): a write's messages out with no coroutine
+        # and no message, when the transport takes them at once (a paced stream's every event).
+        self.write_texts = write_texts if self.sends_texts else None
         self.responses = responses
         self.gone = asyncio.Event()
         # Messages may go out: the socket is accepted, not closed by the proxy, its client not
@@ -109,8 +114,13 @@ class Connection:
         send = self.raw_send
         try:
             if self.sends_texts:  # (all of them in one write)
-                key = "texts" if isinstance(texts[0], str) else "encoded"
-                await send({"type": SEND_TEXTS, key: texts})
+                if isinstance(texts[0], str):
+                    await send({"type": SEND_TEXTS, "texts": texts})
+                    return
+                encoded = cast("Sequence[bytes]", texts)
+                write = self.write_texts
+                if write is None or not write(encoded):
+                    await send({"type": SEND_TEXTS, "encoded": encoded})
                 return
             for text in texts:
                 if not isinstance(text, str):
@@ -226,8 +236,11 @@ class TurnWriter:
                         if not connection.sends_texts:  # (a server without SEND_TEXTS: as any write)
                             await connection.send_all((data[:-1],))
                         elif connection.sending:
-                            try:
-                                await connection.raw_send({"type": SEND_TEXTS, "encoded": (data[:-1],)})
+                            event = (data[:-1],)
+                            write = connection.write_texts
+                            try:  # (at once where the transport takes it: no coroutine, no message)
+                                if write is None or not write(event):
+                                    await connection.raw_send({"type": SEND_TEXTS, "encoded": event})
                             except Exception:  # (closed under us: the reader sees the disconnect)
                                 connection.leave()
                         return

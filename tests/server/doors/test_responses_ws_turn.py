@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import pytest
@@ -32,9 +32,20 @@ class FakeSocket:
     def __init__(self) -> None:
         self.sent: list[str] = []
         self.writes = 0
+        self.messages = 0  # (the writes that came as ASGI messages)
+        self.takes_writes = True  # (the synchronous `write`: whether the transport takes it now)
+
+    def write(self, encoded: Sequence[bytes]) -> bool:
+        """The server's synchronous form of a SEND_TEXTS message (its extension's `write`)."""
+        if not self.takes_writes:
+            return False
+        self.writes += 1
+        self.sent += [data.decode() for data in encoded]
+        return True
 
     async def send(self, message: Message) -> None:
         self.writes += 1
+        self.messages += 1
         if message["type"] == SEND_TEXTS:  # (texts, or their UTF-8)
             texts = message.get("texts")
             self.sent += texts if texts is not None else [data.decode() for data in message["encoded"]]
@@ -73,14 +84,22 @@ def writer_for(
     limit: int = 1 << 20,
     relayed: FakeRelayed | None = None,
     sends_texts: bool = False,
+    write: bool | None = None,
 ) -> tuple[TurnWriter, Connection, FakeSocket]:
     """A turn's writer after the answer's start; `messages`: the door writes the socket's form;
     `relayed`: a native turn relayed over the upstream socket (its messages one a write);
-    `sends_texts`: the server takes several messages in one write (its SEND_TEXTS)."""
+    `sends_texts`: the server takes several messages in one write (its SEND_TEXTS); `write`: it
+    offers the synchronous form too, which takes each write (True) or none (False)."""
     socket = FakeSocket()
     send = socket.send if sends_texts else None
+    if write is not None:
+        socket.takes_writes = write
     connection = Connection(
-        cast(WebSocket, socket), cast(SocketResponses, None), send, sends_texts=sends_texts
+        cast(WebSocket, socket),
+        cast(SocketResponses, None),
+        send,
+        sends_texts=sends_texts,
+        write_texts=socket.write if write is not None else None,
     )
     turn = SocketTurn(cast(StoredResponses, None), cast(Callable[[bool], ResponseSaver], None))
     turn.answer = FakeAnswer() if messages else None
@@ -145,14 +164,15 @@ def sent_by(writer: TurnWriter, socket: FakeSocket, pieces: list[bytes]) -> list
     return socket.sent
 
 
-@pytest.mark.parametrize("sends_texts", [False, True])
+@pytest.mark.parametrize(("sends_texts", "write"), [(False, None), (True, None), (True, True), (True, False)])
 @pytest.mark.parametrize("stream_id", [None, "lane-2"])
 def test_the_socket_form_sends_what_the_sse_form_sends_at_every_split(
-    stream_id: str | None, sends_texts: bool
+    stream_id: str | None, sends_texts: bool, write: bool | None
 ) -> None:
     """A bridged turn's door writes its events in the socket's form (message_frames); the writer
     sends exactly the messages it sends for the same events written as SSE, wherever the writes
-    are cut, the stream id spliced in alike (`sends_texts`: a write's messages in one send)."""
+    are cut, the stream id spliced in alike (`sends_texts`: a write's messages in one send;
+    `write`: in one synchronous write where the server takes it, else in the message)."""
     events = socket_turn_events()
     sse, lines = frames(events), message_frames(events)
     writer, _, socket = writer_for(stream=True, stream_id=stream_id)
@@ -161,12 +181,13 @@ def test_the_socket_form_sends_what_the_sse_form_sends_at_every_split(
     assert all(json.loads(text).get("stream_id") == stream_id for text in expected)
     for cut in range(len(lines) + 1):
         writer, connection, socket = writer_for(
-            stream=True, messages=True, stream_id=stream_id, sends_texts=sends_texts
+            stream=True, messages=True, stream_id=stream_id, sends_texts=sends_texts, write=write
         )
         assert sent_by(writer, socket, [lines[:cut], lines[cut:]]) == expected, cut
         assert connection.settling
         if sends_texts:  # (each of the two writes' whole events in one send, however many)
             assert socket.writes == (b"\n" in lines[:cut]) + (b"\n" in lines[cut:]), cut
+            assert socket.messages == (0 if write else socket.writes), cut
 
 
 def test_the_socket_form_settles_at_the_terminal_event_and_sends_nothing_after_it() -> None:
