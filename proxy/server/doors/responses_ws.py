@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -172,53 +171,51 @@ class ResponsesSocket:
         """Read the client's messages until the socket ends; the access line's `error` (None: the
         client closed it). Reading never stops while a turn runs (a client gone is seen at once,
         its turn's upstream request cancelled), at the lifetime's end too: past it a
-        `response.create` is refused, and the socket closes once the running turn ended."""
+        `response.create` is refused, and the socket closes once the running turn ended.
+
+        Each message is read in this task, under a deadline (`asyncio.timeout`): the idle time's
+        end while no turn runs, the lifetime's while one does, and the running turn's end, which
+        moves the deadline to now (`Connection.wake`) so that the idle time starts, or the
+        expired socket closes. (A read in a task of its own, raced against the turn with
+        `asyncio.wait`, cost each turn two tasks' worth of loop work and two more hops before
+        it started; bench/README.md, "The socket's turn: …".)"""
         websocket = connection.websocket
         deadline = time.monotonic() + self.max_lifetime
         expired = False
-        receiving: asyncio.Task[Message] | None = None
-        try:
-            while True:
+        while True:
+            now = time.monotonic()
+            expired = expired or now >= deadline
+            busy = connection.busy
+            if expired and not busy:
+                await connection.send(error_event(self._limit_reached()))
+                await connection.close(CLOSE_NORMAL, "connection limit reached")
+                return "websocket_connection_limit_reached"
+            wait: float | None
+            if busy:  # (its end starts the idle time, or the close)
+                wait = None if expired else deadline - now
+            else:  # (idle since the last message or turn's end, not since this wait began)
+                wait = min(self.idle_timeout - (now - connection.last_active), deadline - now)
+            try:
+                async with asyncio.timeout(None if wait is None else max(wait, 0.0)) as window:
+                    # (no await between the turn's state read above and this: a turn cannot
+                    # end unseen in between)
+                    connection.wake = window if busy else None
+                    message = await websocket.receive()
+            except TimeoutError:
                 now = time.monotonic()
-                expired = expired or now >= deadline
-                if expired and not connection.busy:
-                    await connection.send(error_event(self._limit_reached()))
-                    await connection.close(CLOSE_NORMAL, "connection limit reached")
-                    return "websocket_connection_limit_reached"
-                if receiving is None:
-                    receiving = asyncio.ensure_future(websocket.receive())
-                waiting: set[asyncio.Future[Any]] = {receiving}
-                wait: float | None = None
-                if connection.turn is not None and connection.busy:
-                    waiting.add(connection.turn)  # (its end starts the idle time, or the close)
-                    wait = None if expired else deadline - now
-                else:  # (idle since the last message or turn's end, not since this wait began)
-                    wait = min(self.idle_timeout - (now - connection.last_active), deadline - now)
-                done, _ = await asyncio.wait(
-                    waiting,
-                    timeout=None if wait is None else max(wait, 0.0),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if receiving not in done:
-                    now = time.monotonic()
-                    if (
-                        not connection.busy
-                        and now < deadline
-                        and now - connection.last_active >= self.idle_timeout
-                    ):
-                        await connection.close(CLOSE_NORMAL, "idle timeout")
-                        return "idle_timeout"
-                    continue
-                message, receiving = receiving.result(), None
-                if message["type"] == "websocket.disconnect":
-                    return None
-                connection.last_active = time.monotonic()
-                closed = await self._answer(connection, message, limit, expired)
-                if closed is not None:
-                    return closed
-        finally:
-            if receiving is not None:
-                receiving.cancel()
+                idle = now - connection.last_active >= self.idle_timeout
+                if not connection.busy and now < deadline and idle:
+                    await connection.close(CLOSE_NORMAL, "idle timeout")
+                    return "idle_timeout"
+                continue
+            finally:
+                connection.wake = None
+            if message["type"] == "websocket.disconnect":
+                return None
+            connection.last_active = time.monotonic()
+            closed = await self._answer(connection, message, limit, expired)
+            if closed is not None:
+                return closed
 
     async def _answer(
         self, connection: Connection, message: Message, limit: int, expired: bool
@@ -252,6 +249,7 @@ class ResponsesSocket:
                 event = appended(last, response_id, event)
             connection.settling = False
             connection.turn = asyncio.create_task(self._turn(connection, event, connection.turn))
+            connection.turn.add_done_callback(connection.turn_ended)
         return None
 
     def _limit_reached(self) -> BadRequest:

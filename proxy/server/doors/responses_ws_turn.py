@@ -70,6 +70,9 @@ class Connection:
         # gone (`leave`, `close`). A plain flag, read once per door write.
         self.sending = True
         self.turn: asyncio.Task[None] | None = None
+        # The reader's deadline while a turn runs (responses_ws.ResponsesSocket._serve): the
+        # turn's end moves it to now, so that the reader looks at the socket's state again.
+        self.wake: asyncio.Timeout | None = None
         # The running turn's answer is whole (its terminal event out): what is left is its
         # bookkeeping (the upstream closed, the access line), and a next turn waits for it.
         self.settling = False
@@ -80,6 +83,12 @@ class Connection:
         # `response.append` continues; read only then; the door's own events are UTF-8 bytes).
         self.last_create: Create | None = None
         self.last_terminal: str | bytes | None = None
+
+    def turn_ended(self, turn: asyncio.Task[None]) -> None:
+        """A turn's task is done: the reader, if it waits under a turn's deadline, wakes."""
+        wake = self.wake
+        if wake is not None and not wake.expired():
+            wake.reschedule(asyncio.get_running_loop().time())
 
     def leave(self) -> None:
         """The client is gone (or the socket ends): its running turn ends, nothing more goes out."""

@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from proxy.demo import simulated_table
@@ -469,6 +470,46 @@ def test_a_socket_past_its_lifetime_says_so_then_closes(mock: BackgroundServer) 
     SERVER_EVENT.validate_python(limit)
     assert limit["error"]["code"] == "websocket_connection_limit_reached"
     assert closed.value.code == 1000
+
+
+def test_a_socket_idle_after_a_turn_closes_when_its_idle_time_is_up(mock: BackgroundServer) -> None:
+    """The idle time starts at the turn's end: the reader, which waited under the turn's deadline
+    (the lifetime's), is woken by the turn's end and closes the socket once idle that long."""
+    app = app_for(mock, state="off")
+    app.state.responses_socket.idle_timeout = 0.3  # (the app's own endpoint: served ahead of the router)
+    with (
+        BackgroundServer(app) as server,
+        connect(f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=dict(KEY)) as ws,
+    ):
+        ws.send(create(input="Hi"))
+        while json.loads(ws.recv(timeout=20))["type"] != "response.completed":
+            pass
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=20)  # (the lifetime is an hour: only the idle time closes it this soon)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1000, "idle timeout")
+
+
+def test_a_turn_running_past_the_lifetime_ends_then_the_socket_closes(mock: BackgroundServer) -> None:
+    """Past the lifetime the running turn finishes; then, with no message from the client, the
+    socket says so and closes."""
+    app = app_for(mock, state="off")
+    app.state.responses_socket.max_lifetime = 0.3
+    slow = {**KEY, "x-mock-fault": "slow-first", "x-mock-delay-ms": "1000"}
+    with (
+        BackgroundServer(app) as server,
+        connect(f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=slow) as ws,
+    ):
+        ws.send(create(input="Hi"))
+        types = [json.loads(ws.recv(timeout=20))["type"]]
+        while types[-1] != "response.completed":
+            types.append(json.loads(ws.recv(timeout=20))["type"])
+        limit = json.loads(ws.recv(timeout=20))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=20)
+    assert "response.output_text.delta" in types
+    assert limit["error"]["code"] == "websocket_connection_limit_reached"
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
 
 
 def test_past_its_lifetime_a_socket_still_sees_its_client_leave_mid_turn(mock: BackgroundServer) -> None:
