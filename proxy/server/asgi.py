@@ -3,7 +3,11 @@ one request for the client's disconnect and for the upstream's and the client's 
 writing a streamed body to the client.
 
 Plain asyncio rather than anyio task groups: this runs once per request, and on Python 3.11 a
-task group plus cancel scopes cost more than the rest of a proxied JSON request.
+task group plus cancel scopes cost more than the rest of a proxied JSON request. Where the server
+is the proxy's own edge (proxy.server.edge: `thinkproxy serve`, the test servers), it tells a
+request's body already complete itself (its `EDGE_REQUEST` extension): the body is then taken with
+no timer and no `receive`. Under any other server (the in-process test clients, an app embedding
+the proxy) it goes through `receive`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import PayloadTooLarge
+from proxy.server.edge import EDGE_REQUEST, EdgeRequestHooks
 from proxy.server.header_view import headers_of
 from proxy.server.limits import RequestTimeout
 
@@ -31,18 +36,37 @@ logger = logging.getLogger("thinkproxy.relay")
 BODY_LEFT_UNREAD = frozenset({408, 413})
 
 
+def edge_hooks(scope: Scope) -> EdgeRequestHooks | None:
+    """The server edge's hooks for this request (proxy.server.edge), or None under another server."""
+    extensions = scope.get("extensions")
+    return None if extensions is None else extensions.get(EDGE_REQUEST)
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"Request body exceeds the limit of {limit} bytes (THINKPROXY_MAX_BODY_BYTES).")
+
+
 async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     """The whole request body: at most `limit` bytes (else 413), within `timeout` s (else 408); a
     client gone before its end is ClientDisconnect. Read from `receive` as Starlette's
     `Request.stream()` reads it, without its async generator between each piece and the reader,
     and the length from the request's shared header view (no second `Headers` of the request):
-    the body's one reader (bench/README.md, "Layers off the chat path, second cut")."""
+    the body's one reader (bench/README.md, "Layers off the chat path, second cut"). A body the
+    server edge already has whole is taken from it, with no timer and no `receive` (its
+    `take_body`: "The watch and the body timer, from the server")."""
     declared = headers_of(request.scope).get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(
             f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes "
             "(THINKPROXY_MAX_BODY_BYTES)."
         )
+    hooks = edge_hooks(request.scope)
+    if hooks is not None:
+        body = hooks["take_body"]()
+        if body is not None:
+            if len(body) > limit:
+                raise _too_large(limit)
+            return body
     receive = request.receive
     parts: list[bytes] = []
     size = 0
@@ -56,10 +80,7 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
                     if part:
                         size += len(part)
                         if size > limit:
-                            raise PayloadTooLarge(
-                                f"Request body exceeds the limit of {limit} bytes "
-                                "(THINKPROXY_MAX_BODY_BYTES)."
-                            )
+                            raise _too_large(limit)
                         parts.append(part)
                     if not message.get("more_body", False):
                         break

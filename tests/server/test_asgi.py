@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from proxy.core.errors import PayloadTooLarge
 from proxy.server.asgi import ClientTooSlow, ClientWatch, DeadlineExceeded, UpstreamStalled, read_body
+from proxy.server.edge import EDGE_REQUEST
 from proxy.server.limits import RequestTimeout
 from tests.helpers import chat_scope
 
@@ -56,6 +57,30 @@ async def test_a_client_gone_mid_body_or_too_slow_is_told() -> None:
         await read_body(request_of([piece(b"ab"), {"type": "http.disconnect"}]), 4, 5.0)
     with pytest.raises(RequestTimeout, match="2 bytes arrived"):
         await read_body(request_of([piece(b"ab")]), 4, 0.05)
+
+
+def told_by_the_edge(request: Request, body: bytes | None) -> Request:
+    """`request` under a server edge whose `take_body` gives `body` (None: not all of it arrived)."""
+    request.scope["extensions"] = {EDGE_REQUEST: {"take_body": lambda: body, "on_disconnect": None}}
+    return request
+
+
+async def never_called() -> dict[str, object]:
+    raise AssertionError("receive was read though the edge had the whole body")
+
+
+async def test_a_body_the_edge_has_whole_is_taken_without_receive() -> None:
+    request = told_by_the_edge(Request(chat_scope([]), never_called), b"abcd")
+    assert await read_body(request, 4, 5.0) == b"abcd"
+    with pytest.raises(PayloadTooLarge, match="exceeds the limit of 3 bytes"):
+        await read_body(told_by_the_edge(Request(chat_scope([]), never_called), b"abcd"), 3, 5.0)
+
+
+async def test_a_body_the_edge_does_not_have_whole_is_read_and_timed_as_without_it() -> None:
+    request = told_by_the_edge(request_of([piece(b"ab"), piece(b"cd", False)]), None)
+    assert await read_body(request, 4, 5.0) == b"abcd"
+    with pytest.raises(RequestTimeout, match=r"not complete within 0\.05 s.*2 bytes arrived"):
+        await read_body(told_by_the_edge(request_of([piece(b"ab")]), None), 4, 0.05)
 
 
 async def test_steady_reads_longer_than_the_read_timeout_do_not_stall() -> None:
