@@ -31,9 +31,10 @@ It also tells the app, per request, two things only the server knows, through an
     hooks["on_disconnect"](callback)     # or None, to stop watching
 
 `take_body()` is the whole request body when all of it has arrived and nothing of it was read yet
-through `receive` (a common request arrives whole in the read that brings its head, before the app
-runs): it is taken as `receive` would give it, and `receive` then goes on as after the body's last
-message. None otherwise (a body still arriving, a client gone, an `Expect: 100-continue` not answered
+through `receive`: it is taken as `receive` would give it, and `receive` then goes on as after the
+body's last message. A body sent in the write that carries its head arrives before the app runs; one
+a client writes apart (http.client and httpx do) when the server reads after both are in, as a busy
+one does. None otherwise (a body still arriving, a client gone, an `Expect: 100-continue` not answered
 yet): read it from `receive`, as without the extension. `on_disconnect(callback)` calls `callback()`
 once, when the client's connection is lost while the request's answer is still incomplete (at once if
 it already is: when `receive` would say `http.disconnect`); `on_disconnect(None)` forgets it. Without
