@@ -52,7 +52,7 @@ import time
 import weakref
 from asyncio import TimerHandle
 from collections.abc import Callable
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 import httptools
 from uvicorn.config import Config
@@ -309,8 +309,8 @@ class EdgeProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not previous and cycle is not None:  # (not an upgrade: a request to answer)
             self._request = request = EdgeRequest(cycle)
-            extensions = cast("dict[str, Any]", self.scope.setdefault("extensions", {}))
-            extensions[EDGE_REQUEST] = request.hooks()
+            # (uvicorn types an extension's value as a plain dict; `cast` would be a call a request)
+            self.scope.setdefault("extensions", {})[EDGE_REQUEST] = request.hooks()  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         if self._lingering:
