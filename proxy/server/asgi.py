@@ -3,7 +3,12 @@ one request for the client's disconnect and for the upstream's and the client's 
 writing a streamed body to the client.
 
 Plain asyncio rather than anyio task groups: this runs once per request, and on Python 3.11 a
-task group plus cancel scopes cost more than the rest of a proxied JSON request.
+task group plus cancel scopes cost more than the rest of a proxied JSON request. Where the server
+is the proxy's own edge (proxy.server.edge: `thinkproxy serve`, the test servers), it tells a
+request's body already complete and the client's disconnect itself (its `EDGE_REQUEST`
+extension): the body is then taken with no timer and no `receive`, and the watch runs no task.
+Under any other server (the in-process test clients, an app embedding the proxy) both go through
+`receive`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import PayloadTooLarge
+from proxy.server.edge import EDGE_REQUEST, EdgeRequestHooks, OnDisconnect
 from proxy.server.header_view import headers_of
 from proxy.server.limits import RequestTimeout
 
@@ -31,18 +37,37 @@ logger = logging.getLogger("thinkproxy.relay")
 BODY_LEFT_UNREAD = frozenset({408, 413})
 
 
+def edge_hooks(scope: Scope) -> EdgeRequestHooks | None:
+    """The server edge's hooks for this request (proxy.server.edge), or None under another server."""
+    extensions = scope.get("extensions")
+    return None if extensions is None else extensions.get(EDGE_REQUEST)
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"Request body exceeds the limit of {limit} bytes (THINKPROXY_MAX_BODY_BYTES).")
+
+
 async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     """The whole request body: at most `limit` bytes (else 413), within `timeout` s (else 408); a
     client gone before its end is ClientDisconnect. Read from `receive` as Starlette's
     `Request.stream()` reads it, without its async generator between each piece and the reader,
     and the length from the request's shared header view (no second `Headers` of the request):
-    the body's one reader (bench/README.md, "Layers off the chat path, second cut")."""
+    the body's one reader (bench/README.md, "Layers off the chat path, second cut"). A body the
+    server edge already has whole is taken from it, with no timer and no `receive` (its
+    `take_body`: "The watch and the body timer, from the server")."""
     declared = headers_of(request.scope).get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(
             f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes "
             "(THINKPROXY_MAX_BODY_BYTES)."
         )
+    hooks = edge_hooks(request.scope)
+    if hooks is not None:
+        body = hooks["take_body"]()
+        if body is not None:
+            if len(body) > limit:
+                raise _too_large(limit)
+            return body
     receive = request.receive
     parts: list[bytes] = []
     size = 0
@@ -56,10 +81,7 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
                     if part:
                         size += len(part)
                         if size > limit:
-                            raise PayloadTooLarge(
-                                f"Request body exceeds the limit of {limit} bytes "
-                                "(THINKPROXY_MAX_BODY_BYTES)."
-                            )
+                            raise _too_large(limit)
                         parts.append(part)
                     if not message.get("more_body", False):
                         break
@@ -103,7 +125,8 @@ class RelayAborted(Exception):
 
 
 class ClientWatch:
-    """Watches one request: for the client's disconnect (one task reading `receive`), for an upstream
+    """Watches one request: for the client's disconnect (told by the server edge's `on_disconnect`
+    where the server offers it, else one task reading `receive`), for an upstream
     silent longer than `read_timeout`, for the whole exchange passing `deadline` (a
     `time.perf_counter()` value), and for a client that reads nothing for `write_timeout`.
 
@@ -124,6 +147,7 @@ class ClientWatch:
         "_read_timeout",
         "_task",
         "_timer",
+        "_unwatch",
         "_victim",
         "_write_timeout",
         "fired",
@@ -139,14 +163,21 @@ class ClientWatch:
         read_timeout: float | None,
         deadline: float | None = None,
         write_timeout: float | None = None,
+        on_disconnect: Callable[[OnDisconnect | None], None] | None = None,
     ) -> None:
+        """`on_disconnect`: the server edge's hook (`edge_hooks(scope)["on_disconnect"]`), which
+        tells the client's disconnect without a task reading `receive`."""
         self.gone = False
         self.writing = False
         self.fired: type[WatchFired] | None = None
         self._victim: asyncio.Task[Any] | None = None
         self._cancels = 0  # cancellations of the victim requested by the watch, not yet absorbed
-        loop = asyncio.get_running_loop()
-        self._task: asyncio.Task[None] | None = loop.create_task(self._watch(receive))
+        self._task: asyncio.Task[None] | None = None
+        self._unwatch = on_disconnect
+        if on_disconnect is None:
+            self._task = asyncio.get_running_loop().create_task(self._watch(receive))
+        else:
+            on_disconnect(self._client_gone)
         self.last_read = time.perf_counter()
         self._read_timeout = read_timeout
         self._write_timeout = write_timeout
@@ -206,6 +237,9 @@ class ClientWatch:
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
+        self._client_gone()
+
+    def _client_gone(self) -> None:
         self.gone = True
         self._cancel_victim()
 
@@ -263,6 +297,9 @@ class ClientWatch:
             # reference cycle (task, error, frames, watch, the server's request objects) for the
             # cyclic collector, whose full passes then stalled every stream in flight.
             self._task = None
+        if self._unwatch is not None:
+            self._unwatch(None)  # (the edge lets go of this watch: no cycle through its callback)
+            self._unwatch = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

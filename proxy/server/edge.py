@@ -23,6 +23,25 @@ instead of the 413. `EdgeProtocol` adds, per connection:
 The answers it writes itself are OpenAI-shaped like every error of the proxy (proxy.server.limits). The
 per-chunk path (a response being written, a body being read) is untouched: writes go straight to
 the transport's own `write`.
+
+It also tells the app, per request, two things only the server knows, through an ASGI extension:
+
+    hooks = scope["extensions"]["thinkproxy.http.edge_request"]
+    body = hooks["take_body"]()          # bytes, or None
+    hooks["on_disconnect"](callback)     # or None, to stop watching
+
+`take_body()` is the whole request body when all of it has arrived and nothing of it was read yet
+through `receive`: it is taken as `receive` would give it, and `receive` then goes on as after the
+body's last message. A body sent in the write that carries its head arrives before the app runs; one
+a client writes apart (http.client and httpx do) when the server reads after both are in, as a busy
+one does. None otherwise (a body still arriving, a client gone, an `Expect: 100-continue` not answered
+yet): read it from `receive`, as without the extension. `on_disconnect(callback)` calls `callback()`
+once, when the client's connection is lost while the request's answer is still incomplete (at once if
+it already is: when `receive` would say `http.disconnect`); `on_disconnect(None)` forgets it. Without
+them the app reads the body under a timer and keeps a task per request reading `receive` for the
+disconnect while the upstream is awaited (proxy.server.asgi: `read_body`, `ClientWatch`); with them,
+neither (bench/README.md, "The watch and the body timer, from the server"). A server that does not
+offer the extension (an in-process test client, another ASGI server) leaves the app on `receive`.
 """
 
 from __future__ import annotations
@@ -30,12 +49,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+import weakref
 from asyncio import TimerHandle
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 import httptools
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from proxy.core.errors import ProxyError
@@ -45,6 +66,66 @@ from proxy.server.limits import EdgeLimits, head_size, raw_answer
 
 _LOGGED_URL_BYTES = 256  # of a refused request's target, in its access line
 HEAD_REFUSAL_DRAIN_BYTES = 1024 * 1024  # read and discarded after a refused head, at most
+
+
+# The extension's name in a request's scope (see the module docstring).
+EDGE_REQUEST = "thinkproxy.http.edge_request"
+
+OnDisconnect = Callable[[], None]
+
+
+class EdgeRequestHooks(TypedDict):
+    """The extension's value: what the edge knows of one request (see the module docstring)."""
+
+    take_body: Callable[[], bytes | None]
+    on_disconnect: Callable[[OnDisconnect | None], None]
+
+
+class EdgeRequest:
+    """One request as the edge knows it, behind its `EdgeRequestHooks`. It holds its uvicorn cycle
+    weakly: the cycle holds the scope, the scope the hooks, the hooks this; held strongly, every
+    request would be a reference cycle for the cyclic collector."""
+
+    __slots__ = ("_cycle", "_on_lost")
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = weakref.ref(cycle)
+        self._on_lost: OnDisconnect | None = None
+
+    def hooks(self) -> EdgeRequestHooks:
+        return {"take_body": self.take_body, "on_disconnect": self.on_disconnect}
+
+    def take_body(self) -> bytes | None:
+        cycle = self._cycle()
+        if (
+            cycle is None
+            or cycle.more_body
+            or cycle.disconnected
+            or cycle.response_complete
+            or cycle.waiting_for_100_continue  # (`receive` writes the 100 Continue: left to it)
+        ):
+            return None
+        # What uvicorn's `receive` does with a body that is all in: reading resumes (it pauses
+        # past its high-water mark), the body is handed over and the event that told of it reset.
+        body = bytes(cycle.body)
+        cycle.body = bytearray()
+        cycle.message_event.clear()
+        cycle.flow.resume_reading()
+        return body
+
+    def on_disconnect(self, callback: OnDisconnect | None) -> None:
+        self._on_lost = callback
+        if callback is not None:
+            cycle = self._cycle()
+            if cycle is None or cycle.disconnected:
+                self.lost()
+
+    def lost(self) -> None:
+        """The connection is lost with this request's answer incomplete."""
+        callback = self._on_lost
+        if callback is not None:
+            self._on_lost = None
+            callback()
 
 
 class _Refused(Exception):
@@ -120,6 +201,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._lingering = False
         self._parse_rest = False  # lingering: the rest of a body is fed to the parser, to find its end
         self._edge: LingeringTransport | None = None
+        self._request: EdgeRequest | None = None  # the latest request's, as uvicorn's `cycle` is
 
     @classmethod
     def factory(cls, limits: EdgeLimits) -> Any:
@@ -139,6 +221,10 @@ class EdgeProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         super().connection_lost(exc)
+        request, self._request = self._request, None
+        if request is not None and self.cycle is not None and self.cycle.disconnected:
+            # (the request uvicorn tells of its disconnect, through `receive`: the latest one)
+            request.lost()
 
     def eof_received(self) -> None:
         if self._lingering:
@@ -218,7 +304,13 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        previous = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not previous and cycle is not None:  # (not an upgrade: a request to answer)
+            self._request = request = EdgeRequest(cycle)
+            # (uvicorn types an extension's value as a plain dict; `cast` would be a call a request)
+            self.scope.setdefault("extensions", {})[EDGE_REQUEST] = request.hooks()  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         if self._lingering:

@@ -292,9 +292,7 @@ class Proxy:
                 await policy_gate.admit(self.s.thinking, record, asks, level, can_turn_off=can_turn_off)
             usage = UsageReader(limit=self.s.settings.max_response_bytes)
         extra = record.response_headers
-        return await self.relay(
-            request.receive, req, record, started, extra_headers=extra, chat=None, usage=usage
-        )
+        return await self.relay(request, req, record, started, extra_headers=extra, chat=None, usage=usage)
 
     async def arrive(
         self, request: Request, record: AccessRecord, *, parse: bool
@@ -386,5 +384,5 @@ class Proxy:
         )
         extra = done.plan.response_headers + record.response_headers
         return await self.relay(
-            request.receive, done.plan.request, record, started, extra_headers=extra, chat=done.context
+            request, done.plan.request, record, started, extra_headers=extra, chat=done.context
         )

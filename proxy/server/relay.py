@@ -30,8 +30,9 @@ from functools import partial
 from typing import Any
 
 import orjson
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Send
+from starlette.types import Send
 
 from proxy.core.errors import BadUpstreamResponse, ProxyError
 from proxy.core.events import AccessRecord
@@ -52,6 +53,7 @@ from proxy.server.asgi import (
     UpstreamStalled,
     WatchFired,
     body_piece,
+    edge_hooks,
 )
 from proxy.server.relayed_usage import note_relayed, read_as_relayed
 from proxy.server.request_ids import rename_upstream_request_id
@@ -160,7 +162,7 @@ class Relay:
 
     async def __call__(
         self,
-        receive: Receive,
+        request: Request,
         req: UpstreamRequest,
         record: AccessRecord,
         started: float,
@@ -169,14 +171,17 @@ class Relay:
         chat: ChatContext | None,
         usage: UsageReader | None = None,
     ) -> Response:
-        """`usage`: for an answer relayed as it came (`chat` None) that a model gives, the reader
+        """`request`: the client's (its `receive`, or the server edge's hooks, tell its disconnect).
+        `usage`: for an answer relayed as it came (`chat` None) that a model gives, the reader
         of its token counts (proxy.core.native_usage), put on the record at its end."""
         s = self.settings
+        hooks = edge_hooks(request.scope)
         watch = ClientWatch(
-            receive,
+            request.receive,
             read_timeout=s.read_timeout,
             deadline=started + s.total_timeout,  # end to end: never restarted for the body
             write_timeout=s.write_timeout,
+            on_disconnect=None if hooks is None else hooks["on_disconnect"],
         )
         try:
             response = await self._exchange(watch, req, record, started, extra_headers, chat, usage)

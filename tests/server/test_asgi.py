@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from starlette.requests import ClientDisconnect, Request
 
 from proxy.core.errors import PayloadTooLarge
 from proxy.server.asgi import ClientTooSlow, ClientWatch, DeadlineExceeded, UpstreamStalled, read_body
+from proxy.server.edge import EDGE_REQUEST
 from proxy.server.limits import RequestTimeout
 from tests.helpers import chat_scope
 
@@ -56,6 +57,79 @@ async def test_a_client_gone_mid_body_or_too_slow_is_told() -> None:
         await read_body(request_of([piece(b"ab"), {"type": "http.disconnect"}]), 4, 5.0)
     with pytest.raises(RequestTimeout, match="2 bytes arrived"):
         await read_body(request_of([piece(b"ab")]), 4, 0.05)
+
+
+def told_by_the_edge(request: Request, body: bytes | None) -> Request:
+    """`request` under a server edge whose `take_body` gives `body` (None: not all of it arrived)."""
+    request.scope["extensions"] = {EDGE_REQUEST: {"take_body": lambda: body, "on_disconnect": None}}
+    return request
+
+
+async def never_called() -> dict[str, object]:
+    raise AssertionError("receive was read though the edge had the whole body")
+
+
+async def test_a_body_the_edge_has_whole_is_taken_without_receive() -> None:
+    request = told_by_the_edge(Request(chat_scope([]), never_called), b"abcd")
+    assert await read_body(request, 4, 5.0) == b"abcd"
+    with pytest.raises(PayloadTooLarge, match="exceeds the limit of 3 bytes"):
+        await read_body(told_by_the_edge(Request(chat_scope([]), never_called), b"abcd"), 3, 5.0)
+
+
+async def test_a_body_the_edge_does_not_have_whole_is_read_and_timed_as_without_it() -> None:
+    request = told_by_the_edge(request_of([piece(b"ab"), piece(b"cd", False)]), None)
+    assert await read_body(request, 4, 5.0) == b"abcd"
+    with pytest.raises(RequestTimeout, match=r"not complete within 0\.05 s.*2 bytes arrived"):
+        await read_body(told_by_the_edge(request_of([piece(b"ab")]), None), 4, 0.05)
+
+
+class EdgeDisconnect:
+    """A server edge's `on_disconnect` hook: it holds the callback; `leave()` is the client's
+    connection lost."""
+
+    def __init__(self, gone: bool = False) -> None:
+        self.gone = gone
+        self.callback: Callable[[], None] | None = None
+
+    def __call__(self, callback: Callable[[], None] | None) -> None:
+        self.callback = callback
+        if self.gone:
+            self.leave()
+
+    def leave(self) -> None:
+        self.gone = True
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback()
+
+
+async def test_told_by_the_edge_the_watch_runs_no_task_and_a_client_gone_cancels_the_work() -> None:
+    edge = EdgeDisconnect()
+    before = asyncio.all_tasks()
+    watch = ClientWatch(never_called, read_timeout=30, on_disconnect=edge)
+    assert asyncio.all_tasks() == before
+    asyncio.get_running_loop().call_later(0.01, edge.leave)
+    assert await watch.run(asyncio.sleep(30, "done")) is None
+    assert watch.gone
+    watch.close()
+
+
+async def test_told_by_the_edge_a_client_already_gone_runs_nothing() -> None:
+    watch = ClientWatch(never_called, read_timeout=30, on_disconnect=EdgeDisconnect(gone=True))
+    work = asyncio.sleep(30)
+    assert await watch.run(work) is None
+    assert work.cr_frame is None  # closed, never run
+    watch.close()
+
+
+async def test_a_closed_watch_lets_go_of_the_edges_hook() -> None:
+    edge = EdgeDisconnect()
+    watch = ClientWatch(never_called, read_timeout=30, on_disconnect=edge)
+    assert edge.callback is not None
+    watch.close()
+    assert edge.callback is None
+    edge.leave()
+    assert not watch.gone
 
 
 async def test_steady_reads_longer_than_the_read_timeout_do_not_stall() -> None:

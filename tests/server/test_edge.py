@@ -5,8 +5,12 @@ generous bounds on how long the server may take to answer or close."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import queue
 import select
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,10 +20,15 @@ import httpx
 import openai
 import orjson
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from proxy.mock import MockOptions, create_mock_app
 from proxy.server.access_log import AccessFormatter
 from proxy.server.app import create_app
+from proxy.server.edge import EDGE_REQUEST, EdgeRequest
 from proxy.server.serving import BackgroundServer
 from tests.helpers import make_settings, start_serve
 
@@ -466,3 +475,141 @@ def test_thinkproxy_serve_applies_the_edge_settings(mock: BackgroundServer) -> N
     finally:
         server.terminate()
         server.communicate(timeout=30)
+
+
+# -- what the edge tells the app: a body already whole, the client's disconnect ----------------------
+
+
+class Told:
+    """A Starlette app whose endpoints report what the edge's extension (EDGE_REQUEST) tells them;
+    `reports` gets what each saw, `checked` is set once an endpoint has asked (for the client's next
+    step)."""
+
+    def __init__(self) -> None:
+        self.reports: queue.Queue[object] = queue.Queue()
+        self.checked = threading.Event()
+        self.app = Starlette(
+            routes=[
+                Route("/take", self.take, methods=["POST"]),
+                Route("/leave", self.leave, methods=["POST"]),
+            ]
+        )
+
+    async def take(self, request: Request) -> JSONResponse:
+        taken = request.scope["extensions"][EDGE_REQUEST]["take_body"]()
+        self.checked.set()
+        read = b""
+        if taken is None:
+            async for piece in request.stream():
+                read += piece
+        return JSONResponse({"taken": None if taken is None else taken.decode(), "read": read.decode()})
+
+    async def leave(self, request: Request) -> JSONResponse:
+        hooks = request.scope["extensions"][EDGE_REQUEST]
+        assert hooks["take_body"]() == b"{}"
+        gone = asyncio.Event()
+        hooks["on_disconnect"](gone.set)
+        self.checked.set()
+        await asyncio.wait_for(gone.wait(), GENEROUS_S)
+        self.reports.put("told")
+        hooks["on_disconnect"](lambda: self.reports.put("told at once, once gone"))
+        self.reports.put(await request.receive())
+        return JSONResponse({})
+
+
+def post_in_one_write(sock: socket.socket, path: str, body: bytes) -> object:
+    """POST `body` on a kept-alive `sock`, its head and body in one write, and read the JSON answer:
+    the body arrives with its head, before the app runs. (A client that writes them apart, as
+    http.client and httpx do, has its body taken from the edge only when both are in by the time
+    the app asks; otherwise it is read from `receive`.)"""
+    sock.sendall(
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (path.encode(), len(body)) + body
+    )
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        raw += sock.recv(65536)
+    _, headers, answer = split_answer(raw)
+    while len(answer) < int(headers["content-length"]):
+        answer += sock.recv(65536)
+    return orjson.loads(answer)
+
+
+def test_a_body_whole_before_the_app_runs_is_taken_from_the_edge() -> None:
+    told = Told()
+    with BackgroundServer(told.app) as server:
+        assert post_in_one_write(connect(server), "/take", b"hello") == {"taken": "hello", "read": ""}
+
+
+def test_a_body_still_arriving_is_read_from_receive() -> None:
+    told = Told()
+    with BackgroundServer(told.app) as server:
+        sock = connect(server)
+        sock.sendall(
+            b"POST /take HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\nhello"
+        )
+        assert told.checked.wait(GENEROUS_S)
+        sock.sendall(b"world")
+        status, _, body = split_answer(read_until_closed(sock))
+    assert status == 200 and orjson.loads(body) == {"taken": None, "read": "helloworld"}
+
+
+def test_a_body_awaiting_its_100_continue_is_read_from_receive_which_sends_it() -> None:
+    told = Told()
+    with BackgroundServer(told.app) as server:
+        sock = connect(server)
+        sock.sendall(
+            b"POST /take HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n"
+            b"Connection: close\r\n\r\nhello"
+        )
+        raw = read_until_closed(sock)
+    assert raw.startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    status, _, body = split_answer(raw.removeprefix(b"HTTP/1.1 100 Continue\r\n\r\n"))
+    assert status == 200 and orjson.loads(body) == {"taken": None, "read": "hello"}
+
+
+def test_a_client_gone_is_told_to_the_app_and_receive_says_so_too() -> None:
+    told = Told()
+    with BackgroundServer(told.app) as server:
+        sock = connect(server)
+        sock.sendall(b"POST /leave HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        assert told.checked.wait(GENEROUS_S)
+        sock.close()
+        reports = [told.reports.get(timeout=GENEROUS_S) for _ in range(3)]
+    assert reports == ["told", "told at once, once gone", {"type": "http.disconnect"}]
+
+
+def test_a_whole_body_over_the_limit_taken_from_the_edge_is_413(mock: BackgroundServer) -> None:
+    # Chunked (no length to refuse it by before it is read): the body is whole in the edge's hands.
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"a" * 200 + b'"}]}'
+    with edge_proxy(mock, max_body_bytes=100) as p:
+        sock = connect(p)
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+        )
+        status, _, answer = split_answer(read_until_closed(sock))
+    assert status == 413
+    assert error_of(answer)["message"] == (
+        "Request body exceeds the limit of 100 bytes (THINKPROXY_MAX_BODY_BYTES)."
+    )
+
+
+def test_the_edges_requests_on_a_kept_alive_connection_leave_no_reference_cycles() -> None:
+    # A request's hooks are in its scope, which its uvicorn cycle holds: were the cycle held back
+    # strongly, every request would be a reference cycle for the cyclic collector (whose full
+    # passes stall every stream in flight).
+    told = Told()
+    with BackgroundServer(told.app) as server:
+        sock = connect(server)
+        post_in_one_write(sock, "/take", b"warm")
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(3):
+                assert post_in_one_write(sock, "/take", b"hello") == {"taken": "hello", "read": ""}
+            gc.collect()
+            left = [o for o in gc.garbage if isinstance(o, EdgeRequest)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert left == []

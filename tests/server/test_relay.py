@@ -9,6 +9,7 @@ import gzip
 import logging
 import socket
 import threading
+import time
 import zlib
 from typing import Any
 
@@ -568,6 +569,79 @@ def test_a_request_nested_deeper_than_the_encoder_writes_is_an_openai_shaped_err
     assert r.status_code in (400, 500) and r.headers["content-type"] == "application/json"
     assert set(r.json()["error"]) >= {"message", "type", "code"}
     assert len(access_lines(caplog)) == 1
+
+
+# --- a client gone while the upstream is awaited -------------------------------------------------
+
+
+def coroutines_running_in(server: BackgroundServer) -> list[str]:
+    """The qualified names of the coroutines of every task on `server`'s event loop, now."""
+
+    async def names() -> list[str]:
+        return [getattr(task.get_coro(), "__qualname__", "") for task in asyncio.all_tasks()]
+
+    loop = server.server.servers[0].get_loop()
+    return asyncio.run_coroutine_threadsafe(names(), loop).result(10)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_served_a_client_gone_while_the_upstream_is_awaited_cancels_it_told_by_the_edge(
+    transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The server edge tells the relay of the disconnect itself: no task per request reads `receive`.
+    caplog.set_level(logging.INFO, logger="thinkproxy")
+    body = orjson.dumps(ASK)
+    with RawUpstream([HOLD]) as upstream, proxy_for(upstream, transport) as proxy:
+        sock = socket.create_connection((proxy.host, proxy.port), timeout=10)
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        deadline = time.monotonic() + 10
+        while not upstream.received and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert upstream.received, "the request never reached the upstream"
+        running = coroutines_running_in(proxy)
+        sock.close()
+        assert upstream.closed.wait(10), "the proxy kept waiting on the upstream after its client left"
+        deadline = time.monotonic() + 10
+        while not access_lines(caplog) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert "RequestResponseCycle.run_asgi" in running  # (looked while the request was in flight)
+    assert "ClientWatch._watch" not in running
+    [line] = access_lines(caplog)
+    assert line["error"] == "client_disconnected"
+
+
+async def test_in_process_a_client_gone_while_the_upstream_is_awaited_cancels_it_told_by_receive() -> None:
+    # No server edge (an in-process client): the watch reads `receive` for the disconnect.
+    asked, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        asked.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return httpx.Response(200, content=COMPLETION)
+
+    app = create_app(make_settings(), transport=httpx.MockTransport(upstream))
+    body = [{"type": "http.request", "body": orjson.dumps(ASK), "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if body:
+            return body.pop()
+        await asked.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(chat_scope([(b"content-type", b"application/json")]), receive, send)
+    assert cancelled.is_set()
+    assert sent[0]["status"] == 499
 
 
 # --- what a request leaves behind ---------------------------------------------------------------

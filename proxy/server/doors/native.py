@@ -144,7 +144,7 @@ async def forward_native(
     # (its answer's usage is read as it goes by: budgets and the usage book count it)
     usage = UsageReader(limit=s.settings.max_response_bytes)
     response = await (relay or proxy.relay)(
-        request.receive, request_out, record, started, extra_headers=extra, chat=None, usage=usage
+        request, request_out, record, started, extra_headers=extra, chat=None, usage=usage
     )
     if (
         owners is not None
