@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -32,6 +33,16 @@ from proxy.core.usage import ReasoningTokens, TokenUsage
 from proxy.server.serving import BackgroundServer, bind_loopback
 from proxy.settings import Settings
 from proxy.simulated import simulated_providers_text
+
+
+def coroutines_running_in(server: BackgroundServer) -> list[str]:
+    """The qualified names of the coroutines of every task on `server`'s event loop, now."""
+
+    async def names() -> list[str]:
+        return [getattr(task.get_coro(), "__qualname__", "") for task in asyncio.all_tasks()]
+
+    loop = server.server.servers[0].get_loop()
+    return asyncio.run_coroutine_threadsafe(names(), loop).result(10)
 
 
 def make_settings(**overrides: Any) -> Settings:

@@ -19,7 +19,7 @@ import pytest
 
 from proxy.server.app import create_app
 from proxy.server.serving import BackgroundServer
-from tests.helpers import chat_scope, make_settings
+from tests.helpers import chat_scope, coroutines_running_in, make_settings
 from tests.raw_upstream import HOLD, RESET, RawUpstream, Received, Step, chunked, response
 
 TRANSPORTS = ["aiohttp", "httpx"]
@@ -572,16 +572,6 @@ def test_a_request_nested_deeper_than_the_encoder_writes_is_an_openai_shaped_err
 
 
 # --- a client gone while the upstream is awaited -------------------------------------------------
-
-
-def coroutines_running_in(server: BackgroundServer) -> list[str]:
-    """The qualified names of the coroutines of every task on `server`'s event loop, now."""
-
-    async def names() -> list[str]:
-        return [getattr(task.get_coro(), "__qualname__", "") for task in asyncio.all_tasks()]
-
-    loop = server.server.servers[0].get_loop()
-    return asyncio.run_coroutine_threadsafe(names(), loop).result(10)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -119,7 +119,7 @@ def test_the_synchronous_write_sends_what_the_message_sends() -> None:
         _, transport = await served(app)
         return transport.writes
 
-    handshake, batch, one, message = asyncio.run(run())
+    _, batch, one, message = asyncio.run(run())
     assert wrote == [True, True]
     assert batch == b"".join(frame(text) for text in TEXTS)
     assert one == message == frame(TEXTS[0])

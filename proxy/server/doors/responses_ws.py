@@ -72,7 +72,8 @@ from proxy.server.access_log import log_access
 from proxy.server.doors.responses import ResponsesDoor
 from proxy.server.doors.responses_turn import SOCKET_TURN, SocketTurn, turn_scope
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
-from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
+from proxy.server.doors.responses_ws_turn import Connection, TurnEdge, TurnWriter
+from proxy.server.edge import EDGE_REQUEST
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 from proxy.server.websocket_protocol import SEND_TEXTS
 
@@ -273,6 +274,7 @@ class ResponsesSocket:
         reasoning = create.body.get("reasoning")
         effort_set = isinstance(reasoning, dict) and reasoning.get("effort") is not None
         scope = turn_scope(connection.websocket.scope, body, effort_set)
+        scope["extensions"][EDGE_REQUEST] = TurnEdge(connection, body).hooks()
         responses = connection.responses
         turn = SocketTurn(responses, responses.saver, create.generate, connection.upstream)
         scope[SOCKET_TURN] = turn

@@ -35,6 +35,7 @@ from proxy.core.protocols.responses.socket_events import (
 )
 from proxy.server.doors.responses_turn import Answer, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
+from proxy.server.edge import EdgeRequestHooks, OnDisconnect
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream, SocketAnswer
 from proxy.server.websocket_protocol import SEND_TEXTS
 
@@ -73,6 +74,8 @@ class Connection:
         # The reader's deadline while a turn runs (responses_ws.ResponsesSocket._serve): the
         # turn's end moves it to now, so that the reader looks at the socket's state again.
         self.wake: asyncio.Timeout | None = None
+        # The running turn's disconnect watch (its TurnEdge's `on_disconnect`), told by `leave`.
+        self.on_gone: OnDisconnect | None = None
         # The running turn's answer is whole (its terminal event out): what is left is its
         # bookkeeping (the upstream closed, the access line), and a next turn waits for it.
         self.settling = False
@@ -94,6 +97,10 @@ class Connection:
         """The client is gone (or the socket ends): its running turn ends, nothing more goes out."""
         self.sending = False
         self.gone.set()
+        told, self.on_gone = self.on_gone, None
+        if told is not None:  # (the running turn's watch: told on the loop's next turn, as a
+            # watch task reading `receive` would have been, not inside a write that failed)
+            asyncio.get_running_loop().call_soon(told)
 
     async def close(self, code: int, reason: str) -> None:
         """The proxy closes the socket (a running turn sends nothing more)."""
@@ -137,6 +144,41 @@ class Connection:
                 await send({"type": "websocket.send", "text": text})
         except Exception:  # (closed under us: the reader sees the disconnect)
             self.leave()
+
+
+class TurnEdge:
+    """What the server edge tells an HTTP request (proxy.server.edge, its `EDGE_REQUEST` hooks),
+    for one turn's HTTP scope: its body, whole before the turn starts (`take_body`), and the
+    socket's client gone (`Connection.leave`) as the disconnect (`on_disconnect`). So a turn, as a
+    served POST, reads its body with no timer and watches for its client with no task of its own
+    reading `receive` (bench/README.md, "The socket's turn: …")."""
+
+    __slots__ = ("_body", "_connection", "_told")
+
+    def __init__(self, connection: Connection, body: bytes) -> None:
+        self._connection = connection
+        self._body: bytes | None = body
+        self._told: OnDisconnect | None = None
+
+    def hooks(self) -> EdgeRequestHooks:
+        return {"take_body": self.take_body, "on_disconnect": self.on_disconnect}
+
+    def take_body(self) -> bytes | None:
+        body, self._body = self._body, None
+        return body
+
+    def on_disconnect(self, callback: OnDisconnect | None) -> None:
+        connection = self._connection
+        if callback is None:  # (only its own: a next turn's watch is never dropped by this one's)
+            if connection.on_gone is self._told:
+                connection.on_gone = None
+            self._told = None
+            return
+        self._told = callback
+        if connection.gone.is_set():  # (gone already: told at once, as the edge tells it)
+            callback()
+        else:
+            connection.on_gone = callback
 
 
 # Past this many events in one write (a burst's: short ones), the rest is split at once.

@@ -32,7 +32,7 @@ from tests.clients.conftest import (
     start_proxy,
     stop_proxy,
 )
-from tests.helpers import Ended, make_settings
+from tests.helpers import Ended, coroutines_running_in, make_settings
 
 # Every message the socket sends must be an event openai-python knows (nothing it would skip).
 SERVER_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponsesServerEvent)
@@ -440,10 +440,13 @@ def test_a_client_gone_mid_turn_ends_the_turn_and_its_upstream_request(mock: Bac
         with connect(f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=stalled) as ws:
             ws.send(create(input="Tell me a long story."))
             assert json.loads(ws.recv())["type"] == "response.created"
+            running = coroutines_running_in(server)
         # the socket is closed while the upstream stalls: the turn ends now, not in ten minutes
         assert ended.turn_ended.wait(20)
     (turn_record,) = [r for r in ended.records if r.method == "WS"]
     assert turn_record.error == "client_disconnected"
+    # (told by the socket, as the server edge tells a POST: no task of the turn's reads `receive`)
+    assert "ResponsesSocket._turn" in running and "ClientWatch._watch" not in running
 
 
 def test_an_idle_socket_is_closed_cleanly(mock: BackgroundServer) -> None:

@@ -18,7 +18,7 @@ from proxy.core.protocols.responses.socket_events import TERMINAL_TYPES, message
 from proxy.server.doors.responses_store import StoredResponses
 from proxy.server.doors.responses_turn import ResponseSaver, SocketTurn
 from proxy.server.doors.responses_ws_state import SocketResponses
-from proxy.server.doors.responses_ws_turn import Connection, TurnWriter
+from proxy.server.doors.responses_ws_turn import Connection, TurnEdge, TurnWriter
 from proxy.server.upstream.responses_socket import SocketTurnUpstream, framed
 from proxy.server.websocket_protocol import SEND_TEXTS
 
@@ -284,3 +284,30 @@ def test_a_relayed_frame_ends_the_turn_by_its_own_type_not_by_how_far_the_upstre
     asyncio.run(writer.end())
     assert [json.loads(text)["sequence_number"] for text in socket.sent] == [0, 1, 2]
     assert connection.settling and connection.last_terminal == socket.sent[-1]
+
+
+def test_a_turns_edge_hands_its_body_once_and_tells_the_client_gone_to_its_watch() -> None:
+    """TurnEdge: the server edge's hooks for a turn's HTTP scope (its body whole; the socket's
+    client gone as the disconnect), as proxy.server.edge tells a served POST."""
+
+    async def run() -> tuple[list[str], bytes | None, bytes | None]:
+        socket = FakeSocket()
+        connection = Connection(cast(WebSocket, socket), cast(SocketResponses, None))
+        told: list[str] = []
+        first = TurnEdge(connection, b'{"model":"m"}').hooks()
+        body, again = first["take_body"](), first["take_body"]()
+        first["on_disconnect"](lambda: told.append("first"))
+        first["on_disconnect"](None)  # (its answer complete: watched no more)
+        second = TurnEdge(connection, b"{}").hooks()
+        second["on_disconnect"](lambda: told.append("second"))
+        first["on_disconnect"](None)  # (the turn before, done late: the next turn's watch stays)
+        connection.leave()
+        assert told == []  # (told on the loop's next turn, not inside the failing write)
+        await asyncio.sleep(0)
+        third = TurnEdge(connection, b"{}").hooks()
+        third["on_disconnect"](lambda: told.append("third"))  # (gone already: at once)
+        return told, body, again
+
+    told, body, again = asyncio.run(run())
+    assert (body, again) == (b'{"model":"m"}', None)
+    assert told == ["second", "third"]
