@@ -19,7 +19,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import cast
 
 from starlette.types import Message, Send
 from starlette.websockets import WebSocket, WebSocketState
@@ -133,10 +132,9 @@ class Connection:
                 if isinstance(texts[0], str):
                     await send({"type": SEND_TEXTS, "texts": texts})
                     return
-                encoded = cast("Sequence[bytes]", texts)
                 write = self.write_texts
-                if write is None or not write(encoded):
-                    await send({"type": SEND_TEXTS, "encoded": encoded})
+                if write is None or not write(texts):  # type: ignore[arg-type]  # (bytes: str is above)
+                    await send({"type": SEND_TEXTS, "encoded": texts})
                 return
             for text in texts:
                 if not isinstance(text, str):
