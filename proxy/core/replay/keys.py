@@ -309,11 +309,12 @@ def turn_keys(turns: Sequence[Turn], *, tenant: str, policy: ReplayPolicy) -> li
     """The store key of each turn (None: not kept): a turn that ends in tool calls under its first
     tool-call id; one without, only when the policy keeps reasoning on every message and the turn
     had some, under the hash of its content."""
+    every_turn = policy.mode == "every_turn"  # (`mode` read once: the property is a call per turn)
     keys: list[str | None] = []
     for turn in turns:
         if turn.first_call_id is not None:
             keys.append(store_key(tenant, "t", turn.first_call_id))
-        elif policy.every_turn and (turn.reasoning or turn.details) and _distinct(turn.content):
+        elif every_turn and (turn.reasoning or turn.details) and _distinct(turn.content):
             keys.append(store_key(tenant, "c", content_hash(turn.content)))
         else:
             keys.append(None)
