@@ -99,7 +99,8 @@ def may_be_replayed(body: dict[str, Any], policy: ReplayPolicy) -> bool:
     ends in tool calls (only possible when the request offers tools or functions), or any turn
     under an `every_turn` policy. Anything else is never looked up, so it is not collected: a plain chat
     pays nothing per streamed chunk."""
-    return policy.every_turn or bool(body.get("tools") or body.get("functions"))
+    # (`mode` read rather than the policy's `every_turn` property: this runs for every request.)
+    return policy.mode == "every_turn" or bool(body.get("tools") or body.get("functions"))
 
 
 class ReplayService:
@@ -167,10 +168,11 @@ class ReplayService:
         note = ReplayNote(tenant, dialect.name, model, policy, capture)
         record.notes[NOTE] = note
         plan = plan_lookups(body.get("messages"), policy, tenant)
-        if plan.empty:
+        if plan.empty:  # (every first turn of a conversation)
             if capture is not None:
                 self._opened(note)
-            self._note_faults(record, reads=0)
+            if self._unreported_writes:
+                self._note_faults(record, reads=0)
             return Prepared(body, capture, None)
         found: dict[str, Remembered | None] = {}
         reads_failed = 0
@@ -248,7 +250,10 @@ class ReplayService:
     def _opened(self, note: ReplayNote) -> None:
         if self._open_count >= MAX_OPEN:
             return  # (only ever reached if ends went unrecorded: the wait is then given up, not memory)
-        self._open.setdefault(note.tenant, {})[note] = None
+        notes = self._open.get(note.tenant)
+        if notes is None:
+            notes = self._open[note.tenant] = {}
+        notes[note] = None
         self._open_count += 1
 
     def _ended(self, note: ReplayNote) -> None:

@@ -15,6 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from proxy.state import MemoryStore, RedisStore, StoreUnavailable, build_store
+from proxy.state.memory import ENTRY_OVERHEAD, TENANT_OVERHEAD
 from tests.helpers import make_settings
 from tests.realredis import RedisServer, running_redis
 
@@ -100,6 +101,51 @@ async def test_memory_a_value_past_a_tenants_share_is_not_kept() -> None:
     await store.put_many([("keep", b"k" * 1_000)], tenant="t")
     await store.put_many([("huge", b"h" * 20_000)], tenant="t")
     assert await store.get_many(["huge", "keep"]) == [None, b"k" * 1_000]
+
+
+async def test_memory_accounting_matches_what_it_holds_through_every_operation() -> None:
+    """`bytes` and each tenant's bytes are exactly what the entries held cost (their key's and
+    value's object sizes plus the per-entry overhead), and a tenant is past its share exactly when
+    its bytes are, after writes with and without a tenant, rewrites (of a key by another tenant
+    too), values of any buffer type, evictions by both bounds, expiry, touches and deletes."""
+    clock = Clock()
+    store = MemoryStore(ttl=60, max_entries=12, max_bytes=9_000, tenant_share=2_500, clock=clock)
+
+    def check() -> None:
+        held: dict[str | None, int] = {}
+        for key, (_, value, tenant) in store._data.items():
+            extra = ENTRY_OVERHEAD if tenant is None else ENTRY_OVERHEAD + TENANT_OVERHEAD
+            held[tenant] = held.get(tenant, 0) + sys.getsizeof(key) + sys.getsizeof(value) + extra
+            assert type(value) is bytes
+        assert store.bytes == sum(held.values())
+        for tenant in ("t1", "t2", "t3"):
+            assert store.tenant_bytes(tenant) == held.get(tenant, 0)
+            kept = [key for key, entry in store._data.items() if entry[2] == tenant]
+            assert list(store._tenant_keys.get(tenant, ())) == kept  # in written order
+        assert store._over_share == {t for t in ("t1", "t2", "t3") if held.get(t, 0) > store.tenant_share}
+        assert store.bytes <= store.max_bytes and len(store) <= store.max_entries
+
+    for i in range(30):
+        tenant = (None, "t1", "t2", "t1", "t3")[i % 5]
+        value: bytes | bytearray | memoryview = b"v" * (100 + 37 * (i % 7))
+        if i % 4 == 1:
+            value = bytearray(value)  # a buffer that is not bytes: kept as an exact-size bytes copy
+        elif i % 4 == 2:
+            value = memoryview(bytes(value))
+        items = [(f"k-{i}", value), (f"k-{i // 3}", b"r" * 50)]  # the second one rewrites an older key
+        store.put_now(items, tenant=tenant)  # type: ignore[list-item]
+        check()
+        if i % 6 == 5:
+            clock.now += 25
+            await store.touch_many([f"k-{i - 1}", f"k-{i - 9}"])
+            check()
+        if i % 7 == 6:
+            await store.delete_many([f"k-{i - 2}", "k-absent"])
+            check()
+    clock.now += 61  # everything expires: the next write drops it all first
+    store.put_now([("last", b"l")], tenant="t1")
+    check()
+    assert len(store) == 1
 
 
 async def test_memory_touch_keeps_an_entry_for_a_new_ttl_and_last_to_go() -> None:

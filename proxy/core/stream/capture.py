@@ -15,23 +15,28 @@ items without an index are kept as they came.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
 
 _CONCATENATED = ("text", "summary")
 
 
-@dataclass(slots=True)
 class CapturedTurn:
-    index: int
-    reasoning: list[str] = field(default_factory=list)
-    content: list[str] = field(default_factory=list)
-    content_seen: bool = False
-    calls: dict[int, str] = field(default_factory=dict)  # tool-call position → id
-    extra: dict[int, Any] = field(default_factory=dict)  # tool-call position → extra_content
-    details: list[Any] = field(default_factory=list)
-    detail_slots: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """One choice's turn while its response is collected. (A plain class with its containers built
+    in `__init__`: one is made for every collected response, and a dataclass's default factories
+    cost several calls each.)"""
+
+    __slots__ = ("calls", "content", "content_seen", "detail_slots", "details", "extra", "index", "reasoning")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.reasoning: list[str] = []
+        self.content: list[str] = []
+        self.content_seen = False
+        self.calls: dict[int, str] = {}  # tool-call position → id
+        self.extra: dict[int, Any] = {}  # tool-call position → extra_content
+        self.details: list[Any] = []
+        self.detail_slots: dict[int, dict[str, Any]] = {}
 
     @property
     def first_call_id(self) -> str | None:
@@ -53,6 +58,20 @@ class CapturedTurn:
         if not self.extra:
             return {}
         return {self.calls[i]: extra for i, extra in self.extra.items() if i in self.calls}
+
+    def finished(self) -> Turn:
+        """The turn as the store keeps it: the four properties above in one call (asked at the end
+        of every collected response; a plain answer has neither calls nor extra_content)."""
+        reasoning = self.reasoning
+        return _new_turn(
+            (
+                self.first_call_id if self.calls else None,
+                "".join(reasoning) if reasoning else None,
+                "".join(self.content) if self.content_seen else None,
+                self.details or None,
+                self.signatures if self.extra else {},
+            )
+        )
 
 
 class TurnCollector:
@@ -197,10 +216,7 @@ class TurnCollector:
                 self.message(choice.get("index", 0), choice["message"])
 
     def turns(self) -> list[Turn]:
-        return [
-            _new_turn((t.first_call_id, t.reasoning_text, t.content_text, t.details or None, t.signatures))
-            for t in self._turns.values()
-        ]
+        return [turn.finished() for turn in self._turns.values()]
 
 
 _NO_TURN = CapturedTurn(-1)  # TurnCollector's stand-in before its first turn (never in _turns)

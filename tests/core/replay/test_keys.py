@@ -72,6 +72,20 @@ def test_secrets_give_each_earlier_secret_its_own_tenant_hash() -> None:
         Secrets(b"")
 
 
+def test_secrets_hash_each_request_alone_and_as_tenant_of_does() -> None:
+    """The current secret's hash is prepared once and copied per request: a request's key never
+    leaks into the next one's hash, and a secret longer than BLAKE2b's key hashes as tenant_of
+    hashes it (its SHA-256 as the key)."""
+    for secret in (b"s", b"k" * 64, b"long" * 40):
+        secrets = Secrets(secret, (b"old",))
+        first = secrets.tenants("sk-live-abc")
+        assert secrets.tenants("sk-other").current == tenant_of(secret, "sk-other")
+        assert secrets.tenants("sk-live-abc") == first
+        assert first == (tenant_of(secret, "sk-live-abc"), (tenant_of(b"old", "sk-live-abc"),))
+        assert Secrets(secret).tenants("sk-live-abc") == (first.current, ())
+    assert Secrets(b"a") == Secrets(b"a") and hash(Secrets(b"a")) == hash(Secrets(b"a"))
+
+
 def test_keys_differ_per_tenant_and_are_bounded() -> None:
     assert store_key("t1", "t", "call_1") != store_key("t2", "t", "call_1")
     assert len(store_key("t1", "t", "x" * 100_000)) == len(store_key("t1", "t", "y"))
