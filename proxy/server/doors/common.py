@@ -222,19 +222,12 @@ class BridgedOutput:
         return self.transcoder.completion(body)
 
     async def settle(self) -> None:
-        # (Awaited before every write, a paced stream's hundreds: what is due is checked here, and
-        # only I/O that is due is awaited.)
-        if self.spill:
+        if self.spill:  # (called after every write: most have nothing to store)
             await store_spill(self.spill, self.spill_store, self.tenant or None)
-        if self.keeps():
-            await self.keep()
-
-    def keeps(self) -> bool:
-        """Whether the door's own I/O at the answer's end (`keep`) is due now; never by default."""
-        return False
+        await self.keep()
 
     async def keep(self) -> None:
-        """The door's own I/O once the answer is whole (storing a response), when `keeps`."""
+        """The door's own I/O once the answer is whole (storing a response); none by default."""
 
 
 # -- the state store: reasoning too large to seal inline -----------------------------------------

@@ -100,16 +100,12 @@ class BridgeOutput(BridgedOutput):
     earlier_keys: list[str] = field(default_factory=list)  # the store keys of the earlier turns
     settled: bool = False
 
-    def keeps(self) -> bool:
-        """The response is whole and is to be kept, and not kept yet."""
-        return not self.settled and self.saver is not None and self.transcoder.final is not None
-
     async def keep(self) -> None:
-        final, saver = self.transcoder.final, self.saver
-        if self.settled or final is None or saver is None:
+        final = self.transcoder.final
+        if self.settled or final is None or self.saver is None:
             return
         self.settled = True
-        await saver.save(self.tenant, final, self.stored_input, self.previous, self.earlier_keys)
+        await self.saver.save(self.tenant, final, self.stored_input, self.previous, self.earlier_keys)
 
 
 class ResponsesDoor(Door):
