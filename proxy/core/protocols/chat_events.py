@@ -322,8 +322,13 @@ class ChatEventReader:
         reader's, or the one the run brings. None: its bytes are to be read (`feed`) instead."""
         template = None
         if self._templates:
-            self._adopted |= run.template is not None  # (from now on the runs bring theirs)
-            template = template_of_run(self._template, run)
+            brought = run.template
+            self._adopted |= brought is not None  # (from now on the runs bring theirs)
+            # The shape this reader took from the runs before (a paced stream's every read): its
+            # own, at once (a run's prefix and suffix are those of the template it brings).
+            template = brought if brought is not None and brought is self._template else None
+            if template is None:
+                template = template_of_run(self._template, run)
         if template is None or not self._decoder.idle:
             return None
         self._template = template

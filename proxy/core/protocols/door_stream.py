@@ -190,6 +190,10 @@ class DoorTranscoder:
                 template = self.reader.take_run(run)
                 if template is None:
                     return self._write(self.reader.feed(run.data))
+                if self._direct:  # (more of the item open: written at once)
+                    written = self._encoder.text_delta_frames(template.reasoning, run.texts)
+                    if written is not None:
+                        return written
                 out: list[bytes] = []
                 self._texts(template.reasoning, run.texts, out)
                 return out[0] if len(out) == 1 else b"".join(out)

@@ -204,15 +204,16 @@ class BridgedOutput:
     spill: list[tuple[str, bytes]] = field(default_factory=list)
     spill_store: StateStore | None = None
     tenant: str = ""  # (whose share what is written counts toward: the current tenant hash)
+    # The transcoder's own `feed` and `feed_pieces`, bound once: every read of a stream reaches
+    # them with no call of this class between (a paced stream's every chunk is one read).
+    feed: Callable[[bytes], bytes] = field(init=False, repr=False)
+    feed_pieces: Callable[[Sequence[DoorPiece]], bytes] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.feed, self.feed_pieces = self.transcoder.feed, self.transcoder.feed_pieces
 
     def planned(self, trace: TraceBuilder | None) -> None:
         add_notes(trace, self.notes)
-
-    def feed(self, data: bytes) -> bytes:
-        return self.transcoder.feed(data)
-
-    def feed_pieces(self, pieces: Sequence[DoorPiece]) -> bytes:
-        return self.transcoder.feed_pieces(pieces)
 
     def close(self) -> bytes:
         return self.transcoder.close()

@@ -227,7 +227,8 @@ class ResponsesDoor(Door):
         report = await self._restore(chat["messages"], bridged, ctx, expansion)
         record.request_messages = chat.get("messages")
         response_id = new_id("resp")
-        record.notes[CHAIN_NOTE] = (chain_links(parsed), response_id)
+        noted = record.notes.get(CHAIN_NOTE)  # (the links _create read, with this response's id)
+        record.notes[CHAIN_NOTE] = (noted[0] if noted is not None else chain_links(parsed), response_id)
         frame = ResponseFrame.for_request(
             parsed,
             response_id=response_id,

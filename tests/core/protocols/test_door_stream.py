@@ -27,6 +27,8 @@ from proxy.core.protocols.messages.stream import MessagesTranscoder
 from proxy.core.protocols.responses.events import ResponsesEncoder
 from proxy.core.protocols.responses.output import ReasoningItemFacts, ResponseFrame, frames
 from proxy.core.protocols.responses.stream import ResponsesTranscoder
+from proxy.core.stream.chunk_template import KnownRun
+from tests.helpers import STREAM_FIXTURES, pipeline_pieces
 
 DOORS = ("responses", "messages")
 # Each door's failure event.
@@ -161,3 +163,20 @@ def test_runs_are_read_by_their_shape_and_counted_on_each_door(door: str) -> Non
     fast, reference = transcoder(door), transcoder(door, templates=False)
     assert fast.feed(stream) + fast.close() == reference.feed(stream) + reference.close()
     assert fast.hits > 30 and reference.hits == 0
+
+
+@pytest.mark.parametrize("door", DOORS)
+@pytest.mark.parametrize("name", sorted(p.name for p in STREAM_FIXTURES.glob("*.sse")))
+def test_a_paced_streams_reads_handed_over_one_by_one_give_the_reference_bytes(door: str, name: str) -> None:
+    """A paced stream's reads, one event each, as the pipeline hands them over (mostly a run of one,
+    which `feed_pieces` writes straight from the encoder's direct delta path): byte for byte what
+    the reference path (every event decoded, every delta through `feed`) writes for the same bytes."""
+    raw = (STREAM_FIXTURES / name).read_bytes()
+    events = [i + 2 for i in range(len(raw)) if raw.startswith(b"\n\n", i)][:-1]
+    pieces = pipeline_pieces(raw, events)
+    handed, reference = transcoder(door), transcoder(door, templates=False)
+    out = b"".join(handed.feed_pieces(piece) for piece in pieces) + handed.close()
+    joined = [b"".join(p if isinstance(p, bytes) else p.data for p in piece) for piece in pieces]
+    assert out == b"".join(reference.feed(read) for read in joined) + reference.close()
+    runs_of_one = sum(1 for piece in pieces if len(piece) == 1 and isinstance(piece[0], KnownRun))
+    assert runs_of_one == 0 or handed.hits >= runs_of_one

@@ -125,3 +125,22 @@ def test_a_turn_has_the_upgrades_headers_less_the_sockets_own_and_the_level_its_
     ]
     overridden = turn_scope(upgrade, body, effort_set=True)  # (the create's reasoning.effort wins)
     assert (b"x-thinking-level", b"deep") not in overridden["headers"]
+
+
+def test_the_door_keeps_its_response_once_when_it_is_whole_and_not_before() -> None:
+    """`settle`, awaited before every write of a stream, keeps the response once its terminal
+    event is written (before the client reads it), and never again; nothing before that."""
+    frame = ResponseFrame("resp_1", "m", 1)
+    transcoder = ResponsesTranscoder(frame, seal=lambda facts: None, new_id=lambda prefix: f"{prefix}_1")
+    saver = KeptResponses()
+    door = BridgeOutput(transcoder)
+    door.saver = saver
+    chunk = b'data: {"choices":[{"index":0,"delta":{"content":"Hi."},"finish_reason":null}]}\n\n'
+    end = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    door.feed(chunk)
+    asyncio.run(door.settle())
+    assert saver.kept == []
+    door.feed(end)
+    asyncio.run(door.settle())
+    asyncio.run(door.settle())
+    assert saver.kept == [transcoder.final] and transcoder.final is not None

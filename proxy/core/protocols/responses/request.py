@@ -83,6 +83,8 @@ _MAPPED: Final = frozenset(
 )
 # Read by the edge, never sent upstream: the state store, stored-item expansion, what to include.
 EDGE_FIELDS: Final = frozenset({"store", "previous_response_id", "include"})
+# Every field the bridge reads: any other one is dropped (and named).
+_KNOWN: Final = _MAPPED | EDGE_FIELDS | frozenset(_KEPT)
 # Server-side state the bridge cannot stand in for: dropping them would lose the conversation.
 _REFUSED: Final = {
     "conversation": "send the conversation's items in input (or use previous_response_id)",
@@ -157,8 +159,7 @@ def bridge_request(body: Mapping[str, Any], *, hosted_tools: HostedTools = "omit
     _text(present.get("text"), chat, dropped)
     level, summary = _reasoning(present.get("reasoning"), dropped)
     dropped.extend(f"input[{i}] (reasoning with no assistant item after it)" for i in mapped.stray_reasoning)
-    known = _MAPPED | EDGE_FIELDS | set(_KEPT)
-    dropped.extend(k for k in present if k not in known)
+    dropped.extend(k for k in present if k not in _KNOWN)
     return BridgedRequest(
         body=chat,
         level=level,
