@@ -23,7 +23,7 @@ in-process test client, another ASGI server) gets the plain messages one by one
 The extension's dict also holds a synchronous form of the same send, for a writer that sends once
 per event (a paced stream: ~200 a turn, each a coroutine and a message dict through ASGI's `send`
 otherwise, most of what such a turn cost over the HTTP door's same answer; bench/README.md, "The
-socket's writes: …"):
+socket's turn: …"):
 
     write = scope["extensions"]["thinkproxy.websocket.send_texts"]["write"]
     if not write([b"{...}", b"{...}"]):          # the texts' UTF-8, as `encoded`
