@@ -72,6 +72,8 @@ else:
         library's framing (a Frame, its checks, a BytesIO, ~10 calls a message) was most of what a
         socket turn cost over the HTTP door's same answer (bench/README.md, "The Responses
         WebSocket mode, counted"); tests hold these frames to the library's."""
+        if not encoded:
+            return b""
         if len(encoded) == 1:  # (a paced stream's every write)
             data = encoded[0]
             size = len(data)
@@ -93,6 +95,13 @@ else:
             super().handle_connect(event)
             if not self.close_sent:  # (the upgrade is accepted: the scope is built, its app not run yet)
                 self.scope["extensions"][SEND_TEXTS] = {"write": self.write_texts}
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            # (the scope holds the extension, the extension this protocol's bound `write`: let go
+            # of it, or every closed socket is a reference cycle left to the collector)
+            extensions = getattr(self, "scope", {}).get("extensions") or {}
+            extensions.get(SEND_TEXTS, {}).pop("write", None)
 
         def write_texts(self, encoded: Sequence[bytes]) -> bool:
             """`encoded` (texts' UTF-8) sent as a `SEND_TEXTS` message would send them, when that

@@ -280,3 +280,44 @@ def test_a_served_socket_reads_the_batch_as_its_messages_in_order(compression: s
         negotiated = socket.response.headers.get("Sec-WebSocket-Extensions")
     assert got == [*TEXTS, "after", *TEXTS]
     assert (negotiated is not None) == (compression is not None)
+
+
+def test_a_closed_socket_leaves_no_reference_cycle_through_its_synchronous_write() -> None:
+    """The scope holds the extension, the extension the protocol's bound `write`: the connection's
+    end lets go of it, so a closed socket is freed by its reference count, not the collector."""
+    extensions: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        extensions.append(scope["extensions"][SEND_TEXTS])
+        await receive()
+        await send({"type": "websocket.accept"})
+
+    async def run() -> BatchingWebSocketProtocol:
+        protocol, _ = await served(app)
+        protocol.connection_lost(None)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return protocol
+
+    asyncio.run(run())
+    assert extensions and "write" not in extensions[0]
+
+
+def test_an_empty_batch_writes_nothing() -> None:
+    wrote: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": SEND_TEXTS, "encoded": []})
+        await send({"type": SEND_TEXTS, "texts": []})
+        wrote.append(scope["extensions"][SEND_TEXTS]["write"]([]))
+        await send({"type": "websocket.send", "text": "after"})
+
+    async def run() -> list[bytes]:
+        _, transport = await served(app)
+        return transport.writes
+
+    writes = asyncio.run(run())
+    assert wrote == [True]
+    assert b"".join(writes[1:]) == frame("after")
