@@ -30,14 +30,16 @@ It also tells the app, per request, two things only the server knows, through an
     body = hooks["take_body"]()          # bytes, or None
     hooks["on_disconnect"](callback)     # or None, to stop watching
 
-`take_body()` is the whole request body when all of it has arrived and nothing of it was read yet
-through `receive`: it is taken as `receive` would give it, and `receive` then goes on as after the
+`take_body()` is the whole request body when all of it has arrived: it is for the body's first
+reader, before anything of it is read through `receive` (proxy.server.asgi.read_body asks it
+first), and it is taken as `receive` would give it, and `receive` then goes on as after the
 body's last message. A body sent in the write that carries its head arrives before the app runs; one
 a client writes apart (http.client and httpx do) when the server reads after both are in, as a busy
 one does. None otherwise (a body still arriving, a client gone, an `Expect: 100-continue` not answered
 yet): read it from `receive`, as without the extension. `on_disconnect(callback)` calls `callback()`
 once, when the client's connection is lost while the request's answer is still incomplete (at once if
-it already is: when `receive` would say `http.disconnect`); `on_disconnect(None)` forgets it. Without
+the connection is lost already); `on_disconnect(None)` forgets it (the one callback a request has:
+its relay's watch, proxy.server.asgi.ClientWatch). Without
 them the app reads the body under a timer and keeps a task per request reading `receive` for the
 disconnect while the upstream is awaited (proxy.server.asgi: `read_body`, `ClientWatch`); with them,
 neither (bench/README.md, "The watch and the body timer, from the server"). A server that does not
