@@ -18,7 +18,7 @@ again; the sender vouches for the encoding, as a text frame requires). Its rules
 `websocket.send`'s: only after the accept and before the close; a client gone raises uvicorn's
 `ClientDisconnected`, as `websocket.send` does. A server that does not advertise the extension (an
 in-process test client, another ASGI server) gets the plain messages one by one
-(`SEND_TEXTS` callers check the scope: proxy.server.doors.responses_ws_turn.Connection).
+(`SEND_TEXTS` callers check the scope: proxy.server.doors.responses_ws_connection.Connection).
 
 The extension's dict also holds a synchronous form of the same send, for a writer that sends once
 per event (a paced stream: ~200 a turn, each a coroutine and a message dict through ASGI's `send`

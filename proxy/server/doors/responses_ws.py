@@ -71,8 +71,9 @@ from proxy.core.replay.keys import tenant_of
 from proxy.server.access_log import log_access
 from proxy.server.doors.responses import ResponsesDoor
 from proxy.server.doors.responses_turn import SOCKET_TURN, SocketTurn, turn_scope
+from proxy.server.doors.responses_ws_connection import Connection, TurnEdge
 from proxy.server.doors.responses_ws_state import KeySockets, SocketResponses
-from proxy.server.doors.responses_ws_turn import Connection, TurnEdge, TurnWriter
+from proxy.server.doors.responses_ws_turn import TurnWriter
 from proxy.server.edge import EDGE_REQUEST
 from proxy.server.upstream.responses_socket import ResponsesSocketUpstream
 from proxy.server.websocket_protocol import SEND_TEXTS

@@ -17,8 +17,9 @@ from proxy.core.protocols.responses.output import frames, message_frames
 from proxy.core.protocols.responses.socket_events import TERMINAL_TYPES, message_type
 from proxy.server.doors.responses_store import StoredResponses
 from proxy.server.doors.responses_turn import ResponseSaver, SocketTurn
+from proxy.server.doors.responses_ws_connection import Connection, TurnEdge
 from proxy.server.doors.responses_ws_state import SocketResponses
-from proxy.server.doors.responses_ws_turn import Connection, TurnEdge, TurnWriter
+from proxy.server.doors.responses_ws_turn import TurnWriter
 from proxy.server.upstream.responses_socket import SocketTurnUpstream, framed
 from proxy.server.websocket_protocol import SEND_TEXTS
 
