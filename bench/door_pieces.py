@@ -32,7 +32,6 @@ zeroes the compressor's state in counted code, where glibc's hands out pages the
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import itertools
 import os
@@ -51,7 +50,7 @@ if importlib.util.find_spec("proxy") is None:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import orjson
-from door_events import DONE, door_alone, pipeline, pipeline_runs
+from door_events import DONE, counted_child, door_alone, pipeline, pipeline_runs
 from fake_upstream import sse_events
 
 from proxy.core import seal
@@ -138,24 +137,6 @@ def pieces() -> dict[str, Callable[[], object]]:
     }
 
 
-def counted_child(runs: dict[str, Callable[[], object]]) -> None:
-    """Under callgrind: each piece's COUNTED calls collected and dumped by its name."""
-    import ctypes
-
-    from bisect_instructions import MARKS_SO
-
-    marks = ctypes.CDLL(str(MARKS_SO))
-    for name, run in runs.items():
-        for _ in range(3):
-            run()
-        gc.collect()
-        marks.marks_toggle()
-        for _ in range(COUNTED):
-            run()
-        marks.marks_dump(name.encode())
-        marks.marks_toggle()
-
-
 def counted() -> dict[str, float]:
     from bisect_instructions import SUMMARY, TRIGGER, build_marks
 
@@ -188,7 +169,7 @@ def main() -> None:
     args = parser.parse_args()
     runs = pieces()
     if args.count_child:
-        counted_child(runs)
+        counted_child(runs, COUNTED)  # (door_events': each piece's COUNTED calls, dumped by its name)
         return
     figures: dict[str, Any]
     if args.instructions:
