@@ -152,8 +152,11 @@ def counted_child(runs: dict[str, Callable[[], object]], streams: int) -> None:
         marks.marks_toggle()
 
 
-def counted(argv: list[str], streams: int) -> dict[str, float]:
-    """Instructions per stream of each path: this script again, as `--count-child`, under callgrind."""
+def counted(
+    argv: list[str], streams: int, script: Path | None = None, spaced: bool = True
+) -> dict[str, float]:
+    """Instructions per stream of each path: this script (or `script`) again, as `--count-child`, under
+    callgrind; `spaced`: the dumps' names have their spaces back (counted_child writes them with `_`)."""
     from bisect_instructions import SUMMARY, TRIGGER, build_marks
 
     build_marks()
@@ -165,14 +168,15 @@ def counted(argv: list[str], streams: int) -> dict[str, float]:
             "--collect-atstart=no",
             f"--callgrind-out-file={out}/cg.out",
         ]
-        command += [sys.executable, str(Path(__file__).resolve()), *argv, "--count-child"]
+        command += [sys.executable, str((script or Path(__file__)).resolve()), *argv, "--count-child"]
         subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         found: dict[str, float] = {}
         for dump in Path(out).glob("cg.out.*"):
             text = dump.read_bytes()
             trigger, summary = TRIGGER.search(text), SUMMARY.search(text)
             if trigger is not None and summary is not None:
-                found[trigger.group(1).decode().replace("_", " ")] = int(summary.group(1)) / streams
+                name = trigger.group(1).decode()
+                found[name.replace("_", " ") if spaced else name] = int(summary.group(1)) / streams
     return found
 
 

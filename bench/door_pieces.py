@@ -34,10 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
-import os
-import subprocess
 import sys
-import tempfile
 import time
 import timeit
 from collections.abc import Callable
@@ -50,7 +47,7 @@ if importlib.util.find_spec("proxy") is None:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import orjson
-from door_events import DONE, counted_child, door_alone, pipeline, pipeline_runs
+from door_events import DONE, counted, counted_child, door_alone, pipeline, pipeline_runs
 from fake_upstream import sse_events
 
 from proxy.core import seal
@@ -137,29 +134,6 @@ def pieces() -> dict[str, Callable[[], object]]:
     }
 
 
-def counted() -> dict[str, float]:
-    from bisect_instructions import SUMMARY, TRIGGER, build_marks
-
-    build_marks()
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    with tempfile.TemporaryDirectory(prefix="door-pieces-cg-") as out:
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            f"--callgrind-out-file={out}/cg.out",
-        ]
-        command += [sys.executable, str(Path(__file__).resolve()), "--count-child"]
-        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        found: dict[str, float] = {}
-        for dump in Path(out).glob("cg.out.*"):
-            text = dump.read_bytes()
-            trigger, summary = TRIGGER.search(text), SUMMARY.search(text)
-            if trigger is not None and summary is not None:
-                found[trigger.group(1).decode()] = int(summary.group(1)) / COUNTED
-    return found
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -173,7 +147,8 @@ def main() -> None:
         return
     figures: dict[str, Any]
     if args.instructions:
-        figures = counted()
+        # (door_events': this script under callgrind, each piece's COUNTED calls dumped by its name)
+        figures = counted([], COUNTED, script=Path(__file__), spaced=False)
         print(f"{'piece':<20} {'instructions per call':>22}")
         for name in runs:
             print(f"{name:<20} {figures[name]:>22,.0f}")
