@@ -88,41 +88,25 @@ class MemoryStore:
         self.put_now(items, tenant=tenant)
 
     def put_now(self, items: Sequence[tuple[str, bytes]], *, tenant: str | None = None) -> None:
-        """The synchronous write (the async one only wraps it): nothing in it can wait.
-
-        It runs at the end of every captured answer, so the common write (a new key) is done
-        here in a few dict operations: what an entry holds is `_held`'s sum written out, the
-        tenant's bytes and share as `_add_tenant_bytes` keeps them for a growing tenant."""
+        """The synchronous write (the async one only wraps it): nothing in it can wait."""
         now = self.clock()
         expires = now + self.ttl
-        data = self._data
-        overhead = _BYTES_SIZE + (ENTRY_OVERHEAD if tenant is None else ENTRY_OVERHEAD + TENANT_OVERHEAD)
-        limit = self.max_bytes if tenant is None else min(self.max_bytes, self.tenant_share)
         for key, given in items:
-            size = getsizeof(key) + len(given) + overhead  # (= _held of the copy kept below)
-            if size > limit:
-                continue  # could never fit: not worth evicting everything else for it
-            if key in data:
-                self._drop(key)
             # An exact-size copy (see the module docstring): bytes(value) and value[:] would
-            # return the same object, buffer and all.
-            data[key] = (expires, bytes(memoryview(given)), tenant)
+            # return the same object, buffer and all. Counted as the copy (`_held`), whatever
+            # buffer it was given.
+            value = bytes(memoryview(given))
+            size = _held(key, value, tenant)
+            if size > self.max_bytes or (tenant is not None and size > self.tenant_share):
+                continue  # could never fit: not worth evicting everything else for it
+            if key in self._data:
+                self._drop(key)
+            self._data[key] = (expires, value, tenant)
             self.bytes += size
             if tenant is not None:
-                keys = self._tenant_keys.get(tenant)
-                if keys is None:
-                    keys = self._tenant_keys[tenant] = OrderedDict()
-                keys[key] = None
-                held = self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + size
-                if held > self.tenant_share:
-                    self._over_share.add(tenant)
-                elif tenant in self._over_share:  # (only after the share itself was raised)
-                    self._over_share.discard(tenant)
-        # What `_evict` would find to do, asked here first: most writes leave it nothing.
-        oldest = next(iter(data.values()), None)
-        expired = oldest is not None and oldest[0] <= now
-        if expired or len(data) > self.max_entries or self.bytes > self.max_bytes:
-            self._evict(now, tenant)
+                self._tenant_keys.setdefault(tenant, OrderedDict())[key] = None
+                self._add_tenant_bytes(tenant, size)
+        self._evict(now, tenant)
 
     async def touch_many(self, keys: Sequence[str]) -> None:
         """Keep each key (present and not expired) for a new TTL, as if written now: a stored
@@ -199,13 +183,8 @@ class MemoryStore:
 
 
 def _held(key: str, value: bytes, tenant: str | None) -> int:
-    """What one entry costs the process: its key's and value's objects and the entry's share of
-    the tables. The value is the store's exact-size bytes copy, whose size is its length plus a
-    bytes object's header (what sys.getsizeof says of it); the key is the caller's string, kept as
-    it is. `put_now` writes this sum out (for the copy it makes of whatever buffer it was given)."""
+    """What one entry costs the process. sys.getsizeof of a bytes object assumes an exact-size
+    buffer, which is what the store keeps (`put_now` measures its copy, not the buffer it was
+    given); the key is the caller's string, kept as it is."""
     extra = ENTRY_OVERHEAD if tenant is None else ENTRY_OVERHEAD + TENANT_OVERHEAD
-    return getsizeof(key) + len(value) + _BYTES_SIZE + extra
-
-
-_BYTES_SIZE = sys.getsizeof(b"")  # a bytes object's size beyond its length
-getsizeof = sys.getsizeof
+    return sys.getsizeof(key) + sys.getsizeof(value) + extra

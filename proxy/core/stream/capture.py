@@ -46,22 +46,14 @@ class CapturedTurn:
         return calls[0] if 0 in calls else calls[min(calls)]
 
     @property
-    def reasoning_text(self) -> str | None:
-        return "".join(self.reasoning) if self.reasoning else None
-
-    @property
-    def content_text(self) -> str | None:
-        return "".join(self.content) if self.content_seen else None
-
-    @property
     def signatures(self) -> dict[str, Any]:
         if not self.extra:
             return {}
         return {self.calls[i]: extra for i, extra in self.extra.items() if i in self.calls}
 
     def finished(self) -> Turn:
-        """The turn as the store keeps it: the four properties above in one call (asked at the end
-        of every collected response; a plain answer has neither calls nor extra_content)."""
+        """The turn as the store keeps it (asked at the end of every collected response; a plain
+        answer has neither calls nor extra_content, so neither property is asked for it)."""
         reasoning = self.reasoning
         return _new_turn(
             (
