@@ -30,7 +30,6 @@ from proxy.core.protocols.responses.socket_events import (
 from proxy.server.doors.responses_turn import Answer, SocketTurn
 from proxy.server.doors.responses_ws_connection import Connection
 from proxy.server.upstream.responses_socket import SocketAnswer
-from proxy.server.websocket_protocol import SEND_TEXTS
 
 # Past this many events in one write (a burst's: short ones), the rest is split at once.
 _FOUND_LINES = 8
@@ -135,16 +134,16 @@ class TurnWriter:
                     end = data.find(b"\n")  # (one event: the newline that ends it, the only one)
                     if end == len(data) - 1 and not self.prefix and answer.final is None:
                         connection = self.connection  # (one event, not the last: most writes)
-                        if not connection.sends_texts:  # (a server without SEND_TEXTS: as any write)
-                            await connection.send_all((data[:-1],))
-                        elif connection.sending:
-                            event = (data[:-1],)
-                            write = connection.write_texts
+                        event = (data[:-1],)
+                        write = connection.write_texts
+                        if write is not None and connection.sending:
                             try:  # (at once where the transport takes it: no coroutine, no message)
-                                if write is None or not write(event):
-                                    await connection.raw_send({"type": SEND_TEXTS, "encoded": event})
+                                if write(event):
+                                    return
                             except Exception:  # (closed under us: the reader sees the disconnect)
                                 connection.leave()
+                                return
+                        await connection.send_all(event)  # (the message, or a server without the write)
                         return
                     events = [data[:-1]] if end == len(data) - 1 else lines_of(data, end)
                     if self.prefix:
