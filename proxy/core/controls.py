@@ -156,13 +156,17 @@ def parse_controls(
 ) -> Controls:
     """`headers` (a case-insensitive mapping) over the defaults given; BadRequest naming the header."""
     raw_level = headers.get(LEVEL_HEADER)
+    raw_trace = headers.get(TRACE_HEADER)
+    raw_format = headers.get(TRACE_FORMAT_HEADER)
+    raw_visibility = headers.get(REASONING_HEADER)
+    # (A header not sent is its default, read by no parser: most requests send none of the four.)
     return Controls(
-        parse_level(raw_level, level),
-        parse_trace_mode(headers.get(TRACE_HEADER), trace),
-        parse_trace_format(headers.get(TRACE_FORMAT_HEADER), trace_format),
-        parse_reasoning_visibility(headers.get(REASONING_HEADER), visibility),
+        level if raw_level is None else parse_level(raw_level, level),
+        trace if raw_trace is None else parse_trace_mode(raw_trace, trace),
+        trace_format if raw_format is None else parse_trace_format(raw_format, trace_format),
+        visibility if raw_visibility is None else parse_reasoning_visibility(raw_visibility, visibility),
         level_header=raw_level is not None,
-        level_auto=is_auto(raw_level),
+        level_auto=raw_level is not None and is_auto(raw_level),
     )
 
 
