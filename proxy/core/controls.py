@@ -180,12 +180,34 @@ def reject_repeated_controls(headers: Iterable[tuple[str, str]]) -> None:
     for name, _ in headers:
         if name in CONTROL_HEADERS:
             if name in seen:
-                raise BadRequest(
-                    f"The {_display(name)} header was sent more than once; send it once, with one value.",
-                    code="invalid_header_value",
-                    param=_display(name),
-                )
+                raise _repeated(name)
             seen.add(name)
+
+
+def check_control_headers(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """`reject_repeated_controls` and then `refuse_control_header_look_alikes`, in one pass over a
+    request's headers (names lower-case, as received): the same 400 for the same request. Returns
+    the control headers sent (empty for most requests: then none needs looking up)."""
+    seen: set[str] = set()
+    look_alike: str | None = None
+    for name, _ in headers:
+        if name in CONTROL_HEADERS:
+            if name in seen:
+                raise _repeated(name)
+            seen.add(name)
+        elif look_alike is None and "_" in name and name.replace("-", "_") in _LOOK_ALIKES:
+            look_alike = name  # (refused after the loop: a repeated control header is said first)
+    if look_alike is not None:
+        refuse_control_header_look_alikes((look_alike,))
+    return seen
+
+
+def _repeated(name: str) -> BadRequest:
+    return BadRequest(
+        f"The {_display(name)} header was sent more than once; send it once, with one value.",
+        code="invalid_header_value",
+        param=_display(name),
+    )
 
 
 def prefers_chinese(accept_language: str | None) -> bool:

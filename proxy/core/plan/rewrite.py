@@ -144,7 +144,7 @@ def _merged(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in patch.items():
         current = out.get(key)
-        if isinstance(value, Mapping) and isinstance(current, dict):
+        if isinstance(current, dict) and isinstance(value, Mapping):  # (mostly absent: no ABC check)
             out[key] = _merged(current, value)
         else:
             out[key] = _fresh(value)
@@ -153,11 +153,16 @@ def _merged(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
 
 def _fresh(value: Any) -> Any:
     """A copy of a JSON-like value from the providers table, so the body never aliases table data."""
+    if type(value) in _LEAVES:
+        return value  # (the common case, before the ABC check)
     if isinstance(value, Mapping):
         return {k: _fresh(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_fresh(v) for v in value]
     return value
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 # --------------------------------------------------------------------------------------------------
