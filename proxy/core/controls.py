@@ -156,13 +156,17 @@ def parse_controls(
 ) -> Controls:
     """`headers` (a case-insensitive mapping) over the defaults given; BadRequest naming the header."""
     raw_level = headers.get(LEVEL_HEADER)
+    raw_trace = headers.get(TRACE_HEADER)
+    raw_format = headers.get(TRACE_FORMAT_HEADER)
+    raw_visibility = headers.get(REASONING_HEADER)
+    # (A header not sent is its default, read by no parser: most requests send none of the four.)
     return Controls(
-        parse_level(raw_level, level),
-        parse_trace_mode(headers.get(TRACE_HEADER), trace),
-        parse_trace_format(headers.get(TRACE_FORMAT_HEADER), trace_format),
-        parse_reasoning_visibility(headers.get(REASONING_HEADER), visibility),
+        level if raw_level is None else parse_level(raw_level, level),
+        trace if raw_trace is None else parse_trace_mode(raw_trace, trace),
+        trace_format if raw_format is None else parse_trace_format(raw_format, trace_format),
+        visibility if raw_visibility is None else parse_reasoning_visibility(raw_visibility, visibility),
         level_header=raw_level is not None,
-        level_auto=is_auto(raw_level),
+        level_auto=raw_level is not None and is_auto(raw_level),
     )
 
 
@@ -176,12 +180,34 @@ def reject_repeated_controls(headers: Iterable[tuple[str, str]]) -> None:
     for name, _ in headers:
         if name in CONTROL_HEADERS:
             if name in seen:
-                raise BadRequest(
-                    f"The {_display(name)} header was sent more than once; send it once, with one value.",
-                    code="invalid_header_value",
-                    param=_display(name),
-                )
+                raise _repeated(name)
             seen.add(name)
+
+
+def check_control_headers(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """`reject_repeated_controls` and then `refuse_control_header_look_alikes`, in one pass over a
+    request's headers (names lower-case, as received): the same 400 for the same request. Returns
+    the control headers sent (empty for most requests: then none needs looking up)."""
+    seen: set[str] = set()
+    look_alike: str | None = None
+    for name, _ in headers:
+        if name in CONTROL_HEADERS:
+            if name in seen:
+                raise _repeated(name)
+            seen.add(name)
+        elif look_alike is None and "_" in name and name.replace("-", "_") in _LOOK_ALIKES:
+            look_alike = name  # (refused after the loop: a repeated control header is said first)
+    if look_alike is not None:
+        refuse_control_header_look_alikes((look_alike,))
+    return seen
+
+
+def _repeated(name: str) -> BadRequest:
+    return BadRequest(
+        f"The {_display(name)} header was sent more than once; send it once, with one value.",
+        code="invalid_header_value",
+        param=_display(name),
+    )
 
 
 def prefers_chinese(accept_language: str | None) -> bool:

@@ -26,14 +26,20 @@ def filter_headers(pairs: Iterable[tuple[str, str]], drop: frozenset[str]) -> li
 
     Every occurrence of a repeated header is kept, in order (two Set-Cookie stay two)."""
     pairs = list(pairs)
-    named = {
-        token.strip().lower()
-        for name, value in pairs
-        if name.lower() == "connection"
-        for token in value.split(",")
-    }
+    lowered = [name.lower() for name, _ in pairs]  # (each name lowered once, not once per test)
+    named: frozenset[str] | set[str] = _NONE
+    if "connection" in lowered:
+        named = {
+            token.strip().lower()
+            for low, (_, value) in zip(lowered, pairs, strict=True)
+            if low == "connection"
+            for token in value.split(",")
+        }
     return [
-        (name, value)
-        for name, value in pairs
-        if (low := name.lower()) not in HOP_BY_HOP and low not in drop and low not in named
+        pair
+        for low, pair in zip(lowered, pairs, strict=True)
+        if low not in HOP_BY_HOP and low not in drop and low not in named
     ]
+
+
+_NONE: frozenset[str] = frozenset()

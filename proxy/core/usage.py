@@ -139,7 +139,10 @@ _NO_DETAILS: Final[Mapping[str, Any]] = {}  # (read only: never written)
 
 def _details(usage: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     details = usage.get(key)
-    return details if type(details) is dict or isinstance(details, Mapping) else _NO_DETAILS
+    # (`type is dict` first, and None before the ABC check: usage is parsed JSON, details often absent)
+    if type(details) is dict or (details is not None and isinstance(details, Mapping)):
+        return details
+    return _NO_DETAILS
 
 
 def cached_input(usage: Mapping[str, Any]) -> int | None:
@@ -154,11 +157,10 @@ def cached_input(usage: Mapping[str, Any]) -> int | None:
         _details(usage, "input_tokens_details").get("cached_tokens"),
         usage.get("cache_read_input_tokens"),
     ):
-        n = count(value)
-        if n:
-            return n
-        if n is not None:
-            found = n
+        if type(value) is int and value >= 0:  # (`count` written out: five fields of every answer)
+            if value:
+                return value
+            found = value
     return found
 
 
@@ -167,8 +169,8 @@ def reported_reasoning(usage: Mapping[str, Any]) -> tuple[int | None, bool]:
     says it is an estimate it wrote itself."""
     for key in ("completion_tokens_details", "output_tokens_details"):
         details = _details(usage, key)
-        n = count(details.get("reasoning_tokens"))
-        if n is not None:
+        n = details.get("reasoning_tokens")
+        if type(n) is int and n >= 0:  # (`count`, written out)
             return n, details.get(ESTIMATED_MARKER) is True
     return None, False
 
@@ -178,8 +180,8 @@ def capped(usage: Mapping[str, Any], estimate: int | None) -> int | None:
     (reasoning is part of the output; a rough estimate must not claim more than all of it)."""
     if estimate is None:
         return None
-    output = count(usage.get("completion_tokens"))
-    if output is None:
+    output = usage.get("completion_tokens")
+    if not (type(output) is int and output >= 0):  # (`count`, written out: chat's field first)
         output = count(usage.get("output_tokens"))
     return estimate if output is None else min(estimate, output)
 
@@ -208,11 +210,12 @@ def account(usage: Any, estimate: int | None = None) -> TokenUsage:
     reasoning = reasoning_of(usage, estimate)
     if not (type(usage) is dict or isinstance(usage, Mapping)):
         return TokenUsage(reasoning=reasoning)
-    prompt = count(usage.get("prompt_tokens"))
-    completion = count(usage.get("completion_tokens"))
+    # (`count` written out for chat's fields; the Responses and Messages names are read after them)
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
     return TokenUsage(
-        prompt if prompt is not None else count(usage.get("input_tokens")),
-        completion if completion is not None else count(usage.get("output_tokens")),
+        prompt if type(prompt) is int and prompt >= 0 else count(usage.get("input_tokens")),
+        completion if type(completion) is int and completion >= 0 else count(usage.get("output_tokens")),
         cached_input(usage),
         reasoning,
     )
@@ -232,7 +235,9 @@ def fill_reasoning(usage: dict[str, Any], estimate: int | None) -> bool:
         return True
     if not isinstance(details, dict):
         return False  # the upstream's own odd shape, left as it came
-    reported = count(details.get("reasoning_tokens"))
+    reported = details.get("reasoning_tokens")
+    if not (type(reported) is int and reported >= 0):  # (`count`, written out)
+        reported = None
     if details.get(ESTIMATED_MARKER) is True:
         if reported == estimate:
             return False  # written already (a stream that repeats its usage)

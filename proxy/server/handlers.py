@@ -345,12 +345,13 @@ class Proxy:
         record.model = tgt.model
         record.stream = parsed.get("stream") is True
         record.request_messages = parsed.get("messages")
+        header_pairs = arrival.headers.items()  # (read by the level's settle and the replay store)
         intent = levels.settle_chat(
             intent,
             parsed,
             dialect,
             record,
-            arrival.headers.items(),
+            header_pairs,
             bridged=door is not None,
             client_level=client_level,
         )
@@ -364,9 +365,7 @@ class Proxy:
         route = plan_finish.route_chat(dialect, parsed, intent.controls, bridged=door is not None)
         prepared = None
         if s.replay is not None:  # remembered reasoning back into the history, before the rewrite
-            prepared = await s.replay.prepare(
-                parsed, route.dialect, record.model, arrival.headers.items(), record
-            )
+            prepared = await s.replay.prepare(parsed, route.dialect, record.model, header_pairs, record)
             parsed = prepared.body
         done = plan_finish.finish_chat(
             self.setup,

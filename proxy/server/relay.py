@@ -131,13 +131,11 @@ def check_response_head(response: UpstreamResponse) -> None:
             "statuses 200-599 are relayed (a 1xx such as 101 Switching Protocols never is).",
             code="upstream_invalid_status",
         )
-    names = "".join(name for name, _ in response.headers)
-    values = "".join(value for _, value in response.headers)
-    if (
-        _TOKEN_CHARS.fullmatch(names)
-        and not _BAD_VALUE_CHAR.search(values)
-        and all(name for name, _ in response.headers)
-    ):
+    if not response.headers:
+        return
+    # (every name and every value checked at once, in C: a generator per header was ~18 calls)
+    names, values = zip(*response.headers, strict=True)
+    if _TOKEN_CHARS.fullmatch("".join(names)) and not _BAD_VALUE_CHAR.search("".join(values)) and all(names):
         return
     for name, value in response.headers:
         if not name or not _TOKEN_CHARS.fullmatch(name) or _BAD_VALUE_CHAR.search(value):

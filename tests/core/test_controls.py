@@ -3,15 +3,18 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.controls import (
+    CONTROL_HEADERS,
     Level,
     ReasoningVisibility,
     TraceFormat,
     TraceMode,
+    check_control_headers,
     parse_level,
     parse_reasoning_visibility,
     parse_trace_format,
     parse_trace_mode,
     prefers_chinese,
+    refuse_control_header_look_alikes,
     reject_repeated_controls,
 )
 from proxy.core.errors import BadRequest
@@ -109,3 +112,36 @@ def test_other_repeated_headers_and_single_controls_are_fine() -> None:
 def test_every_control_header_is_refused_twice(header: str) -> None:
     with pytest.raises(BadRequest):
         reject_repeated_controls([(header, "a"), (header, "a")])
+
+
+def _answer(check: object) -> tuple[str, str | None] | None:
+    try:
+        check()  # type: ignore[operator]
+    except BadRequest as refused:
+        return refused.message, refused.param
+    return None
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [],
+        [("accept", "a"), ("x_custom", "b")],
+        [("x-trace", "brief"), ("x-thinking-level", "deep"), ("accept", "a"), ("accept", "b")],
+        [("x-thinking-level", "off"), ("x-thinking-level", "deep")],
+        [("x_trace", "brief"), ("x-reasoning", "hide")],
+        # both faults: the repeated control header is said first, wherever the look-alike stands
+        [("x_trace", "brief"), ("x-reasoning", "hide"), ("x-reasoning", "show")],
+        [("x-thinking_level", "a"), ("x_reasoning", "b")],
+    ],
+)
+def test_the_one_pass_check_answers_as_the_two_checks_in_turn(headers: list[tuple[str, str]]) -> None:
+    def both() -> None:
+        reject_repeated_controls(headers)
+        refuse_control_header_look_alikes([name for name, _ in headers])
+
+    assert _answer(lambda: check_control_headers(headers)) == _answer(both)
+    if _answer(both) is None:
+        assert check_control_headers(iter(headers)) == {
+            name for name, _ in headers if name in CONTROL_HEADERS
+        }

@@ -47,9 +47,8 @@ from proxy.core.controls import (
     ReasoningVisibility,
     TraceFormat,
     TraceMode,
+    check_control_headers,
     parse_controls,
-    refuse_control_header_look_alikes,
-    reject_repeated_controls,
 )
 from proxy.core.gateway import GatewayAuth
 from proxy.core.headers import filter_headers
@@ -128,8 +127,8 @@ class Intent:
 def read_controls(headers: HeaderView, defaults: Defaults) -> Controls:
     """The control headers, checked on every route: a bad one is the same 400 on a pass-through
     path as on chat completions, never silently dropped."""
-    reject_repeated_controls(headers.items())
-    refuse_control_header_look_alikes(headers.keys())
+    if not check_control_headers(headers.items()):  # (most requests send none: each is its default)
+        return Controls(defaults.level, defaults.trace, defaults.trace_format, defaults.visibility)
     return parse_controls(headers, defaults.level, defaults.trace, defaults.trace_format, defaults.visibility)
 
 

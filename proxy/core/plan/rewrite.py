@@ -8,7 +8,7 @@ the returned body freely.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -63,8 +63,9 @@ def rewrite_body(
         return RewriteResult(_signatures_fitted(out, dialect), None, None)
 
     out = body
-    for path in dialect.conflicts:
-        out = without_path(out, path.split("."))
+    for keys in conflict_paths(dialect.conflicts):
+        if keys[0] in out:  # (most bodies send none of the entry's knobs: no call for those)
+            out = without_path(out, keys)
     out = dict(out) if out is body else out
 
     if rule.prompt is not None:
@@ -102,7 +103,20 @@ def _signatures_fitted(body: dict[str, Any], dialect: Dialect) -> dict[str, Any]
 # --------------------------------------------------------------------------------------------------
 
 
-def without_path(data: dict[str, Any], path: list[str]) -> dict[str, Any]:
+def conflict_paths(conflicts: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """An entry's dotted `conflicts` paths as their keys, split once per table: every chat request
+    reads them (the rewrite, the thinking policy's reading of the body's knobs)."""
+    split = _SPLIT_PATHS.get(conflicts)
+    if split is None:
+        split = _SPLIT_PATHS[conflicts] = tuple(tuple(path.split(".")) for path in conflicts)
+    return split
+
+
+# (Bounded by the providers table: its entries' paths, never a request's.)
+_SPLIT_PATHS: dict[tuple[str, ...], tuple[tuple[str, ...], ...]] = {}
+
+
+def without_path(data: dict[str, Any], path: Sequence[str]) -> dict[str, Any]:
     """`data` without the dotted `path` (a copy if anything was removed; a parent left empty by the
     removal is removed too, so `chat_template_kwargs: {}` is not sent)."""
     key = path[0]
@@ -130,7 +144,7 @@ def _merged(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in patch.items():
         current = out.get(key)
-        if isinstance(value, Mapping) and isinstance(current, dict):
+        if isinstance(current, dict) and isinstance(value, Mapping):  # (mostly absent: no ABC check)
             out[key] = _merged(current, value)
         else:
             out[key] = _fresh(value)
@@ -139,11 +153,16 @@ def _merged(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
 
 def _fresh(value: Any) -> Any:
     """A copy of a JSON-like value from the providers table, so the body never aliases table data."""
+    if type(value) in _LEAVES:
+        return value  # (the common case, before the ABC check)
     if isinstance(value, Mapping):
         return {k: _fresh(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_fresh(v) for v in value]
     return value
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,13 +25,13 @@ through a knob it could not judge, it sends the ceiling instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from proxy.core.config.front_door_rules import MESSAGES_LEVEL_FIELDS, MessagesRule
 from proxy.core.config.providers import Dialect
 from proxy.core.controls import Level
-from proxy.core.plan.rewrite import BUDGET_PATHS, with_budget, without_path
+from proxy.core.plan.rewrite import BUDGET_PATHS, conflict_paths, with_budget, without_path
 from proxy.core.protocols.messages.native import native_body as messages_native_body
 from proxy.core.protocols.messages.request import DEEP_BUDGET
 from proxy.core.protocols.responses.request import EFFORT_LEVELS
@@ -80,8 +80,9 @@ def highest(*levels: Level | None) -> Level | None:
 def knobs_level(body: Mapping[str, Any], dialect: Dialect) -> Level | None:
     """The level the body's own thinking knobs (the entry's conflict paths) ask; None: none sent."""
     asked: Level | None = None
-    for path in dialect.conflicts:
-        parts = _parts(path)
+    for parts in conflict_paths(dialect.conflicts):
+        if parts[0] not in body:
+            continue  # (the common case: a body sends none of the entry's knobs, and no call reads it)
         value = _at(body, parts)
         if value is _ABSENT or value is None:
             continue
@@ -109,8 +110,9 @@ def strip_knobs(body: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     """`body` without any of the entry's thinking knobs (a copy when one was there; a parent left
     empty goes too)."""
     out = body
-    for path in dialect.conflicts:
-        out = without_path(out, path.split("."))
+    for keys in conflict_paths(dialect.conflicts):
+        if keys[0] in out:
+            out = without_path(out, keys)
     return out
 
 
@@ -131,7 +133,7 @@ def budget_number(dialect: Dialect, level: Level) -> int | None:
     return None
 
 
-def _entry_level(dialect: Dialect, parts: list[str], value: Any) -> Level | None:
+def _entry_level(dialect: Dialect, parts: Sequence[str], value: Any) -> Level | None:
     """The lowest of the entry's levels that sends exactly `value` at this path."""
     for level in (Level.OFF, Level.STANDARD, Level.DEEP):
         rule = dialect.levels.get(level)
@@ -140,7 +142,7 @@ def _entry_level(dialect: Dialect, parts: list[str], value: Any) -> Level | None
     return None
 
 
-def _generic(dialect: Dialect, parts: list[str], value: Any) -> Level | None:
+def _generic(dialect: Dialect, parts: Sequence[str], value: Any) -> Level | None:
     name = parts[-1]
     standard = dialect.levels.get(Level.STANDARD)
     params: Mapping[str, Any] = (standard.params or {}) if standard is not None else {}
@@ -343,19 +345,7 @@ def cap_messages(
 # --------------------------------------------------------------------------------------------------
 
 
-def _parts(path: str) -> list[str]:
-    """A dotted path's keys (split once per path: every chat request reads the entry's paths)."""
-    parts = _SPLIT.get(path)
-    if parts is None:
-        parts = _SPLIT[path] = path.split(".")
-    return parts
-
-
-# (Bounded by the providers table's paths: they come from the table, never from a request.)
-_SPLIT: dict[str, list[str]] = {}
-
-
-def _at(data: Any, parts: list[str]) -> Any:
+def _at(data: Any, parts: Sequence[str]) -> Any:
     node = data
     for key in parts:
         # (`type is dict` first: a parsed body's objects are dicts, and the ABC check costs more)

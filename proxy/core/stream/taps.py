@@ -25,7 +25,12 @@ BRIEF_TYPES = frozenset({"status", "note", "tool_call.start", "warning", "error"
 
 def trace_tap(observers: Sequence[RequestObserver]) -> Tap | None:
     """One callable feeding every observer that wants trace events, or None if none does."""
-    wanting = [o for o in observers if o.wants_trace]
+    # (Plain loops here and below: every chat request asks these four of its observers, and a
+    # comprehension or a generator is a call of its own, per observer for a generator.)
+    wanting: list[RequestObserver] = []
+    for o in observers:
+        if o.wants_trace:
+            wanting.append(o)
     if not wanting:
         return None
     if len(wanting) == 1:
@@ -40,7 +45,10 @@ def trace_tap(observers: Sequence[RequestObserver]) -> Tap | None:
 
 def tap_needs_detail(observers: Sequence[RequestObserver]) -> bool:
     """Whether some observer watching the trace needs more than the brief events."""
-    return any(o.wants_trace and not o.brief_trace for o in observers)
+    for o in observers:  # noqa: SIM110 (a loop, not any() over a generator: see trace_tap)
+        if o.wants_trace and not o.brief_trace:
+            return True
+    return False
 
 
 class TappedTraceBuilder(TraceBuilder):
@@ -101,12 +109,18 @@ class TappedTraceBuilder(TraceBuilder):
 
 def needs_outcome(observers: Sequence[RequestObserver]) -> bool:
     """Whether some observer reads the builder's outcome at the end (so one must exist)."""
-    return any(o.wants_outcome for o in observers)
+    for o in observers:  # noqa: SIM110 (a loop, not any() over a generator: see trace_tap)
+        if o.wants_outcome:
+            return True
+    return False
 
 
 def output_sink(observers: Sequence[RequestObserver]) -> OutputSink | None:
     """One callable giving the answer to every observer that asked for it, or None if none did."""
-    wanting = [o for o in observers if o.wants_output]
+    wanting: list[RequestObserver] = []
+    for o in observers:
+        if o.wants_output:
+            wanting.append(o)
     if not wanting:
         return None
 
