@@ -112,6 +112,16 @@ class DoorEncoder:
         not that case (nothing of that kind open), `feed` them instead."""
         return None
 
+    def text_delta_parts(self, reasoning: bool, texts: list[str], out: list[bytes]) -> bool:
+        """`text_delta_frames` added to `out` as parts for the caller's one join (a read's bytes are
+        joined once, so a run's bytes are not copied into a run's own bytes first). False: not
+        that case, nothing added."""
+        written = self.text_delta_frames(reasoning, texts)
+        if written is None:
+            return False
+        out.append(written)
+        return True
+
     def opening_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
         """Text deltas that open a new item or block (`text_delta_frames` is None for them), written
         directly: byte for byte what `feed` writes for each text in turn. None: not that case."""
@@ -258,9 +268,9 @@ class DoorTranscoder:
         while done < len(texts):
             if self._direct:
                 rest = texts[done:] if done else texts
-                written = encoder.text_delta_frames(reasoning, rest)
-                if written is None:
-                    written = encoder.opening_frames(reasoning, rest)
+                if encoder.text_delta_parts(reasoning, rest, out):
+                    return
+                written = encoder.opening_frames(reasoning, rest)
                 if written is not None:
                     out.append(written)
                     return

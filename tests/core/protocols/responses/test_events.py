@@ -699,6 +699,32 @@ def test_a_run_written_directly_is_each_delta_written_alone(
     assert write(direct.end()) == write(general.end())
 
 
+@settings(max_examples=150, deadline=None)
+@given(texts=DELTA_TEXTS, reasoning=st.booleans(), socket=st.booleans())
+def test_a_run_added_as_parts_joins_to_the_run_written_directly(
+    texts: list[str], reasoning: bool, socket: bool
+) -> None:
+    """A run added as parts to what a read already holds (text_delta_parts, which the transcoder
+    joins once per read) joins to the same bytes as the run written directly, whatever came
+    before it in the list; not that case, nothing is added."""
+
+    def opened() -> ResponsesEncoder:
+        coder = ResponsesEncoder(make_frame(False), seal=Sealer(), new_id=ids(), socket=socket)
+        coder.feed([ReasoningDelta(["open"]) if reasoning else TextDelta(["open"])])
+        return coder
+
+    by_parts, direct = opened(), opened()
+    out = [b"before"]
+    assert by_parts.text_delta_parts(reasoning, texts, out)
+    assert out[0] == b"before"
+    assert b"".join(out[1:]) == direct.text_delta_frames(reasoning, texts)
+    size = len(out)
+    assert not by_parts.text_delta_parts(not reasoning, texts, out)  # (another kind: no item of it)
+    assert not by_parts.text_delta_parts(reasoning, ["", *texts], out)  # (an empty text)
+    assert len(out) == size
+    assert by_parts.end() == direct.end()
+
+
 def test_sequence_numbers_past_the_writers_table_are_written_alike() -> None:
     """A run whose numbers go past the ones the direct writer keeps made (4096) is numbered as the
     general path numbers it."""
