@@ -222,7 +222,7 @@ class ResponsesEncoder(ResponseItemEvents):
         if reasoning:
             self._seal(item, [])
         seq, self._seq = self._seq, self._seq + 3
-        text = "".join(item.text)
+        text = item.joined()
         return self._item_frames.closed(
             seq, reasoning, item.item_id, item.output_index, text, status, item.encrypted
         )

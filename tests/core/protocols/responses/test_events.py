@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 
-from proxy.core.protocols.chat_events import ReasoningDelta, TextDelta, chunk_events
+from proxy.core.protocols.chat_events import Finish, ReasoningDelta, TextDelta, chunk_events
 from proxy.core.protocols.responses.events import (
     ReasoningItemFacts,
     ResponseFrame,
@@ -23,7 +23,7 @@ from proxy.core.protocols.responses.events import (
     frame,
     frames,
 )
-from proxy.core.protocols.responses.output import message_frames, responses_usage
+from proxy.core.protocols.responses.output import message_frames, response_object, responses_usage
 from proxy.core.protocols.responses.stream import response_from_completion
 from proxy.core.usage import ReasoningTokens, account
 
@@ -660,6 +660,44 @@ def test_an_estimated_reasoning_count_keeps_its_marker() -> None:
     assert account(mapped).reasoning == ReasoningTokens(31, "estimated")
     reported = responses_usage({**estimated, "completion_tokens_details": {"reasoning_tokens": 31}})
     assert reported is not None and reported["output_tokens_details"] == {"reasoning_tokens": 31}
+
+
+@pytest.mark.parametrize(
+    ("finish", "status", "reason"),
+    [("stop", "completed", None), ("length", "incomplete", "max_output_tokens"), (None, "failed", None)],
+)
+def test_the_terminal_response_is_the_response_object_of_what_was_streamed(
+    finish: str | None, status: str, reason: str | None
+) -> None:
+    """The terminal `Response` (built from the opening one) is `response_object` of the frame with
+    the stream's output, usage, error and incomplete reason: every field, in its key order."""
+    frame = ResponseFrame(
+        "resp_1",
+        "deepseek-v4-pro",
+        1_700_000_000,
+        echo={"instructions": "be brief", "metadata": {"k": "v"}, "tools": [], "temperature": 0.5},
+        clock=lambda: 1_700_000_042.7,
+    )
+    coder = ResponsesEncoder(frame, seal=Sealer(), new_id=ids())
+    usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    events = [ReasoningDelta(["think"]), TextDelta(["answer"])]
+    if finish is not None:
+        events.append(Finish(finish, ()))
+    coder.feed(events)
+    coder.feed(chunk_events({"choices": [], "usage": usage}))
+    terminal = coder.end()[-1]["response"]
+    error = None if finish is not None else terminal["error"]
+    assert status != "failed" or error is not None
+    expected = response_object(
+        frame,
+        status=status,  # type: ignore[arg-type]
+        output=terminal["output"],
+        usage=responses_usage(usage),
+        error=error,
+        incomplete_reason=reason,
+    )
+    assert list(terminal.items()) == list(expected.items())
+    assert terminal["completed_at"] == (1_700_000_042 if status == "completed" else None)
 
 
 # Texts a run of deltas may carry: what JSON escapes, what % formatting or a split at `","` would
