@@ -106,6 +106,14 @@ class ResponsesEncoder(ResponseItemEvents):
         self._item_frames = ItemFrames(sse=not socket, summary=frame.summary)
         self.writes_finish = True
 
+    def start_frames(self) -> bytes:
+        """`start()` written directly: byte for byte its two events' frames, the `Response` both
+        carry serialized once (b"" once started)."""
+        events = self.start()
+        if not events:
+            return b""
+        return self._item_frames.opening_frames(jsonio.dumps(events[0]["response"]))
+
     def text_delta_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
         """Text deltas that continue the item streaming (most of a stream: a run's texts, or one
         chunk's), written directly: byte for byte `frames(feed([TextDelta([text])]))` (or

@@ -63,6 +63,7 @@ class ResponsesTranscoder(DoorTranscoder):
     ) -> None:
         encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names, socket=socket)
         super().__init__(encoder, templates=templates)
+        self._responses = encoder  # (the encoder, as the Responses one it is)
         self._frame = frame
         self._write_events: Callable[[Iterable[Mapping[str, Any]]], bytes] = (
             message_frames if socket else frames
@@ -76,6 +77,8 @@ class ResponsesTranscoder(DoorTranscoder):
 
     def start(self) -> bytes:
         """`response.created` and `response.in_progress`, at once (the first bytes a client sees)."""
+        if self._direct:
+            return self._responses.start_frames()
         return self._write_events(self._encoder.start())
 
     def _frames(self, events: list[dict[str, Any]]) -> bytes:
