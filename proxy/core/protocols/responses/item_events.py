@@ -263,15 +263,17 @@ class ResponseItemEvents(DoorEncoder):
     def _seal(self, item: StreamItem, calls: list[StreamItem]) -> None:
         """The reasoning item's `encrypted_content`: its text and details sealed, with the calls it
         precedes."""
+        frame = self._frame
         facts = ReasoningItemFacts(
             item.item_id,
-            self._frame.id,
-            self._frame.model,
+            frame.id,
+            frame.model,
             item.joined(),
-            details=tuple(item.details),
-            call_ids=tuple(call.call_id for call in calls),
-            signatures={call.call_id: call.extra for call in calls if call.extra is not None},
-            status=item.status,
+            tuple(item.details),
+            # (no calls, as a reasoning item before the answer has: no generator or comprehension run)
+            tuple([call.call_id for call in calls]) if calls else (),
+            {call.call_id: call.extra for call in calls if call.extra is not None} if calls else {},
+            item.status,
         )
         item.encrypted = self._sealer(facts)
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from proxy.core.protocols.chat_events import completion_events
-from proxy.core.protocols.door_stream import DoorEncoder, DoorTranscoder
+from proxy.core.protocols.door_stream import DoorEncoder, DoorTranscoder, comment_event
 from proxy.core.protocols.responses.events import ResponsesEncoder, frames
 from proxy.core.protocols.responses.output import IdFactory, ResponseFrame, Seal, message_frames
 from proxy.core.protocols.responses.tools import ToolName
@@ -90,7 +90,7 @@ class ResponsesTranscoder(DoorTranscoder):
         """Comment lines pass as they are over HTTP; a socket has none (the trace still reaches
         the console, metrics and OpenTelemetry, which read it before the door)."""
         if not self.socket:
-            super()._comment(lines, out)
+            out.append(comment_event(lines))
 
     def _completion(self, completion: Mapping[str, Any]) -> dict[str, Any]:
         """The `Response` object (its encoder, unused by a stream, writes it)."""
