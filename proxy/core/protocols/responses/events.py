@@ -148,6 +148,8 @@ class ResponsesEncoder(ResponseItemEvents):
         head, middle, tail, joint = form
         seq = self._seq
         count = len(texts)
+        if not count:
+            return True  # (no text: nothing to write, as `feed` writes nothing)
         self._seq = seq + count
         start = len(out)
         out += [joint, b"", middle, b""] * count

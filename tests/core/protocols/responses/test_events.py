@@ -760,6 +760,8 @@ def test_a_run_added_as_parts_joins_to_the_run_written_directly(
     assert not by_parts.text_delta_parts(not reasoning, texts, out)  # (another kind: no item of it)
     assert not by_parts.text_delta_parts(reasoning, ["", *texts], out)  # (an empty text)
     assert len(out) == size
+    assert by_parts.text_delta_parts(reasoning, [], out) and len(out) == size  # (no text: nothing)
+    assert direct.text_delta_frames(reasoning, []) == b""
     assert by_parts.end() == direct.end()
 
 
