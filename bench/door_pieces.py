@@ -12,7 +12,8 @@ upstream's burst stream (bench/fake_upstream.sse_events):
 
 - `bridge_request`: the Responses request mapped to the internal chat request;
 - `frame`: the `ResponseFrame` (the fields a `Response` echoes of its request);
-- `response_object`: one `Response` object (a stream builds two: the opening one, the terminal);
+- `response_object`: one `Response` object (a stream builds the opening one; the terminal one is
+  it copied with the fields that changed);
 - `seal`: the reasoning item's `encrypted_content` (the stream's reasoning, ChaCha20-Poly1305
   after deflate), as the door's sealer makes it;
 - `ids`: three ids (`resp_`, `rs_`, `msg_`) as the door makes them;

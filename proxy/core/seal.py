@@ -82,6 +82,8 @@ def _deflate_params(size: int) -> tuple[int, int, int, int]:
     return 6, zlib.DEFLATED, -window_bits, window_bits - 7  # (memLevel 2..8: a hash table to match)
 
 
+# A length in the associated data: 4 bytes, big-endian.
+_LENGTH: Final = struct.Struct(">I").pack
 _INLINE: Final = b"i"
 _REFERENCE: Final = b"r"
 _MIN_BYTES: Final = NONCE_BYTES + 1 + TAG_BYTES
@@ -190,14 +192,13 @@ class Binding:
             raise ValueError(f"unknown blob kind {self.kind!r}")
 
     def associated_data(self) -> bytes:
-        ids = sorted(set(self.ids))
-        fields = [PREFIX, self.kind, self.tenant, self.provider, self.base_url, *ids]
-        out = bytearray(struct.pack(">I", len(ids)))
-        for text in fields:
+        ids = sorted(set(self.ids)) if self.ids else []
+        parts = [_LENGTH(len(ids))]
+        for text in (PREFIX, self.kind, self.tenant, self.provider, self.base_url, *ids):
             raw = text.encode("utf-8", "surrogatepass")
-            out += struct.pack(">I", len(raw))
-            out += raw
-        return bytes(out)
+            parts.append(_LENGTH(len(raw)))
+            parts.append(raw)
+        return b"".join(parts)  # (one join: a bytearray grown field by field and copied cost twice)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -443,3 +443,34 @@ def test_no_repr_shows_the_blob_or_the_payload() -> None:
     assert "secret" not in repr(KEYS) and "2 key" in repr(SealKeys(SECRET, [b"old"]))
     too_large = seal(KEYS, BINDING, {"reasoning": "a" * RAW_CAP})
     assert "aaaa" not in repr(too_large)
+
+
+# A blob sealed before associated_data was last rewritten (a fixed nonce): blobs already in
+# clients' hands must keep opening, so the binding's bytes may never change.
+KNOWN_BINDING = Binding(
+    "t" * 8, "deepseek", "https://api.deepseek.com", "responses.reasoning", ("call_b", "call_é", "call_b")
+)
+KNOWN_BLOB = (
+    "tp1.AQEBAQEBAQEBAQEByi_7mv7wPO6QMkZPbV6o3c7W1eadNjGO3iVPLNzTCiLMvV0IXNZA75odlANlgdUbabRTLZjaYgtaTi"
+    "vhc18stAAE9Y1Mw18w2bu0jFRRnCnDMGjNhcYAK8C4uBXI0UU1lkyA"
+)
+
+
+def test_the_bindings_bytes_are_the_formats_and_an_earlier_blob_opens() -> None:
+    """The associated data: the number of distinct ids, then each field length-prefixed (4 bytes,
+    big-endian) in the format's order, the ids sorted; a blob sealed with these bytes opens."""
+    assert KNOWN_BINDING.associated_data() == (
+        b"\x00\x00\x00\x02"
+        b"\x00\x00\x00\x04tp1."
+        b"\x00\x00\x00\x13responses.reasoning"
+        b"\x00\x00\x00\x08tttttttt"
+        b"\x00\x00\x00\x08deepseek"
+        b"\x00\x00\x00\x18https://api.deepseek.com"
+        b"\x00\x00\x00\x06call_b"
+        b"\x00\x00\x00\x07call_\xc3\xa9"
+    )
+    payload = {"reasoning": "why the sky is blue", "model": "m", "tool_call_ids": ["call_é"], "created": 1}
+    opened = open_blob(SealKeys(b"k" * 32), KNOWN_BINDING, KNOWN_BLOB)
+    assert isinstance(opened, Inline) and opened.payload == payload
+    resealed = seal(SealKeys(b"k" * 32), KNOWN_BINDING, payload, nonce=b"\x01" * 12)
+    assert isinstance(resealed, Blob) and resealed.text == KNOWN_BLOB

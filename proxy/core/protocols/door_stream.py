@@ -40,12 +40,17 @@ from proxy.core.protocols.chat_events import (
 from proxy.core.protocols.responses.output import frames
 from proxy.core.stream.chunk_template import DoorPiece, KnownRun
 
-__all__ = ["CUT_SHORT", "NOT_AN_OBJECT", "DoorEncoder", "DoorTranscoder", "Event"]
+__all__ = ["CUT_SHORT", "NOT_AN_OBJECT", "DoorEncoder", "DoorTranscoder", "Event", "comment_event"]
 
 CUT_SHORT: Final = "the answer ended before it was complete (the stream stopped without its end)"
 NOT_AN_OBJECT: Final = "the upstream's answer is not a JSON object"
 
 Event = dict[str, Any]
+
+
+def comment_event(lines: list[bytes]) -> bytes:
+    """Comment lines as one SSE event: each line ended, then the blank line."""
+    return b"\n".join(lines) + b"\n\n" if lines else b"\n"
 
 
 class DoorEncoder:
@@ -106,11 +111,27 @@ class DoorEncoder:
                 out += self.end()
         return out
 
+    def take_usage(self, usage: Any) -> None:
+        """A usage, recorded as `feed` records it (whenever it comes, until the terminal event);
+        it writes nothing. The opening events must have been produced already."""
+        if not self._finished:
+            self._usage = usage
+
     def text_delta_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
         """Text deltas that continue the open item or block, written directly: byte for byte what
         `feed` writes for each text in turn (b"" when it writes nothing), their texts kept. None:
         not that case (nothing of that kind open), `feed` them instead."""
         return None
+
+    def text_delta_parts(self, reasoning: bool, texts: list[str], out: list[bytes]) -> bool:
+        """`text_delta_frames` added to `out` as parts for the caller's one join (a read's bytes are
+        joined once, so a run's bytes are not copied into a run's own bytes first). False: not
+        that case, nothing added."""
+        written = self.text_delta_frames(reasoning, texts)
+        if written is None:
+            return False
+        out.append(written)
+        return True
 
     def opening_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
         """Text deltas that open a new item or block (`text_delta_frames` is None for them), written
@@ -234,6 +255,8 @@ class DoorTranscoder:
                     out.append(self._frames(encoder.feed(batch)))
                     batch = []
                 self._comment(event.lines, out)
+            elif type(event) is Usage and not batch:  # (it writes nothing: no batch for it)
+                encoder.take_usage(event.usage)
             elif type(event) is Finish and self._direct and encoder.writes_finish:
                 if batch:
                     out.append(self._frames(encoder.feed(batch)))
@@ -258,9 +281,9 @@ class DoorTranscoder:
         while done < len(texts):
             if self._direct:
                 rest = texts[done:] if done else texts
-                written = encoder.text_delta_frames(reasoning, rest)
-                if written is None:
-                    written = encoder.opening_frames(reasoning, rest)
+                if encoder.text_delta_parts(reasoning, rest, out):
+                    return
+                written = encoder.opening_frames(reasoning, rest)
                 if written is not None:
                     out.append(written)
                     return
@@ -279,7 +302,7 @@ class DoorTranscoder:
 
     def _comment(self, lines: list[bytes], out: list[bytes]) -> None:
         """Comment lines (the trace's, keep-alives) pass as they are: the SDKs skip comments."""
-        out.append(b"".join([line + b"\n" for line in lines]) + b"\n")
+        out.append(comment_event(lines))
 
     def _completion(self, completion: Mapping[str, Any]) -> dict[str, Any]:
         """The door's whole answer (or its error object) for a completion."""

@@ -21,7 +21,13 @@ from proxy.core.protocols.chat_events import (
     ToolCallDelta,
     Usage,
 )
-from proxy.core.protocols.door_stream import CUT_SHORT, NOT_AN_OBJECT, DoorEncoder, DoorTranscoder
+from proxy.core.protocols.door_stream import (
+    CUT_SHORT,
+    NOT_AN_OBJECT,
+    DoorEncoder,
+    DoorTranscoder,
+    comment_event,
+)
 from proxy.core.protocols.messages.events import MessagesEncoder, ThinkingFacts
 from proxy.core.protocols.messages.stream import MessagesTranscoder
 from proxy.core.protocols.responses.events import ResponsesEncoder
@@ -180,3 +186,28 @@ def test_a_paced_streams_reads_handed_over_one_by_one_give_the_reference_bytes(d
     assert out == b"".join(reference.feed(read) for read in joined) + reference.close()
     runs_of_one = sum(1 for piece in pieces if len(piece) == 1 and isinstance(piece[0], KnownRun))
     assert runs_of_one == 0 or handed.hits >= runs_of_one
+
+
+def test_comment_lines_are_one_event_each_line_ended() -> None:
+    assert comment_event([b": trace {}"]) == b": trace {}\n\n"
+    assert comment_event([b": a", b": b"]) == b": a\n: b\n\n"
+    assert comment_event([]) == b"\n"
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_a_usage_after_the_terminal_event_does_not_change_the_answer(door: str) -> None:
+    """A usage read alone (the transcoder records it without a batch) counts until the terminal
+    event and not after it, as the encoder's `feed` counts it."""
+    usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    later = {"prompt_tokens": 30, "completion_tokens": 40, "total_tokens": 70}
+    usage_chunk = b"data: " + orjson.dumps({"id": "c1", "choices": [], "usage": usage}) + b"\n\n"
+    later_chunk = b"data: " + orjson.dumps({"id": "c1", "choices": [], "usage": later}) + b"\n\n"
+    stream = [data(content="hi"), data(finish="stop"), usage_chunk, DONE, later_chunk]
+    direct, reference = transcoder(door), transcoder(door, templates=False)
+    assert b"".join(direct.feed(piece) for piece in stream) == b"".join(
+        reference.feed(piece) for piece in stream
+    )
+    assert direct.feed(b"") == b""
+    final = direct.final
+    assert final is not None
+    assert final["usage"]["output_tokens"] == 4  # (both doors name it so)

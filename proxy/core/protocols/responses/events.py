@@ -98,12 +98,21 @@ class ResponsesEncoder(ResponseItemEvents):
         # instead of SSE: each event's JSON and a newline.
         self._socket = socket
         # The bytes of a text delta frame of the item streaming (text_delta_frames) before its
-        # number, between it and its text's JSON string's insides, and after them; and that item.
+        # number, between it and its text's JSON string's insides, and after them, and the tail
+        # and the head as one (between two frames of a run); and that item.
         self._form_item: StreamItem | None = None
-        self._form: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+        self._form: tuple[bytes, bytes, bytes, bytes] = (b"", b"", b"", b"")
         # The frames that open and close a reasoning or message item, for the direct path.
         self._item_frames = ItemFrames(sse=not socket, summary=frame.summary)
         self.writes_finish = True
+
+    def start_frames(self) -> bytes:
+        """`start()` written directly: byte for byte its two events' frames, the `Response` both
+        carry serialized once (b"" once started)."""
+        events = self.start()
+        if not events:
+            return b""
+        return self._item_frames.opening_frames(jsonio.dumps(events[0]["response"]))
 
     def text_delta_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
         """Text deltas that continue the item streaming (most of a stream: a run's texts, or one
@@ -111,25 +120,55 @@ class ResponsesEncoder(ResponseItemEvents):
         ReasoningDelta; `message_frames` in the socket form) for each text in turn, without
         building the events. None: not that case (no such item streaming, or a text is empty),
         `feed` them instead (or `opening_frames`)."""
+        if len(texts) == 1:  # (a paced stream's every delta: its five parts joined, no call between)
+            item = self._current
+            text = texts[0]
+            if item is None or not item.begun or self._finished or self._finish is not None or not text:
+                return None
+            if item.kind != ("reasoning" if reasoning else "message"):
+                return None
+            item.text.append(text)
+            head, middle, tail, _ = self._form if self._form_item is item else self._delta_form(item)
+            seq = self._seq
+            self._seq = seq + 1
+            number = NUMBERS[seq] if seq < NUMBERED else b"%d" % seq
+            return b"".join((head, number, middle, jsonio.dumps(text)[1:-1], tail))
+        out: list[bytes] = []
+        if not self.text_delta_parts(reasoning, texts, out):
+            return None
+        return b"".join(out)
+
+    def text_delta_parts(self, reasoning: bool, texts: list[str], out: list[bytes]) -> bool:
+        """`text_delta_frames` as parts added to `out` (the transcoder joins a read's parts once):
+        the run's frames with no step per frame, the texts' JSON from one orjson call and the
+        numbers from a table; one frame's tail and the next one's head are one part."""
+        form = self._continued(reasoning, texts)
+        if form is None:
+            return False
+        head, middle, tail, joint = form
+        seq = self._seq
+        count = len(texts)
+        if not count:
+            return True  # (no text: nothing to write, as `feed` writes nothing)
+        self._seq = seq + count
+        start = len(out)
+        out += [joint, b"", middle, b""] * count
+        out[start] = head
+        out[start + 1 :: 4] = numbers(seq, count)
+        out[start + 3 :: 4] = jsonio.string_insides(texts)
+        out.append(tail)
+        return True
+
+    def _continued(self, reasoning: bool, texts: list[str]) -> tuple[bytes, bytes, bytes, bytes] | None:
+        """The parts of the streaming item's delta frames (`ItemFrames.delta_form`) when `texts`
+        continue it (its texts then kept); None when they do not, or a text is empty."""
         item = self._current
         if item is None or not item.begun or self._finished or self._finish is not None or not all(texts):
             return None
         if item.kind != ("reasoning" if reasoning else "message"):
             return None
-        head, middle, tail = self._form if self._form_item is item else self._delta_form(item)
         item.text += texts
-        seq = self._seq
-        count = len(texts)
-        self._seq = seq + count
-        if count == 1:  # (a paced stream's every delta)
-            number = NUMBERS[seq] if seq < NUMBERED else b"%d" % seq
-            return b"".join((head, number, middle, jsonio.dumps(texts[0])[1:-1], tail))
-        # The run's frames joined from their parts, with no step per frame: the texts' JSON from
-        # one orjson call, the numbers from a table.
-        parts = [head, b"", middle, b"", tail] * count
-        parts[1::5] = numbers(seq, count)
-        parts[3::5] = jsonio.string_insides(texts)
-        return b"".join(parts)
+        return self._form if self._form_item is item else self._delta_form(item)
 
     def opening_frames(self, reasoning: bool, texts: list[str]) -> bytes | None:
         """Texts that open a new reasoning or message item (none of that kind streaming), written
@@ -193,13 +232,17 @@ class ResponsesEncoder(ResponseItemEvents):
         if reasoning:
             self._seal(item, [])
         seq, self._seq = self._seq, self._seq + 3
-        text = "".join(item.text)
+        text = item.joined()
         return self._item_frames.closed(
             seq, reasoning, item.item_id, item.output_index, text, status, item.encrypted
         )
 
-    def _delta_form(self, item: StreamItem) -> tuple[bytes, bytes, bytes]:
-        """The parts of `item`'s text delta frames (ItemFrames.delta_form), kept while it streams."""
-        form = self._item_frames.delta_form(item.kind == "reasoning", item.item_id, item.output_index)
-        self._form_item, self._form = item, form
+    def _delta_form(self, item: StreamItem) -> tuple[bytes, bytes, bytes, bytes]:
+        """The parts of `item`'s text delta frames (ItemFrames.delta_form, and its tail and head
+        joined), kept while it streams."""
+        head, middle, tail = self._item_frames.delta_form(
+            item.kind == "reasoning", item.item_id, item.output_index
+        )
+        form = self._form = (head, middle, tail, tail + head)
+        self._form_item = item
         return form

@@ -65,6 +65,9 @@ class ResponseItemEvents(DoorEncoder):
         self._pending: StreamItem | None = None  # a reasoning item done when the call after it begins
         self._calls: dict[int, StreamItem] = {}  # the open tool calls, by chat index
         self._last_call: int | None = None
+        # The opening `Response` object (`start`): the terminal one is it with what the stream
+        # produced, built from it rather than from the frame a second time.
+        self._opening: dict[str, Any] | None = None
 
     def start(self) -> list[Event]:
         """`response.created` and `response.in_progress` (once), with the one `Response` object
@@ -72,7 +75,7 @@ class ResponseItemEvents(DoorEncoder):
         out: list[Event] = []
         if not self._started:
             self._started = True
-            opening = self.response()
+            opening = self._opening = self.response()
             self._emit(out, "response.created", response=opening)
             self._emit(out, "response.in_progress", response=opening)
         return out
@@ -192,9 +195,7 @@ class ResponseItemEvents(DoorEncoder):
             self._seal_done(pending, [call], out)
         self._announce(call, out)
         if call.text and not self._is_custom(call):
-            self._emit(
-                out, "response.function_call_arguments.delta", **self._at(call), delta="".join(call.text)
-            )
+            self._emit(out, "response.function_call_arguments.delta", **self._at(call), delta=call.joined())
 
     # ----------------------------------------------------------------------------------------------
     # Items in and out
@@ -216,7 +217,7 @@ class ResponseItemEvents(DoorEncoder):
                 self._end_reasoning_text(item, out)
                 self._seal_done(item, [], out)
             else:
-                text, at = "".join(item.text), self._at(item)
+                text, at = item.joined(), self._at(item)
                 self._emit(out, "response.output_text.done", **at, content_index=0, text=text, logprobs=[])
                 self._emit(
                     out, "response.content_part.done", **at, content_index=0, part=output_text_part(text)
@@ -231,11 +232,11 @@ class ResponseItemEvents(DoorEncoder):
             call.status = status
             if self._is_custom(call):
                 # A freeform tool's input is one JSON string argument: whole only at the end.
-                text = custom_input("".join(call.text))
+                text = custom_input(call.joined())
                 self._emit(out, "response.custom_tool_call_input.delta", **self._at(call), delta=text)
                 self._emit(out, "response.custom_tool_call_input.done", **self._at(call), input=text)
             else:
-                arguments = "".join(call.text)
+                arguments = call.joined()
                 self._emit(
                     out, "response.function_call_arguments.done", **self._at(call), arguments=arguments
                 )
@@ -244,7 +245,7 @@ class ResponseItemEvents(DoorEncoder):
     def _end_reasoning_text(self, item: StreamItem, out: list[Event]) -> None:
         if not item.begun:
             return
-        text, at = "".join(item.text), self._at(item)
+        text, at = item.joined(), self._at(item)
         if self._frame.summary:
             self._emit(out, "response.reasoning_summary_text.done", **at, summary_index=0, text=text)
             part = summary_text_part(text)
@@ -262,15 +263,17 @@ class ResponseItemEvents(DoorEncoder):
     def _seal(self, item: StreamItem, calls: list[StreamItem]) -> None:
         """The reasoning item's `encrypted_content`: its text and details sealed, with the calls it
         precedes."""
+        frame = self._frame
         facts = ReasoningItemFacts(
             item.item_id,
-            self._frame.id,
-            self._frame.model,
-            "".join(item.text),
-            details=tuple(item.details),
-            call_ids=tuple(call.call_id for call in calls),
-            signatures={call.call_id: call.extra for call in calls if call.extra is not None},
-            status=item.status,
+            frame.id,
+            frame.model,
+            item.joined(),
+            tuple(item.details),
+            # (no calls, as a reasoning item before the answer has: no generator or comprehension run)
+            tuple([call.call_id for call in calls]) if calls else (),
+            {call.call_id: call.extra for call in calls if call.extra is not None} if calls else {},
+            item.status,
         )
         item.encrypted = self._sealer(facts)
 
@@ -312,14 +315,17 @@ class ResponseItemEvents(DoorEncoder):
         incomplete_reason: str | None = None,
     ) -> list[Event]:
         self._finished = True
-        response = response_object(
-            self._frame,
-            status=status,
-            output=[self._item_dict(item) for item in self._items],
-            usage=responses_usage(self._usage),
-            error=error,
-            incomplete_reason=incomplete_reason,
-        )
+        output = [self._item_dict(item) for item in self._items]
+        usage = responses_usage(self._usage)
+        # `response_object`'s fields that differ from the opening's, set in place (its key order).
+        response = dict(self._opening or self.response())
+        clock = self._frame.clock
+        response["completed_at"] = int(clock()) if clock is not None and status == "completed" else None
+        response["status"] = status
+        response["output"] = output
+        response["error"] = error
+        response["incomplete_details"] = None if incomplete_reason is None else {"reason": incomplete_reason}
+        response["usage"] = usage
         out: list[Event] = []
         self._emit(out, f"response.{status}", response=response)
         return out

@@ -10,7 +10,10 @@ path builds for them.
   (reasoning_summary_part.added in the summary form), and at the item's end its text's done event,
   content_part.done (reasoning_summary_part.done), output_item.done. The closing three hold the
   item's whole text, serialized once here for all three (the general path serializes it with
-  each event's dict, and builds the dicts, the item object and its parts first).
+  each event's dict, and builds the dicts, the item object and its parts first), and each group
+  is one list of parts joined once (a concatenation copies all it holds, the text each time).
+- The stream's opening pair, response.created and response.in_progress: both carry the one
+  `Response` object, serialized once here for the two.
 
 The key order is the dicts' (proxy.core.protocols.responses.output: reasoning_item, message_item,
 the parts), which tests hold to the general path.
@@ -50,11 +53,22 @@ class ItemFrames:
         self._sse = sse
         self._summary = summary
 
-    def framed(self, kind: bytes, body: bytes) -> bytes:
-        """An event's JSON as the stream carries it (output.frame / output.message_frames)."""
-        if self._sse:
-            return b"".join((b"event: ", kind, b"\ndata: ", body, b"\n\n"))
-        return body + b"\n"
+    def opening_frames(self, response_json: bytes) -> bytes:
+        """response.created (0) and response.in_progress (1), both carrying the one `Response`
+        object (the encoder's `start`), its JSON written once for the two."""
+        end = b"}\n\n" if self._sse else b"}\n"
+        return b"".join(
+            (
+                self._opening(b"response.created", 0),
+                b',"response":',
+                response_json,
+                end,
+                self._opening(b"response.in_progress", 1),
+                b',"response":',
+                response_json,
+                end,
+            )
+        )
 
     def delta_form(self, reasoning: bool, item_id: str, output_index: int) -> tuple[bytes, bytes, bytes]:
         """The bytes of a text delta frame of an item before its number, between it and its text's
@@ -81,30 +95,39 @@ class ItemFrames:
         id_json = jsonio.dumps(item_id)
         index = b"%d" % output_index
         if not reasoning:
-            item = (
-                b'{"id":'
-                + id_json
-                + b',"type":"message","role":"assistant","status":"in_progress","content":[]}'
-            )
+            item = b',"type":"message","role":"assistant","status":"in_progress","content":[]}'
         elif self._summary:
-            item = b'{"id":' + id_json + b',"type":"reasoning","summary":[],"status":"in_progress"}'
+            item = b',"type":"reasoning","summary":[],"status":"in_progress"}'
         else:
-            item = (
-                b'{"id":' + id_json + b',"type":"reasoning","summary":[],"content":[],"status":"in_progress"}'
-            )
-        added = b"response.output_item.added"
-        head = _head(added, seq) + b',"output_index":' + index + b',"item":' + item + b"}"
+            item = b',"type":"reasoning","summary":[],"content":[],"status":"in_progress"}'
         if reasoning and self._summary:
-            kind, slot, part = (
-                b"response.reasoning_summary_part.added",
-                b"summary_index",
-                _EMPTY_PART[b"summary"],
-            )
+            kind, slot = b"response.reasoning_summary_part.added", b',"summary_index":0,"part":'
+            part = _EMPTY_PART[b"summary"]
         else:
-            kind, slot = b"response.content_part.added", b"content_index"
+            kind, slot = b"response.content_part.added", b',"content_index":0,"part":'
             part = _EMPTY_PART[b"reasoning" if reasoning else b"message"]
-        body = _head(kind, seq + 1) + _at(id_json, index) + b',"' + slot + b'":0,"part":' + part + b"}"
-        return self.framed(added, head) + self.framed(kind, body)
+        end = b"\n\n" if self._sse else b"\n"
+        return b"".join(
+            (
+                self._opening(b"response.output_item.added", seq),
+                b',"output_index":',
+                index,
+                b',"item":{"id":',
+                id_json,
+                item,
+                b"}",
+                end,
+                self._opening(kind, seq + 1),
+                b',"item_id":',
+                id_json,
+                b',"output_index":',
+                index,
+                slot,
+                part,
+                b"}",
+                end,
+            )
+        )
 
     def closed(
         self,
@@ -117,65 +140,74 @@ class ItemFrames:
         encrypted: str | None,
     ) -> bytes:
         """The item's text done (`seq`), its part done (`seq` + 1), the item done (`seq` + 2) with
-        `status` (and a reasoning item's `encrypted` content, when it has one)."""
+        `status` (and a reasoning item's `encrypted` content, when it has one). Written as one
+        list of parts joined once: the text's JSON is in all three, and ~700 bytes copied by each
+        concatenation that carries it (the part, then the event, then its frame) added up."""
         id_json = jsonio.dumps(item_id)
-        index = b"%d" % output_index
         text_json = jsonio.dumps(text)
-        at = _at(id_json, index)
+        at = b',"item_id":' + id_json + b',"output_index":' + b"%d" % output_index
         status_json = b'"' + status.encode() + b'"'
         if not reasoning:
-            part = b'{"type":"output_text","text":' + text_json + b',"annotations":[],"logprobs":[]}'
             text_kind, part_kind = b"response.output_text.done", b"response.content_part.done"
-            text_done = (
-                _head(text_kind, seq) + at + b',"content_index":0,"text":' + text_json + b',"logprobs":[]}'
-            )
-            part_done = _head(part_kind, seq + 1) + at + b',"content_index":0,"part":' + part + b"}"
-            item = (
-                b'{"id":' + id_json + b',"type":"message","role":"assistant","status":' + status_json
-                + b',"content":[' + part + b"]}"
-            )  # fmt: skip
+            slot, text_end = b',"content_index":0', b',"logprobs":[]}'
+            part_head, part_end = b'{"type":"output_text","text":', b',"annotations":[],"logprobs":[]}'
+            item_head = b',"type":"message","role":"assistant","status":' + status_json + b',"content":['
+            item_end = b"]}"
         else:
             if self._summary:
                 text_kind, part_kind = (
                     b"response.reasoning_summary_text.done",
                     b"response.reasoning_summary_part.done",
                 )
-                slot, part = b',"summary_index":0', b'{"type":"summary_text","text":' + text_json + b"}"
-                parts = b'"summary":[' + part + b"]"
+                slot, part_head = b',"summary_index":0', b'{"type":"summary_text","text":'
+                item_head = b',"type":"reasoning","summary":['
             else:
                 text_kind, part_kind = b"response.reasoning_text.done", b"response.content_part.done"
-                slot, part = b',"content_index":0', b'{"type":"reasoning_text","text":' + text_json + b"}"
-                parts = b'"summary":[],"content":[' + part + b"]"
-            text_done = _head(text_kind, seq) + at + slot + b',"text":' + text_json + b"}"
-            part_done = _head(part_kind, seq + 1) + at + slot + b',"part":' + part + b"}"
+                slot, part_head = b',"content_index":0', b'{"type":"reasoning_text","text":'
+                item_head = b',"type":"reasoning","summary":[],"content":['
+            text_end = part_end = b"}"
             sealed = b"" if encrypted is None else b',"encrypted_content":' + jsonio.dumps(encrypted)
-            item = (
-                b'{"id":'
-                + id_json
-                + b',"type":"reasoning",'
-                + parts
-                + sealed
-                + b',"status":'
-                + status_json
-                + b"}"
-            )
+            item_end = b"]" + sealed + b',"status":' + status_json + b"}"
         done = b"response.output_item.done"
-        item_done = _head(done, seq + 2) + b',"output_index":' + index + b',"item":' + item + b"}"
+        sse = self._sse
+        end = b"\n\n" if sse else b"\n"
         return b"".join(
             (
-                self.framed(text_kind, text_done),
-                self.framed(part_kind, part_done),
-                self.framed(done, item_done),
+                self._opening(text_kind, seq),
+                at,
+                slot,
+                b',"text":',
+                text_json,
+                text_end,
+                end,
+                self._opening(part_kind, seq + 1),
+                at,
+                slot,
+                b',"part":',
+                part_head,
+                text_json,
+                part_end,
+                b"}",
+                end,
+                self._opening(done, seq + 2),
+                b',"output_index":' + b"%d" % output_index + b',"item":{"id":',
+                id_json,
+                item_head,
+                part_head,
+                text_json,
+                part_end,
+                item_end,
+                b"}",
+                end,
             )
         )
 
-
-def _head(kind: bytes, seq: int) -> bytes:
-    return b'{"type":"' + kind + b'","sequence_number":' + b"%d" % seq
-
-
-def _at(id_json: bytes, index: bytes) -> bytes:
-    return b',"item_id":' + id_json + b',"output_index":' + index
+    def _opening(self, kind: bytes, seq: int) -> bytes:
+        """A frame up to its event's sequence number, included (`framed` and `_head`)."""
+        number = NUMBERS[seq] if seq < NUMBERED else b"%d" % seq
+        if self._sse:
+            return b"".join((b"event: ", kind, b'\ndata: {"type":"', kind, b'","sequence_number":', number))
+        return b"".join((b'{"type":"', kind, b'","sequence_number":', number))
 
 
 def numbers(start: int, count: int) -> Sequence[bytes]:

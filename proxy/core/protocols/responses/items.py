@@ -43,19 +43,30 @@ class StreamItem:
     name: str = ""
     extra: Any = None  # a call's first extra_content
 
+    def joined(self) -> str:
+        """`text` as one string, kept as its one piece: an item's text is written whole up to five
+        times (its done events, its sealed blob, the terminal `Response`), joined once."""
+        pieces = self.text
+        if len(pieces) == 1:
+            return pieces[0]
+        text = "".join(pieces)
+        if pieces:
+            self.text = [text]
+        return text
+
 
 def item_dict(item: StreamItem, *, summary: bool, tool_names: Mapping[str, ToolName]) -> dict[str, Any]:
     """The item object as the stream stands: a reasoning item's text in a summary part (`summary`,
     the request asked `reasoning.summary`) or a reasoning_text part; a call as its client declared
     the tool (`tool_names`: chat function name → the Responses tool it stands for)."""
-    text = "".join(item.text) if item.begun else None
+    text = item.joined() if item.begun else None
     if item.kind == "reasoning":
         return reasoning_item(
             item.item_id, text, summary=summary, status=item.status, encrypted_content=item.encrypted
         )
     if item.kind == "message":
         return message_item(item.item_id, text, status=item.status)
-    arguments = "".join(item.text)
+    arguments = item.joined()
     declared = tool_names.get(item.name)
     if declared is None:
         return function_call_item(item.item_id, item.call_id, item.name, arguments, status=item.status)

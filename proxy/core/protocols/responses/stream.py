@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from proxy.core.protocols.chat_events import completion_events
-from proxy.core.protocols.door_stream import DoorEncoder, DoorTranscoder
+from proxy.core.protocols.door_stream import DoorEncoder, DoorTranscoder, comment_event
 from proxy.core.protocols.responses.events import ResponsesEncoder, frames
 from proxy.core.protocols.responses.output import IdFactory, ResponseFrame, Seal, message_frames
 from proxy.core.protocols.responses.tools import ToolName
@@ -63,6 +63,7 @@ class ResponsesTranscoder(DoorTranscoder):
     ) -> None:
         encoder = ResponsesEncoder(frame, seal=seal, new_id=new_id, tool_names=tool_names, socket=socket)
         super().__init__(encoder, templates=templates)
+        self._responses = encoder  # (the encoder, as the Responses one it is)
         self._frame = frame
         self._write_events: Callable[[Iterable[Mapping[str, Any]]], bytes] = (
             message_frames if socket else frames
@@ -76,6 +77,8 @@ class ResponsesTranscoder(DoorTranscoder):
 
     def start(self) -> bytes:
         """`response.created` and `response.in_progress`, at once (the first bytes a client sees)."""
+        if self._direct:
+            return self._responses.start_frames()
         return self._write_events(self._encoder.start())
 
     def _frames(self, events: list[dict[str, Any]]) -> bytes:
@@ -87,7 +90,7 @@ class ResponsesTranscoder(DoorTranscoder):
         """Comment lines pass as they are over HTTP; a socket has none (the trace still reaches
         the console, metrics and OpenTelemetry, which read it before the door)."""
         if not self.socket:
-            super()._comment(lines, out)
+            out.append(comment_event(lines))
 
     def _completion(self, completion: Mapping[str, Any]) -> dict[str, Any]:
         """The `Response` object (its encoder, unused by a stream, writes it)."""

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 
-from proxy.core.protocols.chat_events import ReasoningDelta, TextDelta, chunk_events
+from proxy.core.protocols.chat_events import Finish, ReasoningDelta, TextDelta, chunk_events
 from proxy.core.protocols.responses.events import (
     ReasoningItemFacts,
     ResponseFrame,
@@ -23,7 +23,7 @@ from proxy.core.protocols.responses.events import (
     frame,
     frames,
 )
-from proxy.core.protocols.responses.output import message_frames, responses_usage
+from proxy.core.protocols.responses.output import message_frames, response_object, responses_usage
 from proxy.core.protocols.responses.stream import response_from_completion
 from proxy.core.usage import ReasoningTokens, account
 
@@ -662,6 +662,44 @@ def test_an_estimated_reasoning_count_keeps_its_marker() -> None:
     assert reported is not None and reported["output_tokens_details"] == {"reasoning_tokens": 31}
 
 
+@pytest.mark.parametrize(
+    ("finish", "status", "reason"),
+    [("stop", "completed", None), ("length", "incomplete", "max_output_tokens"), (None, "failed", None)],
+)
+def test_the_terminal_response_is_the_response_object_of_what_was_streamed(
+    finish: str | None, status: str, reason: str | None
+) -> None:
+    """The terminal `Response` (built from the opening one) is `response_object` of the frame with
+    the stream's output, usage, error and incomplete reason: every field, in its key order."""
+    frame = ResponseFrame(
+        "resp_1",
+        "deepseek-v4-pro",
+        1_700_000_000,
+        echo={"instructions": "be brief", "metadata": {"k": "v"}, "tools": [], "temperature": 0.5},
+        clock=lambda: 1_700_000_042.7,
+    )
+    coder = ResponsesEncoder(frame, seal=Sealer(), new_id=ids())
+    usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    events = [ReasoningDelta(["think"]), TextDelta(["answer"])]
+    if finish is not None:
+        events.append(Finish(finish, ()))
+    coder.feed(events)
+    coder.feed(chunk_events({"choices": [], "usage": usage}))
+    terminal = coder.end()[-1]["response"]
+    error = None if finish is not None else terminal["error"]
+    assert status != "failed" or error is not None
+    expected = response_object(
+        frame,
+        status=status,  # type: ignore[arg-type]
+        output=terminal["output"],
+        usage=responses_usage(usage),
+        error=error,
+        incomplete_reason=reason,
+    )
+    assert list(terminal.items()) == list(expected.items())
+    assert terminal["completed_at"] == (1_700_000_042 if status == "completed" else None)
+
+
 # Texts a run of deltas may carry: what JSON escapes, what % formatting or a split at `","` would
 # misread, and any text.
 DELTA_TEXTS = st.lists(
@@ -697,6 +735,34 @@ def test_a_run_written_directly_is_each_delta_written_alone(
     one_by_one = [ReasoningDelta([t]) if reasoning else TextDelta([t]) for t in texts]
     assert written == write(general.feed(one_by_one))
     assert write(direct.end()) == write(general.end())
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=DELTA_TEXTS, reasoning=st.booleans(), socket=st.booleans())
+def test_a_run_added_as_parts_joins_to_the_run_written_directly(
+    texts: list[str], reasoning: bool, socket: bool
+) -> None:
+    """A run added as parts to what a read already holds (text_delta_parts, which the transcoder
+    joins once per read) joins to the same bytes as the run written directly, whatever came
+    before it in the list; not that case, nothing is added."""
+
+    def opened() -> ResponsesEncoder:
+        coder = ResponsesEncoder(make_frame(False), seal=Sealer(), new_id=ids(), socket=socket)
+        coder.feed([ReasoningDelta(["open"]) if reasoning else TextDelta(["open"])])
+        return coder
+
+    by_parts, direct = opened(), opened()
+    out = [b"before"]
+    assert by_parts.text_delta_parts(reasoning, texts, out)
+    assert out[0] == b"before"
+    assert b"".join(out[1:]) == direct.text_delta_frames(reasoning, texts)
+    size = len(out)
+    assert not by_parts.text_delta_parts(not reasoning, texts, out)  # (another kind: no item of it)
+    assert not by_parts.text_delta_parts(reasoning, ["", *texts], out)  # (an empty text)
+    assert len(out) == size
+    assert by_parts.text_delta_parts(reasoning, [], out) and len(out) == size  # (no text: nothing)
+    assert direct.text_delta_frames(reasoning, []) == b""
+    assert by_parts.end() == direct.end()
 
 
 def test_sequence_numbers_past_the_writers_table_are_written_alike() -> None:

@@ -117,3 +117,28 @@ def test_items_are_not_written_directly_while_a_call_is_open() -> None:
     e.feed([ToolCallDelta(0, "call_1", "lookup", "{", None)])
     assert e.opening_frames(False, ["after the call"]) is None
     assert e.finish_frames(Finish("tool_calls", ())) is None
+
+
+@pytest.mark.parametrize("socket", [False, True])
+@pytest.mark.parametrize(
+    "echo",
+    [
+        {},
+        {"instructions": 'say "hi"\n\u2028é😀', "metadata": {"k": "v"}, "temperature": 0.5},
+        {"instructions": "a lone surrogate \ud800 orjson refuses"},  # (jsonio's fallback writes it)
+        {"metadata": {"n": 2**70}},  # (an integer past 64 bits: the fallback too)
+    ],
+)
+def test_the_opening_frames_written_directly_are_the_events_framed(
+    echo: dict[str, Any], socket: bool
+) -> None:
+    """response.created and response.in_progress written with their one `Response`'s JSON once
+    (start_frames) are byte for byte both events framed, whatever the echoed fields hold; once
+    started, nothing."""
+    write = message_frames if socket else frames
+    direct, general = (
+        ResponsesEncoder(make_frame(**echo), seal=Sealer(), new_id=ids(), socket=socket) for _ in range(2)
+    )
+    assert direct.start_frames() == write(general.start())
+    assert direct.start_frames() == b"" == write(general.start())
+    assert write(direct.end()) == write(general.end())
