@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat, takewhile
+from operator import and_, itemgetter
 from typing import Any, NamedTuple, TypeAlias
 
 import orjson
@@ -139,12 +141,78 @@ class ChunkTemplate:
         hold a raw one). The same test as `text_of`, on the events in place: the hot loop of a
         fast upstream's read, which holds hundreds of them.
 
-        The texts of the run are read in one orjson call, not one per event (about 16% of this
-        loop's time, pure). That is exact because each token starts with a quote and ends with
-        one no backslash precedes: no string can run from one token into the next, so the array
-        has as many elements as there are tokens only when each token is one value. Anything
-        else (a token that is not one string, a `<` to look at) goes event by event
-        (`_take_each`), which stops exactly where the run does."""
+        The run is read with no Python step per event (`_take_at_once`) where that can say
+        exactly what the loop would; else (a token that could mislead it, a `<` to look at, a
+        run longer than `max_event_bytes`) by the loop (`_take_in_steps`), which stops exactly
+        where the run does."""
+        taken = self._take_at_once(data, start, max_event_bytes, unless_lt)
+        return taken if taken is not None else self._take_in_steps(data, start, max_event_bytes, unless_lt)
+
+    def _take_at_once(
+        self, data: bytes, start: int, max_event_bytes: int, unless_lt: bool
+    ) -> tuple[int, list[str]] | None:
+        """take_texts in a fixed number of calls into C whatever the run's length, or None when
+        that cannot tell the run exactly (the loop then reads it).
+
+        The events from `start` are the pieces between blank lines, as the loop finds them (each
+        ends at the first "\\n\\n"). The run's candidates are the leading pieces of the
+        template's shape, prefix + token + suffix; their tokens, joined by ",\\n", are read as
+        one JSON array. That is exact when each token starts and ends with a quote and holds no
+        line end (the separators' are then the only ones): no string can reach across a
+        separator (it would hold the separator's raw line end, which JSON refuses in a string),
+        nor can any other value (the comma ends it), so each token is one or more whole values,
+        and the array has as many elements as there are tokens only when each
+        token is exactly one string. The run then ends before the first empty text, as the
+        loop's does. (About half the loop's instructions for a burst stream's run, pure:
+        bench/README.md, "A run read without a loop per event".)"""
+        prefix, suffix = self.event_prefix, self.suffix
+        if prefix is None or not suffix:
+            return None
+        events = data[start:].split(b"\n\n")
+        events.pop()  # (what follows the last blank line is no whole event)
+        shaped = map(
+            and_, map(bytes.startswith, events, repeat(prefix)), map(bytes.endswith, events, repeat(suffix))
+        )
+        count = len(list(takewhile(bool, shaped)))
+        if count == 0:
+            return None
+        del events[count:]
+        tokens = b",\n".join(map(itemgetter(slice(len(prefix), -len(suffix))), events))
+        separators = count - 1
+        if (
+            tokens[:1] != b'"'
+            or tokens[-1:] != b'"'
+            or tokens.count(b"\n") != separators
+            or tokens.count(b'\n"') != separators
+            or tokens.count(b'",\n') != separators
+        ):
+            return None
+        try:
+            texts: list[str] = orjson.loads(b"[" + tokens + b"]")
+        except orjson.JSONDecodeError:
+            return None
+        if len(texts) != count:
+            return None
+        if "" in texts:  # (not a text: the run ends before it)
+            count = texts.index("")
+            del texts[count:]
+            del events[count:]
+        if unless_lt and "<" in "".join(texts):
+            return None
+        size = len(b"".join(events)) + 2 * count
+        if size > max_event_bytes:
+            return None
+        return start + size, texts
+
+    def _take_in_steps(
+        self, data: bytes, start: int, max_event_bytes: int, unless_lt: bool
+    ) -> tuple[int, list[str]]:
+        """take_texts one event at a time, the texts of the run read in one orjson call, not one
+        per event (about 16% of this loop's time, pure). That is exact because each token starts
+        with a quote and ends with one no backslash precedes: no string can run from one token
+        into the next, so the array has as many elements as there are tokens only when each
+        token is one value. Anything else (a token that is not one string, a `<` to look at)
+        goes event by event (`_take_each`), which stops exactly where the run does."""
         prefix, suffix = self.event_prefix, self.suffix
         if prefix is None:
             return start, []
