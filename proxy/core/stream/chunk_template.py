@@ -176,7 +176,7 @@ class ChunkTemplate:
         # further: a run of reasoning is not split again with the answer after it.
         last = data.rfind(prefix[-PREFIX_END:], start)
         if last < 0:
-            return None
+            return start, []  # (no event of the template's shape: the loop would stop at once)
         end = data.find(b"\n\n", last)
         events = data[start : len(data) if end < 0 else end + 2].split(b"\n\n")
         events.pop()  # (what follows the last blank line is no whole event)
@@ -185,7 +185,7 @@ class ChunkTemplate:
         )
         count = len(list(takewhile(bool, shaped)))
         if count == 0:
-            return None
+            return start, []  # (the first event is not of the template's shape, or there is none)
         del events[count:]
         tokens = b",\n".join(map(itemgetter(slice(len(prefix), -len(suffix))), events))
         separators = count - 1
