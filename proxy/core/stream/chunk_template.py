@@ -171,14 +171,25 @@ class ChunkTemplate:
         prefix, suffix = self.event_prefix, self.suffix
         if prefix is None or not suffix:
             return None
+        # The loop's test of the first event (a lone one, or none: not worth the calls below).
+        end = data.find(b"\n\n", start)
+        first, last = start + len(prefix), end - len(suffix)
+        if (
+            end < 0
+            or end + 2 - start > max_event_bytes
+            or last - first < 3
+            or data[first] != 0x22
+            or data[last - 1] != 0x22
+            or not data.startswith(prefix, start)
+            or not data.endswith(suffix, start, end)
+        ):
+            return start, []
         # No event of the run lies past the last one that holds the prefix's end (where
         # templates differ: the text field's name and what precedes it), so the read is split no
         # further: a run of reasoning is not split again with the answer after it.
-        last = data.rfind(prefix[-PREFIX_END:], start)
-        if last < 0:
-            return start, []  # (no event of the template's shape: the loop would stop at once)
-        end = data.find(b"\n\n", last)
-        events = data[start : len(data) if end < 0 else end + 2].split(b"\n\n")
+        marked = data.rfind(prefix[-PREFIX_END:], start)
+        bound = data.find(b"\n\n", marked)
+        events = data[start : len(data) if bound < 0 else bound + 2].split(b"\n\n")
         events.pop()  # (what follows the last blank line is no whole event)
         shaped = map(
             and_, map(bytes.startswith, events, repeat(prefix)), map(bytes.endswith, events, repeat(suffix))
