@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from proxy.build_info import is_compiled
 from proxy.core.controls import ReasoningField, TraceFormat, TraceMode
-from proxy.core.stream import chunk_template
+from proxy.core.stream import chunk_template, run_texts
 from proxy.core.stream.capture import TurnCollector
 from proxy.core.stream.chunk_template import ChunkTemplate, KnownEvent, KnownRun, joined, learn
 from proxy.core.stream.pipeline import StreamPipeline
@@ -617,11 +617,11 @@ def test_a_run_read_at_once_is_the_run_read_event_by_event(middles: list[bytes],
     heard: list[str] = []
     taken = template.take_run(read, 0, 1 << 20, unless_lt, (heard.append,))
     assert template.take_texts(read, 0, 1 << 20, unless_lt) == (taken, heard)
-    assert template._take_each(read, 0, 1 << 20, unless_lt) == (taken, heard)
+    assert run_texts.take_each(template, read, 0, 1 << 20, unless_lt) == (taken, heard)
 
 
 # What may stand between a run template's prefix and suffix, besides plain strings: whatever
-# could make a run read at once (ChunkTemplate._take_at_once) take what the loop would not.
+# could make a run read at once (run_texts.take_at_once) take what the loop would not.
 _ODD_MIDDLES = [
     *_TRICKY_MIDDLES,
     b'"a\\\\\\""',  # an escaped backslash, then an escaped quote, then the closing one
@@ -684,9 +684,9 @@ def test_a_run_read_with_no_step_per_event_is_what_the_loop_reads(
     )
     read = b"xx" + read[: max(0, len(read) - cut)]  # (and the run starts past the read's start)
     taken = template.take_texts(read, 2, limit, unless_lt)
-    assert taken == template._take_in_steps(read, 2, limit, unless_lt)
-    assert taken == template._take_each(read, 2, limit, unless_lt)
-    at_once = template._take_at_once(read, 2, limit, unless_lt)
+    assert taken == run_texts.take_in_steps(template, read, 2, limit, unless_lt)
+    assert taken == run_texts.take_each(template, read, 2, limit, unless_lt)
+    at_once = run_texts.take_at_once(template, read, 2, limit, unless_lt)
     assert at_once is None or at_once == taken
 
 
@@ -704,9 +704,9 @@ def test_each_odd_token_in_a_run_is_read_as_the_loop_reads_it(middle: bytes, at:
     }[at]
     read = b"".join(template.event_prefix + m + template.event_suffix for m in middles) + b"data: [DONE]\n\n"
     for unless_lt in (False, True):
-        taken = template._take_each(read, 0, 1 << 20, unless_lt)
+        taken = run_texts.take_each(template, read, 0, 1 << 20, unless_lt)
         assert template.take_texts(read, 0, 1 << 20, unless_lt) == taken
-        at_once = template._take_at_once(read, 0, 1 << 20, unless_lt)
+        at_once = run_texts.take_at_once(template, read, 0, 1 << 20, unless_lt)
         assert at_once is None or at_once == taken
 
 
@@ -723,18 +723,18 @@ def test_a_plain_run_is_read_with_no_step_per_event() -> None:
     data = (
         read + after + chunk({"content": "", "reasoning_content": None}, finish="stop") + b"data: [DONE]\n\n"
     )
-    assert template._take_at_once(data, 0, 1 << 20, False) == (len(read), texts)
-    assert template._take_at_once(data[: len(read) - 5], 0, 1 << 20, False) == (
+    assert run_texts.take_at_once(template, data, 0, 1 << 20, False) == (len(read), texts)
+    assert run_texts.take_at_once(template, data[: len(read) - 5], 0, 1 << 20, False) == (
         len(read) - len(chunk({"content": None, "reasoning_content": "a<b"})),
         texts[:-1],
     )
     # A `<` to look at, and a run past the size limit: the loop says where the run ends.
-    assert template._take_at_once(data, 0, 1 << 20, True) is None
+    assert run_texts.take_at_once(template, data, 0, 1 << 20, True) is None
     assert template.take_texts(data, 0, 1 << 20, True) == (
         len(read) - len(chunk({"content": None, "reasoning_content": "a<b"})),
         texts[:-1],
     )
-    assert template._take_at_once(data, 0, len(read) - 1, False) is None
+    assert run_texts.take_at_once(template, data, 0, len(read) - 1, False) is None
     assert template.take_texts(data, 0, len(read) - 1, False) == (len(read), texts)
 
 
