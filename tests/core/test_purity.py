@@ -42,6 +42,8 @@ ALLOWED: dict[str, str] = {
     "dataclasses": "the value types",
     "enum": "StrEnum: control-header values, trace stages",
     "functools": "lru_cache, partial",
+    "itertools": "repeat, takewhile: a run's events tested in C, not a Python step each (stream.run_texts)",
+    "operator": "and_, itemgetter: the same (stream.run_texts)",
     "copy": "deepcopy: the review gate keeps the held original as it came",
     "math": "ceil: budget buckets (budgets)",
     "re": "patterns: reasoning tags, headers, globs compiled once",

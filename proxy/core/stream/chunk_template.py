@@ -23,6 +23,8 @@ from typing import Any, NamedTuple, TypeAlias
 
 import orjson
 
+from proxy.core.stream import run_texts
+
 # The delta fields that carry text. A chunk is a template only when exactly one of them is set.
 TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 REASONING_FIELDS = frozenset({"reasoning_content", "reasoning"})
@@ -129,89 +131,9 @@ class ChunkTemplate:
     def take_texts(
         self, data: bytes, start: int, max_event_bytes: int, unless_lt: bool
     ) -> tuple[int, list[str]]:
-        """Where the run of events of this template starting at `start` ends, and their texts: each
-        `data: ` + the template with a non-empty string in the field + a blank line, at most
-        `max_event_bytes`, its text without `<` when `unless_lt`.
-
-        Only for data where an event starts at `start` and whose line ends are LF (an idle SSE
-        decoder's view): a match is then one whole event, ended by the first "\\n\\n" after it,
-        since it holds no line end (the prefix and suffix hold none, and a JSON string cannot
-        hold a raw one). The same test as `text_of`, on the events in place: the hot loop of a
-        fast upstream's read, which holds hundreds of them.
-
-        The texts of the run are read in one orjson call, not one per event (about 16% of this
-        loop's time, pure). That is exact because each token starts with a quote and ends with
-        one no backslash precedes: no string can run from one token into the next, so the array
-        has as many elements as there are tokens only when each token is one value. Anything
-        else (a token that is not one string, a `<` to look at) goes event by event
-        (`_take_each`), which stops exactly where the run does."""
-        prefix, suffix = self.event_prefix, self.suffix
-        if prefix is None:
-            return start, []
-        head, tail = len(prefix), len(suffix)
-        find, startswith, endswith = data.find, data.startswith, data.endswith
-        tokens: list[bytes] = []
-        pos = start
-        while (end := find(b"\n\n", pos)) >= 0:
-            first, last = pos + head, end - tail  # the string token, quotes included
-            if (
-                end + 2 - pos > max_event_bytes
-                or last - first < 3  # (2: the empty string, which is not a text)
-                or data[first] != 0x22
-                or data[last - 1] != 0x22
-                or not startswith(prefix, pos)
-                or not endswith(suffix, pos, end)
-            ):
-                break
-            if data[last - 2] == 0x5C:  # ('\\"': an escaped quote, or an escaped backslash)
-                return self._take_each(data, start, max_event_bytes, unless_lt)
-            tokens.append(data[first:last])
-            pos = end + 2
-        if not tokens:
-            return self._take_each(data, start, max_event_bytes, unless_lt)
-        try:
-            texts = orjson.loads(b"[" + b",".join(tokens) + b"]")
-        except orjson.JSONDecodeError:
-            return self._take_each(data, start, max_event_bytes, unless_lt)
-        if (
-            len(texts) != len(tokens)
-            or not all(type(text) is str for text in texts)
-            or (unless_lt and any("<" in text for text in texts))
-        ):
-            return self._take_each(data, start, max_event_bytes, unless_lt)
-        return pos, texts
-
-    def _take_each(
-        self, data: bytes, start: int, max_event_bytes: int, unless_lt: bool
-    ) -> tuple[int, list[str]]:
-        """take_texts one event at a time: each text read and judged alone."""
-        prefix, suffix = self.event_prefix, self.suffix
-        if prefix is None:
-            return start, []
-        head, tail = len(prefix), len(suffix)
-        find, startswith, endswith, loads = data.find, data.startswith, data.endswith, orjson.loads
-        texts: list[str] = []
-        pos = start
-        while (end := find(b"\n\n", pos)) >= 0:
-            first, last = pos + head, end - tail  # the string token, quotes included
-            if (
-                end + 2 - pos > max_event_bytes
-                or last - first < 2
-                or data[first] != 0x22
-                or data[last - 1] != 0x22
-                or not startswith(prefix, pos)
-                or not endswith(suffix, pos, end)
-            ):
-                break
-            try:
-                text = loads(data[first:last])
-            except orjson.JSONDecodeError:
-                break
-            if type(text) is not str or not text or (unless_lt and "<" in text):
-                break
-            texts.append(text)
-            pos = end + 2
-        return pos, texts
+        """Where the run of events of this template starting at `start` ends, and their texts
+        (proxy.core.stream.run_texts.take_texts)."""
+        return run_texts.take_texts(self, data, start, max_event_bytes, unless_lt)
 
 
 def template_of_run(current: ChunkTemplate | None, run: KnownRun) -> ChunkTemplate | None:

@@ -580,46 +580,6 @@ def test_a_run_is_what_the_decoder_would_make_of_the_events(text: str, tail: byt
         assert heard == [text, text]
 
 
-# Middles that a batched read of a run must not take for what they are not: strings that end in an
-# escaped backslash or hold escaped quotes, and forgeries that are several values, or that only
-# become strings when joined to their neighbours.
-_TRICKY_MIDDLES = [
-    b'"plain"',
-    b'"a\\\\"',  # a text ending in a backslash
-    b'"a\\""',  # an escaped quote and then a stray one
-    b'"a\\"',  # an escaped quote: unterminated alone
-    b'","',
-    b'"a","b"',
-    b'"a" ,"b"',
-    b'"x\\","',
-    b'" , "',
-    b'"<think>"',
-    b'"\\u003cthink>"',
-    b'""',
-    b"null",
-    b'"\\ud800"',
-]
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    middles=st.lists(
-        st.one_of(st.sampled_from(_TRICKY_MIDDLES), st.text(min_size=1, max_size=8).map(orjson.dumps)),
-        min_size=1,
-        max_size=8,
-    ),
-    unless_lt=st.booleans(),
-)
-def test_a_run_read_at_once_is_the_run_read_event_by_event(middles: list[bytes], unless_lt: bool) -> None:
-    template = template_of(chunk({"content": "seed"}))
-    assert template is not None and template.event_prefix is not None
-    read = b"".join(template.event_prefix + m + template.event_suffix for m in middles) + b"data: [DONE]\n\n"
-    heard: list[str] = []
-    taken = template.take_run(read, 0, 1 << 20, unless_lt, (heard.append,))
-    assert template.take_texts(read, 0, 1 << 20, unless_lt) == (taken, heard)
-    assert template._take_each(read, 0, 1 << 20, unless_lt) == (taken, heard)
-
-
 def test_a_run_stops_at_an_event_over_the_size_limit_or_a_text_with_a_tag_when_asked() -> None:
     template = template_of(chunk({"content": "seed"}))
     assert template is not None
