@@ -147,6 +147,18 @@ else:
         """uvicorn's sans-I/O WebSocket protocol, plus `SEND_TEXTS`; a text message (one or a
         batch's) framed here, where no extension is in use."""
 
+        # The transport's buffer is past its high-water mark (`writable` cleared): a plain flag
+        # beside the library's Event, read by the synchronous writes once per write with no call.
+        paused = False
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self.paused = True
+
+        def resume_writing(self) -> None:
+            self.paused = False
+            super().resume_writing()
+
         def handle_connect(self, event: Any) -> None:
             super().handle_connect(event)
             if not self.close_sent:  # (the upgrade is accepted: the scope is built, its app not run yet)
@@ -169,7 +181,7 @@ else:
             needs no wait and no library framing (True); otherwise nothing written (False)."""
             if (  # (`_writes_at_once`, inline: a paced stream writes each event through here)
                 self.disconnected
-                or not self.writable.is_set()
+                or self.paused
                 or not self.handshake_complete
                 or self.close_sent
                 or self.initial_response is not None
@@ -194,7 +206,7 @@ else:
             transport, no extension (compression) negotiated, nothing of the library's queued."""
             if (
                 self.disconnected
-                or not self.writable.is_set()
+                or self.paused
                 or not self.handshake_complete
                 or self.close_sent
                 or self.initial_response is not None
