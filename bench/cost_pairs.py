@@ -154,6 +154,10 @@ SCENARIOS = [
     ("json_c32", "json", 32, "request"),
     ("burst_c32", "burst", 32, "stream"),
     ("paced_c32", "paced", 32, "stream"),
+    # (few connections: whether a difference between two builds depends on how many requests
+    # are in flight at once, their working sets interleaved on one core)
+    ("json_c2", "json", 2, "request"),
+    ("burst_c2", "burst", 2, "stream"),
 ]
 DEFAULT_SCENARIOS = "json_c32,burst_c32"
 
