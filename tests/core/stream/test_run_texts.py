@@ -170,3 +170,10 @@ def test_a_plain_run_is_read_with_no_step_per_event() -> None:
     )
     assert run_texts.take_at_once(template, data, 0, len(read) - 1, False) is None
     assert template.take_texts(data, 0, len(read) - 1, False) == (len(read), texts)
+
+
+def test_the_pure_build_reads_runs_at_once_and_the_compiled_build_by_its_loop() -> None:
+    # (which path is faster in time depends on the build: run_texts.AT_ONCE says why)
+    from proxy.build_info import is_compiled
+
+    assert run_texts.AT_ONCE is (not is_compiled("proxy.core.stream.run_texts"))
