@@ -11,17 +11,10 @@ for several frames, and the transport is the server's, so the server has to offe
     await send({"type": "thinkproxy.websocket.send_texts", "texts": ["{...}", "{...}"]})
     await send({"type": "thinkproxy.websocket.send_texts", "encoded": [b"{...}", b"{...}"]})
 
-    await send({"type": "thinkproxy.websocket.send_texts", "lines": b'{...}\n{...}\n'})
-
 sends each text as one WebSocket text message, in order, in one write to the transport — on the
 wire exactly what as many `websocket.send` messages would have sent. `encoded` gives the texts as
 their UTF-8 (the door's own events, as orjson writes them: sent without a decode and an encode
-again; the sender vouches for the encoding, as a text frame requires). `lines` gives them as
-lines: each text a JSON object's UTF-8 followed by a newline (JSON holds no raw newline), the
-Responses door's socket form as the door writes it, framed from that one piece: no list of texts
-is made, and the texts are found by their `}\n{` joins, a search that skips most bytes (a
-newline's `split` reads every byte; bench/README.md, "The door hands the socket its messages").
-Its rules are
+again; the sender vouches for the encoding, as a text frame requires). Its rules are
 `websocket.send`'s: only after the accept and before the close; a client gone raises uvicorn's
 `ClientDisconnected`, as `websocket.send` does. A server that does not advertise the extension (an
 in-process test client, another ASGI server) gets the plain messages one by one
@@ -35,14 +28,11 @@ socket's turn: …"):
     write = scope["extensions"]["thinkproxy.websocket.send_texts"]["write"]
     if not write([b"{...}", b"{...}"]):          # the texts' UTF-8, as `encoded`
         await send({"type": "thinkproxy.websocket.send_texts", "encoded": [...]})
-    write_lines = scope["extensions"]["thinkproxy.websocket.send_texts"]["write_lines"]
-    if not write_lines(b'{...}\n{...}\n'):     # as `lines`
-        await send({"type": "thinkproxy.websocket.send_texts", "lines": ...})
 
-`write` (and `write_lines`) sends the texts exactly as the message would, when it can at once:
-the socket open, its client there, the transport's buffer not full, no extension (compression)
-negotiated, nothing else of the library's queued. Otherwise it writes nothing and says False,
-and the message (with `send`'s waiting for room and its errors) is the way.
+`write` sends the texts exactly as the message would, when it can at once: the socket open, its
+client there, the transport's buffer not full, no extension (compression) negotiated, nothing
+else of the library's queued. Otherwise it writes nothing and says False, and the message (with
+`send`'s waiting for room and its errors) is the way.
 
 `thinkproxy serve` and the test servers (proxy.server.serving.BackgroundServer) run it as
 uvicorn's `ws` protocol; it subclasses uvicorn's sans-I/O websockets protocol (uvicorn's default
@@ -81,22 +71,18 @@ else:
     _HEADS = [_head(size) for size in range(_TABLED)]
 
     class _Heads(dict[int, bytes]):
-        """The heads of texts by a size `extra` bytes short of their own, made once for the sizes
-        under the table's end; another is made when asked (`__missing__`, not kept). A dict, so
-        that `map(heads.__getitem__, sizes)` frames a batch with no step in Python whatever its
-        sizes (a turn's last write holds its longest texts, past the table, among its short
-        deltas: a step per text for them all was most of what framing that write cost)."""
+        """The heads of texts by their size, made once for the sizes under the table's end; another
+        is made when asked (`__missing__`, not kept). A dict, so that `map(heads.__getitem__,
+        sizes)` frames a batch with no step in Python whatever its sizes (a turn's last write holds
+        its longest texts, past the table, among its short deltas: a step per text for them all
+        was most of what framing that write cost)."""
 
-        __slots__ = ("extra",)
-
-        def __init__(self, extra: int) -> None:
-            super().__init__((size, _HEADS[size + extra]) for size in range(_TABLED - extra))
-            self.extra = extra
+        __slots__ = ()
 
         def __missing__(self, size: int) -> bytes:
-            return _head(size + self.extra)
+            return _head(size)
 
-    _HEADS_BY_SIZE = _Heads(0)
+    _HEADS_BY_SIZE = _Heads(enumerate(_HEADS))
 
     def _framed(encoded: Sequence[bytes]) -> bytes:
         """Texts' UTF-8 as unmasked text frames, one each, in one piece. Framed here: the
@@ -114,41 +100,12 @@ else:
         parts[0::2] = map(_HEADS_BY_SIZE.__getitem__, map(len, encoded))
         return b"".join(parts)
 
-    # The head of a text whose `}\n{`-cut piece is `size` bytes, both braces given back (`_framed_lines`).
-    _HEADS_OF_PIECES = _Heads(2)
-    _JOIN = b"}\n{"  # (where one line ends and the next begins: JSON objects, one a line)
-
-    def _framed_lines(lines: bytes) -> bytes:
-        """The texts of `lines` (JSON objects' UTF-8, each followed by a newline) as unmasked text
-        frames, one each, in one piece, found by their `}\n{` joins (a search that skips most
-        bytes; a newline's `split` reads every byte) and framed from the pieces between them, each
-        given its braces back in the join (no text made whole on its own first)."""
-        if not lines:
-            return b""
-        pieces = lines.split(_JOIN)
-        # Per text: its head, its opening brace, its piece, its closing brace.
-        parts: list[bytes | memoryview] = [b"", b"{", b"", b"}"] * len(pieces)
-        parts[2::4] = pieces
-        parts[0::4] = map(_HEADS_OF_PIECES.__getitem__, map(len, pieces))
-        # The first piece opens with its own brace, the last ends with its own and the newline
-        # (its newline left out by a view, not a copy: the last text is a turn's longest).
-        parts[1] = b""
-        last = pieces[-1]
-        if len(pieces) == 1:
-            size = len(last) - 1
-        else:
-            parts[0] = _HEADS_BY_SIZE[len(pieces[0]) + 1]
-            size = len(last)
-        parts[-4] = _HEADS_BY_SIZE[size]
-        parts[-2], parts[-1] = memoryview(last)[:-1], b""
-        return b"".join(parts)
-
     class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
         """uvicorn's sans-I/O WebSocket protocol, plus `SEND_TEXTS`; a text message (one or a
         batch's) framed here, where no extension is in use."""
 
         # The transport's buffer is past its high-water mark (`writable` cleared): a plain flag
-        # beside the library's Event, read by the synchronous writes once per write with no call.
+        # beside the library's Event, read by the synchronous write once per write with no call.
         paused = False
 
         def pause_writing(self) -> None:
@@ -162,24 +119,19 @@ else:
         def handle_connect(self, event: Any) -> None:
             super().handle_connect(event)
             if not self.close_sent:  # (the upgrade is accepted: the scope is built, its app not run yet)
-                self.scope["extensions"][SEND_TEXTS] = {
-                    "write": self.write_texts,
-                    "write_lines": self.write_lines,
-                }
+                self.scope["extensions"][SEND_TEXTS] = {"write": self.write_texts}
 
         def connection_lost(self, exc: Exception | None) -> None:
             super().connection_lost(exc)
             # (the scope holds the extension, the extension this protocol's bound `write`: let go
             # of it, or every closed socket is a reference cycle left to the collector)
             extensions = getattr(self, "scope", {}).get("extensions") or {}
-            extension = extensions.get(SEND_TEXTS, {})
-            extension.pop("write", None)
-            extension.pop("write_lines", None)
+            extensions.get(SEND_TEXTS, {}).pop("write", None)
 
         def write_texts(self, encoded: Sequence[bytes]) -> bool:
             """`encoded` (texts' UTF-8) sent as a `SEND_TEXTS` message would send them, when that
             needs no wait and no library framing (True); otherwise nothing written (False)."""
-            if (  # (`_writes_at_once`, inline: a paced stream writes each event through here)
+            if (
                 self.disconnected
                 or self.paused
                 or not self.handshake_complete
@@ -192,30 +144,6 @@ else:
                 return False
             self.transport.write(_framed(encoded))
             return True
-
-        def write_lines(self, lines: bytes) -> bool:
-            """`lines` (texts as JSON objects' UTF-8, each followed by a newline) sent as a
-            `SEND_TEXTS` message's `lines` would send them, as `write_texts`."""
-            if not self._writes_at_once():
-                return False
-            self.transport.write(_framed_lines(lines))
-            return True
-
-        def _writes_at_once(self) -> bool:
-            """Texts may go out now, framed here: the socket open, its client there, room in the
-            transport, no extension (compression) negotiated, nothing of the library's queued."""
-            if (
-                self.disconnected
-                or self.paused
-                or not self.handshake_complete
-                or self.close_sent
-                or self.initial_response is not None
-            ):
-                return False
-            conn = self.conn
-            return not (
-                conn.extensions or conn.writes or conn.state is not OPEN or conn.expect_continuation_frame
-            )
 
         async def send(self, message: Any) -> None:
             kind = message["type"]
@@ -239,21 +167,13 @@ else:
                     )
                 await super().send(message)  # (uvicorn's own answer to a send out of turn)
                 return
-            lines: bytes | None = None
-            encoded: Sequence[bytes]
             if batch:
                 texts = message.get("texts")
-                if texts is not None:
-                    encoded = [text.encode() for text in texts]
-                else:
-                    lines = message.get("lines")
-                    encoded = message["encoded"] if lines is None else ()
+                encoded = message["encoded"] if texts is None else [text.encode() for text in texts]
             else:
                 encoded = (message["text"].encode(),)
             conn = self.conn
             if conn.extensions or conn.state is not OPEN or conn.expect_continuation_frame:
-                if lines is not None:  # (the library frames each text: the lines cut into them)
-                    encoded = lines.split(b"\n")[:-1]
                 # (a compression extension negotiated, or the socket closing: the library frames
                 # each message, or refuses it as it should)
                 try:
@@ -264,7 +184,6 @@ else:
                 self.transport.write(b"".join(conn.data_to_send()))
                 return
             queued = conn.data_to_send()  # (whatever the library had queued goes first: none, as a rule)
-            framed = _framed(encoded) if lines is None else _framed_lines(lines)
-            self.transport.write(b"".join(queued) + framed if queued else framed)
+            self.transport.write(b"".join(queued) + _framed(encoded) if queued else _framed(encoded))
 
     WS_PROTOCOL = "proxy.server.websocket_protocol:BatchingWebSocketProtocol"

@@ -26,15 +26,12 @@ TEXTS = [
     "é✓ü",
     "",
 ]
-# The texts `lines` carries (JSON objects, each a line): their UTF-8 exactly 125 and 126 bytes
-# long (the last 7-bit length, the first 16-bit), at the head table's end (2045–2048: pieces
-# between `}\n{` joins are 2 bytes shorter than their texts), 65,535 and 65,536 (the last 16-bit
-# length, the first 64-bit), an empty object, non-ASCII, escapes and a `}{` inside a string.
-OBJECTS = [
-    *(b'{"x":"' + b"y" * (size - 8) + b'"}' for size in (125, 126, 2045, 2046, 2047, 2048, 65535, 65536)),
-    b"{}",
-    '{"type":"response.output_text.delta","delta":"Zürich ✓ }{ \\n"}'.encode(),
-]
+
+
+# Texts whose UTF-8 is exactly 125 and 126 bytes long (the last 7-bit length, the first 16-bit), at
+# the head table's end (2,047 and 2,048), 65,535 and 65,536 (the last 16-bit length, the first
+# 64-bit), with short ones: a batch's heads past the table are made as they are asked for.
+SIZED = [b'{"x":"' + b"y" * (size - 8) + b'"}' for size in (125, 126, 2047, 2048, 65535, 65536)] + [b"{}"]
 
 
 class RecordingTransport(asyncio.Transport):
@@ -108,31 +105,26 @@ def test_a_batch_goes_out_in_one_write_as_the_frames_one_send_each_would_have_wr
     assert batch == encoded == b"".join(frame(text) for text in TEXTS)
     assert after == frame("after")
     assert seen["extensions"].keys() == {"websocket.http.response", SEND_TEXTS}
-    assert seen["extensions"][SEND_TEXTS].keys() == {"write", "write_lines"}
+    assert seen["extensions"][SEND_TEXTS].keys() == {"write"}
 
 
-def lines_of(texts: list[bytes]) -> bytes:
-    return b"".join(text + b"\n" for text in texts)
-
-
-def test_lines_go_out_in_one_write_as_the_frames_one_send_each_would_have_written() -> None:
-    """`lines` (the message's and `write_lines`): each line one text frame, byte for byte the
-    library's, for every length the heads differ at, alone, first, last and between others."""
-    sizes = [len(text) for text in OBJECTS]
-    assert {125, 126, 2045, 2046, 2047, 2048, 65535, 65536} <= set(sizes)
-    writes = [[text] for text in OBJECTS]  # (alone: first and last at once)
-    writes += [[OBJECTS[-1], text, OBJECTS[-2]] for text in OBJECTS]  # (between others)
-    writes += [[text, OBJECTS[-1]] for text in OBJECTS] + [[OBJECTS[-1], text] for text in OBJECTS]
-    writes.append(OBJECTS)
+def test_a_batch_of_every_size_goes_out_as_the_frames_one_send_each_would_have_written() -> None:
+    """`encoded` (the message's and `write`): each text one frame, byte for byte the library's,
+    for every length the heads differ at, alone, first, last and between short ones."""
+    assert {125, 126, 2047, 2048, 65535, 65536} <= {len(text) for text in SIZED}
+    writes = [[text] for text in SIZED]
+    writes += [[SIZED[-1], text, SIZED[-1]] for text in SIZED]
+    writes += [[text, SIZED[-1]] for text in SIZED] + [[SIZED[-1], text] for text in SIZED]
+    writes.append(SIZED)
     wrote: list[bool] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        write_lines = scope["extensions"][SEND_TEXTS]["write_lines"]
+        write = scope["extensions"][SEND_TEXTS]["write"]
         await receive()
         await send({"type": "websocket.accept"})
         for texts in writes:
-            await send({"type": SEND_TEXTS, "lines": lines_of(texts)})
-            wrote.append(write_lines(lines_of(texts)))
+            await send({"type": SEND_TEXTS, "encoded": texts})
+            wrote.append(write(texts))
 
     async def run() -> list[bytes]:
         _, transport = await served(app)
@@ -179,7 +171,6 @@ def test_the_synchronous_write_writes_nothing_where_the_message_would_wait_or_fa
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         write = scope["extensions"][SEND_TEXTS]["write"]
-        write_lines = scope["extensions"][SEND_TEXTS]["write_lines"]
         await receive()
         if when != "before the accept":
             await send({"type": "websocket.accept"})
@@ -187,7 +178,6 @@ def test_the_synchronous_write_writes_nothing_where_the_message_would_wait_or_fa
             await send({"type": "websocket.close", "code": 1000})
         await ready.wait()
         wrote.append(write([b"late"]))
-        wrote.append(write_lines(b'{"late":1}\n'))
 
     async def run() -> list[bytes]:
         protocol, transport = await served(app)
@@ -203,8 +193,8 @@ def test_the_synchronous_write_writes_nothing_where_the_message_would_wait_or_fa
         return transport.writes
 
     writes = asyncio.run(run())
-    assert wrote == [False, False]
-    assert not any(frame("late") in write or b'{"late":1}' in write for write in writes)
+    assert wrote == [False]
+    assert not any(frame("late") in write for write in writes)
 
 
 def test_a_refused_upgrade_advertises_nothing_and_runs_no_app() -> None:
@@ -316,15 +306,13 @@ def test_a_served_socket_reads_the_batch_as_its_messages_in_order(compression: s
         await send({"type": SEND_TEXTS, "texts": TEXTS})
         await send({"type": "websocket.send", "text": "after"})
         await send({"type": SEND_TEXTS, "encoded": [text.encode() for text in TEXTS]})
-        await send({"type": SEND_TEXTS, "lines": lines_of(OBJECTS)})
         await send({"type": "websocket.close", "code": 1000})
 
-    objects = [text.decode() for text in OBJECTS]
     url = "ws://127.0.0.1:{}/v1/responses"
     with BackgroundServer(app) as server, connect(url.format(server.port), compression=compression) as socket:
-        got = [socket.recv(timeout=10) for _ in [*TEXTS, "after", *TEXTS, *objects]]
+        got = [socket.recv(timeout=10) for _ in [*TEXTS, "after", *TEXTS]]
         negotiated = socket.response.headers.get("Sec-WebSocket-Extensions")
-    assert got == [*TEXTS, "after", *TEXTS, *objects]
+    assert got == [*TEXTS, "after", *TEXTS]
     assert (negotiated is not None) == (compression is not None)
 
 
@@ -346,7 +334,7 @@ def test_a_closed_socket_leaves_no_reference_cycle_through_its_synchronous_write
         return protocol
 
     asyncio.run(run())
-    assert extensions and "write" not in extensions[0] and "write_lines" not in extensions[0]
+    assert extensions and "write" not in extensions[0]
 
 
 def test_an_empty_batch_writes_nothing() -> None:
@@ -357,9 +345,7 @@ def test_an_empty_batch_writes_nothing() -> None:
         await send({"type": "websocket.accept"})
         await send({"type": SEND_TEXTS, "encoded": []})
         await send({"type": SEND_TEXTS, "texts": []})
-        await send({"type": SEND_TEXTS, "lines": b""})
         wrote.append(scope["extensions"][SEND_TEXTS]["write"]([]))
-        wrote.append(scope["extensions"][SEND_TEXTS]["write_lines"](b""))
         await send({"type": "websocket.send", "text": "after"})
 
     async def run() -> list[bytes]:
@@ -367,5 +353,5 @@ def test_an_empty_batch_writes_nothing() -> None:
         return transport.writes
 
     writes = asyncio.run(run())
-    assert wrote == [True, True]
+    assert wrote == [True]
     assert b"".join(writes[1:]) == frame("after")

@@ -149,7 +149,6 @@ class ResponsesSocket:
             send,
             sends_texts=extension is not None,
             write_texts=extension.get("write") if isinstance(extension, dict) else None,
-            write_lines=extension.get("write_lines") if isinstance(extension, dict) else None,
         )
         s = proxy.s
         connection.upstream = ResponsesSocketUpstream(s.settings, s.guard, s.upstream)

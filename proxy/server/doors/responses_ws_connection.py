@@ -33,7 +33,6 @@ class Connection:
         *,
         sends_texts: bool = False,
         write_texts: Callable[[Sequence[bytes]], bool] | None = None,
-        write_lines: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.websocket = websocket
         # The server's own send for text messages (the socket is accepted and stays so while
@@ -46,9 +45,6 @@ class Connection:
         # Its synchronous form (the extension's `write`): a write's messages out with no coroutine
         # and no message, when the transport takes them at once (a paced stream's every event).
         self.write_texts = write_texts if self.sends_texts else None
-        # Its form for the door's own lines (the extension's `write_lines`): a door write of several
-        # events framed as it is, with no list of its events made (a burst's run of deltas).
-        self.write_lines = write_lines if self.sends_texts else None
         self.responses = responses
         self.gone = asyncio.Event()
         # Messages may go out: the socket is accepted, not closed by the proxy, its client not
@@ -125,22 +121,6 @@ class Connection:
                 if not isinstance(text, str):
                     text = text.decode("utf-8", "replace")
                 await send({"type": "websocket.send", "text": text})
-        except Exception:  # (closed under us: the reader sees the disconnect)
-            self.leave()
-
-    async def send_lines(self, lines: bytes) -> None:
-        """Messages to the client given as lines: each a JSON object's UTF-8 (valid, as orjson
-        writes it) followed by a newline, a door write in the socket's form; as `send_all`, framed
-        from the write as it is where the server takes lines (SEND_TEXTS)."""
-        if not self.sending or not lines:
-            return
-        if not self.sends_texts:  # (another server: one message each)
-            await self.send_all(lines.split(b"\n")[:-1])
-            return
-        try:
-            write = self.write_lines
-            if write is None or not write(lines):
-                await self.raw_send({"type": SEND_TEXTS, "lines": lines})
         except Exception:  # (closed under us: the reader sees the disconnect)
             self.leave()
 

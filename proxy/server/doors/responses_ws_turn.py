@@ -7,10 +7,7 @@ proxy.server.doors.responses_ws_connection.)
 
 A bridged turn's door writes its events in the socket's own form (SocketTurn.answer: each
 event's JSON and a newline, proxy.core.protocols.responses.output.message_frames), which the writer
-hands the server as it is (Connection.send_lines: the server frames each line a message, with no
-list of events made here; bench/README.md, "The door hands the socket its messages"); a write
-that needs the general path (cut mid-event, past the limit, a stream id to splice in) is cut into
-its messages here (`lines_of`); a
+sends as they are, a write's messages cut with one decode and a `find` per newline (`lines_of`); a
 native turn relayed over the upstream's WebSocket writes each upstream message alone, framed as SSE
 for the relay's usage reader, and the writer sends the frame's JSON as it is (SocketTurn.relayed);
 any other SSE (a native upstream over HTTP) is split into events by `EventSplitter`. (Encoding the
@@ -148,11 +145,6 @@ class TurnWriter:
                                 return
                         await connection.send_all(event)  # (the message, or a server without the write)
                         return
-                    if not self.prefix and data[0] == 123 and data[-2] == 125:  # (`{`…`}`: objects, as ever)
-                        # (several events, or the terminal: the write as it is, to be framed by
-                        # the server with no list of its events made here)
-                        await self._send_lines(data, answer.final is not None)
-                        return
                     events = [data[:-1]] if end == len(data) - 1 else lines_of(data, end)
                     if self.prefix:
                         prefix = self.prefix
@@ -187,17 +179,6 @@ class TurnWriter:
             connection.settling = True
             if texts:
                 connection.last_terminal = texts[-1]
-
-    async def _send_lines(self, lines: bytes, terminal: bool) -> None:
-        """A hot-path write's events to the client as the door wrote them (each event's JSON and a
-        newline; `terminal`: its last is the terminal event)."""
-        if terminal:  # (the terminal event, the last: all out)
-            self.splitter.terminal, self.direct = True, False
-        connection = self.connection
-        await connection.send_lines(lines)
-        if terminal:  # (a next create may follow now: the rest is bookkeeping)
-            connection.settling = True
-            connection.last_terminal = lines[lines.rfind(b"\n", 0, -1) + 1 : -1]
 
     __call__ = send
 
