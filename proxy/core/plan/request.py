@@ -66,8 +66,9 @@ CREDENTIAL_PARAMS = frozenset({b"key", b"api-key", b"api_key", b"access_token", 
 
 
 class HeaderView(HeaderLookup, Protocol):
-    """A request's headers: case-insensitive lookup, and every pair as received (starlette's
-    `Headers` is one)."""
+    """A request's headers: case-insensitive lookup, and every pair as received, names in lower
+    case as ASGI gives them (starlette's `Headers` is one; the control headers' checks,
+    proxy.core.controls.check_control_headers, compare the names as they are)."""
 
     def items(self) -> Iterable[tuple[str, str]]: ...
 

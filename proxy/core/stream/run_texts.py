@@ -61,10 +61,11 @@ def take_at_once(
     prefix + token + suffix; their tokens, joined by ",\\n", are read as one JSON array. That is
     exact when each token starts and ends with a quote and holds no line end (the separators' are
     then the only ones): no string can reach across a separator (it would hold the separator's raw
-    line end, which JSON refuses in a string), nor can any other value (the comma ends it), so each
-    token is one or more whole values, and the array has as many elements as there are tokens only
-    when each token is exactly one string. The run then ends before the first empty text, as the
-    loop's does. (About 3/5 of the loop's instructions for a burst stream's runs, pure:
+    line end, which JSON refuses in a string), nor can a number or a literal (the comma ends it).
+    An array or an object can (`"x",["a"` · `"b"` · `"c"],"d"` reads as `["x", ["a", "b", "c"],
+    "d"]`: as many elements as tokens, one of them no text), so every element must also be a
+    string: then each token is exactly one string. The run then ends before the first empty text,
+    as the loop's does. (About 3/5 of the loop's instructions for a burst stream's runs, pure:
     bench/README.md, "A run read without a loop per event".)"""
     prefix, suffix = template.event_prefix, template.suffix
     if prefix is None or not suffix:
@@ -112,11 +113,15 @@ def take_at_once(
         return None
     if len(texts) != count:
         return None
+    try:  # (every element a string, in one call: a container across tokens keeps the count)
+        joined = "".join(texts)
+    except TypeError:
+        return None
     if "" in texts:  # (not a text: the run ends before it)
         count = texts.index("")
         del texts[count:]
         del events[count:]
-    if unless_lt and "<" in "".join(texts):
+    if unless_lt and "<" in joined:  # (past an empty text too: the loop then reads the run)
         return None
     size = sum(map(len, events)) + 2 * count
     if size > max_event_bytes:

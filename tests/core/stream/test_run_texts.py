@@ -77,6 +77,13 @@ _ODD_MIDDLES = [
     b'"a<b"',
     b'"a","b","c"',
     b'"a",\n"b"',
+    # A container reaching across tokens, another token holding two values to make up the count:
+    # three events that read at once as ["x", ["a", "b", "c"], "d"] (or an object in the middle).
+    b'"x",["a"',
+    b'"c"],"d"',
+    b'"x",{"k":"a"',
+    b'"b":"b"',
+    b'"c":"c"},"d"',
 ]
 
 
@@ -177,3 +184,24 @@ def test_the_pure_build_reads_runs_at_once_and_the_compiled_build_by_its_loop() 
     from proxy.build_info import is_compiled
 
     assert run_texts.AT_ONCE is (not is_compiled("proxy.core.stream.run_texts"))
+
+
+@pytest.mark.parametrize(
+    "middles",
+    [
+        [b'"x",["a"', b'"b"', b'"c"],"d"'],
+        [b'"x",{"k":"a"', b'"b":"b"', b'"c":"c"},"d"'],
+    ],
+)
+@pytest.mark.parametrize("unless_lt", [False, True])
+def test_a_container_across_tokens_is_not_read_as_texts(middles: list[bytes], unless_lt: bool) -> None:
+    # (found by review: the array has as many elements as there are tokens, one of them not a text)
+    template = template_of(chunk({"content": "seed"}))
+    assert template is not None and template.event_prefix is not None
+    read = b"".join(
+        template.event_prefix + middle + template.event_suffix for middle in [b'"one"', *middles, b'"tail"']
+    )
+    taken = run_texts.take_each(template, read, 0, 1 << 20, unless_lt)
+    assert run_texts.take_at_once(template, read, 0, 1 << 20, unless_lt) in (None, taken)
+    assert run_texts.take_texts(template, read, 0, 1 << 20, unless_lt) == taken
+    assert all(type(text) is str for text in taken[1])

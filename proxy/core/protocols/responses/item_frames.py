@@ -203,7 +203,8 @@ class ItemFrames:
         )
 
     def _opening(self, kind: bytes, seq: int) -> bytes:
-        """A frame up to its event's sequence number, included (`framed` and `_head`)."""
+        """A frame's start up to its event's sequence number, included: the SSE event line and the
+        data line's opening, or the socket form's JSON opening."""
         number = NUMBERS[seq] if seq < NUMBERED else b"%d" % seq
         if self._sse:
             return b"".join((b"event: ", kind, b'\ndata: {"type":"', kind, b'","sequence_number":', number))
