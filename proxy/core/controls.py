@@ -170,24 +170,12 @@ def parse_controls(
     )
 
 
-def reject_repeated_controls(headers: Iterable[tuple[str, str]]) -> None:
-    """A 400 naming the first control header sent more than once (names lowercase, as received).
-
-    Each control header takes one value; two of them (say `X-Thinking-Level: off` and `deep`)
-    are a client mistake, not something to settle by picking one.
-    """
-    seen: set[str] = set()
-    for name, _ in headers:
-        if name in CONTROL_HEADERS:
-            if name in seen:
-                raise _repeated(name)
-            seen.add(name)
-
-
 def check_control_headers(headers: Iterable[tuple[str, str]]) -> set[str]:
-    """`reject_repeated_controls` and then `refuse_control_header_look_alikes`, in one pass over a
-    request's headers (names lower-case, as received): the same 400 for the same request. Returns
-    the control headers sent (empty for most requests: then none needs looking up)."""
+    """A request's control headers checked in one pass over its headers (names lower-case, as
+    received): a 400 naming the first control header sent more than once — each takes one value;
+    two of them (say `X-Thinking-Level: off` and `deep`) are a client mistake, not something to
+    settle by picking one — and then `refuse_control_header_look_alikes`' 400 for a look-alike.
+    Returns the control headers sent (empty for most requests: then none needs looking up)."""
     seen: set[str] = set()
     look_alike: str | None = None
     for name, _ in headers:
