@@ -103,17 +103,11 @@ def _signatures_fitted(body: dict[str, Any], dialect: Dialect) -> dict[str, Any]
 # --------------------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=256)  # (keyed by the providers table's entries' paths, never a request's)
 def conflict_paths(conflicts: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     """An entry's dotted `conflicts` paths as their keys, split once per table: every chat request
     reads them (the rewrite, the thinking policy's reading of the body's knobs)."""
-    split = _SPLIT_PATHS.get(conflicts)
-    if split is None:
-        split = _SPLIT_PATHS[conflicts] = tuple(tuple(path.split(".")) for path in conflicts)
-    return split
-
-
-# (Bounded by the providers table: its entries' paths, never a request's.)
-_SPLIT_PATHS: dict[tuple[str, ...], tuple[tuple[str, ...], ...]] = {}
+    return tuple(tuple(path.split(".")) for path in conflicts)
 
 
 def without_path(data: dict[str, Any], path: Sequence[str]) -> dict[str, Any]:
