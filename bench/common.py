@@ -290,5 +290,37 @@ def core_times() -> list[tuple[float, float, float]]:
     return out
 
 
+def machine() -> str:
+    """The CPU a figure was measured on, e.g. "AMD EPYC, 2 cores, L1d 64 KiB, L2 2 MiB, L3 32 MiB".
+
+    Paired figures cancel the machine's speed, not its kind: the same two trees paired on two
+    machines have differed by several points (bench/README.md, "The same pairs on another CPU"),
+    so every paired table says which CPU it came from."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        info = []
+    models = [line.partition(":")[2].strip() for line in info if line.startswith("model name")]
+    caches = []  # core 0's, as the kernel lists them
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        caches.append(f"{name} {cache_size(size)}")
+    return ", ".join([models[0] if models else "unknown CPU", f"{os.cpu_count()} cores", *caches])
+
+
+def cache_size(sysfs: str) -> str:
+    """A cache's size as sysfs writes it ("1024K") in the units a reader expects ("1 MiB")."""
+    if not (sysfs.endswith("K") and sysfs[:-1].isdigit()):
+        return sysfs
+    kib = int(sysfs[:-1])
+    return f"{kib // 1024} MiB" if kib >= 1024 and kib % 1024 == 0 else f"{kib} KiB"
+
+
 def python() -> str:
     return sys.executable

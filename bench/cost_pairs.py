@@ -55,6 +55,7 @@ from common import (
     core_times,
     cpu_seconds,
     exit_on_sigterm,
+    machine,
     wait_idle,
 )
 from fake_upstream import EVENTS_PER_STREAM
@@ -411,11 +412,13 @@ def main() -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / f"cost_pairs-{stamp}.json"
-    out.write_text(json.dumps({"args": vars(args), "results": results}, indent=1, default=str))
+    cpu = machine()
+    raw_data = {"args": vars(args), "machine": cpu, "results": results}
+    out.write_text(json.dumps(raw_data, indent=1, default=str))
     print()
     print(table(results, scenarios))
     raw = out.relative_to(BENCH_DIR.parent)
-    print(f"\nrounds: {args.rounds} × {args.seconds} s per scenario; raw data: {raw}")
+    print(f"\nrounds: {args.rounds} × {args.seconds} s per scenario; machine: {cpu}; raw data: {raw}")
     return 0
 
 

@@ -65,6 +65,7 @@ from common import (
     Processes,
     cpu_seconds,
     free_port,
+    machine,
     payload,
     post_in_process,
     request_headers,
@@ -440,7 +441,7 @@ def main() -> None:
         upstream = servers.start_upstream(procs, 1)
         started = servers.start_targets(procs, ["thinkproxy"], upstream, 0, "standard")
         port, pid = started["thinkproxy"]
-        print(f"thinkproxy: {servers.probe_build(servers.clean_env())}")
+        print(f"thinkproxy: {servers.probe_build(servers.clean_env())}; machine: {machine()}")
         probes = {
             "HTTP, keep-alive": lambda: ttft.probe(port, args.n, scenario=args.scenario, door="responses"),
             "HTTP, new connection per turn": lambda: http_fresh_probe(port, args.n, args.scenario),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -55,3 +56,16 @@ def test_the_cost_is_the_ratio_of_cpu_per_request_and_none_when_a_side_had_error
     assert pairs.cost_pct(round_) == pytest.approx(10.0)
     assert pairs.cost_pct({**round_, "with": side(900, 1100.0, errors=3)}) is None
     assert pairs.cost_pct({**round_, "without": side(0, None)}) is None
+
+
+def test_the_machine_line_names_the_cpu_its_cores_and_caches_in_readable_units() -> None:
+    common = sys.modules["common"]  # (loaded by cost_pairs as its sibling)
+    assert [common.cache_size(size) for size in ("32K", "1024K", "1536K", "32768K", "2M")] == [
+        "32 KiB",
+        "1 MiB",
+        "1536 KiB",
+        "32 MiB",
+        "2M",
+    ]
+    line = common.machine()
+    assert f"{os.cpu_count()} cores" in line and line.split(", ")[0]
