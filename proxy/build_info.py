@@ -13,29 +13,20 @@ import importlib
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
-# Two rules. Every module of the per-chunk core (proxy/core/stream) and of the front doors' and
-# upstream protocols' adapters (proxy/core/protocols), pure and run per chunk: compiled, the proxy's
-# own work takes ~28% fewer instructions, and a real server 3.8% less CPU per non-stream request
-# and 9.6% less per burst stream (bench/README.md, items 15 and 16). And the pure steps every
-# request runs once: the request plan (proxy/core/plan), the policy's readings of a body
-# (proxy/core/policy), the replay store's keys and records, the token accounting, the control
-# headers, the upstream's URL and headers: compiled, a served non-stream request takes 6.1% fewer
-# instructions and a burst stream 1.7% fewer (bench/README.md, "The JSON figure back, fourth
-# pass"). proxy/core/replay/policy.py stays pure: it is a pydantic model, which mypyc cannot build.
-# Packages are taken whole, subpackages included (the Responses and Messages doors' own folders);
+# One rule: what runs per chunk. Every module of the per-chunk core (proxy/core/stream) and of the
+# front doors' and upstream protocols' adapters (proxy/core/protocols), pure and run per chunk:
+# compiled, the proxy's own work takes ~28% fewer instructions, and a real server 3.8% less CPU per
+# non-stream request and 9.6% less per burst stream (bench/README.md, items 15 and 16). Packages are
+# taken whole, subpackages included (the Responses and Messages doors' own folders);
 # `proxy.core.jsonio`, the JSON helpers of every per-chunk reader and writer, is one module of the
 # core's root that the stream and the protocols call per chunk.
-COMPILED_PACKAGES = ("proxy.core.stream", "proxy.core.protocols", "proxy.core.plan", "proxy.core.policy")
-COMPILED_MODULES = (
-    "proxy.core.jsonio",
-    "proxy.core.usage",
-    "proxy.core.controls",
-    "proxy.core.headers",
-    "proxy.core.paths",
-    "proxy.core.replay.keys",
-    "proxy.core.replay.rules",
-    "proxy.core.replay.signatures",
-)
+# What every request runs once (the request plan, the policy's readings of a body, the replay
+# store's keys and records, the token accounting, the control headers, the upstream's URL and
+# headers) stays interpreted: compiled, it took 6.1% fewer instructions from a served non-stream
+# request but no time a paired run could see, on two machines (+0.2% and −1.4% per JSON request,
+# −0.6% and +0.8% per burst stream; bench/README.md, "The same pairs on another CPU").
+COMPILED_PACKAGES = ("proxy.core.stream", "proxy.core.protocols")
+COMPILED_MODULES = ("proxy.core.jsonio",)
 
 
 def _package_modules(package: str) -> tuple[str, ...]:
