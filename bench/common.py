@@ -290,19 +290,23 @@ def core_times() -> list[tuple[float, float, float]]:
     return out
 
 
-def machine() -> str:
-    """The CPU a figure was measured on, e.g. "AMD EPYC, 2 cores, L1d 64 KiB, L2 2 MiB, L3 32 MiB".
+def machine(
+    cpuinfo: Path = Path("/proc/cpuinfo"), caches_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")
+) -> str:
+    """The CPU a figure was measured on, e.g. "AMD EPYC, 2 CPUs, L1d 32 KiB, L1i 32 KiB, L2 1 MiB,
+    L3 32 MiB" (the caches core 0 sees; "unknown CPU" where /proc/cpuinfo names no model, as on
+    most ARM kernels).
 
     Paired figures cancel the machine's speed, not its kind: the same two trees paired on two
     machines have differed by several points (bench/README.md, "The same pairs on another CPU"),
     so every paired table says which CPU it came from."""
     try:
-        info = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+        info = cpuinfo.read_text(errors="replace").splitlines()
     except OSError:
         info = []
     models = [line.partition(":")[2].strip() for line in info if line.startswith("model name")]
-    caches = []  # core 0's, as the kernel lists them
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+    caches = []
+    for index in sorted(caches_dir.glob("index*"), key=lambda path: (len(path.name), path.name)):
         try:
             level = (index / "level").read_text().strip()
             kind = (index / "type").read_text().strip()
@@ -311,12 +315,13 @@ def machine() -> str:
             continue
         name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
         caches.append(f"{name} {cache_size(size)}")
-    return ", ".join([models[0] if models else "unknown CPU", f"{os.cpu_count()} cores", *caches])
+    model = models[0] if models and models[0] else "unknown CPU"
+    return ", ".join([model, f"{os.cpu_count() or '?'} CPUs", *caches])
 
 
 def cache_size(sysfs: str) -> str:
     """A cache's size as sysfs writes it ("1024K") in the units a reader expects ("1 MiB")."""
-    if not (sysfs.endswith("K") and sysfs[:-1].isdigit()):
+    if not (sysfs.endswith("K") and sysfs[:-1].isdecimal() and sysfs[:-1].isascii()):
         return sysfs
     kib = int(sysfs[:-1])
     return f"{kib // 1024} MiB" if kib >= 1024 and kib % 1024 == 0 else f"{kib} KiB"

@@ -23,9 +23,10 @@ from pathlib import Path
 # What every request runs once (the request plan, the policy's readings of a body, the replay
 # store's keys and records, the token accounting, the control headers, the upstream's URL and
 # headers) stays interpreted: compiled, it took 6.1% fewer instructions from a served non-stream
-# request but no time a paired run could see, on two machines (interpreted against compiled, two
-# runs: +0.2% and −1.4% per JSON request, −0.6% and +0.8% per burst stream; on the other machine,
-# compiled against interpreted, +1.8% and −1.4%: bench/README.md, "The same pairs on another CPU").
+# request but no time a paired run could see, on two machines: on an AMD EPYC, those modules
+# interpreted against compiled, two runs, +0.2% and −1.4% per JSON request, −0.6% and +0.8% per burst
+# stream; on the machine of the 2026-12-02 pass, a similar set compiled against interpreted, +1.8%
+# and −1.4% (bench/README.md, "The same pairs on another CPU").
 COMPILED_PACKAGES = ("proxy.core.stream", "proxy.core.protocols")
 COMPILED_MODULES = ("proxy.core.jsonio",)
 
