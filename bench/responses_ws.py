@@ -11,8 +11,11 @@ order that alternates between rounds: HTTP on one keep-alive connection (a POST 
 with a new connection per turn (what a client without keep-alive pays: the TCP setup; TLS would
 add more, which a loopback run cannot show), and one WebSocket (a `response.create` per turn).
 The first token is the first delta event (`response.created` goes out before the upstream
-answers). CPU: the proxy process's utime + stime over each block of turns, per turn and per
-streamed chunk (200 a turn).
+answers). CPU: the proxy process's time on a core over each block of turns (the scheduler's count,
+in nanoseconds: a block is ~100 ms of CPU, which clock ticks would read ±10%), per turn and per
+streamed chunk (200 a turn), and each transport's block against the HTTP keep-alive block of the
+same round: the median of those ratios and their range, the figure to read when the machine's
+speed moves between rounds.
 
 Counted in instructions instead (exact, where wall-clock figures on a shared machine are not):
 
@@ -63,7 +66,7 @@ from common import (
     BENCH_DIR,
     REPO_DIR,
     Processes,
-    cpu_seconds,
+    cpu_seconds_exact,
     free_port,
     machine,
     payload,
@@ -402,11 +405,24 @@ async def http_fresh_probe(port: int, n: int, scenario: str) -> list[float]:
     return samples
 
 
+# What each transport's CPU is set against, round by round.
+BASE_PROBE = "HTTP, keep-alive"
+
+
+def percent_range(changes: list[float]) -> str:
+    """Relative changes as "median% (min…max)", e.g. "+4.1% (−1.0…+9.3)"."""
+
+    def pct(x: float) -> str:
+        return f"{100 * x:+.1f}".replace("-", "−")
+
+    return f"{pct(statistics.median(changes))}% ({pct(min(changes))}…{pct(max(changes))})"
+
+
 def timed(pid: int, run: Coroutine[Any, Any, list[float]]) -> tuple[list[float], float, float]:
     """The run's samples, the proxy's CPU seconds over it and the run's wall-clock seconds."""
-    before, started = cpu_seconds(pid), time.perf_counter()
+    before, started = cpu_seconds_exact(pid), time.perf_counter()
     samples = asyncio.run(run)
-    return samples, cpu_seconds(pid) - before, time.perf_counter() - started
+    return samples, cpu_seconds_exact(pid) - before, time.perf_counter() - started
 
 
 def main() -> None:
@@ -453,27 +469,36 @@ def main() -> None:
         ttfts: dict[str, list[float]] = {name: [] for name in probes}
         cpu: dict[str, float] = dict.fromkeys(probes, 0.0)
         wall: dict[str, float] = dict.fromkeys(probes, 0.0)
+        # Each round's blocks run back to back, so a round's ratio to its HTTP keep-alive block is
+        # the nearest to a pair this tool has: a machine whose speed moves between rounds moves a
+        # round's blocks together.
+        ratios: dict[str, list[float]] = {name: [] for name in probes}
         for r in range(args.rounds):
+            this_round: dict[str, float] = {}
             for name in list(probes) if r % 2 == 0 else list(reversed(probes)):
                 samples, seconds, elapsed = timed(pid, probes[name]())
                 ttfts[name] += samples
                 cpu[name] += seconds
                 wall[name] += elapsed
+                this_round[name] = seconds
+            for name, seconds in this_round.items():
+                ratios[name].append(seconds / this_round[BASE_PROBE] - 1)
         turns = args.rounds * args.n
         print(f"\n{turns} turns each, {CHUNKS} upstream chunks a turn ({args.scenario})\n")
         # (a turn's wall time: a client's block of sequential turns, its connection set-up included,
         # over its turns — what an agent loop that sends each turn when the last one ends waits)
         print(
             "| transport | TTFT p50 ms | TTFT p90 ms | wall per turn ms | proxy CPU per turn ms"
-            " | per chunk µs |"
+            f" | per chunk µs | CPU against {BASE_PROBE}, per round: median (min…max) |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         for name, got in ttfts.items():
             per_turn = cpu[name] / turns * 1000
             p50, p90 = statistics.median(got), ttft.percentile(got, 0.9)
+            against = "—" if name == BASE_PROBE else percent_range(ratios[name])
             print(
                 f"| {name} | {p50:.2f} | {p90:.2f} | {wall[name] / turns * 1000:.2f} | {per_turn:.2f}"
-                f" | {per_turn / CHUNKS * 1000:.1f} |"
+                f" | {per_turn / CHUNKS * 1000:.1f} | {against} |"
             )
     finally:
         procs.close()

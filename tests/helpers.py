@@ -65,6 +65,18 @@ class Recorder:
         return self.respond(request)
 
 
+def bench_module(name: str) -> Any:
+    """A module of bench/ (a tool, not a package) by its own name, as its siblings import each other."""
+    import importlib
+
+    bench = str(Path(__file__).resolve().parent.parent / "bench")
+    sys.path.insert(0, bench)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(bench)
+
+
 def free_port() -> int:
     sock = bind_loopback()
     port: int = sock.getsockname()[1]

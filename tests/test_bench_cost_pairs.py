@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -11,15 +10,6 @@ from types import ModuleType
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def load_sibling(name: str) -> ModuleType:
-    """A module of bench/ by its own name, as its siblings import it."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def load() -> ModuleType:
@@ -65,34 +55,3 @@ def test_the_cost_is_the_ratio_of_cpu_per_request_and_none_when_a_side_had_error
     assert pairs.cost_pct(round_) == pytest.approx(10.0)
     assert pairs.cost_pct({**round_, "with": side(900, 1100.0, errors=3)}) is None
     assert pairs.cost_pct({**round_, "without": side(0, None)}) is None
-
-
-def test_the_machine_line_names_the_cpu_its_cpus_and_caches_in_readable_units(tmp_path: Path) -> None:
-    common = load_sibling("common")
-    assert [common.cache_size(size) for size in ("32K", "1024K", "1536K", "32768K", "2M", "²K")] == [
-        "32 KiB",
-        "1 MiB",
-        "1536 KiB",
-        "32 MiB",
-        "2M",
-        "²K",
-    ]
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(
-        "processor\t: 0\nmodel name\t: Some CPU 9000\n\nprocessor\t: 1\nmodel name\t: Some CPU 9000\n"
-    )
-    caches = tmp_path / "cache"
-    for index, (level, kind, size) in enumerate(
-        [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K")]
-    ):
-        folder = caches / f"index{index}"
-        folder.mkdir(parents=True)
-        for name, value in (("level", level), ("type", kind), ("size", size)):
-            (folder / name).write_text(f"{value}\n")
-    (caches / "index3").mkdir()  # (an index the kernel lists without its files: left out)
-    cpus = f"{os.cpu_count() or '?'} CPUs"
-    assert common.machine(cpuinfo, caches) == f"Some CPU 9000, {cpus}, L1d 32 KiB, L1i 32 KiB, L2 1 MiB"
-    # No model named (a blank one, or none: most ARM kernels), nothing readable: said so, not guessed.
-    cpuinfo.write_text("model name\t:\n")
-    assert common.machine(cpuinfo, tmp_path / "absent") == f"unknown CPU, {cpus}"
-    assert common.machine(tmp_path / "absent", tmp_path / "absent") == f"unknown CPU, {cpus}"
