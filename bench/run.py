@@ -444,6 +444,7 @@ FEATURE_VARIANTS = {
     "access log": "thinkproxy-nolog",
     "metrics": "thinkproxy-nometrics",
     "replay store": "thinkproxy-nostate",
+    "trace": "thinkproxy-notrace",
     "all of them + trace": "thinkproxy-quiet",
 }
 FEATURE_COST_LIMIT_PCT = 5.0

@@ -21,6 +21,7 @@ THINKPROXY_VARIANTS: dict[str, dict[str, str]] = {
     "thinkproxy-nolog": {"THINKPROXY_LOG_LEVEL": "warning"},
     "thinkproxy-nometrics": {"THINKPROXY_METRICS": "false"},
     "thinkproxy-nostate": {"THINKPROXY_STATE": "off"},
+    "thinkproxy-notrace": {"THINKPROXY_TRACE": "off"},
     "thinkproxy-quiet": {
         "THINKPROXY_LOG_LEVEL": "warning",
         "THINKPROXY_METRICS": "false",

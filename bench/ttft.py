@@ -73,14 +73,21 @@ async def _one(
                 return first, not close
 
 
-async def probe(port: int, n: int, scenario: str = "ttft", door: str = "chat") -> list[float]:
-    """n sequential requests to 127.0.0.1:port; time to the first token of each, in ms."""
+async def probe(
+    port: int, n: int, scenario: str = "ttft", door: str = "chat", gap_ms: float = 0.0
+) -> list[float]:
+    """n sequential requests to 127.0.0.1:port; time to the first token of each, in ms. `gap_ms`:
+    the client waits that long after each answer's end before the next request (0: at once, the
+    target's work after an answer's end then delays the next first token; an agent between two
+    turns runs its tools first)."""
     request = _request(port, scenario, door)
     marker = FIRST_TOKEN[door]
     samples: list[float] = []
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        for _ in range(n):
+        for i in range(n):
+            if gap_ms > 0 and i:
+                await asyncio.sleep(gap_ms / 1000.0)
             seconds, reusable = await _one(reader, writer, request, marker)
             samples.append(seconds * 1000)
             if not reusable:
@@ -96,14 +103,14 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run_probe(port: int, n: int, warmup: int = 3, door: str = "chat") -> list[float]:
+def run_probe(port: int, n: int, warmup: int = 3, door: str = "chat", gap_ms: float = 0.0) -> list[float]:
     """Blocking wrapper (uvloop when available); the first `warmup` requests are discarded."""
     try:
         import uvloop
 
-        return uvloop.run(probe(port, n + warmup, door=door))[warmup:]
+        return uvloop.run(probe(port, n + warmup, door=door, gap_ms=gap_ms))[warmup:]
     except ImportError:
-        return asyncio.run(probe(port, n + warmup, door=door))[warmup:]
+        return asyncio.run(probe(port, n + warmup, door=door, gap_ms=gap_ms))[warmup:]
 
 
 def main() -> None:
