@@ -152,7 +152,7 @@ def write_providers_files() -> None:
 # paced_c32 (one event every 5 ms) is off by default: one build alone uses ~60% of a core at 32
 # streams, so it is the pair together that saturates core 0 (`--scenarios paced_c32`), where the
 # core is slower; on a faster one a build uses ~40% there and no round saturates, and paced_c64
-# (twice the streams) does.
+# (twice the streams) does for the pure build (for the compiled one, only some rounds).
 SCENARIOS = [
     ("json_c32", "json", 32, "request"),
     ("burst_c32", "burst", 32, "stream"),

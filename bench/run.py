@@ -445,7 +445,7 @@ FEATURE_VARIANTS = {
     "metrics": "thinkproxy-nometrics",
     "replay store": "thinkproxy-nostate",
     "trace": "thinkproxy-notrace",
-    "all of them + trace": "thinkproxy-quiet",
+    "all four of them": "thinkproxy-quiet",
 }
 FEATURE_COST_LIMIT_PCT = 5.0
 

@@ -6,9 +6,9 @@
 run.py's TTFT cell is 40 sequential requests per round: its p50 moves by ±0.1–0.2 ms between runs
 on this VM, as much as the goal's margin (≤ +0.5 ms over the pass-through). This takes
 `rounds × n` samples per target, in rounds whose order alternates, for the pass-through and for
-each checkout with its defaults and with its quiet variant (servers.THINKPROXY_VARIANTS; others
-with `--variants`), all pinned to core 0 at idle (one request at a time) against the fake upstream
-on core 1. Trees come from bench/compiled_tree.py.
+each checkout with its defaults and with its quiet variant (servers.THINKPROXY_VARIANTS;
+`--variants` names others instead), all pinned to core 0 at idle (one request at a time) against
+the fake upstream on core 1. Trees come from bench/compiled_tree.py.
 
 The probe sends each request the moment the answer before ended, so a target's work after an
 answer (its access line, its observers: metrics, the replay capture) delays the next first token
@@ -54,9 +54,12 @@ def main() -> None:
     p.add_argument(
         "--variants",
         default="quiet",
-        help="besides each tree's defaults, these variants of servers.THINKPROXY_VARIANTS (their names "
-        "without `thinkproxy-`, comma-separated: quiet, nolog, nometrics, nostate, notrace, httpx; empty "
-        "for none), to find which default a difference in TTFT comes with",
+        help="besides each tree's defaults, these variants of servers.THINKPROXY_VARIANTS instead of "
+        "quiet (their names without `thinkproxy-`, comma-separated: "
+        + ", ".join(
+            name.removeprefix("thinkproxy-") for name in servers.THINKPROXY_VARIANTS if name != "thinkproxy"
+        )
+        + "; empty for none), to find which default a difference in TTFT comes with",
     )
     p.add_argument(
         "--gap-ms",

@@ -14,7 +14,7 @@ from tests.helpers import bench_module
 
 _ANSWER = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    b"c\r\ndata: {}\n\n\r\n0\r\n\r\n"
+    b"a\r\ndata: {}\n\n\r\n0\r\n\r\n"  # (one chunk of 10 bytes, then the last)
 )
 
 
@@ -49,6 +49,8 @@ def test_the_probe_waits_the_gap_between_an_answer_and_the_next_request(
         waits.append(seconds)
         return await real_sleep(seconds, *args)
 
+    # (`ttft.asyncio` is the asyncio module itself: every `asyncio.sleep` in the run is noted, and the
+    # probe is the only caller; monkeypatch puts it back)
     monkeypatch.setattr(ttft.asyncio, "sleep", noted_sleep)
 
     async def run() -> tuple[list[float], list[float]]:
@@ -67,6 +69,19 @@ def test_the_probe_waits_the_gap_between_an_answer_and_the_next_request(
         assert all(
             later - earlier >= gap_ms / 1000.0 * 0.9 for earlier, later in itertools.pairwise(arrivals)
         )
+
+
+def test_the_blocking_probe_hands_its_gap_and_warm_up_to_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    ttft = bench_module("ttft")
+    asked: list[tuple[int, int, str, float]] = []
+
+    async def probe(port: int, n: int, *, door: str = "chat", gap_ms: float = 0.0) -> list[float]:
+        asked.append((port, n, door, gap_ms))
+        return [float(i) for i in range(n)]
+
+    monkeypatch.setattr(ttft, "probe", probe)
+    assert ttft.run_probe(9, 4, warmup=2, gap_ms=5.0) == [2.0, 3.0, 4.0, 5.0]  # (the warm-up left out)
+    assert asked == [(9, 6, "chat", 5.0)]
 
 
 def test_a_build_comparison_probes_each_tree_with_its_defaults_then_each_variant() -> None:
