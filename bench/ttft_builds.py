@@ -28,11 +28,16 @@ import ttft
 from common import BENCH_DIR, Processes
 
 
+def known_variants() -> list[str]:
+    """The variants a comparison may name: servers.THINKPROXY_VARIANTS without `thinkproxy-`."""
+    return [name.removeprefix("thinkproxy-") for name in servers.THINKPROXY_VARIANTS if name != "thinkproxy"]
+
+
 def target_envs(trees: list[Path], variant_names: str) -> dict[str, dict[str, str]]:
     """The targets to probe, by name: each tree with its defaults (its PYTHONPATH alone), then with
     each named variant of servers.THINKPROXY_VARIANTS (`quiet,nostate`: their names without
     `thinkproxy-`) as `<tree>-<variant>`. An unknown name is a ValueError that lists the known ones."""
-    known = [name.removeprefix("thinkproxy-") for name in servers.THINKPROXY_VARIANTS if name != "thinkproxy"]
+    known = known_variants()
     chosen = [name.strip() for name in variant_names.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in known]
     if unknown:
@@ -56,9 +61,7 @@ def main() -> None:
         default="quiet",
         help="besides each tree's defaults, these variants of servers.THINKPROXY_VARIANTS instead of "
         "quiet (their names without `thinkproxy-`, comma-separated: "
-        + ", ".join(
-            name.removeprefix("thinkproxy-") for name in servers.THINKPROXY_VARIANTS if name != "thinkproxy"
-        )
+        + ", ".join(known_variants())
         + "; empty for none), to find which default a difference in TTFT comes with",
     )
     p.add_argument(
